@@ -1,0 +1,44 @@
+"""One decoder layer: token mixer (KDA or MLA) and feed-forward (dense MLP or MoE), each pre-normed."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dayzero.model.config import DENSE, KDA, ModelConfig
+from dayzero.model.kda import KDAttention
+from dayzero.model.mla import MLAttention
+from dayzero.model.mlp import GatedMLP
+from dayzero.model.moe import MoE
+from dayzero.model.norm import RMSNorm
+from dayzero.model.residual import mix_params
+from dayzero.model.step import StepMeta
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, index: int):
+        super().__init__()
+        self.index = index
+        self.kind = cfg.layer_kinds[index]
+        D, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.input_layernorm = RMSNorm(D, eps)
+        self.post_attention_layernorm = RMSNorm(D, eps)
+        if self.kind == KDA:
+            self.self_attn = KDAttention(D, cfg.kda, eps)
+        else:
+            self.self_attn = MLAttention(D, cfg.mla, cfg.indexer)
+        if cfg.mlp_kinds[index] == DENSE:
+            self.mlp = GatedMLP(D, cfg.intermediate_size, cfg.hidden_act, cfg.act_params)
+        else:
+            self.block_sparse_moe = MoE(D, cfg.moe, eps, cfg.hidden_act, cfg.act_params)
+        if cfg.attn_res_block_size is not None:
+            self.self_attention_res_norm, self.self_attention_res_proj = mix_params(D, eps)
+            self.mlp_res_norm, self.mlp_res_proj = mix_params(D, eps)
+
+    def ffn(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x) if hasattr(self, "mlp") else self.block_sparse_moe(x)
+
+    def forward(self, stream, meta: StepMeta, cache, decode: bool) -> None:
+        x = self.input_layernorm(stream.attn_input(self))
+        stream.add(self.self_attn(x, meta, cache, decode))
+        stream.add(self.ffn(self.post_attention_layernorm(stream.mlp_input(self))))

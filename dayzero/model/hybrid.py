@@ -1,0 +1,83 @@
+"""The hybrid network: embeddings, decoder layers, the output mix / norm and the LM head.
+
+Module names equal the HF checkpoint names (`model.layers.{i}.self_attn.q_proj`, `lm_head`, ...), so loading is a
+name-for-name copy (weights.py handles the few layout differences).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from dayzero.model.block import DecoderLayer
+from dayzero.model.caches import LayerCache, allocate_caches
+from dayzero.model.config import ModelConfig
+from dayzero.model.norm import RMSNorm, linear
+from dayzero.model.residual import BlockAttnResidual, PlainResidual, mix_params
+from dayzero.model.step import StepMeta, contiguous_meta
+from dayzero.plugins.paged_cache import PAGE_SIZE
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        if cfg.attn_res_block_size is not None:
+            self.output_attn_res_norm, self.output_attn_res_proj = mix_params(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def _stream(self, embeddings: torch.Tensor):
+        if self.cfg.attn_res_block_size is None:
+            return PlainResidual(embeddings)
+        return BlockAttnResidual(embeddings, self.cfg.attn_res_block_size)
+
+    def forward(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache], decode: bool):
+        """input_ids [T] -> normed final hidden states [T, D]."""
+        stream = self._stream(self.embed_tokens(input_ids))
+        for layer, cache in zip(self.layers, caches):
+            layer(stream, meta, cache, decode)
+        return self.norm(stream.output(self))
+
+
+class HybridModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = linear(cfg.hidden_size, cfg.vocab_size)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache]) -> torch.Tensor:
+        """Varlen prefill of input_ids [T] -> logits [N, vocab] of each sequence's last new token."""
+        hidden = self.model(input_ids, meta, caches, decode=False)
+        return self.lm_head(hidden[meta.cu_seqlens[1:].long() - 1])
+
+    def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache]) -> torch.Tensor:
+        """input_ids [B, 1 + d] -> logits [B, 1 + d, vocab]."""
+        hidden = self.model(input_ids.flatten(), meta, caches, decode=True)
+        return self.lm_head(hidden).view(*input_ids.shape, -1)
+
+    def allocate_caches(self, num_pages: int, num_slots: int) -> list[LayerCache]:
+        return allocate_caches(self.config, num_pages, num_slots, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Full-sequence logits [B, T, vocab] of input_ids [B, T] from one prefill into fresh caches."""
+        batch, length = input_ids.shape
+        pages = math.ceil(length / PAGE_SIZE)
+        caches = self.allocate_caches(batch * pages, batch)
+        meta = contiguous_meta([0] * batch, [length] * batch, pages, device=self.device)
+        hidden = self.model(input_ids.flatten().to(self.device), meta, caches, decode=False)
+        return self.lm_head(hidden).view(batch, length, -1)

@@ -1,0 +1,96 @@
+"""KDA layer (MODEL.md section 2): projections, short conv, gates, the recurrence and the gated output norm."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dayzero.model.config import KDAConfig
+from dayzero.model.norm import GatedRMSNorm, linear
+from dayzero.model.step import KDACache, StepMeta
+from dayzero.plugins import kda as kda_ops
+from dayzero.plugins import short_conv
+
+
+class ConvWeight(nn.Module):
+    """Holds a depthwise conv kernel [C, 1, W] under the checkpoint's `*_conv1d.weight` name."""
+
+    def __init__(self, channels: int, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(channels, 1, width), requires_grad=False)
+
+
+def kda_decay(z: torch.Tensor, A_log: torch.Tensor, lower_bound: float | None) -> torch.Tensor:
+    """Log-space per-channel decay g <= 0 from the gate pre-activation z [..., H, K] (dt_bias included)."""
+    rate = A_log.float().exp()[:, None]
+    if lower_bound is None:
+        return -rate * F.softplus(z.float())
+    return lower_bound * torch.sigmoid(rate * z.float())
+
+
+class KDAttention(nn.Module):
+    def __init__(self, hidden_size: int, cfg: KDAConfig, rms_norm_eps: float):
+        super().__init__()
+        self.cfg = cfg
+        width, heads, dim = cfg.proj_dim, cfg.num_heads, cfg.head_dim
+        self.q_proj, self.k_proj, self.v_proj = (linear(hidden_size, width) for _ in range(3))
+        self.q_conv1d, self.k_conv1d, self.v_conv1d = (ConvWeight(width, cfg.conv_size) for _ in range(3))
+        self.f_a_proj = linear(hidden_size, dim)
+        self.f_b_proj = linear(dim, width)
+        self.A_log = nn.Parameter(torch.zeros(heads), requires_grad=False)
+        self.dt_bias = nn.Parameter(torch.zeros(width), requires_grad=False)
+        self.b_proj = linear(hidden_size, heads)
+        if cfg.full_rank_output_gate:
+            self.g_proj = linear(hidden_size, width)
+        else:
+            self.g_a_proj = linear(hidden_size, dim)
+            self.g_b_proj = linear(dim, width)
+        self.o_norm = GatedRMSNorm(dim, rms_norm_eps)
+        self.o_proj = linear(width, hidden_size)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(*x.shape[:-1], self.cfg.num_heads, self.cfg.head_dim)
+
+    def _conv_weight(self) -> torch.Tensor:
+        return torch.stack([c.weight[:, 0] for c in (self.q_conv1d, self.k_conv1d, self.v_conv1d)])  # [3, C, W]
+
+    def _output_gate(self, x: torch.Tensor) -> torch.Tensor:
+        gate = self.g_proj(x) if self.cfg.full_rank_output_gate else self.g_b_proj(self.g_a_proj(x))
+        return self._heads(gate)
+
+    def _qkv(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool) -> torch.Tensor:
+        qkv = torch.stack([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=1)  # [T, 3, C]
+        if decode:
+            batch = meta.state_slots.shape[0]
+            qkv = qkv.view(batch, -1, *qkv.shape[1:])
+            out = short_conv.short_conv_decode(qkv, self._conv_weight(), cache.conv, meta.state_slots,
+                                               meta.num_accepted)
+            return out.flatten(0, 1)
+        return short_conv.short_conv_prefill(qkv, self._conv_weight(), cache.conv, meta.cu_seqlens,
+                                             meta.state_slots[:, 0])
+
+    def _recurrence(self, q, k, v, g, beta, meta: StepMeta, cache: KDACache, decode: bool) -> torch.Tensor:
+        if decode:
+            batch = meta.state_slots.shape[0]
+            per_seq = [t.view(batch, -1, *t.shape[1:]) for t in (q, k, v, g, beta)]
+            o = kda_ops.recurrent_kda_pool(*per_seq, cache.state, meta.state_slots, meta.num_accepted,
+                                           use_qk_l2norm_in_kernel=True)
+            return o.flatten(0, 1)
+        slots = meta.state_slots[:, 0].long()
+        o, final = kda_ops.chunk_kda(
+            q[None], k[None], v[None], g[None], beta[None], initial_state=cache.state[slots],
+            output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=meta.cu_seqlens,
+        )
+        cache.state.index_copy_(0, slots, final)
+        return o[0]
+
+    def forward(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool) -> torch.Tensor:
+        """x [T, D] -> [T, D]; updates the layer's state and conv slots in place."""
+        q, k, v = (self._heads(t) for t in self._qkv(x, meta, cache, decode).unbind(1))
+        z = self._heads(self.f_b_proj(self.f_a_proj(x))).float() + self._heads(self.dt_bias.float())
+        g = kda_decay(z, self.A_log, self.cfg.gate_lower_bound)
+        beta = torch.sigmoid(self.b_proj(x).float())
+        o = self._recurrence(q, k, v, g, beta, meta, cache, decode)
+        o = self.o_norm(o, self._output_gate(x))
+        return self.o_proj(o.flatten(1))

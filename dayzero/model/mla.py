@@ -1,0 +1,88 @@
+"""MLA layer (MODEL.md section 3) in absorbed form over a paged latent cache, with an optional DSA indexer.
+
+The cache row of a token is [c_kv | k_pe]; W_UK is folded into the query and W_UV applied after attention, so
+the attention op sees q [T, H, kv_lora_rank + rope] and returns o [T, H, kv_lora_rank].
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dayzero.model.config import IndexerConfig, MLAConfig
+from dayzero.model.indexer import Indexer
+from dayzero.model.norm import RMSNorm, linear
+from dayzero.model.rope import apply_rope
+from dayzero.model.step import MLACache, StepMeta
+from dayzero.plugins import paged_cache, sparse_mla
+
+
+class MLAttention(nn.Module):
+    def __init__(self, hidden_size: int, cfg: MLAConfig, indexer: IndexerConfig | None):
+        super().__init__()
+        self.cfg = cfg
+        heads = cfg.num_heads
+        if cfg.q_lora_rank is None:
+            self.q_proj = linear(hidden_size, heads * cfg.qk_head_dim)
+        else:
+            self.q_a_proj = linear(hidden_size, cfg.q_lora_rank)
+            self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, cfg.norm_eps)
+            self.q_b_proj = linear(cfg.q_lora_rank, heads * cfg.qk_head_dim)
+        self.kv_a_proj_with_mqa = linear(hidden_size, cfg.latent_dim)
+        self.kv_a_layernorm = RMSNorm(cfg.kv_lora_rank, cfg.norm_eps)
+        self.kv_b_proj = linear(cfg.kv_lora_rank, heads * (cfg.qk_nope_head_dim + cfg.v_head_dim))
+        self.o_proj = linear(heads * cfg.v_head_dim, hidden_size)
+        if cfg.output_gate:
+            self.g_proj = linear(hidden_size, heads * cfg.v_head_dim)
+        if indexer is not None:
+            self.indexer = Indexer(hidden_size, cfg.q_lora_rank or hidden_size, indexer)
+        self.has_indexer = indexer is not None
+
+    def _query(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (q [T, H, qk_head_dim], indexer query input [T, q_lora_rank or D])."""
+        if self.cfg.q_lora_rank is None:
+            q = self.q_proj(x)
+            c_q = x
+        else:
+            c_q = self.q_a_layernorm(self.q_a_proj(x))
+            q = self.q_b_proj(c_q)
+        return q.view(x.shape[0], self.cfg.num_heads, self.cfg.qk_head_dim), c_q
+
+    def _absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """W_UK [H, nope, kv_lora_rank] and W_UV [H, v, kv_lora_rank] from kv_b_proj."""
+        cfg = self.cfg
+        w = self.kv_b_proj.weight.view(cfg.num_heads, cfg.qk_nope_head_dim + cfg.v_head_dim, cfg.kv_lora_rank)
+        return w[:, : cfg.qk_nope_head_dim], w[:, cfg.qk_nope_head_dim :]
+
+    def _write_latent(self, x: torch.Tensor, meta: StepMeta, cache: MLACache) -> None:
+        c_kv, k_pe = self.kv_a_proj_with_mqa(x).split([self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1)
+        if not self.cfg.use_nope:
+            k_pe = apply_rope(k_pe, meta.positions, self.cfg.rope_theta)
+        paged_cache.write_rows(cache.latent_kv, torch.cat([self.kv_a_layernorm(c_kv), k_pe], dim=-1),
+                               meta.slot_mapping)
+
+    def _attend(self, q_abs: torch.Tensor, x, c_q, meta: StepMeta, cache: MLACache) -> torch.Tensor:
+        scale = self.cfg.qk_head_dim ** -0.5
+        v_dim = self.cfg.kv_lora_rank
+        if self.has_indexer:
+            indices = self.indexer(x, c_q, meta, cache.index_k)
+            o, _ = sparse_mla.sparse_mla_paged(q_abs, cache.latent_kv, meta.block_table, meta.cu_seqlens, indices,
+                                               scale, v_dim)
+        else:
+            o, _ = sparse_mla.dense_mla_paged(q_abs, cache.latent_kv, meta.block_table, meta.cu_seqlens,
+                                              meta.positions, scale, v_dim)
+        return o
+
+    def forward(self, x: torch.Tensor, meta: StepMeta, cache: MLACache, decode: bool) -> torch.Tensor:
+        """x [T, D] -> [T, D]; writes the new tokens' latent (and index) rows into the paged caches."""
+        q, c_q = self._query(x)
+        q_nope, q_pe = q.split([self.cfg.qk_nope_head_dim, self.cfg.qk_rope_head_dim], dim=-1)
+        if not self.cfg.use_nope:
+            q_pe = apply_rope(q_pe, meta.positions, self.cfg.rope_theta)
+        self._write_latent(x, meta, cache)
+        w_uk, w_uv = self._absorbed_weights()
+        q_abs = torch.cat([torch.einsum("thn,hnc->thc", q_nope, w_uk), q_pe], dim=-1)
+        o = torch.einsum("thc,hvc->thv", self._attend(q_abs, x, c_q, meta, cache), w_uv).flatten(1)
+        if self.cfg.output_gate:
+            o = o * torch.sigmoid(self.g_proj(x))
+        return self.o_proj(o)

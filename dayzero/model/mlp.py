@@ -1,0 +1,23 @@
+"""Dense gated MLP (the first dense layers and the shared experts)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dayzero.model.norm import linear
+from dayzero.plugins import moe as moe_ops
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int, activation: str, act_params: dict[str, float]):
+        super().__init__()
+        self.gate_proj = linear(hidden_size, intermediate_size)
+        self.up_proj = linear(hidden_size, intermediate_size)
+        self.down_proj = linear(intermediate_size, hidden_size)
+        self.activation = activation
+        self.act_params = act_params
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return moe_ops.gated_mlp(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight,
+                                 self.activation, **self.act_params)

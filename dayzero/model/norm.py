@@ -1,0 +1,54 @@
+"""Normalization layers (fp32 math, result in the input's dtype)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (_rms(x, self.eps) * self.weight.float()).to(x.dtype)
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm(o) * weight * sigmoid(gate): the KDA output norm, per head."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return (_rms(x, self.eps) * self.weight.float() * torch.sigmoid(gate.float())).to(x.dtype)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with weight and bias (the indexer's key norm)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.bias = nn.Parameter(torch.zeros(dim), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.layer_norm(x.float(), x.shape[-1:], self.weight.float(), self.bias.float(), self.eps)
+        return y.to(x.dtype)
+
+
+def linear(in_features: int, out_features: int) -> nn.Linear:
+    """A bias-free projection with frozen weights (the model is inference-only)."""
+    layer = nn.Linear(in_features, out_features, bias=False)
+    layer.weight.requires_grad_(False)
+    return layer

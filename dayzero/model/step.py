@@ -1,0 +1,70 @@
+"""Explicit inputs of one model step: metadata and per-layer caches (ARCHITECTURE.md, "The step functions").
+
+Tokens of all sequences are flattened: sequence n owns new tokens [cu_seqlens[n], cu_seqlens[n+1]). A prefill
+step has any number of new tokens per sequence (chunked prefill continues after cached context); a decode step has
+the same L = 1 + num_draft tokens for every sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.utils._pytree as pytree
+
+from dayzero.plugins.paged_cache.reference import PAGE_SIZE
+
+
+@dataclass
+class StepMeta:
+    positions: torch.Tensor  # [T] absolute position of each new token
+    cu_seqlens: torch.Tensor  # [N+1] offsets of each sequence's new tokens
+    block_table: torch.Tensor  # [N, max_pages] physical page of each logical page
+    slot_mapping: torch.Tensor  # [T] flat cache row of each new token (-1: skip)
+    state_slots: torch.Tensor  # [N, L] KDA state slot written after each token (prefill: L = 1)
+    num_accepted: torch.Tensor  # [N] read the entry state from state_slots[n, num_accepted[n] - 1]
+
+
+@dataclass
+class MLACache:
+    latent_kv: torch.Tensor  # [P, PAGE_SIZE, kv_lora_rank + rope_dim]
+    index_k: torch.Tensor | None  # [P, PAGE_SIZE, index_head_dim] when the layer has a DSA indexer
+
+
+@dataclass
+class KDACache:
+    state: torch.Tensor  # [S, H, K, V] fp32
+    conv: torch.Tensor  # [S, 3, W-1, H*K] pre-conv rows of q, k, v
+
+
+for _cls in (StepMeta, MLACache, KDACache):
+    pytree.register_dataclass(_cls)
+
+
+def contiguous_meta(
+    context_lens: list[int], new_lens: list[int], pages_per_seq: int, slots_per_seq: int = 1,
+    decode: bool = False, device=None,
+) -> StepMeta:
+    """Metadata for sequences laid out contiguously: sequence n owns pages [n*pages_per_seq, ...) and state slots
+    [n*slots_per_seq, ...). A decode step (all new_lens equal to L <= slots_per_seq) writes token t's state to the
+    sequence's t-th slot; a prefill step writes the final state to its first slot.
+
+    Used by the eager reference paths (full-sequence logits, tests, `dayzero run`); the runtime's block manager
+    and state pool build real tables.
+    """
+    n = len(new_lens)
+    positions = torch.cat([torch.arange(c, c + q) for c, q in zip(context_lens, new_lens)])
+    seq_of_token = torch.repeat_interleave(torch.arange(n), torch.tensor(new_lens))
+    block_table = torch.arange(n * pages_per_seq, dtype=torch.int32).view(n, pages_per_seq)
+    pages = block_table[seq_of_token, positions // PAGE_SIZE].long()
+    width = new_lens[0] if decode else 1
+    first_slot = torch.arange(n, dtype=torch.int32)[:, None] * slots_per_seq
+    meta = StepMeta(
+        positions=positions,
+        cu_seqlens=torch.tensor([0, *new_lens]).cumsum(0).to(torch.int32),
+        block_table=block_table,
+        slot_mapping=pages * PAGE_SIZE + positions % PAGE_SIZE,
+        state_slots=first_slot + torch.arange(width, dtype=torch.int32)[None, :],
+        num_accepted=torch.ones(n, dtype=torch.int32),
+    )
+    return meta if device is None else pytree.tree_map(lambda t: t.to(device), meta)

@@ -1,0 +1,106 @@
+"""Checkpoint names of the model's parameters, and loading a HF checkpoint into the network (MODEL.md section 7).
+
+Parameter names equal checkpoint names except for three layouts:
+* routed experts are stacked per layer (`experts.w1 [E, I, D]`) but stored per expert (`experts.{e}.w1.weight`),
+  possibly as MXFP4 (`weight_packed` + `weight_scale`, K3's release format);
+* dense MLPs may be stored under `block_sparse_moe.` (what transformers writes) instead of `mlp.`;
+* `A_log` is stored [1, 1, H, 1] (Kimi-Linear), [H], or zero-padded to a multiple of 128 (K3).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from dayzero.errors import DayzeroError
+from dayzero.model.checkpoint import CheckpointReader
+from dayzero.model.config import ModelConfig
+from dayzero.model.hybrid import HybridModel
+
+EXPERT_PARAM = re.compile(r"^(?P<base>.*\.experts)\.(?P<w>w[123])$")
+# kept in fp32 whatever the model dtype: tiny, and the gates and router are precision-sensitive
+FP32_PARAMS = re.compile(r"(\.A_log|\.dt_bias|\.gate\.weight|\.gate\.e_score_correction_bias)$")
+
+
+@dataclass(frozen=True)
+class TensorPart:
+    """One stored tensor feeding a parameter: candidate checkpoint names (first present wins) and its shape."""
+
+    names: tuple[str, ...]
+    shape: tuple[int, ...]
+
+
+def parameter_parts(name: str, shape: tuple[int, ...]) -> list[TensorPart]:
+    """The stored tensors of parameter `name`, in stacking order."""
+    expert = EXPERT_PARAM.match(name)
+    if expert:
+        base, w = expert["base"], expert["w"]
+        return [TensorPart((f"{base}.{e}.{w}.weight",), shape[1:]) for e in range(shape[0])]
+    if ".mlp." in name:
+        return [TensorPart((name, name.replace(".mlp.", ".block_sparse_moe.")), shape)]
+    return [TensorPart((name,), shape)]
+
+
+def param_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if FP32_PARAMS.search(name) else dtype
+
+
+def build_empty(cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str) -> HybridModel:
+    """The network with uninitialized storage on `device` (no time spent on throwaway init)."""
+    with torch.device("meta"):
+        model = HybridModel(cfg)
+    model.to_empty(device=device)
+    for name, param in model.named_parameters():
+        param.data = param.data.to(param_dtype(name, dtype))
+    return model.eval()
+
+
+def _fit_a_log(tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
+    heads = shape[0]
+    if tensor.numel() == heads:
+        return tensor.reshape(shape)
+    if tensor.dim() == 1 and tensor.numel() > heads and tensor.numel() % 128 == 0:
+        return tensor[:heads]
+    return None
+
+
+def _read_part(reader: CheckpointReader, part: TensorPart, param_name: str) -> torch.Tensor:
+    name = next((n for n in part.names if reader.has(n) or reader.has_mxfp4(n)), None)
+    if name is None:
+        raise DayzeroError(
+            f"checkpoint {reader.directory} is missing tensor {reader.prefix + part.names[0]!r} (needed for "
+            f"{param_name}); the download may be incomplete, or config.json does not match these weights")
+    tensor = reader.get(name)
+    fitted = _fit_a_log(tensor, part.shape) if name.endswith("A_log") else tensor
+    if fitted is None or tuple(fitted.shape) != part.shape:
+        raise DayzeroError(
+            f"tensor {reader.prefix + name!r} in {reader.directory} has shape {list(tensor.shape)}, but config.json "
+            f"implies {list(part.shape)}; config.json does not match these weights")
+    return fitted
+
+
+def _load_parameter(reader: CheckpointReader, name: str, param: torch.Tensor, cfg: ModelConfig) -> None:
+    if name == "lm_head.weight" and cfg.tie_word_embeddings and not reader.has(name):
+        name_in_ckpt = "model.embed_tokens.weight"
+        param.copy_(_read_part(reader, TensorPart((name_in_ckpt,), tuple(param.shape)), name))
+        return
+    parts = parameter_parts(name, tuple(param.shape))
+    if len(parts) == 1 and parts[0].shape == tuple(param.shape):
+        param.copy_(_read_part(reader, parts[0], name))
+        return
+    for index, part in enumerate(parts):
+        param[index].copy_(_read_part(reader, part, name))
+
+
+@torch.no_grad()
+def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu") -> HybridModel:
+    """Load a HF-format checkpoint directory (config.json + *.safetensors) into the reference network."""
+    cfg = ModelConfig.from_hf(path)
+    reader = CheckpointReader(path)
+    model = build_empty(cfg, dtype, device)
+    for name, param in model.named_parameters():
+        _load_parameter(reader, name, param, cfg)
+    return model
