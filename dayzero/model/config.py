@@ -168,7 +168,7 @@ def _parse_text_config(model_type: str, f: ConfigFields) -> ModelConfig:
         hidden_size=f.int("hidden_size"),
         layer_kinds=layer_kinds,
         mlp_kinds=mlp_kinds,
-        intermediate_size=f.int("intermediate_size") if DENSE in mlp_kinds else f.int("intermediate_size", 0, minimum=0),
+        intermediate_size=_intermediate_size(f, mlp_kinds),
         kda=kda if KDA in layer_kinds else None,
         mla=_parse_mla(f) if MLA in layer_kinds else None,
         indexer=_parse_indexer(f),
@@ -182,6 +182,13 @@ def _parse_text_config(model_type: str, f: ConfigFields) -> ModelConfig:
         eos_token_id=_first_id(f, "eos_token_id"),
         max_position_embeddings=f.int("max_position_embeddings", 1 << 20, aliases=("model_max_length",)),
     )
+
+
+def _intermediate_size(f: ConfigFields, mlp_kinds: tuple[str, ...]) -> int:
+    """Required exactly when some layer has a dense MLP."""
+    if DENSE in mlp_kinds:
+        return f.int("intermediate_size")
+    return f.int("intermediate_size", 0, minimum=0)
 
 
 def _first_id(f: ConfigFields, name: str) -> int | None:

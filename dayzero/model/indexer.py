@@ -21,7 +21,8 @@ class Indexer(nn.Module):
         self.k_norm = LayerNorm(cfg.head_dim, cfg.norm_eps)
         self.weights_proj = linear(hidden_size, cfg.num_heads)
 
-    def forward(self, x: torch.Tensor, q_input: torch.Tensor, meta: StepMeta, index_cache: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, q_input: torch.Tensor, meta: StepMeta,
+                index_cache: torch.Tensor) -> torch.Tensor:
         """x [T, D], q_input [T, q_lora_rank] (c_q) -> logical Top-K positions [T, topk]; writes the new keys."""
         q = self.wq_b(q_input).view(x.shape[0], self.cfg.num_heads, self.cfg.head_dim)
         paged_cache.write_rows(index_cache, self.k_norm(self.wk(x)), meta.slot_mapping)

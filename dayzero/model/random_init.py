@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Iterator
 
 import torch
-
-from collections.abc import Iterator
 
 from dayzero.model.config import ModelConfig
 from dayzero.model.weights import parameter_parts

@@ -1,0 +1,46 @@
+"""Shared test helpers: tiny config variants, random models, error metrics."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+
+from dayzero.model.config import ModelConfig
+from dayzero.model.random_init import init_random_
+from dayzero.model.weights import build_empty
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_CONFIG = ROOT / "configs" / "tiny-hybrid" / "config.json"
+
+
+def tiny_config_dict(**text_overrides) -> dict:
+    """The embedded tiny-hybrid config with fields of its text_config replaced (None deletes a field)."""
+    data = copy.deepcopy(json.loads(TINY_CONFIG.read_text()))
+    text = data["text_config"]
+    for key, value in text_overrides.items():
+        if value is None:
+            text.pop(key, None)
+        else:
+            text[key] = value
+    return data
+
+
+def layer_pattern(kinds: str) -> dict:
+    """linear_attn_config for a pattern such as "kkm": k = KDA, m = MLA."""
+    base = json.loads(TINY_CONFIG.read_text())["text_config"]["linear_attn_config"]
+    return {**base, "kda_layers": [i + 1 for i, c in enumerate(kinds) if c == "k"],
+            "full_attn_layers": [i + 1 for i, c in enumerate(kinds) if c == "m"]}
+
+
+def random_model(data: dict, dtype=torch.float32, seed: int = 0):
+    model = build_empty(ModelConfig.from_dict(data), dtype, "cpu")
+    init_random_(model, seed)
+    return model
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
