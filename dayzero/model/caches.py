@@ -1,33 +1,92 @@
-"""Allocation of the per-layer caches in the layouts of ARCHITECTURE.md (plain, unquantized formats)."""
+"""Allocation and sizing of the per-layer caches in the layouts of ARCHITECTURE.md.
+
+MLA layers keep paged caches (latent KV and, with a DSA indexer, index keys) whose size grows per token; KDA
+layers keep a fixed state (+ conv window) per sequence slot. Formats: latent KV plain (model dtype) or FP8
+records, index keys plain or MXFP8 (dayzero/plugins/paged_cache/formats.py).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from dayzero.model.config import KDA, ModelConfig
 from dayzero.model.step import KDACache, MLACache
-from dayzero.plugins.paged_cache import PAGE_SIZE
+from dayzero.plugins.paged_cache import formats
 
 LayerCache = MLACache | KDACache
 
 
+@dataclass(frozen=True)
+class CacheFormat:
+    kv_fp8: bool = False
+    index_mxfp8: bool = False
+
+
+PLAIN_CACHE = CacheFormat()
+
+
+@dataclass(frozen=True)
+class CacheBytes:
+    """Capacity planning: bytes per cached token (all MLA layers) and per sequence slot (all KDA layers)."""
+
+    per_token_latent: int
+    per_token_index: int
+    per_slot_state: int
+    per_slot_conv: int
+
+    @property
+    def per_token(self) -> int:
+        return self.per_token_latent + self.per_token_index
+
+    @property
+    def per_slot(self) -> int:
+        return self.per_slot_state + self.per_slot_conv
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def cache_bytes(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat = PLAIN_CACHE) -> CacheBytes:
+    """Sizes summed over the model's layers (divide by the layer count of a kind for one layer)."""
+    num_mla, num_kda = cfg.layer_kinds.count("mla"), cfg.layer_kinds.count(KDA)
+    latent = index = state = conv = 0
+    if num_mla:
+        latent = formats.latent_cache_shape(1, cfg.mla.kv_lora_rank, cfg.mla.qk_rope_head_dim, fmt.kv_fp8)[-1]
+        latent *= 1 if fmt.kv_fp8 else _element_size(dtype)
+        if cfg.indexer is not None:
+            dim = cfg.indexer.head_dim
+            index = formats.mxfp8_row_bytes(dim) if fmt.index_mxfp8 else dim * _element_size(dtype)
+    if num_kda:
+        kda = cfg.kda
+        state = kda.num_heads * kda.head_dim * kda.head_dim * 4
+        conv = 3 * (kda.conv_size - 1) * kda.proj_dim * _element_size(dtype)
+    return CacheBytes(latent * num_mla, index * num_mla, state * num_kda, conv * num_kda)
+
+
 def allocate_caches(
     cfg: ModelConfig, num_pages: int, num_slots: int, dtype: torch.dtype, device: torch.device | str = "cpu",
+    fmt: CacheFormat = PLAIN_CACHE,
 ) -> list[LayerCache]:
     """One cache per layer: `num_pages` pages of latent KV (+ index keys) per MLA layer, `num_slots` state slots
     per KDA layer. Fresh slots are zero, which is the state of an empty sequence."""
-    return [_layer_cache(cfg, kind, num_pages, num_slots, dtype, device) for kind in cfg.layer_kinds]
+    return [_layer_cache(cfg, kind, num_pages, num_slots, dtype, device, fmt) for kind in cfg.layer_kinds]
 
 
-def _layer_cache(cfg: ModelConfig, kind: str, num_pages: int, num_slots: int, dtype, device) -> LayerCache:
+def _layer_cache(cfg: ModelConfig, kind: str, num_pages, num_slots, dtype, device, fmt: CacheFormat) -> LayerCache:
     if kind == KDA:
         kda = cfg.kda
         return KDACache(
             state=torch.zeros(num_slots, kda.num_heads, kda.head_dim, kda.head_dim, dtype=torch.float32, device=device),
             conv=torch.zeros(num_slots, 3, kda.conv_size - 1, kda.proj_dim, dtype=dtype, device=device),
         )
+    mla = cfg.mla
+    latent_shape = formats.latent_cache_shape(num_pages, mla.kv_lora_rank, mla.qk_rope_head_dim, fmt.kv_fp8)
+    latent = torch.zeros(latent_shape, dtype=torch.uint8 if fmt.kv_fp8 else dtype, device=device)
     index_k = None
     if cfg.indexer is not None:
-        index_k = torch.zeros(num_pages, PAGE_SIZE, cfg.indexer.head_dim, dtype=dtype, device=device)
-    return MLACache(latent_kv=torch.zeros(num_pages, PAGE_SIZE, cfg.mla.latent_dim, dtype=dtype, device=device),
-                    index_k=index_k)
+        index_shape = formats.index_cache_shape(num_pages, cfg.indexer.head_dim, fmt.index_mxfp8)
+        index_k = torch.zeros(index_shape, dtype=torch.uint8 if fmt.index_mxfp8 else dtype, device=device)
+    return MLACache(latent_kv=latent, index_k=index_k)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from dayzero.model.block import DecoderLayer
-from dayzero.model.caches import LayerCache, allocate_caches
+from dayzero.model.caches import PLAIN_CACHE, CacheFormat, LayerCache, allocate_caches
 from dayzero.model.config import ModelConfig
 from dayzero.model.norm import RMSNorm, linear
 from dayzero.model.residual import BlockAttnResidual, PlainResidual, mix_params
@@ -69,15 +69,15 @@ class HybridModel(nn.Module):
         hidden = self.model(input_ids.flatten(), meta, caches, decode=True)
         return self.lm_head(hidden).view(*input_ids.shape, -1)
 
-    def allocate_caches(self, num_pages: int, num_slots: int) -> list[LayerCache]:
-        return allocate_caches(self.config, num_pages, num_slots, self.dtype, self.device)
+    def allocate_caches(self, num_pages: int, num_slots: int, fmt: CacheFormat = PLAIN_CACHE) -> list[LayerCache]:
+        return allocate_caches(self.config, num_pages, num_slots, self.dtype, self.device, fmt)
 
     @torch.inference_mode()
-    def logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def logits(self, input_ids: torch.Tensor, fmt: CacheFormat = PLAIN_CACHE) -> torch.Tensor:
         """Full-sequence logits [B, T, vocab] of input_ids [B, T] from one prefill into fresh caches."""
         batch, length = input_ids.shape
         pages = math.ceil(length / PAGE_SIZE)
-        caches = self.allocate_caches(batch * pages, batch)
+        caches = self.allocate_caches(batch * pages, batch, fmt)
         meta = contiguous_meta([0] * batch, [length] * batch, pages, device=self.device)
         hidden = self.model(input_ids.flatten().to(self.device), meta, caches, decode=False)
         return self.lm_head(hidden).view(batch, length, -1)

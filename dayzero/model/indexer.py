@@ -25,7 +25,7 @@ class Indexer(nn.Module):
                 index_cache: torch.Tensor) -> torch.Tensor:
         """x [T, D], q_input [T, q_lora_rank] (c_q) -> logical Top-K positions [T, topk]; writes the new keys."""
         q = self.wq_b(q_input).view(x.shape[0], self.cfg.num_heads, self.cfg.head_dim)
-        paged_cache.write_rows(index_cache, self.k_norm(self.wk(x)), meta.slot_mapping)
+        paged_cache.write_index_keys(index_cache, self.k_norm(self.wk(x)), meta.slot_mapping)
         w = self.weights_proj(x).float() * self.cfg.num_heads ** -0.5
         return indexer_ops.index_topk_paged(q, w, index_cache, meta.block_table, meta.cu_seqlens, meta.positions,
                                             self.cfg.topk)

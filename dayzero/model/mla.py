@@ -58,8 +58,8 @@ class MLAttention(nn.Module):
         c_kv, k_pe = self.kv_a_proj_with_mqa(x).split([self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1)
         if not self.cfg.use_nope:
             k_pe = apply_rope(k_pe, meta.positions, self.cfg.rope_theta)
-        paged_cache.write_rows(cache.latent_kv, torch.cat([self.kv_a_layernorm(c_kv), k_pe], dim=-1),
-                               meta.slot_mapping)
+        paged_cache.write_latent(cache.latent_kv, torch.cat([self.kv_a_layernorm(c_kv), k_pe], dim=-1),
+                                 meta.slot_mapping, self.cfg.qk_rope_head_dim)
 
     def _attend(self, q_abs: torch.Tensor, x, c_q, meta: StepMeta, cache: MLACache) -> torch.Tensor:
         scale = self.cfg.qk_head_dim ** -0.5

@@ -81,3 +81,21 @@ def test_bf16_model_runs_and_stays_close_to_fp32():
     got = random_model(data, dtype=torch.bfloat16).logits(ids)
     assert got.dtype == torch.bfloat16
     assert rel_err(got.float(), ref) < 3e-2
+
+
+def test_quantized_caches_stay_consistent_and_close():
+    """FP8 latent + MXFP8 index caches: decode still equals prefill, and logits stay near the plain caches'."""
+    from dayzero.model.caches import CacheFormat
+
+    model = random_model(tiny_config_dict(kv_lora_rank=128))
+    fmt = CacheFormat(kv_fp8=True, index_mxfp8=True)
+    ids = torch.randint(0, 256, (2, 70))
+    full = model.logits(ids, fmt)
+    pages = 2
+    caches = model.allocate_caches(2 * pages, 2, fmt)
+    assert caches[2].latent_kv.dtype == torch.uint8 and caches[2].latent_kv.shape[-1] == 128 + 4 + 32
+    with torch.inference_mode():
+        last = model.prefill(ids[:, :69].flatten(), contiguous_meta([0, 0], [69, 69], pages), caches)
+        step = model.decode(ids[:, 69:], contiguous_meta([69, 69], [1, 1], pages, decode=True), caches)
+    assert rel_err(last, full[:, 68]) < 1e-5 and rel_err(step[:, 0], full[:, 69]) < 1e-5
+    assert rel_err(full, model.logits(ids)) < 0.3

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from dayzero.plugins.paged_cache.reference import gather_rows, sequence_bounds
+from dayzero.plugins.paged_cache.formats import gather_index_keys
+from dayzero.plugins.paged_cache.reference import sequence_bounds
 
 
 def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -55,13 +56,15 @@ def index_topk_paged(
     q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
     cu_seqlens: torch.Tensor, positions: torch.Tensor, topk: int, scale: float | None = None,
 ) -> torch.Tensor:
-    """Paged form: q [T, HI, DI] and w [T, HI] of the new tokens, keys read from `index_cache [P, 64, DI]`
-    (already holding the new tokens) through `block_table [N, max_pages]` -> indices [T, topk]."""
+    """Paged form: q [T, HI, DI] and w [T, HI] of the new tokens, keys read from `index_cache` (plain
+    [P, 64, DI] or MXFP8 page-major uint8, see paged_cache/formats.py; already holding the new tokens) through
+    `block_table [N, max_pages]` -> indices [T, topk]."""
     out = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)
     for n, (start, end) in enumerate(sequence_bounds(cu_seqlens)):
         if end == start:
             continue
         pos = positions[start:end].long()
-        keys = gather_rows(index_cache, block_table[n], torch.arange(int(pos.max()) + 1, device=q.device))
+        keys = gather_index_keys(index_cache, block_table[n], torch.arange(int(pos.max()) + 1, device=q.device),
+                                 q.shape[-1])
         out[start:end] = causal_topk(index_scores(q[start:end], keys, w[start:end], scale), pos, topk)
     return out

@@ -3,13 +3,16 @@
 The query arrives absorbed: q [T, H, 576] = [q_nope W_UK | q_pe]. Scores are q . row * sm_scale, values are the
 first `v_dim` (512) columns of the same rows; W_UV is applied by the caller. Returns (o [T, H, v_dim] in q's
 dtype, lse [T, H] fp32 natural-log-sum-exp of the scaled scores; -inf and o = 0 where nothing is visible).
+The latent cache is plain [P, 64, 576] or FP8 records uint8 [P, 64, 656] (paged_cache/formats.py), dequantized on
+read; the rope width is q's width minus v_dim.
 """
 
 from __future__ import annotations
 
 import torch
 
-from dayzero.plugins.paged_cache.reference import gather_rows, sequence_bounds
+from dayzero.plugins.paged_cache.formats import gather_latent
+from dayzero.plugins.paged_cache.reference import sequence_bounds
 
 
 def latent_attention(
@@ -33,7 +36,7 @@ def sparse_mla_paged(
     for n, (start, end) in enumerate(sequence_bounds(cu_seqlens)):
         for t in range(start, end):
             picked = indices[t][indices[t] >= 0].long()
-            rows = gather_rows(latent_cache, block_table[n], picked)
+            rows = gather_latent(latent_cache, block_table[n], picked, q.shape[-1] - v_dim)
             valid = torch.ones(1, picked.numel(), dtype=torch.bool, device=q.device)
             o[t : t + 1], lse[t : t + 1] = latent_attention(q[t : t + 1], rows, valid, sm_scale, v_dim)
     return o.to(q.dtype), lse
@@ -51,7 +54,7 @@ def dense_mla_paged(
             continue
         pos = positions[start:end].long()
         keys = torch.arange(int(pos.max()) + 1, device=q.device)
-        rows = gather_rows(latent_cache, block_table[n], keys)
+        rows = gather_latent(latent_cache, block_table[n], keys, q.shape[-1] - v_dim)
         valid = keys[None, :] <= pos[:, None]
         o[start:end], lse[start:end] = latent_attention(q[start:end], rows, valid, sm_scale, v_dim)
     return o.to(q.dtype), lse
