@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dayzero.model.config import KDAConfig
@@ -19,14 +18,6 @@ class ConvWeight(nn.Module):
     def __init__(self, channels: int, width: int):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(channels, 1, width), requires_grad=False)
-
-
-def kda_decay(z: torch.Tensor, A_log: torch.Tensor, lower_bound: float | None) -> torch.Tensor:
-    """Log-space per-channel decay g <= 0 from the gate pre-activation z [..., H, K] (dt_bias included)."""
-    rate = A_log.float().exp()[:, None]
-    if lower_bound is None:
-        return -rate * F.softplus(z.float())
-    return lower_bound * torch.sigmoid(rate * z.float())
 
 
 class KDAttention(nn.Module):
@@ -88,8 +79,8 @@ class KDAttention(nn.Module):
     def forward(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool) -> torch.Tensor:
         """x [T, D] -> [T, D]; updates the layer's state and conv slots in place."""
         q, k, v = (self._heads(t) for t in self._qkv(x, meta, cache, decode).unbind(1))
-        z = self._heads(self.f_b_proj(self.f_a_proj(x))).float() + self._heads(self.dt_bias.float())
-        g = kda_decay(z, self.A_log, self.cfg.gate_lower_bound)
+        z = self._heads(self.f_b_proj(self.f_a_proj(x)))
+        g = kda_ops.kda_gate(z, self.A_log, self.dt_bias, self.cfg.gate_lower_bound)
         beta = torch.sigmoid(self.b_proj(x).float())
         o = self._recurrence(q, k, v, g, beta, meta, cache, decode)
         o = self.o_norm(o, self._output_gate(x))

@@ -2,9 +2,10 @@ from dayzero.plugins.kda.reference import (
     chunk_kda,
     compose,
     fold,
+    kda_gate,
     kda_summary,
     recurrent_kda,
     recurrent_kda_pool,
 )
 
-__all__ = ["chunk_kda", "compose", "fold", "kda_summary", "recurrent_kda", "recurrent_kda_pool"]
+__all__ = ["chunk_kda", "compose", "fold", "kda_gate", "kda_summary", "recurrent_kda", "recurrent_kda_pool"]

@@ -17,6 +17,20 @@ import torch
 Summary = tuple[torch.Tensor, torch.Tensor]
 
 
+def kda_gate(z: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor | None = None,
+             lower_bound: float | None = None) -> torch.Tensor:
+    """Log-space per-channel decay g <= 0 from the gate pre-activation z [..., H, K] (f_b_proj output).
+
+    Kimi-Linear: g = -exp(A_log) * softplus(z + dt_bias);  K3: g = lower_bound * sigmoid(exp(A_log) * (z + dt_bias)).
+    """
+    heads, dim = z.shape[-2:]
+    z = z.float() if dt_bias is None else z.float() + dt_bias.float().view(heads, dim)
+    rate = A_log.float().reshape(heads, 1).exp()
+    if lower_bound is None:
+        return -rate * torch.nn.functional.softplus(z)
+    return lower_bound * torch.sigmoid(rate * z)
+
+
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / sqrt(sum(x^2) + eps) over the last dim (the form the ecosystem's kernels use)."""
     return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
