@@ -1,5 +1,5 @@
+from dayzero.plugins.kda.chunk_op import chunk_kda
 from dayzero.plugins.kda.reference import (
-    chunk_kda,
     compose,
     fold,
     kda_gate,
