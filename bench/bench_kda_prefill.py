@@ -13,7 +13,7 @@ import traceback
 import torch
 
 from bench.common import copy_bandwidth_gbs, matmul_tflops, median_ms, rel_err, table, write_results
-from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher
+from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher, chunk_states, intra_chunk
 
 SHAPES = [(1, 8192, 32), (1, 32768, 96), (8, 4096, 96)]
 K = V = 128
@@ -40,16 +40,27 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
                      scale=K ** -0.5, output_final_state=True, use_qk_l2norm_in_kernel=True)
 
 
+def stage_times(q, k, v, g, beta, cu) -> dict:
+    """Each kernel alone under a few launch configurations (to see where the time goes)."""
+    times = {}
+    for warps in (4, 8):
+        times[f"intra_w{warps}_ms"] = round(median_ms(
+            lambda w=warps: intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True, num_warps=w)), 3)
+    terms = intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True)
+    o = torch.empty_like(v)
+    final = torch.empty(cu.shape[0] - 1, q.shape[1], K, V, device="cuda")
+    for block_v, warps in ((32, 4), (64, 4), (64, 8)):
+        times[f"state_bv{block_v}_w{warps}_ms"] = round(median_ms(
+            lambda bv=block_v, w=warps: chunk_states(terms, o, None, final, cu, block_v=bv, num_warps=w)), 3)
+    return times
+
+
 def bench_shape(B, T, H) -> dict:
     q, k, v, g, beta, cu = make_inputs(B, T, H)
     row = {"shape": f"B{B} T{T} H{H}", "B": B, "T": T, "H": H}
-    results = {}
-    for block_v in (32, 64):
-        o, s = ours(q, k, v, g, beta, cu, block_v)
-        results[block_v] = (o, s)
-        row[f"ours_bv{block_v}_ms"] = round(median_ms(lambda bv=block_v: ours(q, k, v, g, beta, cu, bv)), 3)
-    row["ours_ms"] = min(row["ours_bv32_ms"], row["ours_bv64_ms"])
-    o, s = results[32]
+    row.update(stage_times(q, k, v, g, beta, cu))
+    o, s = ours(q, k, v, g, beta, cu, 32)
+    row["ours_ms"] = round(median_ms(lambda: ours(q, k, v, g, beta, cu, 32)), 3)
     try:
         fo, fs = fla_chunk(q, k, v, g, beta, cu, B, T)
         row["fla_ms"] = round(median_ms(lambda: fla_chunk(q, k, v, g, beta, cu, B, T)), 3)
@@ -93,8 +104,9 @@ def main() -> None:
             torch.cuda.empty_cache()
     write_results(args.out, "kda_prefill", {"ceilings": ceilings, "reference_check": check, "rows": rows})
     print("ceilings", ceilings, "| reference check", {k: f"{v:.1e}" for k, v in check.items()})
-    print(table(rows, ["shape", "ours_bv32_ms", "ours_bv64_ms", "fla_ms", "speedup", "err_o_vs_fla", "err_S_vs_fla",
-                       "fla_error", "error"]))
+    print(table(rows, ["shape", "intra_w4_ms", "intra_w8_ms", "state_bv32_w4_ms", "state_bv64_w4_ms",
+                       "state_bv64_w8_ms", "ours_ms", "fla_ms", "speedup", "err_o_vs_fla", "err_S_vs_fla", "fla_error",
+                       "error"]))
 
 
 if __name__ == "__main__":

@@ -14,11 +14,13 @@ found on the device from cu_seqlens.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.triton_utils import dot
+from dayzero.plugins.triton_utils import dot, dot_precise
 
 CHUNK = 64
 BT = tl.constexpr(CHUNK)  # chunk length
@@ -55,12 +57,14 @@ def _load_tile(ptr, t, valid, h, H: tl.constexpr, D: tl.constexpr, cols):
 
 @triton.jit
 def _inverse_unit_lower(L, rows, cols):
-    """(I + L)^{-1} for strictly lower L [BT, BT] by forward substitution, in fp32."""
-    X = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
-    for r in range(1, BT):
-        l_r = _row(L, rows, r)
-        new_row = tl.where(cols == r, 1.0, 0.0) - tl.sum(l_r[:, None] * X, axis=0)
-        X = tl.where(rows[:, None] == r, new_row[None, :], X)
+    """(I + L)^{-1} for strictly lower L [BT, BT]: with N = -L nilpotent (N^BT = 0),
+    sum_n N^n = (I + N)(I + N^2)(I + N^4)...(I + N^(BT/2)) -- log2(BT) squarings on tensor cores."""
+    eye = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
+    power = -L
+    X = eye + power
+    for _ in tl.static_range(5):
+        power = dot_precise(power, power)
+        X = X + dot_precise(X, power)
     return X
 
 
@@ -209,6 +213,59 @@ def _chunk_offsets(cu_seqlens: torch.Tensor) -> torch.Tensor:
     return torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]]).to(torch.int32)
 
 
+@dataclass
+class ChunkTerms:
+    """Per-token outputs of the intra-chunk kernel, consumed by the state kernel."""
+
+    w: torch.Tensor  # [T, H, K]
+    u: torch.Tensor  # [T, H, V]
+    qg: torch.Tensor  # [T, H, K]
+    kt: torch.Tensor  # [T, H, K]
+    a: torch.Tensor  # [T, H, BT]
+    decay: torch.Tensor  # [max_chunks, H, K] fp32
+    offsets: torch.Tensor  # [N] first chunk id of each sequence
+
+
+def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
+                num_warps: int = 8) -> ChunkTerms:
+    T, H, K = k.shape
+    V = v.shape[-1]
+    N = cu_seqlens.shape[0] - 1
+    work_dtype = torch.bfloat16 if q.dtype == torch.bfloat16 else torch.float32
+    terms = ChunkTerms(
+        w=torch.empty(T, H, K, device=q.device, dtype=work_dtype),
+        u=torch.empty(T, H, V, device=q.device, dtype=work_dtype),
+        qg=torch.empty(T, H, K, device=q.device, dtype=work_dtype),
+        kt=torch.empty(T, H, K, device=q.device, dtype=work_dtype),
+        a=torch.empty(T, H, CHUNK, device=q.device, dtype=work_dtype),
+        decay=torch.empty(T // CHUNK + N, H, K, device=q.device, dtype=torch.float32),
+        offsets=_chunk_offsets(cu_seqlens),
+    )
+    (launch or _direct)(_intra_chunk_kernel)[(T // CHUNK + N, H)](
+        q, k, v, g, beta, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt, terms.a, terms.decay,
+        scale, N, H=H, K=K, V=V, BK=min(K, 64), BV=min(V, 64), USE_L2NORM=use_qk_l2norm, num_warps=num_warps,
+    )
+    return terms
+
+
+def chunk_states(terms: ChunkTerms, o: torch.Tensor, initial_state, final, cu_seqlens, launch=None,
+                 block_v: int = 32, num_warps: int = 4) -> None:
+    """Run the sequential state kernel: writes o [T, H, V] and, when `final` is given, the final states."""
+    T, H, V = o.shape
+    K = terms.w.shape[-1]
+    block_v = min(block_v, V)
+    h0 = initial_state.contiguous().float() if initial_state is not None else None
+    (launch or _direct)(_state_kernel)[(cu_seqlens.shape[0] - 1, H, V // block_v)](
+        terms.w, terms.u, terms.qg, terms.kt, terms.a, terms.decay, o, h0, final, cu_seqlens, terms.offsets,
+        H=H, K=K, V=V, BV=block_v, HAS_INITIAL=h0 is not None, STORE_FINAL=final is not None,
+        num_warps=num_warps, num_stages=2 if terms.w.dtype == torch.bfloat16 else 1,
+    )
+
+
+def _direct(fn):
+    return fn
+
+
 def chunk_kda_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, scale: float,
     initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor, use_qk_l2norm: bool, output_final_state: bool,
@@ -224,27 +281,10 @@ def chunk_kda_launcher(
         assert x.is_contiguous() and x.shape[0] == T, f"{name} must be contiguous [T, ...], got {tuple(x.shape)}"
     assert g.dtype == torch.float32 and q.shape == k.shape == g.shape and beta.shape == (T, H)
     assert K in (16, 32, 64, 128, 256) and V in (16, 32, 64, 128, 256), "K and V must be powers of two in 16..256"
-    wrap = launch or (lambda fn: fn)
-    work_dtype = torch.bfloat16 if q.dtype == torch.bfloat16 else torch.float32
-    w, qg, kt = (torch.empty(T, H, K, device=q.device, dtype=work_dtype) for _ in range(3))
-    u = torch.empty(T, H, V, device=q.device, dtype=work_dtype)
-    a = torch.empty(T, H, CHUNK, device=q.device, dtype=work_dtype)
-    max_chunks = T // CHUNK + N
-    decay = torch.empty(max_chunks, H, K, device=q.device, dtype=torch.float32)
-    offsets = _chunk_offsets(cu_seqlens)
-    bk, bv = min(K, 64), min(V, 64)
-    wrap(_intra_chunk_kernel)[(max_chunks, H)](
-        q, k, v, g, beta, cu_seqlens, offsets, w, u, qg, kt, a, decay, scale, N,
-        H=H, K=K, V=V, BK=bk, BV=bv, USE_L2NORM=use_qk_l2norm, num_warps=8,
-    )
+    terms = intra_chunk(q, k, v, g, beta, scale, cu_seqlens, use_qk_l2norm, launch)
     o = torch.empty(T, H, V, device=q.device, dtype=v.dtype) if out is None else out
     final = None
     if output_final_state:
         final = torch.empty(N, H, K, V, device=q.device, dtype=torch.float32) if final_out is None else final_out
-    h0 = initial_state.contiguous().float() if initial_state is not None else None
-    block_v = min(state_block_v, V)
-    wrap(_state_kernel)[(N, H, V // block_v)](
-        w, u, qg, kt, a, decay, o, h0, final, cu_seqlens, offsets,
-        H=H, K=K, V=V, BV=block_v, HAS_INITIAL=h0 is not None, STORE_FINAL=output_final_state, num_warps=4,
-    )
+    chunk_states(terms, o, initial_state, final, cu_seqlens, launch, state_block_v)
     return o, final
