@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.triton_utils import dot, dot_precise
+from dayzero.plugins.triton_utils import dot
 
 CHUNK = 64
 BT = tl.constexpr(CHUNK)  # chunk length
@@ -58,13 +58,14 @@ def _load_tile(ptr, t, valid, h, H: tl.constexpr, D: tl.constexpr, cols):
 @triton.jit
 def _inverse_unit_lower(L, rows, cols):
     """(I + L)^{-1} for strictly lower L [BT, BT]: with N = -L nilpotent (N^BT = 0),
-    sum_n N^n = (I + N)(I + N^2)(I + N^4)...(I + N^(BT/2)) -- log2(BT) squarings on tensor cores."""
+    sum_n N^n = (I + N)(I + N^2)(I + N^4)...(I + N^(BT/2)) -- log2(BT) squarings on tensor cores (tf32: 3xTF32
+    doubles the registers of this kernel into spilling, for accuracy that the bf16 outputs do not keep)."""
     eye = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
     power = -L
     X = eye + power
     for _ in tl.static_range(5):
-        power = dot_precise(power, power)
-        X = X + dot_precise(X, power)
+        power = dot(power, power)
+        X = X + dot(X, power)
     return X
 
 
@@ -79,6 +80,29 @@ def _exact_diagonal(A, left, k, G, rows, cols, i):
         keep = (rows[:, None] // BC == i) & (cols[None, :] == j)
         A = tl.where(keep, col[:, None], A)
     return A
+
+
+@triton.jit
+def _factored_block(left, right_keys, G, rows, i):
+    """Rows of 16-row block i of sum_d left_r[d] k_j[d] e^{G_r[d] - G_j[d]} (other rows 0), factored around the
+    block's first row; the block's own diagonal is recomputed exactly when the factoring would overflow."""
+    ref = _row(G, rows, i * BC)
+    # rows before block i are masked out anyway: zero them instead of overflowing
+    up = tl.where(rows[:, None] >= i * BC, tl.exp(tl.minimum(G - ref[None, :], 0.0)), 0.0)
+    down = tl.exp(tl.minimum(ref[None, :] - G, EXP_CAP))
+    part = dot(left * up, tl.trans(right_keys * down))
+    if tl.max(ref - _row(G, rows, i * BC + BC - 1)) > EXP_CAP:
+        part = _exact_diagonal(part, left, right_keys, G, rows, tl.arange(0, BT), i)
+    return tl.where(rows[:, None] // BC == i, part, 0.0)
+
+
+@triton.jit
+def _pairwise_decayed(left, right_keys, G, rows):
+    """[BT, BT] sum_d left_r[d] k_j[d] e^{G_r[d] - G_j[d]} for j <= r (upper triangle arbitrary)."""
+    acc = _factored_block(left, right_keys, G, rows, 0)
+    for i in tl.static_range(1, BT // BC):
+        acc += _factored_block(left, right_keys, G, rows, i)
+    return acc
 
 
 @triton.jit
@@ -100,65 +124,50 @@ def _intra_chunk_kernel(
     valid = t < eos
     b = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
 
-    # row norms over the full K first: L2 normalization needs whole rows
-    q_inv = tl.full([BT], 1.0, tl.float32)
-    k_inv = tl.full([BT], 1.0, tl.float32)
-    if USE_L2NORM:
-        q_ss = tl.zeros([BT], tl.float32)
-        k_ss = tl.zeros([BT], tl.float32)
-        for k0 in range(0, K, BK):
-            kc = k0 + tl.arange(0, BK)
-            qt = _load_tile(q, t, valid, h, H, K, kc)
-            kt_ = _load_tile(k, t, valid, h, H, K, kc)
-            q_ss += tl.sum(qt * qt, axis=1)
-            k_ss += tl.sum(kt_ * kt_, axis=1)
-        q_inv = 1.0 / tl.sqrt(q_ss + 1e-6)
-        k_inv = 1.0 / tl.sqrt(k_ss + 1e-6)
-
+    # pass 1: k.k terms on raw keys (L2 normalization is a row scaling, applied after the sum) and row norms
     A_kk = tl.zeros([BT, BT], tl.float32)
-    A_qk = tl.zeros([BT, BT], tl.float32)
+    q_ss = tl.zeros([BT], tl.float32)
+    k_ss = tl.zeros([BT], tl.float32)
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)
         G = tl.cumsum(_load_tile(g, t, valid, h, H, K, kc), axis=0)
-        kk = _load_tile(k, t, valid, h, H, K, kc) * k_inv[:, None]
-        qq = _load_tile(q, t, valid, h, H, K, kc) * q_inv[:, None]
-        for i in tl.static_range(BT // BC):
-            ref = _row(G, rows, i * BC)
-            # rows before block i are masked out anyway: zero them instead of overflowing
-            up = tl.where(rows[:, None] >= i * BC, tl.exp(tl.minimum(G - ref[None, :], 0.0)), 0.0)
-            down = tl.exp(tl.minimum(ref[None, :] - G, EXP_CAP))
-            right = tl.trans(kk * down)
-            block = rows[:, None] // BC == i
-            part_kk = dot(kk * up, right)
-            part_qk = dot(qq * up, right)
-            end = _row(G, rows, i * BC + BC - 1)
-            if tl.max(ref - end) > EXP_CAP:
-                part_kk = _exact_diagonal(part_kk, kk, kk, G, rows, cols, i)
-                part_qk = _exact_diagonal(part_qk, qq, kk, G, rows, cols, i)
-            A_kk += tl.where(block, part_kk, 0.0)
-            A_qk += tl.where(block, part_qk, 0.0)
+        kk = _load_tile(k, t, valid, h, H, K, kc)
+        k_ss += tl.sum(kk * kk, axis=1)
+        if USE_L2NORM:
+            qq = _load_tile(q, t, valid, h, H, K, kc)
+            q_ss += tl.sum(qq * qq, axis=1)
+        A_kk += _pairwise_decayed(kk, kk, G, rows)
+    q_inv = tl.full([BT], 1.0, tl.float32)
+    k_inv = tl.full([BT], 1.0, tl.float32)
+    if USE_L2NORM:
+        q_inv = 1.0 / tl.sqrt(q_ss + 1e-6)
+        k_inv = 1.0 / tl.sqrt(k_ss + 1e-6)
 
     strict = rows[:, None] > cols[None, :]
-    X = _inverse_unit_lower(tl.where(strict, A_kk * b[:, None], 0.0), rows, cols)
-    A_qk = tl.where(rows[:, None] >= cols[None, :], A_qk * scale, 0.0)
-    a_offs = (t[:, None] * H + h) * BT + cols[None, :]
-    tl.store(a_out + a_offs, A_qk.to(a_out.dtype.element_ty), mask=valid[:, None])
+    L = tl.where(strict, A_kk * (b * k_inv)[:, None] * k_inv[None, :], 0.0)
+    X = _inverse_unit_lower(L, rows, cols)
 
-    num_chunk = pid
+    # pass 2: per K tile, W = X (beta e^G k), the decayed q and k, and the q.k terms
+    A_qk = tl.zeros([BT, BT], tl.float32)
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)
         G = tl.cumsum(_load_tile(g, t, valid, h, H, K, kc), axis=0)
         G_last = _row(G, rows, BT - 1)
         kk = _load_tile(k, t, valid, h, H, K, kc) * k_inv[:, None]
         qq = _load_tile(q, t, valid, h, H, K, kc) * q_inv[:, None]
+        A_qk += _pairwise_decayed(qq, kk, G, rows)
         eG = tl.exp(G)
-        W = dot(X, b[:, None] * eG * kk)
         offs = (t[:, None] * H + h) * K + kc[None, :]
         mask = valid[:, None] & (kc[None, :] < K)
-        tl.store(w_out + offs, W.to(w_out.dtype.element_ty), mask=mask)
+        tl.store(w_out + offs, dot(X, b[:, None] * eG * kk).to(w_out.dtype.element_ty), mask=mask)
         tl.store(qg_out + offs, (qq * eG * scale).to(qg_out.dtype.element_ty), mask=mask)
         tl.store(kt_out + offs, (kk * tl.exp(G_last[None, :] - G)).to(kt_out.dtype.element_ty), mask=mask)
-        tl.store(decay_out + (num_chunk * H + h) * K + kc, tl.exp(G_last), mask=kc < K)
+        tl.store(decay_out + (pid * H + h) * K + kc, tl.exp(G_last), mask=kc < K)
+    A_qk = tl.where(rows[:, None] >= cols[None, :], A_qk * scale, 0.0)
+    a_offs = (t[:, None] * H + h) * BT + cols[None, :]
+    tl.store(a_out + a_offs, A_qk.to(a_out.dtype.element_ty), mask=valid[:, None])
+
+    # pass 3: U = X (beta v)
     for v0 in range(0, V, BV):
         vc = v0 + tl.arange(0, BV)
         U = dot(X, b[:, None] * _load_tile(v, t, valid, h, H, V, vc))
@@ -227,7 +236,7 @@ class ChunkTerms:
 
 
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
-                num_warps: int = 8) -> ChunkTerms:
+                num_warps: int = 8, block_k: int = 16) -> ChunkTerms:
     T, H, K = k.shape
     V = v.shape[-1]
     N = cu_seqlens.shape[0] - 1
@@ -243,7 +252,7 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
     )
     (launch or _direct)(_intra_chunk_kernel)[(T // CHUNK + N, H)](
         q, k, v, g, beta, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt, terms.a, terms.decay,
-        scale, N, H=H, K=K, V=V, BK=min(K, 64), BV=min(V, 64), USE_L2NORM=use_qk_l2norm, num_warps=num_warps,
+        scale, N, H=H, K=K, V=V, BK=min(K, block_k), BV=min(V, 64), USE_L2NORM=use_qk_l2norm, num_warps=num_warps,
     )
     return terms
 

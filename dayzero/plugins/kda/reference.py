@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
+from dayzero.plugins.short_conv.reference import short_conv_decode
+
 Summary = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -199,3 +201,27 @@ def fold(summaries: Sequence[Summary], initial_state: torch.Tensor | None = None
     for M, B in summaries:
         state = M @ state + B
     return state
+
+
+def fused_kda_decode_reference(
+    qkv, conv_weight, conv_state, z, A_log, dt_bias, lower_bound, beta_logits, state, state_slots, num_accepted,
+    scale=None,
+) -> torch.Tensor:
+    """One decode / verify step from the pre-conv projections; mutates `conv_state` and `state` in place.
+
+    qkv [B, L, 3, H*K] (q, k, v projections before the short conv); conv_weight [3, H*K, W];
+    conv_state [num_slots, 3, W-1, H*K]; z [B, L, H, K] (f_b_proj output, before dt_bias); A_log [H];
+    dt_bias [H*K]; lower_bound None (Kimi-Linear gate) or < 0 (K3 gate); beta_logits [B, L, H]; state
+    [num_slots, H, K, K] fp32; state_slots [B, L]; num_accepted [B]. Both pools follow the slot rule of
+    `recurrent_kda_pool`. Returns o [B, L, H, K] in qkv's dtype.
+
+    The composition: SiLU(short_conv_decode) -> L2-normalized q, k -> kda_gate -> sigmoid(beta) -> recurrence.
+    """
+    batch, length = qkv.shape[:2]
+    heads, dim = z.shape[-2:]
+    x = short_conv_decode(qkv, conv_weight, conv_state, state_slots, num_accepted, activation="silu")
+    q, k, v = (t.reshape(batch, length, heads, dim) for t in x.unbind(2))
+    g = kda_gate(z, A_log, dt_bias, lower_bound)
+    beta = torch.sigmoid(beta_logits.float())
+    return recurrent_kda_pool(q, k, v, g, beta, state, state_slots, num_accepted, scale=scale,
+                              use_qk_l2norm_in_kernel=True)

@@ -1,0 +1,287 @@
+"""KDA state-pool decode on the GPU: our recurrent_kda_pool and fused_kda_decode vs fla 0.6.0's fused recurrent KDA.
+
+    PYTHONPATH=. python bench/bench_kda_decode.py --out DIR
+
+Cases: B in {1, 64, 256} x H in {32, 96}, K = V = 128, L = 1, bf16 activations, fp32 state pool, slots a random
+permutation. Every kernel is checked against the reference on the bench inputs before it is timed. Times are
+triton.testing.do_bench medians of eager calls (Python launch overhead included, as a caller sees it); at B = 1 a
+CUDA-graph replay of the step is timed as well (launch overhead removed). Bandwidth counts the state bytes read +
+written (B*H*K*V*4*2) against the measured device copy ceiling. Inputs rotate over enough slot sets to exceed the
+L2 cache. Writes DIR/kda_decode.json and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import triton
+
+from dayzero.plugins.kda import reference as R
+from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher, recurrent_kda_pool_launcher
+
+DEVICE = "cuda"
+K = V = 128
+WIDTH = 4
+L2_BYTES = 60 * 2**20
+CASES = [(b, h) for b in (1, 64, 256) for h in (32, 96)]
+POOL_CONFIGS = [(16, 2), (32, 4), (64, 4), (64, 8)]  # (block_v, num_warps); default (32, 4)
+FUSED_CONFIGS = [(16, 8), (32, 4), (32, 8), (32, 16), (64, 8)]  # (block_v, num_warps); default (32, 8)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def bench(fn) -> float:
+    """Median milliseconds of one call."""
+    return triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def ceilings() -> dict:
+    x = torch.randn(2**28 // 2, device=DEVICE)  # 512 MiB fp32
+    y = torch.empty_like(x)
+    copy_ms = bench(lambda: y.copy_(x))
+    a, b = (torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    mm_ms = bench(lambda: a @ b)
+    return {"copy_GBps": 2 * x.numel() * 4 / copy_ms / 1e6, "bf16_matmul_TFLOPs": 2 * 8192**3 / mm_ms / 1e9}
+
+
+def load_fla():
+    try:
+        from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+    except Exception as error:  # noqa: BLE001 - any import failure means no peer column
+        print(f"fla is not importable ({type(error).__name__}: {error}); the peer column is skipped")
+        return None
+    return fused_recurrent_kda_fwd
+
+
+def make_sets(B: int, H: int) -> tuple[int, list[dict]]:
+    """Enough independent input sets (distinct slots of one pool) to exceed L2 four times over."""
+    set_bytes = B * H * K * V * 4
+    rounds = max(1, min(128, math.ceil(4 * L2_BYTES / set_bytes)))
+    perm = torch.randperm(rounds * B, device=DEVICE).to(torch.int32)
+    C = H * K
+    sets = []
+    for r in range(rounds):
+        qkv = torch.randn(B, 1, 3, C, device=DEVICE, dtype=torch.bfloat16)
+        z = torch.randn(B, 1, H, K, device=DEVICE, dtype=torch.bfloat16)
+        beta_logits = torch.randn(B, 1, H, device=DEVICE, dtype=torch.bfloat16)
+        sets.append(dict(qkv=qkv, z=z, beta_logits=beta_logits, slots=perm[r * B : (r + 1) * B].view(B, 1).clone(),
+                         num_accepted=torch.ones(B, device=DEVICE, dtype=torch.int32)))
+    return rounds, sets
+
+
+def make_params(H: int, num_slots: int) -> dict:
+    C = H * K
+    return dict(
+        conv_weight=(torch.randn(3, C, WIDTH, device=DEVICE) / WIDTH).to(torch.bfloat16),
+        conv_state=torch.randn(num_slots, 3, WIDTH - 1, C, device=DEVICE, dtype=torch.bfloat16),
+        A_log=torch.randn(H, device=DEVICE) * 0.5, dt_bias=torch.randn(C, device=DEVICE),
+        state=torch.randn(num_slots, H, K, V, device=DEVICE) * 0.1,
+    )
+
+
+def unfused_inputs(s: dict, p: dict) -> dict:
+    """The recurrence's inputs for one set (post-conv q, k, v in bf16, the gate, sigmoid(beta)) from the reference,
+    computed on a copy of the conv windows."""
+    from dayzero.plugins.short_conv.reference import short_conv_decode
+
+    B, _, H, _ = s["z"].shape
+    x = short_conv_decode(s["qkv"], p["conv_weight"], p["conv_state"].clone(), s["slots"], s["num_accepted"])
+    q, k, v = (t.reshape(B, 1, H, K).contiguous() for t in x.unbind(2))
+    g = R.kda_gate(s["z"], p["A_log"], p["dt_bias"]).contiguous()
+    return dict(q=q, k=k, v=v, g=g, beta=torch.sigmoid(s["beta_logits"].float()).contiguous())
+
+
+def run_pool(u: dict, s: dict, state: torch.Tensor, config=(32, 4)):
+    return recurrent_kda_pool_launcher(u["q"], u["k"], u["v"], u["g"], u["beta"], state, s["slots"],
+                                       s["num_accepted"], use_qk_l2norm_in_kernel=True, block_v=config[0],
+                                       num_warps=config[1])
+
+
+def run_fused(s: dict, p: dict, state: torch.Tensor, conv_state: torch.Tensor, config=(32, 8)):
+    return fused_kda_decode_launcher(s["qkv"], p["conv_weight"], conv_state, s["z"], p["A_log"], p["dt_bias"], None,
+                                     s["beta_logits"], state, s["slots"], s["num_accepted"], block_v=config[0],
+                                     num_warps=config[1])
+
+
+def run_fla(fla, u: dict, s: dict, p: dict, state: torch.Tensor, out: torch.Tensor, gate_in_kernel: bool):
+    """fla's fused recurrent KDA in place on the pool (ssm_state_indices), optionally with its in-kernel gate."""
+    if gate_in_kernel:
+        g, beta, extra = s["z"], s["beta_logits"], dict(A_log=p["A_log"], dt_bias=p["dt_bias"],
+                                                          use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True)
+    else:
+        g, beta, extra = u["g"], u["beta"], {}
+    return fla(u["q"], u["k"], u["v"], g, beta, initial_state=state, inplace_final_state=True,
+               ssm_state_indices=s["slots"], use_qk_l2norm_in_kernel=True, out=out, **extra)[0]
+
+
+def check(name: str, o: torch.Tensor, o_ref: torch.Tensor, state: torch.Tensor, state_ref: torch.Tensor,
+          slots: torch.Tensor) -> dict:
+    rows = slots.flatten().long()
+    errors = {"out_rel_err": rel_err(o, o_ref), "state_rel_err": rel_err(state[rows], state_ref[rows])}
+    # loose bounds that catch wrong kernels, not rounding (the exact errors go into the JSON)
+    if errors["out_rel_err"] > 3e-2 or errors["state_rel_err"] > 1e-2:
+        raise AssertionError(f"{name} does not match the reference: {errors}")
+    return errors
+
+
+def graph_ms(steps) -> float:
+    """Milliseconds per step of a CUDA-graph replay of `steps` (callables, one per input set)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for step in steps:
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for step in steps:
+            step()
+    return bench(graph.replay) / len(steps)
+
+
+def rotating(fns):
+    calls = iter(range(10**12))
+    return lambda: fns[next(calls) % len(fns)]()
+
+
+def bench_case(B: int, H: int, fla, copy_GBps: float) -> dict:
+    rounds, sets = make_sets(B, H)
+    p = make_params(H, rounds * B)
+    state_bytes = B * H * K * V * 4 * 2
+    record = {"B": B, "H": H, "K": K, "V": V, "L": 1, "dtype": "bf16", "rotation_sets": rounds,
+              "state_bytes": state_bytes, "kernels": {}}
+    unfused = [unfused_inputs(s, p) for s in sets]
+
+    def add(name: str, ms: float, extra: dict | None = None):
+        gbps = state_bytes / ms / 1e6
+        record["kernels"][name] = {"ms": ms, "GBps": gbps, "frac_copy": gbps / copy_GBps, **(extra or {})}
+
+    def attempt(name: str, fn):
+        try:
+            fn()
+        except Exception as error:  # noqa: BLE001 - one failing kernel must not stop the run
+            record["kernels"][name] = {"error": f"{type(error).__name__}: {error}"}
+            traceback.print_exc()
+
+    s0, u0 = sets[0], unfused[0]
+    # timing mutates the pools: every check starts from these pristine copies
+    state0, conv0 = p["state"].clone(), p["conv_state"].clone()
+    conv_ref = conv0.clone()
+    pool_after = state0.clone()
+    o_pool_ref = R.recurrent_kda_pool(u0["q"], u0["k"], u0["v"], u0["g"], u0["beta"], pool_after, s0["slots"],
+                                      s0["num_accepted"], use_qk_l2norm_in_kernel=True)
+    fused_state_ref = state0.clone()
+    o_fused_ref = R.fused_kda_decode_reference(s0["qkv"], p["conv_weight"], conv_ref, s0["z"], p["A_log"],
+                                               p["dt_bias"], None, s0["beta_logits"], fused_state_ref, s0["slots"],
+                                               s0["num_accepted"])
+
+    def ours_pool(config):
+        st = state0.clone()
+        errors = check("recurrent_kda_pool", run_pool(u0, s0, st, config), o_pool_ref, st, pool_after, s0["slots"])
+        ms = bench(rotating([lambda u=u, s=s: run_pool(u, s, p["state"], config) for u, s in zip(unfused, sets)]))
+        extra = {"block_v": config[0], "num_warps": config[1], **errors}
+        if B == 1:
+            extra["graph_ms"] = graph_ms([lambda u=u, s=s: run_pool(u, s, p["state"], config)
+                                          for u, s in list(zip(unfused, sets))[:32]])
+        add(f"ours_pool_bv{config[0]}_w{config[1]}", ms, extra)
+
+    def ours_fused(config):
+        st, cs = state0.clone(), conv0.clone()
+        o = run_fused(s0, p, st, cs, config)
+        errors = check("fused_kda_decode", o, o_fused_ref, st, fused_state_ref, s0["slots"])
+        rows = s0["slots"].flatten().long()
+        if not torch.equal(cs[rows], conv_ref[rows]):
+            raise AssertionError("fused_kda_decode wrote different conv windows than the reference")
+        ms = bench(rotating([lambda s=s: run_fused(s, p, p["state"], p["conv_state"], config) for s in sets]))
+        extra = {"block_v": config[0], "num_warps": config[1], **errors}
+        if B == 1:
+            extra["graph_ms"] = graph_ms([lambda s=s: run_fused(s, p, p["state"], p["conv_state"], config)
+                                          for s in sets[:32]])
+        add(f"ours_fused_bv{config[0]}_w{config[1]}", ms, extra)
+
+    def peer(gate_in_kernel: bool):
+        outs = [torch.empty_like(u["v"]) for u in unfused]
+        st = state0.clone()
+        o = run_fla(fla, u0, s0, p, st, outs[0], gate_in_kernel)
+        errors = check("fla", o, o_pool_ref, st, pool_after, s0["slots"])
+        ms = bench(rotating([lambda u=u, s=s, o=o: run_fla(fla, u, s, p, p["state"], o, gate_in_kernel)
+                             for u, s, o in zip(unfused, sets, outs)]))
+        extra = dict(errors)
+        if B == 1:
+            extra["graph_ms"] = graph_ms([lambda u=u, s=s, o=o: run_fla(fla, u, s, p, p["state"], o, gate_in_kernel)
+                                          for u, s, o in list(zip(unfused, sets, outs))[:32]])
+        add("fla_gate_in_kernel" if gate_in_kernel else "fla", ms, extra)
+
+    for config in POOL_CONFIGS:
+        attempt(f"ours_pool_bv{config[0]}_w{config[1]}", lambda c=config: ours_pool(c))
+    for config in FUSED_CONFIGS:
+        attempt(f"ours_fused_bv{config[0]}_w{config[1]}", lambda c=config: ours_fused(c))
+    if fla is not None:
+        attempt("fla", lambda: peer(False))
+        attempt("fla_gate_in_kernel", lambda: peer(True))
+    return record
+
+
+def summary_rows(record: dict) -> list[list[str]]:
+    kernels = record["kernels"]
+    fla_ms = kernels.get("fla", {}).get("ms")
+    fla_graph = kernels.get("fla", {}).get("graph_ms")
+    rows = []
+    for name, r in kernels.items():
+        shape = f"B{record['B']} H{record['H']}"
+        if "error" in r:
+            rows.append([shape, name, "ERROR", r["error"][:60], "", "", "", ""])
+            continue
+        speedup = f"{fla_ms / r['ms']:.2f}x" if fla_ms else "-"
+        graph = f"{r['graph_ms'] * 1e3:.1f}" if "graph_ms" in r else "-"
+        graph_speedup = f"{fla_graph / r['graph_ms']:.2f}x" if fla_graph and "graph_ms" in r else "-"
+        rows.append([shape, name, f"{r['ms'] * 1e3:.1f}", f"{r['GBps']:.0f}", f"{r['frac_copy']:.0%}",
+                     f"{fla_ms * 1e3:.1f}" if fla_ms else "-", speedup, f"{graph} ({graph_speedup})"])
+    return rows
+
+
+def print_table(rows: list[list[str]]) -> None:
+    header = ["shape", "kernel", "us", "GB/s", "of copy", "fla us", "speedup", "graph us (vs fla graph)"]
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    started = time.time()
+    with torch.inference_mode():
+        ceiling = ceilings()
+        fla = load_fla()
+        records = []
+        for B, H in CASES:
+            try:
+                records.append(bench_case(B, H, fla, ceiling["copy_GBps"]))
+            except Exception as error:  # noqa: BLE001 - one failing case must not stop the run
+                traceback.print_exc()
+                records.append({"B": B, "H": H, "kernels": {"case": {"error": f"{type(error).__name__}: {error}"}}})
+            torch.cuda.empty_cache()
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "ceilings": ceiling, "fla": fla is not None, "cases": records, "seconds": time.time() - started}
+    (args.out / "kda_decode.json").write_text(json.dumps(result, indent=2))
+    print(f"\nceilings: copy {ceiling['copy_GBps']:.0f} GB/s (read+write), bf16 matmul "
+          f"{ceiling['bf16_matmul_TFLOPs']:.0f} TFLOP/s; fla {'present' if fla else 'MISSING (no peer column)'}; "
+          f"{result['seconds']:.0f} s")
+    print_table([row for record in records for row in summary_rows(record)])
+
+
+if __name__ == "__main__":
+    main()

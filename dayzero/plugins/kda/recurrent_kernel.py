@@ -1,0 +1,248 @@
+"""Triton KDA decode over a state pool: the plain recurrence and the fully fused decode step.
+
+Both follow `reference.recurrent_kda_pool`'s slot rule: row b starts from state[state_slots[b, num_accepted[b]-1]],
+writes the state after token t into state_slots[b, t] (-1: not written), and is padding (zero output, nothing
+read or written) when state_slots[b, 0] == -1. A program holds its state tile in registers for all L tokens, so
+each state byte is read once and written once per written slot; every read of a slot happens before the barrier
+that precedes the program's first write, so the start slot may be among the written ones.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
+
+L2_EPS = tl.constexpr(1e-6)
+# softplus(x) == x above this (torch's default threshold)
+SOFTPLUS_THRESHOLD = tl.constexpr(20.0)
+
+
+@triton.jit
+def l2_normalize(x):
+    return x / tl.sqrt(tl.sum(x * x, axis=0) + L2_EPS)
+
+
+@triton.jit
+def kda_token(S, q, k, v, g, beta):
+    """One gated delta-rule step: S [K, BV], q (scaled) / k / g [K], v [BV], beta scalar -> (S, o [BV])."""
+    S = S * tl.exp(g)[:, None]
+    delta = beta * (v - tl.sum(S * k[:, None], axis=0))
+    S = S + k[:, None] * delta[None, :]
+    return S, tl.sum(S * q[:, None], axis=0)
+
+
+@triton.jit
+def kda_token_split(S, q, k, v, g, beta):
+    """`kda_token` on a state held as [NV, K, BV] (V split in NV blocks of BV): q / k / g [K], v [NV, BV]."""
+    S = S * tl.exp(g)[None, :, None]
+    delta = beta * (v - tl.sum(S * k[None, :, None], axis=1))
+    S = S + k[None, :, None] * delta[:, None, :]
+    return S, tl.sum(S * q[None, :, None], axis=1)
+
+
+@triton.jit
+def gate_decay(z, rate, lower_bound, USE_LOWER_BOUND: tl.constexpr):
+    """Log-space decay from z + dt_bias: Kimi-Linear -rate * softplus(z), K3 lower_bound * sigmoid(rate * z)."""
+    if USE_LOWER_BOUND:
+        g = lower_bound * tl.sigmoid(rate * z)
+    else:
+        g = -rate * tl.where(z > SOFTPLUS_THRESHOLD, z, tl.log(1.0 + tl.exp(tl.minimum(z, SOFTPLUS_THRESHOLD))))
+    return g
+
+
+@triton.jit
+def _zero_rows(o, first, L, row_stride, cols, WIDTH: tl.constexpr):
+    """o[first + t * row_stride + cols] = 0 for t < L (the output of a padding row)."""
+    for t in range(L):
+        tl.store(o + first + t * row_stride + cols, tl.zeros([WIDTH], tl.float32).to(o.dtype.element_ty))
+
+
+@triton.jit(do_not_specialize=["L"])
+def _recurrent_kda_pool_kernel(
+    q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L,
+    q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+):
+    bh = tl.program_id(0)
+    b = bh // H
+    h = bh % H
+    ok = tl.arange(0, K)
+    ov = tl.program_id(1) * BV + tl.arange(0, BV)
+    slots = state_slots + b * L
+    if tl.load(slots) < 0:
+        _zero_rows(o, (b * L * H + h).to(tl.int64) * V, L, H * V, ov, BV)
+        return
+    start = tl.load(slots + tl.load(num_accepted + b) - 1).to(tl.int64)
+    tile = h * K * V + ok[:, None] * V + ov[None, :]
+    S = tl.load(state + start * (H * K * V) + tile)
+    tl.debug_barrier()
+    for t in range(L):
+        b_q = tl.load(q + b.to(tl.int64) * q_sb + t * q_st + h * K + ok).to(tl.float32)
+        b_k = tl.load(k + b.to(tl.int64) * k_sb + t * k_st + h * K + ok).to(tl.float32)
+        b_g = tl.load(g + b.to(tl.int64) * g_sb + t * g_st + h * K + ok).to(tl.float32)
+        b_v = tl.load(v + b.to(tl.int64) * v_sb + t * v_st + h * V + ov).to(tl.float32)
+        b_beta = tl.load(beta + b.to(tl.int64) * beta_sb + t * beta_st + h).to(tl.float32)
+        if USE_QK_L2NORM:
+            b_q = l2_normalize(b_q)
+            b_k = l2_normalize(b_k)
+        S, b_o = kda_token(S, b_q * scale, b_k, b_v, b_g, b_beta)
+        tl.store(o + ((b * L + t) * H + h).to(tl.int64) * V + ov, b_o.to(o.dtype.element_ty))
+        slot = tl.load(slots + t).to(tl.int64)
+        if slot >= 0:
+            tl.store(state + slot * (H * K * V) + tile, S)
+
+
+@triton.jit
+def _short_conv(w_ptr, ch, h0, h1, h2, x, W: tl.constexpr):
+    """Pre-activation conv output of one group's channels ch from a right-aligned window and the new row."""
+    w0, w1, w2, w3 = load_short_weights(w_ptr, ch, W)
+    return w0 * h0 + w1 * h1 + w2 * h2 + w3 * x
+
+
+@triton.jit
+def _silu_rounded(pre, dtype: tl.constexpr):
+    """SiLU rounded to the projections' dtype, as the unfused path stores the conv output."""
+    return activate(pre, 1).to(dtype).to(tl.float32)
+
+
+@triton.jit(do_not_specialize=["L"])
+def _fused_kda_decode_kernel(
+    qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
+    scale, lower_bound, L,
+    H: tl.constexpr, K: tl.constexpr, W: tl.constexpr, BV: tl.constexpr, USE_LOWER_BOUND: tl.constexpr,
+):
+    C = H * K
+    bh = tl.program_id(0)
+    b = bh // H
+    h = bh % H
+    ok = tl.arange(0, K)
+    # the V axis as [NV, BV] blocks: a state tile [NV, K, BV] keeps K spread over lanes and warps, so each
+    # K-vector (q, k, g) costs few registers per thread
+    ov = tl.arange(0, K // BV)[:, None] * BV + tl.arange(0, BV)[None, :]
+    slots = state_slots + b * L
+    if tl.load(slots) < 0:
+        for t in range(L):
+            tl.store(o + ((b * L + t) * H + h).to(tl.int64) * K + ov, tl.zeros(ov.shape, o.dtype.element_ty))
+        return
+    start = tl.load(slots + tl.load(num_accepted + b) - 1).to(tl.int64)
+    tile = h * K * K + ok[None, :, None] * K + ov[:, None, :]
+    S = tl.load(state + start * (H * K * K) + tile)
+    window = conv_state + start * 3 * (W - 1) * C
+    q0, q1, q2 = load_short_window(window, C, h * K + ok, W)
+    k0, k1, k2 = load_short_window(window + (W - 1) * C, C, h * K + ok, W)
+    v0, v1, v2 = load_short_window(window + 2 * (W - 1) * C, C, h * K + ov, W)
+    dtype = qkv.dtype.element_ty
+    tl.debug_barrier()
+    for t in range(L):
+        token = (b * L + t).to(tl.int64)
+        x_row = qkv + token * 3 * C + h * K
+        xq = tl.load(x_row + ok).to(tl.float32)
+        xk = tl.load(x_row + C + ok).to(tl.float32)
+        xv = tl.load(x_row + 2 * C + ov).to(tl.float32)
+        # weights and gate constants are reloaded per token (L1 hits) rather than held in registers
+        b_q = _silu_rounded(_short_conv(conv_weight, h * K + ok, q0, q1, q2, xq, W), dtype)
+        b_k = _silu_rounded(_short_conv(conv_weight + C * W, h * K + ok, k0, k1, k2, xk, W), dtype)
+        b_v = _silu_rounded(_short_conv(conv_weight + 2 * C * W, h * K + ov, v0, v1, v2, xv, W), dtype)
+        q0, q1, q2 = q1, q2, xq
+        k0, k1, k2 = k1, k2, xk
+        v0, v1, v2 = v1, v2, xv
+        z_t = tl.load(z + token * C + h * K + ok).to(tl.float32) + tl.load(dt_bias + h * K + ok).to(tl.float32)
+        b_g = gate_decay(z_t, tl.exp(tl.load(A_log + h).to(tl.float32)), lower_bound, USE_LOWER_BOUND)
+        b_beta = tl.sigmoid(tl.load(beta_logits + token * H + h).to(tl.float32))
+        S, b_o = kda_token_split(S, l2_normalize(b_q) * scale, l2_normalize(b_k), b_v, b_g, b_beta)
+        tl.store(o + token * C + h * K + ov, b_o.to(o.dtype.element_ty))
+        slot = tl.load(slots + t).to(tl.int64)
+        if slot >= 0:
+            tl.store(state + slot * (H * K * K) + tile, S)
+            window = conv_state + slot * 3 * (W - 1) * C
+            store_short_window(window, q0, q1, q2, C, h * K + ok, W)
+            store_short_window(window + (W - 1) * C, k0, k1, k2, C, h * K + ok, W)
+            store_short_window(window + 2 * (W - 1) * C, v0, v1, v2, C, h * K + ov, W)
+
+
+def _is_pow2_at_least_16(n: int) -> bool:
+    return n >= 16 and n & (n - 1) == 0
+
+
+def _check_pool(state: torch.Tensor, state_slots: torch.Tensor, num_accepted: torch.Tensor, shape: tuple) -> None:
+    batch, length, heads, dim_k, dim_v = shape
+    assert state.dtype == torch.float32 and state.is_contiguous(), "the state pool must be contiguous fp32"
+    assert state.shape[1:] == (heads, dim_k, dim_v), f"state {tuple(state.shape)} vs [S, {heads}, {dim_k}, {dim_v}]"
+    assert state_slots.shape == (batch, length) and state_slots.is_contiguous(), "state_slots must be [B, L]"
+    assert num_accepted.shape == (batch,), "num_accepted must be [B]"
+    assert _is_pow2_at_least_16(dim_k) and _is_pow2_at_least_16(dim_v), "K and V must be powers of two >= 16"
+
+
+def _token_strides(x: torch.Tensor, heads: int, dim: int | None = None) -> tuple[int, int]:
+    """(batch, token) strides of x [B, L, H, D] (or [B, L, H] when dim is None) whose [H, D] block per token is
+    contiguous; B and L may be strided (views of a fused projection)."""
+    inner = (heads,) if dim is None else (heads, dim)
+    assert tuple(x.shape[2:]) == inner, f"expected [B, L, {', '.join(map(str, inner))}], got {tuple(x.shape)}"
+    contiguous = x.stride(-1) == 1 or x.shape[-1] == 1
+    if dim is not None:
+        contiguous = contiguous and (x.stride(-2) == dim or heads == 1)
+    assert contiguous, "each token's [H, D] block must be contiguous"
+    return x.stride(0), x.stride(1)
+
+
+def recurrent_kda_pool_launcher(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
+    state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
+    num_warps: int = 4, launch=None,
+) -> torch.Tensor:
+    """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
+    Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`."""
+    batch, length, heads, dim_k = k.shape
+    dim_v = v.shape[-1]
+    _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
+    strides = [_token_strides(x, heads, dim) for x, dim in ((q, dim_k), (k, dim_k), (v, dim_v), (g, dim_k))]
+    strides.append(_token_strides(beta, heads))
+    block_v = min(dim_v, 32) if block_v is None else block_v
+    assert block_v <= dim_v and block_v & (block_v - 1) == 0, "block_v must be a power of two <= V"
+    o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
+    kernel = launch(_recurrent_kda_pool_kernel) if launch else _recurrent_kda_pool_kernel
+    kernel[(batch * heads, dim_v // block_v)](
+        q, k, v, g, beta, o, state, state_slots, num_accepted, dim_k ** -0.5 if scale is None else scale, length,
+        *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel,
+        num_warps=num_warps,
+    )
+    return o
+
+
+def fused_kda_decode_launcher(
+    qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor, z: torch.Tensor, A_log: torch.Tensor,
+    dt_bias: torch.Tensor, lower_bound: float | None, beta_logits: torch.Tensor, state: torch.Tensor,
+    state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None, *,
+    out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 8, launch=None,
+) -> torch.Tensor:
+    """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
+    conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k
+    windows it reads are shared by the whole head (and may be its write slot), so V is not split over programs;
+    inside the program the state tile is blocked as [K/BV, K, BV]."""
+    batch, length, heads, dim = z.shape
+    width = conv_weight.shape[-1]
+    _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
+    channels = heads * dim
+    assert qkv.shape == (batch, length, 3, channels), f"qkv {tuple(qkv.shape)} vs [B, L, 3, {channels}]"
+    assert conv_weight.shape == (3, channels, width), f"conv_weight {tuple(conv_weight.shape)}"
+    assert 2 <= width <= 4, "the fused decode holds conv windows of at most 3 rows (W <= 4)"
+    assert conv_state.shape[1:] == (3, width - 1, channels), f"conv_state {tuple(conv_state.shape)}"
+    assert beta_logits.shape == (batch, length, heads), f"beta_logits {tuple(beta_logits.shape)}"
+    assert A_log.numel() == heads and dt_bias.numel() == channels, "A_log [H], dt_bias [H*K]"
+    for x in (qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits):
+        assert x.is_contiguous(), "fused_kda_decode needs contiguous inputs"
+    assert lower_bound is None or lower_bound < 0, "lower_bound must be None or negative"
+    block_v = min(dim, 32) if block_v is None else block_v
+    assert block_v <= dim and block_v & (block_v - 1) == 0, "block_v must be a power of two <= K"
+    o = torch.empty((batch, length, heads, dim), dtype=qkv.dtype, device=qkv.device) if out is None else out
+    kernel = launch(_fused_kda_decode_kernel) if launch else _fused_kda_decode_kernel
+    kernel[(batch * heads,)](
+        qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
+        dim ** -0.5 if scale is None else scale, 0.0 if lower_bound is None else lower_bound, length,
+        heads, dim, width, block_v, lower_bound is not None, num_warps=num_warps,
+    )
+    return o
