@@ -1,3 +1,4 @@
-from dayzero.plugins.attnres.reference import attnres_mix
+from dayzero.plugins.attnres.op import attnres_mix, attnres_mix_blocks
+from dayzero.plugins.attnres.reference import attnres_weights
 
-__all__ = ["attnres_mix"]
+__all__ = ["attnres_mix", "attnres_mix_blocks", "attnres_weights"]

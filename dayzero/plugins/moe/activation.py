@@ -26,3 +26,13 @@ GATED_ACTIVATIONS: dict[str, Callable[..., torch.Tensor]] = {"silu": _swiglu, "s
 def gated_activation(gate: torch.Tensor, up: torch.Tensor, name: str = "silu", **params) -> torch.Tensor:
     """act(gate) * up in fp32."""
     return GATED_ACTIVATIONS[name](gate.float(), up.float(), **params)
+
+
+def activation_args(activation: str, act_params: dict) -> tuple[float, float | None]:
+    """(beta, linear_beta) of an activation's parameters, the scalar form the registered ops take."""
+    if activation not in GATED_ACTIVATIONS:
+        raise ValueError(f"unknown gated activation {activation!r}; known: {sorted(GATED_ACTIVATIONS)}")
+    unknown = set(act_params) - {"beta", "linear_beta"}
+    if unknown:
+        raise ValueError(f"unknown activation parameters {sorted(unknown)}")
+    return float(act_params.get("beta", 1.0)), act_params.get("linear_beta")

@@ -5,6 +5,10 @@ Router: s = act(logits) (sigmoid or softmax); experts are chosen by s + correcti
 weights are s of the chosen experts, renormalized when asked, times `scaling`.
 Experts: gated MLPs `down(act(gate(x)) * up(x))` stacked as w1 (gate) [E, I, D], w3 (up) [E, I, D], w2 (down)
 [E, D, I].
+Permutation (the grouped form the fast path and expert parallelism use): the T*k (token, slot) assignments,
+flattened as a = t*k + j, are stably sorted by expert; `sorted_assignments[p]` is the assignment at sorted
+position p, `assignment_positions[a]` its inverse, `expert_offsets[e]:expert_offsets[e+1]` expert e's rows. The
+experts a rank owns are contiguous, so its rows are too: `expert_rank_offsets`.
 """
 
 from __future__ import annotations
@@ -59,3 +63,45 @@ def moe_experts(
         y = gated_mlp(x[token], w1[expert], w3[expert], w2[expert], activation, **act_params)
         out.index_add_(0, token, y.float() * weights[token, slot, None])
     return out.to(x.dtype)
+
+
+def permute(
+    x: torch.Tensor, ids: torch.Tensor, num_experts: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [T, D], ids [T, k] -> (x_sorted [T*k, D], sorted_assignments [T*k] int64, assignment_positions [T*k] int64,
+    expert_offsets [E+1] int32)."""
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    positions = torch.empty_like(order)
+    positions[order] = torch.arange(order.numel(), device=order.device)
+    offsets = torch.zeros(num_experts + 1, dtype=torch.int32, device=ids.device)
+    offsets[1:] = torch.bincount(flat, minlength=num_experts).cumsum(0)
+    return x[order // ids.shape[1]], order, positions, offsets
+
+
+def unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_positions: torch.Tensor) -> torch.Tensor:
+    """y_sorted [T*k, D], weights [T, k], assignment_positions [T*k] -> sum_j weights[t, j] * y[t, j] [T, D] (fp32
+    accumulation, y's dtype out)."""
+    rows = y_sorted.float()[assignment_positions.view(weights.shape)]  # [T, k, D]
+    return (rows * weights.float()[..., None]).sum(1).to(y_sorted.dtype)
+
+
+def grouped_mlp(
+    x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+    activation: str = "silu", **act_params,
+) -> torch.Tensor:
+    """Expert e's gated MLP on rows expert_offsets[e]:expert_offsets[e+1] of x_sorted [M, D] -> [M, D]."""
+    out = torch.zeros_like(x_sorted)
+    bounds = expert_offsets.tolist()
+    for expert, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if end > start:
+            out[start:end] = gated_mlp(x_sorted[start:end], w1[expert], w3[expert], w2[expert], activation,
+                                       **act_params)
+    return out
+
+
+def expert_rank_offsets(expert_offsets: torch.Tensor, experts_per_rank: int) -> torch.Tensor:
+    """expert_offsets [E+1] -> [R+1]: rank r (experts r*epr .. (r+1)*epr-1) owns sorted rows [o[r], o[r+1])."""
+    if (expert_offsets.numel() - 1) % experts_per_rank:
+        raise ValueError(f"{expert_offsets.numel() - 1} experts do not split into ranks of {experts_per_rank}")
+    return expert_offsets[::experts_per_rank]

@@ -1,0 +1,230 @@
+"""AttnRes depth-mix benchmark on the GPU: the fused Triton kernel vs fla 0.6.0 `fused_attnres`.
+
+    PYTHONPATH=. python bench/bench_attnres.py --out DIR
+
+Cases: sources {2, 8, 9} x tokens {1, 64, 8192} x D {2304, 7168}, bf16. Each case is checked against the
+reference (fp32 torch) before timing. Times are medians of triton.testing.do_bench:
+  * eager: back-to-back launcher calls (for decode sizes this is bounded by the host-side launch cost);
+  * graph: the same calls captured in one CUDA graph and replayed, per call (how the engine runs decode).
+do_bench clears the L2 before each timed call, and inputs rotate through up to 1024 copies (3x the 60 MB L2 where
+that fits), so the numbers are cold-cache ones. Bandwidth counts the bytes the
+kernel must move: every source read once plus the output written. Then a few variants at K3.1 size (blocks +
+partial form, emitted norm, num_warps / prefetch sweep). JSON goes to DIR/bench_attnres.json; the table is last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import traceback
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench
+
+from dayzero.plugins.attnres import reference
+from dayzero.plugins.attnres.kernel import attnres_mix_blocks_launcher, attnres_mix_launcher
+
+L2_BYTES = 60 * 2**20
+DTYPE = torch.bfloat16
+DEVICE = "cuda"
+
+try:
+    from fla.ops.attnres import fused_attnres
+except Exception as exc:  # noqa: BLE001 (any import failure means: no peer column)
+    fused_attnres, FLA_MISSING = None, f"fla not importable: {exc!r}"
+else:
+    FLA_MISSING = None
+
+
+def copy_ceiling_gbs() -> float:
+    """Device-to-device copy bandwidth, bytes read + written, GB/s."""
+    src = torch.randn(2**28, device=DEVICE, dtype=DTYPE)
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
+    return 2 * src.numel() * src.element_size() / ms / 1e6
+
+
+def rotations(bytes_per_call: int) -> int:
+    return max(1, min(1024, math.ceil(3 * L2_BYTES / bytes_per_call)))
+
+
+def make_sets(num_sources, tokens, dim, copies):
+    query = torch.randn(dim, device=DEVICE)
+    rms_weight = torch.rand(dim, device=DEVICE) + 0.5
+    sets = [[torch.randn(tokens, dim, device=DEVICE, dtype=DTYPE) * (1 + i) for i in range(num_sources)]
+            for _ in range(copies)]
+    return query, rms_weight, sets
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def eager_ms(calls) -> float:
+    cycle = itertools.cycle(calls)
+    return do_bench(lambda: next(cycle)(), warmup=25, rep=200, return_mode="median")
+
+
+def graph_ms(calls) -> float:
+    """Per-call time of the calls captured back to back in one CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls[:3]:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    return do_bench(graph.replay, warmup=10, rep=200, return_mode="median") / len(calls)
+
+
+def ours_calls(query, rms_weight, sets, **knobs):
+    return [lambda s=s: attnres_mix_launcher(query, s, rms_weight, 1e-6, **knobs) for s in sets]
+
+
+def fla_calls(query, rms_weight, sets, **kwargs):
+    return [lambda s=s: fused_attnres(query, s, rms_weight, rms_eps=1e-6, **kwargs) for s in sets]
+
+
+def check(query, rms_weight, sources) -> dict:
+    expected = reference.attnres_mix(query, sources, rms_weight, 1e-6)
+    errors = {"ours_rel_err": rel_err(attnres_mix_launcher(query, sources, rms_weight, 1e-6)[0], expected)}
+    if fused_attnres is not None:
+        errors["fla_rel_err"] = rel_err(fused_attnres(query, sources, rms_weight, rms_eps=1e-6), expected)
+    if errors["ours_rel_err"] > 1e-2:
+        raise AssertionError(f"ours differs from the reference: {errors}")
+    return errors
+
+
+def timed(name: str, fn, result: dict) -> None:
+    try:
+        result[name] = fn() * 1e3
+    except Exception as exc:  # noqa: BLE001 (record and go on)
+        result[f"{name}_error"] = repr(exc)
+
+
+def run_case(num_sources, tokens, dim, ceiling) -> dict:
+    bytes_per_call = (num_sources + 1) * tokens * dim * 2
+    copies = rotations(bytes_per_call)
+    query, rms_weight, sets = make_sets(num_sources, tokens, dim, copies)
+    result = {"sources": num_sources, "tokens": tokens, "dim": dim, "dtype": "bf16", "bytes": bytes_per_call,
+              "rotations": copies, **check(query, rms_weight, sets[0])}
+    timed("ours_eager_us", lambda: eager_ms(ours_calls(query, rms_weight, sets)), result)
+    if fused_attnres is not None:
+        with torch.inference_mode():
+            timed("fla_eager_us", lambda: eager_ms(fla_calls(query, rms_weight, sets)), result)
+    if tokens <= 64:
+        timed("ours_graph_us", lambda: graph_ms(ours_calls(query, rms_weight, sets)), result)
+        if fused_attnres is not None:
+            with torch.inference_mode():
+                timed("fla_graph_us", lambda: graph_ms(fla_calls(query, rms_weight, sets)), result)
+    best = result.get("ours_graph_us", result.get("ours_eager_us"))
+    if best:
+        result["ours_gbs"] = bytes_per_call / best / 1e3
+        result["ours_copy_fraction"] = result["ours_gbs"] / ceiling
+    return result
+
+
+def run_variants(tokens, dim, ceiling) -> list[dict]:
+    """K3.1-sized variants: the blocks + partial form, the emitted norm, and a sweep of the tuning knobs."""
+    num_sources = 9
+    bytes_per_call = (num_sources + 1) * tokens * dim * 2
+    copies = rotations(bytes_per_call)
+    query, rms_weight, sets = make_sets(num_sources, tokens, dim, copies)
+    blocks = [torch.stack(s[:-1]) for s in sets]
+    norm_weight = torch.rand(dim, device=DEVICE) + 0.5
+    timer = graph_ms if tokens <= 64 else eager_ms
+    variants = {
+        "blocks+partial": [lambda b=b, s=s: attnres_mix_blocks_launcher(query, b, num_sources - 1, s[-1], rms_weight,
+                                                                        1e-6) for b, s in zip(blocks, sets)],
+        "emit_norm": [lambda s=s: attnres_mix_launcher(query, s, rms_weight, 1e-6, norm_weight, 1e-6) for s in sets],
+    }
+    for num_warps, prefetch in itertools.product((4, 8, 16), (1, 2, 3)):
+        variants[f"warps{num_warps}_prefetch{prefetch}"] = ours_calls(query, rms_weight, sets, num_warps=num_warps,
+                                                                      prefetch=prefetch)
+    if fused_attnres is not None:
+        variants["fla_emit_norm"] = fla_calls(query, rms_weight, sets, output_rms_weight=norm_weight)
+    rows = []
+    for name, calls in variants.items():
+        moved = bytes_per_call + (tokens * dim * 2 if "norm" in name else 0)
+        row = {"variant": name, "sources": num_sources, "tokens": tokens, "dim": dim, "timer": timer.__name__}
+        with torch.inference_mode():
+            timed("us", lambda calls=calls: timer(calls), row)
+        if "us" in row:
+            row["gbs"] = moved / row["us"] / 1e3
+            row["copy_fraction"] = row["gbs"] / ceiling
+        rows.append(row)
+    got, _ = attnres_mix_blocks_launcher(query, blocks[0], num_sources - 1, sets[0][-1], rms_weight, 1e-6)
+    rows[0]["rel_err"] = rel_err(got, reference.attnres_mix(query, sets[0], rms_weight, 1e-6))
+    return rows
+
+
+def fmt(value, spec) -> str:
+    """value formatted by spec, or a dash as wide as the spec's field."""
+    if isinstance(value, (int, float)):
+        return format(value, spec)
+    return "-".rjust(int("".join(itertools.takewhile(str.isdigit, spec)) or 1))
+
+
+def print_tables(cases, variants, ceiling) -> None:
+    print(f"\ncopy ceiling {ceiling:.0f} GB/s (read + write); {FLA_MISSING or 'peer: fla 0.6.0 fused_attnres'}")
+    print("us/call: eager = back-to-back launches, graph = CUDA-graph replay per call; GB/s and fraction from the "
+          "graph time at <= 64 tokens, else eager")
+    header = (f"{'N':>2} {'T':>5} {'D':>5}  {'ours eager':>10} {'ours graph':>10} {'fla eager':>10} "
+              f"{'fla graph':>10} {'GB/s':>7} {'of copy':>7} {'speedup':>8}")
+    print(header)
+    for c in cases:
+        if "error" in c:
+            print(f"{c['sources']:>2} {c['tokens']:>5} {c['dim']:>5}  ERROR {c['error'][:80]}")
+            continue
+        ours = c.get("ours_graph_us", c.get("ours_eager_us"))
+        fla = c.get("fla_graph_us", c.get("fla_eager_us"))
+        speedup = fla / ours if ours and fla else None
+        print(f"{c['sources']:>2} {c['tokens']:>5} {c['dim']:>5}  {fmt(c.get('ours_eager_us'), '10.1f')} "
+              f"{fmt(c.get('ours_graph_us'), '10.1f')} {fmt(c.get('fla_eager_us'), '10.1f')} "
+              f"{fmt(c.get('fla_graph_us'), '10.1f')} {fmt(c.get('ours_gbs'), '7.0f')} "
+              f"{fmt(c.get('ours_copy_fraction'), '7.1%')} {fmt(speedup, '7.2f')}{'x' if speedup else ' '}")
+    print(f"\n{'variant':<22} {'T':>5} {'D':>5} {'timer':>9} {'us':>9} {'GB/s':>7} {'of copy':>7}")
+    for v in variants:
+        print(f"{v['variant']:<22} {v['tokens']:>5} {v['dim']:>5} {v['timer']:>9} {fmt(v.get('us'), '9.1f')} "
+              f"{fmt(v.get('gbs'), '7.0f')} {fmt(v.get('copy_fraction'), '7.1%')}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    ceiling = copy_ceiling_gbs()
+    cases = []
+    for num_sources, tokens, dim in itertools.product((2, 8, 9), (1, 64, 8192), (2304, 7168)):
+        try:
+            cases.append(run_case(num_sources, tokens, dim, ceiling))
+        except Exception as exc:  # noqa: BLE001 (one failing case must not stop the rest)
+            cases.append({"sources": num_sources, "tokens": tokens, "dim": dim, "error": repr(exc),
+                          "traceback": traceback.format_exc()})
+        torch.cuda.empty_cache()
+    variants = []
+    for tokens in (64, 8192):
+        try:
+            variants += run_variants(tokens, 7168, ceiling)
+        except Exception as exc:  # noqa: BLE001
+            variants.append({"variant": "all", "tokens": tokens, "dim": 7168, "timer": "-", "error": repr(exc),
+                             "traceback": traceback.format_exc()})
+        torch.cuda.empty_cache()
+    report = {"copy_ceiling_gbs": ceiling, "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": cases,
+              "variants": variants, "device": torch.cuda.get_device_name()}
+    (args.out / "bench_attnres.json").write_text(json.dumps(report, indent=1))
+    print_tables(cases, variants, ceiling)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""Fused Triton AttnRes depth mix: one program per token streams its sources once (online softmax over depth).
+
+Sources come in two forms that one kernel serves: `NUM_BLOCKS` rows of a preallocated block buffer (one base
+pointer plus a block stride) followed by `NUM_LISTED` separately allocated tensors passed as pointer slots
+(`s0`..`s15`; unused slots repeat a valid pointer and are never read). Each source row is loaded PREFETCH (1 to 3)
+sources ahead of its use so that several row loads are in flight while the scores of the earlier ones reduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_LISTED_SOURCES = 16
+
+
+@triton.jit
+def _pick_slot(i: tl.constexpr, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
+    # i is a compile-time constant, so the chain folds to a single pointer
+    p = s0
+    if i == 1:
+        p = s1
+    if i == 2:
+        p = s2
+    if i == 3:
+        p = s3
+    if i == 4:
+        p = s4
+    if i == 5:
+        p = s5
+    if i == 6:
+        p = s6
+    if i == 7:
+        p = s7
+    if i == 8:
+        p = s8
+    if i == 9:
+        p = s9
+    if i == 10:
+        p = s10
+    if i == 11:
+        p = s11
+    if i == 12:
+        p = s12
+    if i == 13:
+        p = s13
+    if i == 14:
+        p = s14
+    if i == 15:
+        p = s15
+    return p
+
+
+@triton.jit
+def _load_source(i: tl.constexpr, row, cols, mask, blocks, block_stride, NUM_BLOCKS: tl.constexpr,
+                 s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
+    if i < NUM_BLOCKS:
+        base = blocks + block_stride * i
+    else:
+        base = _pick_slot(i - NUM_BLOCKS, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    return tl.load(base + row + cols, mask=mask, other=0.0)
+
+
+@triton.jit
+def _attnres_mix_kernel(
+    query, rms_weight, norm_weight, out, normed, blocks, block_stride,
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15,
+    eps, norm_eps,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
+    EMIT_NORM: tl.constexpr, PREFETCH: tl.constexpr,
+):
+    NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
+    row = tl.program_id(0).to(tl.int64) * D
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < D
+    # int64 (row is) whether or not Triton specialized the integer argument into a constant
+    stride = row * 0 + block_stride
+    # the fused score vector: <rms_norm(v) * rms_weight, query> = rstd(v) * <v, rms_weight * query>
+    w = tl.load(rms_weight + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
+        query + cols, mask=mask, other=0.0).to(tl.float32)
+    # a ring of up to three rows in flight: a1 is consumed next, a2 and a3 follow
+    a1 = _load_source(0, row, cols, mask, blocks, stride, NUM_BLOCKS,
+                      s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    a2 = a1
+    a3 = a1
+    if PREFETCH >= 2:
+        if NUM_SOURCES > 1:
+            a2 = _load_source(1, row, cols, mask, blocks, stride, NUM_BLOCKS,
+                              s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    if PREFETCH >= 3:
+        if NUM_SOURCES > 2:
+            a3 = _load_source(2, row, cols, mask, blocks, stride, NUM_BLOCKS,
+                              s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    m = tl.full([], float("-inf"), tl.float32)
+    total = tl.zeros([], tl.float32)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for i in tl.static_range(NUM_SOURCES):
+        v = a1.to(tl.float32)
+        # issue the next row load before reducing this one
+        if PREFETCH == 1:
+            if i + 1 < NUM_SOURCES:
+                a1 = _load_source(i + 1, row, cols, mask, blocks, stride, NUM_BLOCKS,
+                                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+        elif PREFETCH == 2:
+            a1 = a2
+            if i + 2 < NUM_SOURCES:
+                a2 = _load_source(i + 2, row, cols, mask, blocks, stride, NUM_BLOCKS,
+                                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+        else:
+            a1 = a2
+            a2 = a3
+            if i + 3 < NUM_SOURCES:
+                a3 = _load_source(i + 3, row, cols, mask, blocks, stride, NUM_BLOCKS,
+                                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+        score = tl.sum(v * w, axis=0) * tl.rsqrt(tl.sum(v * v, axis=0) / D + eps)
+        m_new = tl.maximum(m, score)
+        decay = tl.exp(m - m_new)
+        p = tl.exp(score - m_new)
+        acc = acc * decay + p * v
+        total = total * decay + p
+        m = m_new
+    mix = (acc / total).to(out.dtype.element_ty)
+    tl.store(out + row + cols, mix, mask=mask)
+    if EMIT_NORM:
+        y = mix.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(y * y, axis=0) / D + norm_eps)
+        nw = tl.load(norm_weight + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(normed + row + cols, (y * rstd * nw).to(normed.dtype.element_ty), mask=mask)
+
+
+def _num_warps(block_d: int) -> int:
+    # about 16 elements per thread per row: enough loads in flight without spilling the fp32 accumulator
+    return max(1, min(16, block_d // 512))
+
+
+def _check_vector(name: str, t: torch.Tensor, dim: int) -> None:
+    assert t.numel() == dim and t.is_contiguous(), f"{name} must be a contiguous [{dim}] vector, got {tuple(t.shape)}"
+
+
+def _output(given: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    if given is None:
+        return torch.empty(like.shape, dtype=like.dtype, device=like.device)
+    assert given.shape == like.shape and given.dtype == like.dtype and given.is_contiguous(), (
+        f"output buffer {tuple(given.shape)} {given.dtype} does not match the sources {tuple(like.shape)}")
+    return given
+
+
+def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weight, norm_eps, out, normed, launch,
+            num_warps=None, prefetch=3):
+    dim = like.shape[-1]
+    tokens = like.numel() // dim
+    _check_vector("query", query, dim)
+    _check_vector("rms_weight", rms_weight, dim)
+    out = _output(out, like)
+    normed = _output(normed, like) if norm_weight is not None else None
+    if norm_weight is not None:
+        _check_vector("norm_weight", norm_weight, dim)
+    if tokens == 0:
+        return out, normed
+    slots = list(listed) + [like] * (MAX_LISTED_SOURCES - len(listed))
+    block_d = triton.next_power_of_2(dim)
+    kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
+    kernel[(tokens,)](
+        query, rms_weight, norm_weight if norm_weight is not None else rms_weight,
+        out, normed if normed is not None else out, blocks, blocks.stride(0) if num_blocks else 0,
+        *slots, eps, norm_eps, dim, block_d, num_blocks, len(listed), norm_weight is not None, prefetch,
+        num_warps=num_warps or _num_warps(block_d))
+    return out, normed
+
+
+def attnres_mix_launcher(
+    query: torch.Tensor, sources: Sequence[torch.Tensor], rms_weight: torch.Tensor, eps: float,
+    norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6, out: torch.Tensor | None = None,
+    normed: torch.Tensor | None = None, launch=None, num_warps: int | None = None, prefetch: int = 3,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """query [D], 1..16 contiguous sources [..., D] of one dtype, rms_weight [D] -> (mix [..., D], normed or None).
+
+    `normed` = RMSNorm(mix) * norm_weight, written only when norm_weight is given. `out` / `normed` may be given
+    (preallocated, contiguous, the sources' shape and dtype); otherwise they are allocated. num_warps / prefetch
+    are tuning knobs (the benchmark sweeps them).
+    """
+    assert 1 <= len(sources) <= MAX_LISTED_SOURCES, f"1..{MAX_LISTED_SOURCES} sources, got {len(sources)}"
+    like = sources[0]
+    for s in sources:
+        assert s.shape == like.shape and s.dtype == like.dtype, "attnres sources differ in shape or dtype"
+        assert s.is_contiguous() and s.device == like.device, "attnres sources must be contiguous on one device"
+    return _launch(query, rms_weight, eps, like, 0, sources, like, norm_weight, norm_eps, out, normed, launch,
+                   num_warps, prefetch)
+
+
+def attnres_mix_blocks_launcher(
+    query: torch.Tensor, blocks: torch.Tensor, num_blocks: int, partial: torch.Tensor | None,
+    rms_weight: torch.Tensor, eps: float, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
+    out: torch.Tensor | None = None, normed: torch.Tensor | None = None, launch=None, num_warps: int | None = None,
+    prefetch: int = 3,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Mix over blocks[:num_blocks] (blocks [max_blocks, ..., D], each block contiguous) and partial [..., D]."""
+    assert 0 <= num_blocks <= blocks.shape[0], f"num_blocks {num_blocks} outside [0, {blocks.shape[0]}]"
+    assert num_blocks > 0 or partial is not None, "attnres_mix_blocks needs a block or a partial sum"
+    assert blocks[0].is_contiguous(), "each block of the attnres block buffer must be contiguous"
+    like = blocks[0]
+    if partial is not None:
+        assert partial.shape == like.shape and partial.dtype == like.dtype and partial.is_contiguous(), (
+            f"partial {tuple(partial.shape)} {partial.dtype} does not match the blocks {tuple(like.shape)}")
+    listed = [] if partial is None else [partial]
+    return _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weight, norm_eps, out, normed,
+                   launch, num_warps, prefetch)

@@ -1,0 +1,47 @@
+"""The grouped expert MLP on a GPU: torch._grouped_mm (CUTLASS) on Hopper and newer for bf16, the Triton grouped
+GEMM (gate, up and activation fused) elsewhere."""
+
+from __future__ import annotations
+
+import torch
+
+from dayzero.plugins.moe.activation_kernel import gated_activation_launcher
+from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
+
+
+def use_grouped_mm(x: torch.Tensor) -> bool:
+    return (x.is_cuda and x.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm")
+            and torch.cuda.get_device_capability(x.device) >= (9, 0))
+
+
+def grouped_mlp_grouped_mm(
+    x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+    activation: str, beta: float, linear_beta: float | None, launch=None,
+) -> torch.Tensor:
+    """x_sorted [M, D] bf16, expert_offsets [E+1] int32, w1/w3 [E, I, D], w2 [E, D, I] -> [M, D]."""
+    # _grouped_mm takes cumulative group ends and b as [E, K, N]: the transposed nn.Linear weights are the
+    # column-major operand its kernel wants, so no copy
+    ends = expert_offsets[1:]
+    gate = torch._grouped_mm(x_sorted, w1.transpose(1, 2), offs=ends)
+    up = torch._grouped_mm(x_sorted, w3.transpose(1, 2), offs=ends)
+    h = gated_activation_launcher(gate.contiguous(), up.contiguous(), activation, beta, linear_beta, launch=launch)
+    return torch._grouped_mm(h, w2.transpose(1, 2), offs=ends)
+
+
+def grouped_mlp_triton(
+    x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+    activation: str, beta: float, linear_beta: float | None, out: torch.Tensor | None = None, launch=None,
+) -> torch.Tensor:
+    """Same contract as grouped_mlp_grouped_mm, any float dtype: two Triton grouped GEMMs (into `out`)."""
+    h = grouped_gemm_launcher(x_sorted, w1, expert_offsets, w3, activation, beta, linear_beta, launch=launch)
+    return grouped_gemm_launcher(h, w2, expert_offsets, out=out, launch=launch)
+
+
+def grouped_mlp_cuda(
+    x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+    activation: str, beta: float, linear_beta: float | None, launch=None,
+) -> torch.Tensor:
+    if x_sorted.shape[0] == 0:
+        return torch.empty_like(x_sorted)
+    impl = grouped_mlp_grouped_mm if use_grouped_mm(x_sorted) else grouped_mlp_triton
+    return impl(x_sorted, expert_offsets, w1, w3, w2, activation, beta, linear_beta, launch=launch)

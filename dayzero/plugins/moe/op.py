@@ -1,0 +1,177 @@
+"""`torch.ops.dayzero.moe_*`: router, permutation by expert, grouped expert MLP, un-permutation and the gated
+activation; and the Python wrappers with the reference signatures the model calls."""
+
+from __future__ import annotations
+
+import torch
+
+from dayzero.plugins.moe import reference
+from dayzero.plugins.moe.activation import activation_args, gated_activation
+from dayzero.plugins.moe.onnx import dayzero_node
+from dayzero.plugins.registry import onnx_translation, plugin_op
+
+
+def _act_params(activation: str, beta: float, linear_beta: float | None) -> dict[str, float]:
+    if activation != "situ":
+        return {}
+    return {"beta": beta} if linear_beta is None else {"beta": beta, "linear_beta": linear_beta}
+
+
+def _route_fake(logits, correction_bias, top_k, num_groups, topk_group, renormalize, scaling, activation):
+    tokens = logits.shape[0]
+    return logits.new_empty(tokens, top_k, dtype=torch.float32), logits.new_empty(tokens, top_k, dtype=torch.int64)
+
+
+@plugin_op("moe_route", cpu=reference.route, fake=_route_fake)
+def moe_route(logits: torch.Tensor, correction_bias: torch.Tensor | None, top_k: int, num_groups: int,
+              topk_group: int, renormalize: bool, scaling: float,
+              activation: str) -> tuple[torch.Tensor, torch.Tensor]:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.moe.route_kernel import route_launcher
+
+    bias = None if correction_bias is None else correction_bias.contiguous()
+    return route_launcher(logits.contiguous(), bias, top_k, num_groups, topk_group, renormalize, scaling, activation,
+                          launch=wrap_triton)
+
+
+def _permute_fake(x, ids, num_experts):
+    n = ids.numel()
+    return (x.new_empty(n, x.shape[1]), ids.new_empty(n, dtype=torch.int64), ids.new_empty(n, dtype=torch.int64),
+            ids.new_empty(num_experts + 1, dtype=torch.int32))
+
+
+@plugin_op("moe_permute", cpu=reference.permute, fake=_permute_fake)
+def moe_permute(x: torch.Tensor, ids: torch.Tensor,
+                num_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.moe.permute_kernel import permute_launcher
+
+    return permute_launcher(x.contiguous(), ids.contiguous(), num_experts, launch=wrap_triton)
+
+
+def _unpermute_fake(y_sorted, weights, assignment_positions):
+    return y_sorted.new_empty(weights.shape[0], y_sorted.shape[1])
+
+
+@plugin_op("moe_unpermute", cpu=reference.unpermute, fake=_unpermute_fake)
+def moe_unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_positions: torch.Tensor) -> torch.Tensor:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.moe.permute_kernel import unpermute_launcher
+
+    return unpermute_launcher(y_sorted.contiguous(), weights.contiguous(), assignment_positions, launch=wrap_triton)
+
+
+def _grouped_mlp_cpu(x_sorted, expert_offsets, w1, w3, w2, activation, beta, linear_beta):
+    return reference.grouped_mlp(x_sorted, expert_offsets, w1, w3, w2, activation,
+                                 **_act_params(activation, beta, linear_beta))
+
+
+def _grouped_mlp_fake(x_sorted, expert_offsets, w1, w3, w2, activation, beta, linear_beta):
+    return x_sorted.new_empty(x_sorted.shape[0], w2.shape[1])
+
+
+@plugin_op("moe_grouped_mlp", cpu=_grouped_mlp_cpu, fake=_grouped_mlp_fake)
+def moe_grouped_mlp(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor,
+                    w2: torch.Tensor, activation: str, beta: float, linear_beta: float | None) -> torch.Tensor:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_cuda
+
+    return grouped_mlp_cuda(x_sorted.contiguous(), expert_offsets, w1, w3, w2, activation, beta, linear_beta,
+                            launch=wrap_triton)
+
+
+def _gated_activation_cpu(gate, up, activation, beta, linear_beta):
+    return gated_activation(gate, up, activation, **_act_params(activation, beta, linear_beta)).to(gate.dtype)
+
+
+def _gated_activation_fake(gate, up, activation, beta, linear_beta):
+    return gate.new_empty(gate.shape)
+
+
+@plugin_op("moe_gated_activation", cpu=_gated_activation_cpu, fake=_gated_activation_fake)
+def moe_gated_activation(gate: torch.Tensor, up: torch.Tensor, activation: str, beta: float,
+                         linear_beta: float | None) -> torch.Tensor:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.moe.activation_kernel import gated_activation_launcher
+
+    return gated_activation_launcher(gate.contiguous(), up.contiguous(), activation, beta, linear_beta,
+                                     launch=wrap_triton)
+
+
+def route(
+    logits: torch.Tensor, correction_bias: torch.Tensor | None, top_k: int, num_groups: int = 1,
+    topk_group: int = 1, renormalize: bool = True, scaling: float = 1.0, activation: str = "sigmoid",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [T, E] -> (weights [T, top_k] fp32, expert ids [T, top_k] int64); see reference.route."""
+    return moe_route(logits, correction_bias, top_k, num_groups, topk_group, renormalize, float(scaling), activation)
+
+
+def permute(x: torch.Tensor, ids: torch.Tensor, num_experts: int):
+    """x [T, D], ids [T, k] -> (x_sorted [T*k, D], sorted_assignments, assignment_positions, expert_offsets [E+1])."""
+    return moe_permute(x, ids, num_experts)
+
+
+def unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_positions: torch.Tensor) -> torch.Tensor:
+    """y_sorted [T*k, D], weights [T, k] -> the routing-weighted sum per token [T, D]."""
+    return moe_unpermute(y_sorted, weights, assignment_positions)
+
+
+def grouped_mlp(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor,
+                w2: torch.Tensor, activation: str = "silu", **act_params) -> torch.Tensor:
+    """Expert e's gated MLP on its rows expert_offsets[e]:expert_offsets[e+1] of x_sorted [M, D] -> [M, D]."""
+    return moe_grouped_mlp(x_sorted, expert_offsets, w1, w3, w2, activation, *activation_args(activation, act_params))
+
+
+def moe_experts(
+    x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor,
+    w2: torch.Tensor, activation: str = "silu", **act_params,
+) -> torch.Tensor:
+    """Weighted sum over each token's chosen experts: x [T, D], weights/ids [T, k] -> [T, D] in x's dtype."""
+    x_sorted, _, positions, offsets = permute(x, ids, w1.shape[0])
+    return unpermute(grouped_mlp(x_sorted, offsets, w1, w3, w2, activation, **act_params), weights, positions)
+
+
+def gated_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor, activation: str = "silu",
+              **act_params) -> torch.Tensor:
+    """One gated MLP: x [T, D], w1/w3 [I, D], w2 [D, I] -> [T, D] (fp32 activation, x's dtype out)."""
+    h = moe_gated_activation(x @ w1.t(), x @ w3.t(), activation, *activation_args(activation, act_params))
+    return h @ w2.t()
+
+
+@onnx_translation(moe_route)
+def _moe_route_onnx(logits, correction_bias, top_k: int, num_groups: int, topk_group: int, renormalize: bool,
+                    scaling: float, activation: str):
+    inputs = [logits] + ([] if correction_bias is None else [correction_bias])
+    return dayzero_node("MoeRoute", inputs, [None, None], top_k=top_k, num_groups=num_groups,
+                        topk_group=topk_group, renormalize=renormalize, scaling=scaling, activation=activation,
+                        has_correction_bias=correction_bias is not None)
+
+
+@onnx_translation(moe_permute)
+def _moe_permute_onnx(x, ids, num_experts: int):
+    return dayzero_node("MoePermute", [x, ids], [x, None, None, None], num_experts=num_experts)
+
+
+@onnx_translation(moe_unpermute)
+def _moe_unpermute_onnx(y_sorted, weights, assignment_positions):
+    return dayzero_node("MoeUnpermute", [y_sorted, weights, assignment_positions], [None])
+
+
+@onnx_translation(moe_grouped_mlp)
+def _moe_grouped_mlp_onnx(x_sorted, expert_offsets, w1, w3, w2, activation: str, beta: float,
+                          linear_beta: float | None):
+    return dayzero_node("MoeGroupedMlp", [x_sorted, expert_offsets, w1, w3, w2], [x_sorted], activation=activation,
+                        beta=beta, linear_beta=0.0 if linear_beta is None else linear_beta,
+                        has_linear_beta=linear_beta is not None)
+
+
+@onnx_translation(moe_gated_activation)
+def _moe_gated_activation_onnx(gate, up, activation: str, beta: float, linear_beta: float | None):
+    return dayzero_node("MoeGatedActivation", [gate, up], [gate], activation=activation, beta=beta,
+                        linear_beta=0.0 if linear_beta is None else linear_beta,
+                        has_linear_beta=linear_beta is not None)

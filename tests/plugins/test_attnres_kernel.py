@@ -1,0 +1,163 @@
+"""The fused Triton AttnRes mix vs the reference (interpreter on CPU, native on the GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dayzero.plugins.attnres import reference
+from tests.helpers import rel_err
+from tests.plugins.triton_env import DEVICE, ON_GPU, gpu_only, needs_triton, poisoned, sizes
+
+# on the GPU every test here runs natively (`pytest -m gpu`); on the CPU under the interpreter
+pytestmark = [needs_triton] + ([pytest.mark.gpu] if ON_GPU else [])
+
+# the CPU interpreter truncates fp32 -> bf16 where the GPU rounds to nearest, hence the loose bf16 bound
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+def _inputs(num_sources, tokens, dim, dtype):
+    # sources of different scales, so the softmax weights are far from uniform
+    sources = [(torch.randn(tokens, dim, device=DEVICE) * (1 + i) + 0.1 * i).to(dtype) for i in range(num_sources)]
+    query = torch.randn(dim, device=DEVICE)
+    rms_weight, norm_weight = torch.rand(dim, device=DEVICE) + 0.5, torch.rand(dim, device=DEVICE) + 0.5
+    return sources, query, rms_weight, norm_weight
+
+
+@pytest.mark.parametrize("num_sources, tokens, dim, dtype", sizes(
+    cpu=[(1, 3, 48, torch.float32), (2, 5, 37, torch.bfloat16), (8, 2, 64, torch.float32),
+         (9, 3, 100, torch.bfloat16), (16, 1, 24, torch.float32)],
+    gpu=[(1, 1, 7168, torch.bfloat16), (2, 64, 2304, torch.bfloat16), (8, 333, 7168, torch.float32),
+         (9, 8192, 7168, torch.bfloat16), (9, 4097, 2304, torch.bfloat16), (16, 7, 1000, torch.float32)],
+))
+def test_mix_matches_reference(num_sources, tokens, dim, dtype):
+    from dayzero.plugins.attnres.kernel import attnres_mix_launcher
+
+    sources, query, rms_weight, _ = _inputs(num_sources, tokens, dim, dtype)
+    out = poisoned(tokens, dim, dtype=dtype)
+    got, normed = attnres_mix_launcher(query, sources, rms_weight, 1e-6, out=out)
+    assert got is out and normed is None
+    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("num_warps, prefetch", [(None, 1), (2, 2), (4, 3), (1, 3)])
+def test_tuning_knobs_keep_the_result(num_warps, prefetch):
+    from dayzero.plugins.attnres.kernel import attnres_mix_launcher
+
+    sources, query, rms_weight, _ = _inputs(5, 3, 2304 if ON_GPU else 96, torch.float32)
+    got, _ = attnres_mix_launcher(query, sources, rms_weight, 1e-6, num_warps=num_warps, prefetch=prefetch)
+    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
+
+
+def test_one_source_is_returned_exactly():
+    from dayzero.plugins.attnres.kernel import attnres_mix_launcher
+
+    (source,), query, rms_weight, _ = _inputs(1, 4, 40, torch.float32)
+    got, _ = attnres_mix_launcher(query, [source], rms_weight, 1e-6)
+    assert torch.equal(got, source)
+
+
+@pytest.mark.parametrize("num_sources, tokens, dim, dtype", sizes(
+    cpu=[(3, 4, 40, torch.float32), (9, 2, 72, torch.bfloat16)],
+    gpu=[(9, 64, 7168, torch.bfloat16), (3, 8192, 2304, torch.bfloat16), (2, 100, 2304, torch.float32)],
+))
+def test_emitted_norm_matches_reference(num_sources, tokens, dim, dtype):
+    from dayzero.plugins.attnres.kernel import attnres_mix_launcher
+
+    sources, query, rms_weight, norm_weight = _inputs(num_sources, tokens, dim, dtype)
+    out, normed = poisoned(tokens, dim, dtype=dtype), poisoned(tokens, dim, dtype=dtype)
+    got, got_normed = attnres_mix_launcher(query, sources, rms_weight, 1e-6, norm_weight, 1e-5, out=out,
+                                           normed=normed)
+    mix, expected = reference.attnres_mix_norm(query, sources, rms_weight, 1e-6, norm_weight, 1e-5)
+    assert rel_err(got, mix) < TOLERANCE[dtype]
+    assert rel_err(got_normed, expected) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("max_blocks, num_blocks, with_partial, tokens, dim, dtype", sizes(
+    cpu=[(4, 2, True, 3, 40, torch.float32), (9, 8, True, 2, 33, torch.bfloat16), (3, 3, False, 2, 16, torch.float32),
+         (2, 0, True, 3, 24, torch.float32), (12, 9, False, 1, 64, torch.bfloat16)],
+    gpu=[(8, 8, True, 8192, 7168, torch.bfloat16), (9, 3, True, 64, 2304, torch.bfloat16),
+         (8, 5, False, 1, 7168, torch.bfloat16), (4, 1, True, 777, 2304, torch.float32)],
+))
+def test_blocks_and_partial_match_reference(max_blocks, num_blocks, with_partial, tokens, dim, dtype):
+    from dayzero.plugins.attnres.kernel import attnres_mix_blocks_launcher
+
+    # the buffer holds more token rows than this step uses: the block stride is not tokens * dim
+    scales = torch.arange(1, max_blocks + 1, device=DEVICE)[:, None, None]
+    blocks = (torch.randn(max_blocks, tokens + 5, dim, device=DEVICE) * scales).to(dtype)[:, :tokens]
+    (partial,), query, rms_weight, norm_weight = _inputs(1, tokens, dim, dtype)
+    partial = partial if with_partial else None
+    out, normed = poisoned(tokens, dim, dtype=dtype), poisoned(tokens, dim, dtype=dtype)
+    got, got_normed = attnres_mix_blocks_launcher(query, blocks, num_blocks, partial, rms_weight, 1e-6, norm_weight,
+                                                  1e-5, out=out, normed=normed)
+    mix, expected = reference.attnres_mix_blocks_norm(query, blocks, num_blocks, partial, rms_weight, 1e-6,
+                                                      norm_weight, 1e-5)
+    assert rel_err(got, mix) < TOLERANCE[dtype]
+    assert rel_err(got_normed, expected) < TOLERANCE[dtype]
+
+
+def test_blocks_form_equals_listed_form():
+    from dayzero.plugins.attnres.kernel import attnres_mix_blocks_launcher, attnres_mix_launcher
+
+    sources, query, rms_weight, _ = _inputs(4, 3, 32, torch.float32)
+    blocks = torch.stack(sources[:3] + [torch.randn_like(sources[0])])
+    listed, _ = attnres_mix_launcher(query, sources, rms_weight, 1e-6)
+    from_blocks, _ = attnres_mix_blocks_launcher(query, blocks, 3, sources[3], rms_weight, 1e-6)
+    assert torch.equal(listed, from_blocks)
+
+
+def test_more_sources_than_pointer_slots_go_through_the_block_form():
+    from dayzero.plugins.attnres.op import _cuda_listed
+
+    sources, query, rms_weight, _ = _inputs(17, 3, 40, torch.float32)
+    got, _ = _cuda_listed(query, sources, rms_weight, 1e-6)
+    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
+
+
+def test_registered_ops_dispatch_to_reference_on_cpu():
+    from dayzero.plugins import attnres
+
+    sources = [torch.randn(2, 16) * (1 + i) for i in range(3)]
+    query, rms_weight, norm_weight = torch.randn(16), torch.rand(16) + 0.5, torch.rand(16) + 0.5
+    assert torch.equal(attnres.attnres_mix(query, sources, rms_weight, 1e-5),
+                       reference.attnres_mix(query, sources, rms_weight, 1e-5))
+    stacked = attnres.attnres_mix(query, torch.stack(sources), rms_weight, 1e-5, norm_weight, 1e-6)
+    for got, expected in zip(stacked, reference.attnres_mix_norm(query, sources, rms_weight, 1e-5, norm_weight, 1e-6)):
+        assert torch.equal(got, expected)
+    blocks = torch.stack(sources[:2] + [torch.randn(2, 16)])
+    assert torch.equal(attnres.attnres_mix_blocks(query, blocks, 2, sources[2], rms_weight, 1e-5),
+                       reference.attnres_mix(query, sources, rms_weight, 1e-5))
+
+
+def test_onnx_export_emits_dayzero_nodes():
+    pytest.importorskip("onnxscript")
+    from dayzero.plugins import attnres
+    from dayzero.plugins.registry import ONNX_DOMAIN, ONNX_TRANSLATIONS
+
+    class Mix(torch.nn.Module):
+        def forward(self, query, rms_weight, a, b, blocks):
+            mix, normed = attnres.attnres_mix(query, [a, b], rms_weight, 1e-5, norm_weight=rms_weight)
+            return mix + normed + attnres.attnres_mix_blocks(query, blocks, 2, a, rms_weight, 1e-5)
+
+    args = (torch.randn(8), torch.rand(8), torch.randn(3, 8), torch.randn(3, 8), torch.randn(4, 3, 8))
+    program = torch.onnx.export(Mix().eval(), args, dynamo=True, custom_translation_table=ONNX_TRANSLATIONS)
+    custom = [(n.domain, n.op_type, len(n.input)) for n in program.model_proto.graph.node if n.domain == ONNX_DOMAIN]
+    assert custom == [(ONNX_DOMAIN, "AttnresMixNorm", 5), (ONNX_DOMAIN, "AttnresMixBlocks", 4)]
+
+
+@pytest.mark.parametrize("tokens", [pytest.param(t, marks=gpu_only) for t in (1, 64)])
+def test_decode_mix_replays_in_a_cuda_graph(tokens):
+    from dayzero.plugins import attnres
+
+    blocks = torch.randn(8, tokens, 7168, device="cuda").bfloat16()
+    partial = torch.randn(tokens, 7168, device="cuda").bfloat16()
+    query, rms_weight = torch.randn(7168, device="cuda"), torch.rand(7168, device="cuda") + 0.5
+    graph = torch.cuda.CUDAGraph()
+    attnres.attnres_mix_blocks(query, blocks, 8, partial, rms_weight, 1e-6)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        out = attnres.attnres_mix_blocks(query, blocks, 8, partial, rms_weight, 1e-6)
+    partial.copy_(torch.randn_like(partial))
+    graph.replay()
+    expected = reference.attnres_mix_blocks(query, blocks, 8, partial, rms_weight, 1e-6)
+    assert rel_err(out, expected) < 1e-2

@@ -1,0 +1,270 @@
+"""The Triton MoE kernels (router, permutation, grouped expert GEMM, un-permutation, activation) and the whole
+layer vs the reference (interpreter on CPU, native on the GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dayzero.plugins.moe import reference
+from dayzero.plugins.moe.activation import gated_activation
+from tests.helpers import rel_err
+from tests.plugins.triton_env import DEVICE, ON_GPU, gpu_only, needs_triton, poisoned, sizes
+
+# on the GPU every test here runs natively (`pytest -m gpu`); on the CPU under the interpreter
+pytestmark = [needs_triton] + ([pytest.mark.gpu] if ON_GPU else [])
+
+# the CPU interpreter truncates fp32 -> bf16 where the GPU rounds to nearest, hence the loose bf16 bound
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
+SITU = {"beta": 4.0, "linear_beta": 25.0}
+
+
+def _routed_ids(tokens, experts, top_k, dead_expert=True):
+    """Routing with the last expert never chosen (it gets zero rows)."""
+    logits = torch.randn(tokens, experts, device=DEVICE)
+    if dead_expert and top_k < experts:
+        logits[:, -1] = -50
+    return reference.route(logits, None, top_k)
+
+
+def _expert_weights(experts, dim, inter, dtype):
+    w1 = torch.randn(experts, inter, dim, device=DEVICE) / dim ** 0.5
+    w3 = torch.randn(experts, inter, dim, device=DEVICE) / dim ** 0.5
+    w2 = torch.randn(experts, dim, inter, device=DEVICE) / inter ** 0.5
+    return w1.to(dtype), w3.to(dtype), w2.to(dtype)
+
+
+@pytest.mark.parametrize("tokens, experts, top_k, num_groups, topk_group, activation, with_bias, renormalize", sizes(
+    cpu=[(5, 8, 2, 1, 1, "sigmoid", True, True), (7, 12, 3, 4, 2, "sigmoid", True, False),
+         (3, 16, 16, 1, 1, "softmax", False, True), (4, 24, 5, 8, 3, "softmax", True, True),
+         (2, 7, 1, 1, 1, "sigmoid", False, False), (3, 20, 4, 5, 5, "sigmoid", True, True)],
+    gpu=[(8192, 896, 16, 1, 1, "sigmoid", True, True), (64, 256, 8, 1, 1, "sigmoid", True, True),
+         (333, 256, 8, 8, 4, "sigmoid", True, True), (100, 160, 6, 1, 1, "softmax", False, True),
+         (1, 64, 64, 1, 1, "sigmoid", True, False)],
+))
+def test_route_matches_reference(tokens, experts, top_k, num_groups, topk_group, activation, with_bias,
+                                 renormalize):
+    from dayzero.plugins.moe.route_kernel import route_launcher
+
+    logits = torch.randn(tokens, experts, device=DEVICE) * 2
+    bias = torch.randn(experts, device=DEVICE) * 0.5 if with_bias else None
+    args = (top_k, num_groups, topk_group, renormalize, 2.5, activation)
+    out = poisoned(tokens, top_k), poisoned(tokens, top_k, dtype=torch.int64)
+    weights, ids = route_launcher(logits, bias, *args, out=out)
+    _, expected_ids = reference.route(logits, bias, *args)
+    # near-ties may order differently by an ulp on the GPU: compare the chosen biased scores as sets, and the
+    # weights against the rule applied to the kernel's own choice
+    scores = torch.sigmoid(logits) if activation == "sigmoid" else logits.softmax(-1)
+    biased = scores if bias is None else scores + bias
+    assert (ids == expected_ids).float().mean() > 0.99
+    assert torch.allclose(biased.gather(1, ids).sort(-1).values, biased.gather(1, expected_ids).sort(-1).values,
+                          atol=1e-6)
+    chosen = scores.gather(1, ids)
+    chosen = chosen / (chosen.sum(-1, keepdim=True) + 1e-20) if renormalize else chosen
+    assert rel_err(weights, chosen * 2.5) < 1e-5
+
+
+@pytest.mark.parametrize("tokens, experts, top_k, dim", sizes(
+    cpu=[(9, 6, 3, 40), (1, 4, 2, 16), (5, 4, 4, 24), (6, 10, 1, 7)],
+    gpu=[(8192, 896, 16, 3584), (64, 256, 8, 2304), (1, 896, 16, 3584), (333, 64, 64, 100)],
+))
+def test_permute_matches_reference(tokens, experts, top_k, dim):
+    from dayzero.plugins.moe.permute_kernel import permute_launcher
+
+    x = torch.randn(tokens, dim, device=DEVICE)
+    _, ids = _routed_ids(tokens, experts, top_k)
+    got = permute_launcher(x, ids, experts, out=poisoned(tokens * top_k, dim))
+    for name, a, b in zip(("x_sorted", "order", "positions", "offsets"), got, reference.permute(x, ids, experts)):
+        assert torch.equal(a, b), name
+    if top_k < experts:
+        assert got[3][-1] == got[3][-2], "the dead expert must own no rows"
+
+
+@pytest.mark.parametrize("experts, experts_per_rank", [(8, 2), (12, 4), (6, 6), (6, 1)])
+def test_permutation_groups_each_ranks_rows_contiguously(experts, experts_per_rank):
+    from dayzero.plugins.moe import expert_rank_offsets
+    from dayzero.plugins.moe.permute_kernel import permute_launcher
+
+    tokens, top_k = 11, 3
+    _, ids = _routed_ids(tokens, experts, top_k, dead_expert=False)
+    _, order, _, offsets = permute_launcher(torch.randn(tokens, 8, device=DEVICE), ids, experts)
+    bounds = expert_rank_offsets(offsets, experts_per_rank).tolist()
+    rank_of_row = ids.reshape(-1)[order] // experts_per_rank
+    for rank, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        assert (rank_of_row[start:end] == rank).all()
+        assert end - start == int((ids // experts_per_rank == rank).sum())
+    assert bounds[0] == 0 and bounds[-1] == tokens * top_k
+
+
+@pytest.mark.parametrize("tokens, top_k, dim, dtype", sizes(
+    cpu=[(7, 3, 40, torch.float32), (4, 4, 33, torch.bfloat16), (1, 1, 8, torch.float32)],
+    gpu=[(8192, 16, 3584, torch.bfloat16), (64, 8, 2304, torch.bfloat16), (77, 6, 1000, torch.float32)],
+))
+def test_unpermute_matches_reference_and_inverts_permute(tokens, top_k, dim, dtype):
+    from dayzero.plugins.moe.permute_kernel import permute_launcher, unpermute_launcher
+
+    experts = 2 * top_k
+    weights, ids = _routed_ids(tokens, experts, top_k)
+    x = torch.randn(tokens, dim, device=DEVICE).to(dtype)
+    x_sorted, _, positions, _ = permute_launcher(x, ids, experts)
+    y_sorted = torch.randn_like(x_sorted)
+    out = poisoned(tokens, dim, dtype=dtype)
+    assert rel_err(unpermute_launcher(y_sorted, weights, positions, out=out),
+                   reference.unpermute(y_sorted, weights, positions)) < TOLERANCE[dtype]
+    # renormalized weights sum to one per token, so the round trip returns x
+    out = poisoned(tokens, dim, dtype=dtype)
+    assert rel_err(unpermute_launcher(x_sorted, weights, positions, out=out), x) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("tokens, experts, top_k, dim, inter, dtype, activation", sizes(
+    cpu=[(9, 6, 3, 40, 24, torch.float32, "silu"), (7, 5, 2, 24, 40, torch.float32, "situ"),
+         (5, 4, 4, 32, 16, torch.bfloat16, "situ"), (3, 3, 1, 17, 9, torch.float32, "silu")],
+    gpu=[(512, 64, 8, 2304, 1024, torch.bfloat16, "silu"), (256, 32, 16, 3584, 3072, torch.bfloat16, "situ"),
+         (97, 16, 4, 200, 72, torch.float32, "situ"), (33, 8, 8, 256, 128, torch.bfloat16, "silu")],
+))
+def test_triton_grouped_mlp_matches_reference(tokens, experts, top_k, dim, inter, dtype, activation):
+    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_triton
+
+    _, ids = _routed_ids(tokens, experts, top_k)
+    x_sorted, _, _, offsets = reference.permute(torch.randn(tokens, dim, device=DEVICE).to(dtype), ids, experts)
+    w1, w3, w2 = _expert_weights(experts, dim, inter, dtype)
+    params = SITU if activation == "situ" else {}
+    beta, linear_beta = params.get("beta", 1.0), params.get("linear_beta")
+    out = poisoned(tokens * top_k, dim, dtype=dtype)
+    got = grouped_mlp_triton(x_sorted, offsets, w1, w3, w2, activation, beta, linear_beta, out=out)
+    expected = reference.grouped_mlp(x_sorted, offsets, w1, w3, w2, activation, **params)
+    assert rel_err(got, expected) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("tokens, experts, top_k, dim, inter, activation", [
+    pytest.param(*s, marks=gpu_only) for s in [(512, 64, 8, 2304, 1024, "silu"), (200, 32, 16, 3584, 3072, "situ"),
+                                               (8, 32, 8, 2304, 1024, "situ")]])
+def test_grouped_mm_path_matches_reference(tokens, experts, top_k, dim, inter, activation):
+    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_grouped_mm, use_grouped_mm
+
+    x = torch.randn(tokens, dim, device="cuda").bfloat16()
+    if not use_grouped_mm(x):
+        pytest.skip("torch._grouped_mm is not available on this GPU")
+    _, ids = _routed_ids(tokens, experts, top_k)
+    x_sorted, _, _, offsets = reference.permute(x, ids, experts)
+    w1, w3, w2 = _expert_weights(experts, dim, inter, torch.bfloat16)
+    params = SITU if activation == "situ" else {}
+    got = grouped_mlp_grouped_mm(x_sorted, offsets, w1, w3, w2, activation, params.get("beta", 1.0),
+                                 params.get("linear_beta"))
+    assert rel_err(got, reference.grouped_mlp(x_sorted, offsets, w1, w3, w2, activation, **params)) < 1e-2
+
+
+@pytest.mark.parametrize("rows, cols, dtype, activation", sizes(
+    cpu=[(5, 33, torch.float32, "silu"), (3, 70, torch.float32, "situ"), (4, 16, torch.bfloat16, "situ")],
+    gpu=[(131072, 3072, torch.bfloat16, "situ"), (512, 1024, torch.bfloat16, "silu"), (7, 999, torch.float32, "situ")],
+))
+def test_gated_activation_matches_reference(rows, cols, dtype, activation):
+    from dayzero.plugins.moe.activation_kernel import gated_activation_launcher
+
+    # gates around zero (the series branch of tanh) and far out; ups beyond the SiTU soft cap
+    gate = (torch.randn(rows, cols, device=DEVICE) * torch.logspace(-3, 1, cols, device=DEVICE)).to(dtype)
+    up = (torch.randn(rows, cols, device=DEVICE) * 40).to(dtype)
+    params = SITU if activation == "situ" else {}
+    got = gated_activation_launcher(gate, up, activation, params.get("beta", 1.0), params.get("linear_beta"),
+                                    out=poisoned(rows, cols, dtype=dtype))
+    assert rel_err(got, gated_activation(gate, up, activation, **params)) < TOLERANCE[dtype]
+
+
+def _layer(dim, experts, inter, top_k, dtype, latent, shared, activation, num_groups=1, topk_group=1):
+    from dayzero.plugins.moe import LatentProjection, MoEWeights, RouterSpec
+
+    expert_dim = latent or dim
+    w1, w3, w2 = _expert_weights(experts, expert_dim, inter, dtype)
+    projection = None
+    if latent:
+        down = (torch.randn(latent, dim, device=DEVICE) / dim ** 0.5).to(dtype)
+        up = (torch.randn(dim, latent, device=DEVICE) / latent ** 0.5).to(dtype)
+        projection = LatentProjection(down, up, torch.rand(latent, device=DEVICE).to(dtype) + 0.5, 1e-5)
+    shared_weights = None
+    if shared:
+        sw1, sw3, sw2 = _expert_weights(1, dim, inter * shared, dtype)
+        shared_weights = (sw1[0], sw3[0], sw2[0])
+    weights = MoEWeights(torch.randn(experts, dim, device=DEVICE).to(dtype), torch.randn(experts, device=DEVICE) * 0.1,
+                         w1, w3, w2, shared_weights, projection, activation, SITU if activation == "situ" else {})
+    return weights, RouterSpec(top_k, num_groups, topk_group, True, 2.5, "sigmoid")
+
+
+def _reference_layer(x, weights, spec):
+    """The model's composition (model/moe.py) written with the reference ops."""
+    logits = torch.nn.functional.linear(x.float(), weights.router.float())
+    w, ids = reference.route(logits, weights.correction_bias, spec.top_k, spec.num_groups, spec.topk_group,
+                             spec.renormalize, spec.scaling, spec.activation)
+    latent = weights.latent
+    h = x if latent is None else x @ latent.down.t()
+    y = reference.moe_experts(h, w, ids, weights.w1, weights.w3, weights.w2, weights.activation,
+                              **weights.act_params)
+    if latent is not None:
+        yf = y.float()
+        y = (yf * torch.rsqrt(yf.pow(2).mean(-1, keepdim=True) + latent.eps) * latent.norm_weight.float()).to(y.dtype)
+        y = y @ latent.up.t()
+    if weights.shared is not None:
+        y = y + reference.gated_mlp(x, *weights.shared, weights.activation, **weights.act_params)
+    return y
+
+
+@pytest.mark.parametrize("tokens, dim, experts, inter, top_k, dtype, latent, shared, activation, groups", sizes(
+    cpu=[(6, 32, 8, 16, 3, torch.float32, 24, 2, "situ", (1, 1)), (5, 24, 6, 16, 2, torch.float32, None, 1, "silu",
+                                                                  (3, 2)),
+         (4, 32, 4, 16, 4, torch.bfloat16, None, 0, "silu", (1, 1))],
+    gpu=[(64, 7168, 64, 3072, 16, torch.bfloat16, 3584, 2, "situ", (1, 1)),
+         (300, 2304, 256, 1024, 8, torch.bfloat16, None, 1, "silu", (1, 1)),
+         (50, 512, 32, 128, 4, torch.float32, 256, 2, "situ", (4, 2))],
+))
+def test_moe_layer_matches_reference_composition(tokens, dim, experts, inter, top_k, dtype, latent, shared,
+                                                 activation, groups):
+    from dayzero.plugins.moe import moe_layer
+
+    weights, spec = _layer(dim, experts, inter, top_k, dtype, latent, shared, activation, *groups)
+    x = torch.randn(tokens, dim, device=DEVICE).to(dtype)
+    assert rel_err(moe_layer(x, weights, spec), _reference_layer(x, weights, spec)) < TOLERANCE[dtype]
+
+
+def test_registered_ops_dispatch_to_reference_on_cpu():
+    from dayzero.plugins import moe
+
+    x, (w1, w3, w2) = torch.randn(7, 12), [t.cpu() for t in _expert_weights(6, 12, 10, torch.float32)]
+    logits, bias = torch.randn(7, 6), torch.randn(6)
+    weights, ids = moe.route(logits, bias, 3, 2, 1)
+    expected_weights, expected_ids = reference.route(logits, bias, 3, 2, 1)
+    assert torch.equal(ids, expected_ids) and torch.equal(weights, expected_weights)
+    got = moe.moe_experts(x, weights, ids, w1, w3, w2, "situ", **SITU)
+    assert rel_err(got, reference.moe_experts(x, weights, ids, w1, w3, w2, "situ", **SITU)) < 1e-6
+    assert torch.equal(moe.gated_mlp(x, w1[0], w3[0], w2[0]), reference.gated_mlp(x, w1[0], w3[0], w2[0]))
+
+
+def test_onnx_export_emits_dayzero_nodes():
+    pytest.importorskip("onnxscript")
+    from dayzero.plugins import moe
+    from dayzero.plugins.registry import ONNX_DOMAIN, ONNX_TRANSLATIONS
+
+    class Layer(torch.nn.Module):
+        def forward(self, x, router, bias, w1, w3, w2):
+            weights, ids = moe.route(x @ router.t(), bias, 2)
+            return moe.moe_experts(x, weights, ids, w1, w3, w2, "situ", **SITU) + moe.gated_mlp(x, w1[0], w3[0], w2[0])
+
+    args = (torch.randn(5, 8), torch.randn(4, 8), torch.randn(4), *(t.cpu() for t in _expert_weights(4, 8, 6,
+                                                                                                      torch.float32)))
+    program = torch.onnx.export(Layer().eval(), args, dynamo=True, custom_translation_table=ONNX_TRANSLATIONS)
+    custom = [n.op_type for n in program.model_proto.graph.node if n.domain == ONNX_DOMAIN]
+    assert custom == ["MoeRoute", "MoePermute", "MoeGroupedMlp", "MoeUnpermute", "MoeGatedActivation"]
+
+
+@pytest.mark.parametrize("tokens", [pytest.param(t, marks=gpu_only) for t in (1, 64)])
+def test_moe_layer_replays_in_a_cuda_graph(tokens):
+    from dayzero.plugins.moe import moe_layer
+
+    weights, spec = _layer(2304, 256, 1024, 8, torch.bfloat16, None, 1, "silu")
+    x = torch.randn(tokens, 2304, device="cuda").bfloat16()
+    moe_layer(x, weights, spec)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = moe_layer(x, weights, spec)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    assert rel_err(out, _reference_layer(x, weights, spec)) < 1e-2
