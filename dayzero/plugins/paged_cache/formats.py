@@ -10,6 +10,8 @@ Indexer keys, MXFP8 (132 B/token), cache `uint8 [P, PAGE_SIZE * 132]`, page-majo
     bytes [64*DI, 64*DI*33/32) their E8M0 scales, DI/32 per row
 Plain formats keep rows as they are: latent `[P, PAGE_SIZE, 576]` and index `[P, PAGE_SIZE, DI]` in bf16 / fp32.
 The format of a cache tensor is told by its dtype: uint8 means quantized.
+write_latent / write_index_keys here are the reference writes (the spec); `paged_cache.write_latent` /
+`write_index_keys` are the registered in-place ops (op.py) that run the fused Triton writes on CUDA.
 """
 
 from __future__ import annotations
