@@ -43,9 +43,7 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
 def stage_times(q, k, v, g, beta, cu) -> dict:
     """Each kernel alone under a few launch configurations (to see where the time goes)."""
     times = {}
-    for warps in (4, 8):
-        times[f"intra_w{warps}_ms"] = round(median_ms(
-            lambda w=warps: intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True, num_warps=w)), 3)
+    times["intra_ms"] = round(median_ms(lambda: intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True)), 3)
     terms = intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True)
     o = torch.empty_like(v)
     final = torch.empty(cu.shape[0] - 1, q.shape[1], K, V, device="cuda")
@@ -104,7 +102,7 @@ def main() -> None:
             torch.cuda.empty_cache()
     write_results(args.out, "kda_prefill", {"ceilings": ceilings, "reference_check": check, "rows": rows})
     print("ceilings", ceilings, "| reference check", {k: f"{v:.1e}" for k, v in check.items()})
-    print(table(rows, ["shape", "intra_w4_ms", "intra_w8_ms", "state_bv32_w4_ms", "state_bv64_w4_ms",
+    print(table(rows, ["shape", "intra_ms", "state_bv32_w4_ms", "state_bv64_w4_ms",
                        "state_bv64_w8_ms", "ours_ms", "fla_ms", "speedup", "err_o_vs_fla", "err_S_vs_fla", "fla_error",
                        "error"]))
 
