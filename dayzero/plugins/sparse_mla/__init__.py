@@ -1,3 +1,3 @@
-from dayzero.plugins.sparse_mla.reference import dense_mla_paged, sparse_mla_paged
+from dayzero.plugins.sparse_mla.op import dense_mla_paged, sparse_mla_paged
 
 __all__ = ["dense_mla_paged", "sparse_mla_paged"]

@@ -1,0 +1,312 @@
+"""Benchmark of the Triton MLA attention kernels (sparse Top-K decode / prefill, dense causal) on one GPU.
+
+    PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR [--prefill-tokens 32768] [--no-sweep]
+
+Measures the ceilings first (device-to-device copy, bytes read + written; bf16 8192^3 matmul), checks every
+benchmarked kernel against a vectorized torch equivalent of the reference on sampled tokens of the bench inputs,
+then times it (triton.testing.do_bench, median). Decode reports bytes/s (B * topk * row bytes + q + o) against the
+copy ceiling and TFLOP/s against the matmul ceiling (FLOPs = 2 * T * H * keys * (576 + 512)); prefill reports
+TFLOP/s. A few tile configs are swept on representative cases. Writes DIR/sparse_mla.json; prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import triton
+import triton.testing
+
+from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, pack_fp8_latent, unpack_fp8_latent
+from dayzero.plugins.paged_cache.reference import PAGE_SIZE
+from dayzero.plugins.sparse_mla import schedule
+from dayzero.plugins.sparse_mla.kernel import dense_mla_launcher, sparse_mla_launcher
+
+NOPE, ROPE, TOPK = 512, 64, 2048
+L2_BYTES = 60 * 2**20
+SM_SCALE = (128 + 64) ** -0.5
+SWEEP = [(32, 2), (64, 2), (16, 3), (32, 4)]  # (block_n, num_stages) tried next to the default
+
+
+def bench_ms(fn, rep_ms: int = 200) -> float:
+    return triton.testing.do_bench(fn, warmup=50, rep=rep_ms, return_mode="median")
+
+
+def ceilings() -> dict:
+    src = torch.randn(2**28, device="cuda")  # 1 GiB
+    dst = torch.empty_like(src)
+    copy_ms = bench_ms(lambda: dst.copy_(src))
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm_ms = bench_ms(lambda: a @ b)
+    return {"copy_GBps": 2 * src.numel() * 4 / copy_ms / 1e6, "matmul_bf16_TFLOPs": 2 * 8192**3 / mm_ms / 1e9}
+
+
+def random_cache(num_pages: int, fmt: str) -> torch.Tensor:
+    """Random latent rows (never zeros) in the plain bf16 or the FP8 record layout."""
+    if fmt == "bf16":
+        return torch.randn(num_pages, PAGE_SIZE, NOPE + ROPE, device="cuda", dtype=torch.bfloat16)
+    cache = torch.empty(num_pages * PAGE_SIZE, fp8_latent_record_bytes(NOPE, ROPE), device="cuda", dtype=torch.uint8)
+    for start in range(0, cache.shape[0], 2**18):
+        rows = torch.randn(min(2**18, cache.shape[0] - start), NOPE + ROPE, device="cuda")
+        cache[start : start + rows.shape[0]] = pack_fp8_latent(rows, ROPE)
+    return cache.view(num_pages, PAGE_SIZE, -1)
+
+
+def shuffled_table(num_seqs: int, pages_per_seq: int) -> torch.Tensor:
+    return torch.randperm(num_seqs * pages_per_seq, device="cuda").int().view(num_seqs, pages_per_seq)
+
+
+def random_indices(positions: torch.Tensor, topk: int, context: int) -> torch.Tensor:
+    """Per token topk distinct random positions <= its position (all valid: positions >= topk - 1)."""
+    out = torch.empty(positions.shape[0], topk, device="cuda", dtype=torch.int32)
+    keys = torch.arange(context, device="cuda")
+    for start in range(0, positions.shape[0], 1024):
+        pos = positions[start : start + 1024]
+        score = torch.rand(pos.shape[0], context, device="cuda").masked_fill(keys[None, :] > pos[:, None], 2.0)
+        out[start : start + pos.shape[0]] = score.topk(topk, dim=1, largest=False).indices.int()
+    return out
+
+
+def gathered_rows(cache, table, seq, keys):
+    """Latent rows (fp32) of logical `keys` [n, K] of sequences seq [n] -> [n, K, 576]."""
+    phys = table.long()[seq[:, None], keys // PAGE_SIZE] * PAGE_SIZE + keys % PAGE_SIZE
+    flat = cache.view(-1, cache.shape[-1])[phys.flatten()]
+    rows = unpack_fp8_latent(flat, ROPE) if cache.dtype == torch.uint8 else flat.float()
+    return rows.view(*keys.shape, -1)
+
+
+def check_tokens(o, lse, q, rows, visible) -> dict:
+    """Torch attention of q [n, H, D] over rows [n, K, D] (visible [n, K]) vs the kernel's (o, lse) of those tokens."""
+    scores = torch.einsum("nhd,nkd->nhk", q.float(), rows) * SM_SCALE
+    scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
+    ref_lse = scores.logsumexp(-1)
+    ref_o = torch.einsum("nhk,nkd->nhd", torch.softmax(scores, -1), rows[..., :NOPE])
+    err_o = ((o.float() - ref_o).norm() / ref_o.norm()).item()
+    err_lse = ((lse - ref_lse).norm() / ref_lse.norm()).item()
+    return {"rel_err_o": err_o, "rel_err_lse": err_lse, "correct": err_o < 2e-2 and err_lse < 5e-3}
+
+
+def sample(count: int, total: int) -> torch.Tensor:
+    return torch.randperm(total, device="cuda")[:count].sort().values
+
+
+def sparse_case(name, tokens_per_seq, num_seqs, heads, context, fmt, configs, rotate=True):
+    """num_seqs sequences of `context` rows; each has tokens_per_seq new tokens at its last positions."""
+    pages_per_seq = -(-context // PAGE_SIZE)
+    cache = random_cache(num_seqs * pages_per_seq, fmt)
+    table = shuffled_table(num_seqs, pages_per_seq)
+    tokens = num_seqs * tokens_per_seq
+    positions = (context - tokens_per_seq + torch.arange(tokens_per_seq, device="cuda")).repeat(num_seqs)
+    cu = torch.arange(num_seqs + 1, device="cuda", dtype=torch.int32) * tokens_per_seq
+    row_bytes = cache.shape[-1] * cache.element_size()
+    per_set = tokens * TOPK * row_bytes
+    sets = max(1, min(3, math.ceil(3 * L2_BYTES / per_set))) if rotate else 1
+    inputs = [(torch.randn(tokens, heads, NOPE + ROPE, device="cuda", dtype=torch.bfloat16),
+               random_indices(positions, TOPK, context)) for _ in range(sets)]
+    seq = torch.arange(num_seqs, device="cuda").repeat_interleave(tokens_per_seq)
+    q, idx = inputs[0]
+    o, lse = sparse_mla_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
+    picked = sample(min(16, tokens), tokens)
+    rows = gathered_rows(cache, table, seq[picked], idx[picked].long())
+    check = check_tokens(o[picked], lse[picked], q[picked], rows, torch.ones_like(idx[picked], dtype=torch.bool))
+    base = {"case": name, "kind": "sparse", "T": tokens, "H": heads, "topk": TOPK, "context": context, "cache": fmt,
+            "input_sets": sets, **check,
+            "bytes": tokens * TOPK * row_bytes + q.numel() * 2 + tokens * heads * NOPE * 2,
+            "flops": 2 * tokens * heads * TOPK * (NOPE + ROPE + NOPE)}
+    return [timed(base, lambda cfg, i: sparse_mla_launcher(*_rotated(inputs, i, cache, table, cu), SM_SCALE, NOPE,
+                                                            config=cfg), cfg, sets) for cfg in configs]
+
+
+def _rotated(inputs, i, cache, table, cu):
+    q, idx = inputs[i % len(inputs)]
+    return q, cache, table, cu, idx
+
+
+def dense_case(name, tokens_per_seq, num_seqs, heads, context, fmt, configs):
+    pages_per_seq = -(-context // PAGE_SIZE)
+    cache = random_cache(num_seqs * pages_per_seq, fmt)
+    table = shuffled_table(num_seqs, pages_per_seq)
+    tokens = num_seqs * tokens_per_seq
+    positions = (context - tokens_per_seq + torch.arange(tokens_per_seq, device="cuda")).repeat(num_seqs)
+    cu = torch.arange(num_seqs + 1, device="cuda", dtype=torch.int32) * tokens_per_seq
+    q = torch.randn(tokens, heads, NOPE + ROPE, device="cuda", dtype=torch.bfloat16)
+    o, lse = dense_mla_launcher(q, cache, table, cu, positions, SM_SCALE, NOPE)
+    picked = sample(min(8, tokens), tokens)
+    keys = torch.arange(context, device="cuda").expand(picked.shape[0], context)
+    seq = torch.arange(num_seqs, device="cuda").repeat_interleave(tokens_per_seq)[picked]
+    check = check_tokens(o[picked], lse[picked], q[picked], gathered_rows(cache, table, seq, keys),
+                         keys <= positions[picked][:, None])
+    keys_total = int((positions + 1).sum())
+    row_bytes = cache.shape[-1] * cache.element_size()
+    base = {"case": name, "kind": "dense", "T": tokens, "H": heads, "context": context, "cache": fmt, **check,
+            "bytes": num_seqs * context * row_bytes + q.numel() * 2 + tokens * heads * NOPE * 2,
+            "flops": 2 * heads * keys_total * (NOPE + ROPE + NOPE)}
+    run = lambda cfg, i: dense_mla_launcher(q, cache, table, cu, positions, SM_SCALE, NOPE, config=cfg)  # noqa: E731
+    return [timed(base, run, cfg, 1) for cfg in configs]
+
+
+class _Compiled:
+    """`launch` wrapper that remembers the compiled attention kernel (registers, spills, shared memory)."""
+
+    seen: dict = {}
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            compiled = self.kernel[grid](*args, **kwargs)
+            name = getattr(getattr(self.kernel, "fn", None), "__name__", "")
+            if compiled is not None and name == "_mla_attention_kernel":
+                _Compiled.seen = {"n_regs": getattr(compiled, "n_regs", None),
+                                  "n_spills": getattr(compiled, "n_spills", None),
+                                  "shared_bytes": getattr(compiled.metadata, "shared", None)}
+            return compiled
+
+        return run
+
+
+def timed(base: dict, run, config, sets: int) -> dict:
+    record = dict(base)
+    record["config"] = "default" if config is None else vars(config).copy()
+    try:
+        counter = iter(range(10**9))
+        run(config, 0)
+        torch.cuda.synchronize()
+        ms = bench_ms(lambda: run(config, next(counter)), rep_ms=300 if base["flops"] > 1e12 else 200)
+        record.update(ms=ms, GBps=base["bytes"] / ms / 1e6, TFLOPs=base["flops"] / ms / 1e9)
+    except Exception as exc:  # one failing config must not stop the others
+        record["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        traceback.print_exc()
+    return record
+
+
+def kernel_stats(launcher, *args, config=None) -> dict:
+    _Compiled.seen = {}
+    try:
+        launcher(*args, launch=_Compiled, config=config)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return dict(_Compiled.seen)
+
+
+def sweep_configs(heads: int, dense: bool = False) -> list:
+    base = schedule.tile_config(heads, torch.bfloat16, dense=dense)
+    configs = [None]
+    for block_n, stages in SWEEP:
+        cfg = schedule.TileConfig(base.block_h, base.tokens_per_block, block_n, base.num_warps, stages)
+        if cfg != base:
+            configs.append(cfg)
+    return configs
+
+
+def cases(args) -> list:
+    """(name, builder) pairs; builders return lists of records."""
+    sweep = not args.no_sweep
+    prefill = args.prefill_tokens
+    out = []
+    # H=64 alternative: two 32-head programs per token (mma.sync, no split pass) instead of one 64-head wgmma program
+    narrow = schedule.TileConfig(block_h=32, tokens_per_block=1, block_n=32, num_warps=8, num_stages=3)
+    for heads in (128, 64):
+        for fmt in ("fp8", "bf16"):
+            configs = [None]
+            if sweep and fmt == "fp8":
+                configs = sweep_configs(heads) if heads == 128 else [None, narrow]
+            out.append((f"decode B64 H{heads} {fmt}",
+                        lambda h=heads, f=fmt, c=configs: sparse_case(f"decode B64 H{h} {f}", 1, 64, h, 32768, f, c)))
+    out.append(("decode B64x(1+3) H128 fp8", lambda: sparse_case("decode B64x(1+3) H128 fp8", 4, 64, 128, 32768,
+                                                                 "fp8", [None])))
+    for heads in (128, 64):
+        configs = sweep_configs(heads) if sweep and heads == 128 else [None]
+        out.append((f"prefill T{prefill} H{heads} bf16",
+                    lambda h=heads, c=configs: sparse_case(f"prefill T{prefill} H{h} bf16", prefill, 1, h,
+                                                           prefill + TOPK, "bf16", c, rotate=False)))
+    out.append((f"prefill T{prefill} H128 fp8", lambda: sparse_case(f"prefill T{prefill} H128 fp8", prefill, 1, 128,
+                                                                     prefill + TOPK, "fp8", [None], rotate=False)))
+    out.append(("dense decode B64 H32 ctx8192 bf16",
+                lambda: dense_case("dense decode B64 H32 ctx8192 bf16", 1, 64, 32, 8192, "bf16", [None])))
+    out.append(("dense prefill T8192 H32 bf16",
+                lambda: dense_case("dense prefill T8192 H32 bf16", 8192, 1, 32, 8192, "bf16", [None])))
+    return out
+
+
+def fraction(record: dict, ceil: dict) -> None:
+    if "ms" not in record:
+        return
+    record["frac_copy"] = record["GBps"] / ceil["copy_GBps"]
+    record["frac_matmul"] = record["TFLOPs"] / ceil["matmul_bf16_TFLOPs"]
+    # the slower of the two floors: what the hardware allows at best for this shape
+    floor_ms = max(record["bytes"] / ceil["copy_GBps"] / 1e6, record["flops"] / ceil["matmul_bf16_TFLOPs"] / 1e9)
+    record["frac_roofline"] = floor_ms / record["ms"]
+
+
+def print_table(ceil: dict, records: list) -> None:
+    print(f"\nceilings: copy {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s")
+    print(f"{'case':34} {'config':>18} {'ok':>3} {'ms':>9} {'GB/s':>7} {'%copy':>6} {'TFLOP/s':>8} {'%mm':>5} "
+          f"{'%roof':>6}")
+    for r in records:
+        c = r["config"]
+        cfg = c if c == "default" else f"h{c['block_h']} n{c['block_n']} s{c['num_stages']} w{c['num_warps']}"
+        if "ms" not in r:
+            print(f"{r['case']:34} {cfg:>18} ERROR {r.get('error', '')[:60]}")
+            continue
+        ok = "y" if r.get("correct") else "NO"
+        print(f"{r['case']:34} {cfg:>18} {ok:>3} {r['ms']:9.3f} {r['GBps']:7.0f} {100 * r['frac_copy']:5.1f}% "
+              f"{r['TFLOPs']:8.1f} {100 * r['frac_matmul']:4.1f}% {100 * r['frac_roofline']:5.1f}%")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--prefill-tokens", type=int, default=32768)
+    parser.add_argument("--no-sweep", action="store_true", help="time the default tile config only")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    start = time.time()
+    ceil = ceilings()
+    records = []
+    for name, build in cases(args):
+        try:
+            for record in build():
+                fraction(record, ceil)
+                records.append(record)
+        except Exception as exc:
+            traceback.print_exc()
+            records.append({"case": name, "config": "default", "error": f"{type(exc).__name__}: {exc}"[:500]})
+        torch.cuda.empty_cache()
+        print(f"[{time.time() - start:6.1f}s] {name}", file=sys.stderr, flush=True)
+    stats = compile_stats()
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "ceilings": ceil, "records": records, "compiled_kernels": stats,
+              "wall_s": time.time() - start}
+    (args.out / "sparse_mla.json").write_text(json.dumps(result, indent=1))
+    print_table(ceil, records)
+    return 0
+
+
+def compile_stats() -> dict:
+    """Registers / spills / shared memory of the attention kernel for the default configs (small inputs)."""
+    out = {}
+    for fmt in ("fp8", "bf16"):
+        for heads in (128, 16):
+            cache = random_cache(4, fmt)
+            table = torch.arange(4, device="cuda", dtype=torch.int32)[None]
+            q = torch.randn(2, heads, NOPE + ROPE, device="cuda", dtype=torch.bfloat16)
+            cu = torch.tensor([0, 2], device="cuda", dtype=torch.int32)
+            idx = torch.randint(0, 200, (2, 64), device="cuda", dtype=torch.int32)
+            pos = torch.tensor([200, 201], device="cuda")
+            out[f"sparse H{heads} {fmt}"] = kernel_stats(sparse_mla_launcher, q, cache, table, cu, idx, SM_SCALE, NOPE)
+            out[f"dense H{heads} {fmt}"] = kernel_stats(dense_mla_launcher, q, cache, table, cu, pos, SM_SCALE, NOPE)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Host-side plan of the MLA attention kernels: tile sizes, flash-decoding splits, the dense token-block schedule.
+
+Plain torch (no triton), so tests and benchmarks can reason about a launch without compiling anything.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+# the H200 has 132 SMs; used where no CUDA device is asked about (the interpreter, tracing)
+DEFAULT_NUM_SMS = 132
+# heads per program that fill one Hopper warpgroup MMA (wgmma needs M to be a multiple of 64)
+MMA_ROWS = 64
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One program computes `tokens_per_block * block_h` query rows (the M dim of both dots) over `block_n` keys."""
+
+    block_h: int
+    tokens_per_block: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+    def __post_init__(self):
+        for name in ("block_h", "tokens_per_block", "block_n"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"TileConfig.{name} must be a power of two, got {value}")
+        if self.block_n < 16:
+            raise ValueError(f"TileConfig.block_n must be >= 16 (tl.dot operand), got {self.block_n}")
+
+    @property
+    def rows(self) -> int:
+        return self.block_h * self.tokens_per_block
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def is_concrete(*values) -> bool:
+    """True when no value is a symbolic size (torch.export tracing): only then may the plan branch on it."""
+    return not any(isinstance(v, torch.SymInt) for v in values)
+
+
+def tile_config(num_heads: int, q_dtype: torch.dtype, dense: bool, tokens_per_seq: int | None = None) -> TileConfig:
+    """Default tiles. fp32 queries run the exact (non tensor-core) dot on small tiles; bf16/fp16 fill a wgmma."""
+    if q_dtype == torch.float32:
+        return TileConfig(block_h=16, tokens_per_block=1, block_n=16, num_warps=4, num_stages=1)
+    block_h = MMA_ROWS if num_heads > MMA_ROWS // 2 else max(16, _next_pow2(num_heads))
+    tokens = 1
+    if dense:
+        tokens = MMA_ROWS // block_h if block_h < MMA_ROWS else 1
+        if tokens_per_seq is not None:
+            tokens = max(1, min(tokens, _next_pow2(tokens_per_seq)))
+    # 3 stages: the row gather runs two key blocks ahead (~184 KB of shared memory at 64 rows x 576 bf16).
+    # 8 warps also for 16/32 rows: the [rows, 512] fp32 accumulator spills with 4 (sm_90 compile, triton 3.6)
+    return TileConfig(block_h=block_h, tokens_per_block=tokens, block_n=32, num_warps=8, num_stages=3)
+
+
+@functools.cache
+def _device_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return DEFAULT_NUM_SMS
+    return _device_sms(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def num_splits(num_programs, num_keys: int, block_n: int, device: torch.device) -> int:
+    """Flash-decoding: split each program's key list so that about one program runs per SM.
+
+    With fewer programs than SMs each key list is cut into `SMs // programs` pieces of whole key blocks (at most
+    one piece per block); otherwise 1 (no second pass). A symbolic program count (tracing) gets 1.
+    """
+    if not is_concrete(num_programs) or num_programs <= 0:
+        return 1
+    pieces = num_sms(device) // num_programs
+    return max(1, min(pieces, -(-num_keys // block_n)))
+
+
+def sequence_of_tokens(cu_seqlens: torch.Tensor, num_tokens) -> torch.Tensor:
+    """seq [T] int32: the sequence each flat token belongs to (sequence n owns [cu[n], cu[n+1]))."""
+    tokens = torch.arange(num_tokens, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
+    return torch.searchsorted(cu_seqlens[1:].contiguous(), tokens, right=True).to(torch.int32)
+
+
+def dense_block_schedule(cu_seqlens: torch.Tensor, num_tokens, tokens_per_block: int):
+    """Blocks of up to `tokens_per_block` consecutive tokens of one sequence -> (block_seq, block_first) int32 [U].
+
+    U = ceil(T / tokens_per_block) + N bounds the real block count without reading the lengths on the host;
+    unused blocks have block_seq = -1.
+    """
+    num_seqs = cu_seqlens.shape[0] - 1
+    lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    blocks = (lens + tokens_per_block - 1) // tokens_per_block
+    ends = blocks.cumsum(0)
+    upper = -(-num_tokens // tokens_per_block) + num_seqs
+    ids = torch.arange(upper, device=cu_seqlens.device)
+    seq = torch.searchsorted(ends, ids, right=True)
+    used = seq < num_seqs
+    seq = torch.where(used, seq, 0)
+    first = cu_seqlens.long()[seq] + (ids - (ends[seq] - blocks[seq])) * tokens_per_block
+    block_seq = torch.where(used, seq, -1).to(torch.int32)
+    return block_seq, torch.where(used, first, 0).to(torch.int32)
