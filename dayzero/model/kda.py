@@ -50,38 +50,34 @@ class KDAttention(nn.Module):
         gate = self.g_proj(x) if self.cfg.full_rank_output_gate else self.g_b_proj(self.g_a_proj(x))
         return self._heads(gate)
 
-    def _qkv(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool) -> torch.Tensor:
+    def _prefill(self, x: torch.Tensor, meta: StepMeta, cache: KDACache) -> torch.Tensor:
+        """Varlen prefill: short conv from each sequence's window, chunked recurrence from its state slot."""
         qkv = torch.stack([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=1)  # [T, 3, C]
-        if decode:
-            batch = meta.state_slots.shape[0]
-            qkv = qkv.view(batch, -1, *qkv.shape[1:])
-            out = short_conv.short_conv_decode(qkv, self._conv_weight(), cache.conv, meta.state_slots,
-                                               meta.num_accepted)
-            return out.flatten(0, 1)
-        return short_conv.short_conv_prefill(qkv, self._conv_weight(), cache.conv, meta.cu_seqlens,
-                                             meta.state_slots[:, 0])
-
-    def _recurrence(self, q, k, v, g, beta, meta: StepMeta, cache: KDACache, decode: bool) -> torch.Tensor:
-        if decode:
-            batch = meta.state_slots.shape[0]
-            per_seq = [t.view(batch, -1, *t.shape[1:]) for t in (q, k, v, g, beta)]
-            o = kda_ops.recurrent_kda_pool(*per_seq, cache.state, meta.state_slots, meta.num_accepted,
-                                           use_qk_l2norm_in_kernel=True)
-            return o.flatten(0, 1)
-        slots = meta.state_slots[:, 0].long()
-        o, final = kda_ops.chunk_kda(
-            q[None], k[None], v[None], g[None], beta[None], initial_state=cache.state[slots],
-            output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=meta.cu_seqlens,
-        )
+        slots = meta.state_slots[:, 0]
+        qkv = short_conv.short_conv_prefill(qkv, self._conv_weight(), cache.conv, meta.cu_seqlens, slots)
+        q, k, v = (self._heads(t)[None] for t in qkv.unbind(1))
+        g = kda_ops.kda_gate(self._heads(self.f_b_proj(self.f_a_proj(x))), self.A_log, self.dt_bias,
+                             self.cfg.gate_lower_bound)
+        beta = torch.sigmoid(self.b_proj(x).float())
+        slots = slots.long()
+        o, final = kda_ops.chunk_kda(q, k, v, g[None], beta[None], initial_state=cache.state[slots],
+                                     output_final_state=True, use_qk_l2norm_in_kernel=True,
+                                     cu_seqlens=meta.cu_seqlens)
         cache.state.index_copy_(0, slots, final)
         return o[0]
 
+    def _decode(self, x: torch.Tensor, meta: StepMeta, cache: KDACache) -> torch.Tensor:
+        """One fused step per token (conv update, SiLU, L2 norm, gate, beta, recurrence) over the slot pools."""
+        batch = meta.state_slots.shape[0]
+        per_seq = (batch, x.shape[0] // batch)
+        qkv = torch.stack([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=1).view(*per_seq, 3, -1)
+        z = self._heads(self.f_b_proj(self.f_a_proj(x))).view(*per_seq, self.cfg.num_heads, -1)
+        o = kda_ops.fused_kda_decode(qkv, self._conv_weight(), cache.conv, z, self.A_log, self.dt_bias,
+                                     self.cfg.gate_lower_bound, self.b_proj(x).view(*per_seq, -1), cache.state,
+                                     meta.state_slots, meta.num_accepted)
+        return o.flatten(0, 1)
+
     def forward(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool) -> torch.Tensor:
         """x [T, D] -> [T, D]; updates the layer's state and conv slots in place."""
-        q, k, v = (self._heads(t) for t in self._qkv(x, meta, cache, decode).unbind(1))
-        z = self._heads(self.f_b_proj(self.f_a_proj(x)))
-        g = kda_ops.kda_gate(z, self.A_log, self.dt_bias, self.cfg.gate_lower_bound)
-        beta = torch.sigmoid(self.b_proj(x).float())
-        o = self._recurrence(q, k, v, g, beta, meta, cache, decode)
-        o = self.o_norm(o, self._output_gate(x))
-        return self.o_proj(o.flatten(1))
+        o = self._decode(x, meta, cache) if decode else self._prefill(x, meta, cache)
+        return self.o_proj(self.o_norm(o, self._output_gate(x)).flatten(1))
