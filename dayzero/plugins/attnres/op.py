@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from dayzero.plugins.attnres import reference
-from dayzero.plugins.attnres.onnx import dayzero_node
+from dayzero.plugins.onnx_node import dayzero_node
 from dayzero.plugins.registry import onnx_translation, plugin_op
 
 # a listed-sources op with more sources than the kernel has pointer slots stacks them (rare: K3.1 needs 9)

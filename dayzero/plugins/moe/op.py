@@ -7,7 +7,7 @@ import torch
 
 from dayzero.plugins.moe import reference
 from dayzero.plugins.moe.activation import activation_args, gated_activation
-from dayzero.plugins.moe.onnx import dayzero_node
+from dayzero.plugins.onnx_node import dayzero_node
 from dayzero.plugins.registry import onnx_translation, plugin_op
 
 
