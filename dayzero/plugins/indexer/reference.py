@@ -14,6 +14,7 @@ import torch
 
 from dayzero.plugins.paged_cache.formats import gather_index_keys
 from dayzero.plugins.paged_cache.reference import sequence_bounds
+from dayzero.plugins.quant.reference import mxfp8_dequantize
 
 
 def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -55,10 +56,15 @@ def index_topk(
 def index_topk_paged(
     q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
     cu_seqlens: torch.Tensor, positions: torch.Tensor, topk: int, scale: float | None = None,
+    q_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Paged form: q [T, HI, DI] and w [T, HI] of the new tokens, keys read from `index_cache` (plain
     [P, 64, DI] or MXFP8 page-major uint8, see paged_cache/formats.py; already holding the new tokens) through
-    `block_table [N, max_pages]` -> indices [T, topk]."""
+    `block_table [N, max_pages]` -> indices [T, topk].
+
+    A pre-quantized MXFP8 query is q e4m3 [T, HI, DI] with its E8M0 scales q_scales uint8 [T, HI, DI/32]."""
+    if q_scales is not None:
+        q = mxfp8_dequantize(q, q_scales)
     out = torch.full((q.shape[0], topk), -1, dtype=torch.int32, device=q.device)
     for n, (start, end) in enumerate(sequence_bounds(cu_seqlens)):
         if end == start:

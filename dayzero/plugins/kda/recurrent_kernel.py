@@ -201,7 +201,9 @@ def recurrent_kda_pool_launcher(
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
     strides = [_token_strides(x, heads, dim) for x, dim in ((q, dim_k), (k, dim_k), (v, dim_v), (g, dim_k))]
     strides.append(_token_strides(beta, heads))
-    block_v = min(dim_v, 32) if block_v is None else block_v
+    if block_v is None:
+        # measured on the H200 (bench/README.md): wide V blocks win once there are enough (row, head) programs
+        block_v = min(dim_v, 64 if batch * heads >= 1024 else 32)
     assert block_v <= dim_v and block_v & (block_v - 1) == 0, "block_v must be a power of two <= V"
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
     kernel = launch(_recurrent_kda_pool_kernel) if launch else _recurrent_kda_pool_kernel
@@ -217,7 +219,7 @@ def fused_kda_decode_launcher(
     qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor, z: torch.Tensor, A_log: torch.Tensor,
     dt_bias: torch.Tensor, lower_bound: float | None, beta_logits: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None, *,
-    out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 8, launch=None,
+    out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 4, launch=None,
 ) -> torch.Tensor:
     """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
     conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k

@@ -1,0 +1,91 @@
+"""Tile loaders of the indexer kernels: query rows and paged index keys, ready for an exact tl.dot.
+
+Both sides reach the dot either in bf16 (bf16 inputs; MXFP8 values, whose e4m3 x 2^e is exact in bf16) or in fp32
+(any fp32 input, with an IEEE dot), so every product is exact and scores differ from the fp32 reference only in
+the order of summation. Hopper has no MX MMA: MXFP8 tiles are dequantized in registers.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def e8m0_scale(code):
+    """uint8 E8M0 codes -> fp32 2^(code - 127), built from the exponent bits (exact for codes 1..254)."""
+    return (code.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def e8m0_scale_bf16(code):
+    """uint8 E8M0 codes -> bf16 2^(code - 127) (exact for codes 1..254)."""
+    return (code.to(tl.int16) << 7).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def dot_operand(x, DOT_FP32: tl.constexpr):
+    if DOT_FP32:
+        y = x.to(tl.float32)
+    else:
+        y = x.to(tl.bfloat16)
+    return y
+
+
+@triton.jit
+def load_query(q, q_scales, token, head, ok, d, HI: tl.constexpr, DI: tl.constexpr, Q_QUANT: tl.constexpr,
+               DOT_FP32: tl.constexpr):
+    """Rows (token [M], head [M]) of q [T, HI, DI] -> [M, DP] dot operand (0 where not ok).
+
+    MXFP8 q: q holds the e4m3 bytes (uint8), q_scales [T, HI, DI / 32] the E8M0 codes."""
+    row = token.to(tl.int64) * HI + head
+    mask = ok[:, None] & (d < DI)[None, :]
+    x = tl.load(q + row[:, None] * DI + d[None, :], mask=mask, other=0)
+    if Q_QUANT:
+        code = tl.load(q_scales + row[:, None] * (DI // 32) + (d // 32)[None, :], mask=mask, other=127)
+        x = x.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e8m0_scale(code)
+    return dot_operand(x, DOT_FP32)
+
+
+@triton.jit
+def load_keys(cache, table_row, s, ok, d, DI: tl.constexpr, PAGE: tl.constexpr, KEY_QUANT: tl.constexpr,
+              DOT_FP32: tl.constexpr):
+    """Index keys of logical positions s [BS] of one sequence (its block-table row) -> [BS, DP] dot operand.
+
+    Plain cache [P, PAGE, DI]; MXFP8 cache uint8 [P, PAGE * (DI + DI / 32)], page-major (values, then scales)."""
+    page = tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)
+    offset = (s % PAGE).to(tl.int64)
+    mask = ok[:, None] & (d < DI)[None, :]
+    if KEY_QUANT:
+        base = page * (PAGE * (DI + DI // 32))
+        codes = tl.load(cache + (base + offset * DI)[:, None] + d[None, :], mask=mask, other=0)
+        scales = tl.load(cache + (base + PAGE * DI + offset * (DI // 32))[:, None] + (d // 32)[None, :], mask=mask,
+                         other=127)
+        if DOT_FP32:
+            k = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e8m0_scale(scales)
+        else:
+            # e4m3 -> bf16 is exact, and so is the power-of-two scale in bf16: fewer instructions than via fp32
+            k = codes.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16) * e8m0_scale_bf16(scales)
+    else:
+        k = tl.load(cache + ((page * PAGE + offset) * DI)[:, None] + d[None, :], mask=mask, other=0.0)
+    return dot_operand(k, DOT_FP32)
+
+
+@triton.jit
+def dot_qk(q, k, DOT_FP32: tl.constexpr):
+    """q [M, DP] . k [BS, DP] -> logits [M, BS] fp32."""
+    if DOT_FP32:
+        logits = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        logits = tl.dot(q, tl.trans(k))
+    return logits
+
+
+@triton.jit
+def dot_kq(k, q, DOT_FP32: tl.constexpr):
+    """k [BS, DP] . q [M, DP] -> logits [BS, M] fp32 (keys on the MMA rows: a sum over q rows stays in-thread)."""
+    if DOT_FP32:
+        logits = tl.dot(k, tl.trans(q), input_precision="ieee")
+    else:
+        logits = tl.dot(k, tl.trans(q))
+    return logits
