@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from triton.testing import do_bench
 
+from bench.common import graph_replay_ms
 from dayzero.plugins.attnres import reference
 from dayzero.plugins.attnres.kernel import attnres_mix_blocks_launcher, attnres_mix_launcher
 
@@ -70,19 +71,7 @@ def eager_ms(calls) -> float:
 
 def graph_ms(calls) -> float:
     """Per-call time of the calls captured back to back in one CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for call in calls[:3]:
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    return do_bench(graph.replay, warmup=10, rep=200, return_mode="median") / len(calls)
+    return graph_replay_ms(calls, timer=lambda fn: do_bench(fn, warmup=10, rep=200, return_mode="median"))
 
 
 def ours_calls(query, rms_weight, sets, **knobs):

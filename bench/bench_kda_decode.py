@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import triton
 
+from bench.common import graph_replay_ms
 from dayzero.plugins.kda import reference as R
 from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher, recurrent_kda_pool_launcher
 
@@ -135,17 +136,7 @@ def check(name: str, o: torch.Tensor, o_ref: torch.Tensor, state: torch.Tensor, 
 
 def graph_ms(steps) -> float:
     """Milliseconds per step of a CUDA-graph replay of `steps` (callables, one per input set)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for step in steps:
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for step in steps:
-            step()
-    return bench(graph.replay) / len(steps)
+    return graph_replay_ms(steps, timer=bench)
 
 
 def rotating(fns):

@@ -21,7 +21,7 @@ from functools import partial
 
 import torch
 
-from bench.common import copy_bandwidth_gbs, median_ms, table, write_results
+from bench.common import copy_bandwidth_gbs, graph_replay_ms, median_ms, table, write_results
 from dayzero.plugins.paged_cache import formats
 from dayzero.plugins.paged_cache.kernel import (
     write_fp8_latent_launcher,
@@ -75,17 +75,7 @@ def input_sets(make, set_bytes: int) -> list:
 
 def graph_us(calls: list[Callable]) -> float:
     """GPU time per call: the calls captured in one CUDA graph and replayed (no Python launch overhead)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    return median_ms(graph.replay, warmup=3, iters=20) * 1e3 / len(calls)
+    return graph_replay_ms(calls) * 1e3
 
 
 def bench_write(name: str, tokens: int, copy_gbs: float) -> dict:

@@ -25,6 +25,22 @@ def median_ms(fn, warmup: int = 3, iters: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def graph_replay_ms(calls, timer=median_ms) -> float:
+    """Milliseconds per call of `calls` captured back to back in one CUDA graph (Python launch overhead removed);
+    the calls run once on a side stream first, as graph capture requires."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    return timer(graph.replay) / len(calls)
+
+
 def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
     """Device-to-device copy, bytes read + written per second (GB/s)."""
     src = torch.randn(nbytes // 4, device="cuda")
