@@ -21,12 +21,3 @@ def dot(a, b):
         out = tl.dot(a, b)
     return out
 
-
-@triton.jit
-def dot_precise(a, b):
-    """fp32 tl.dot at ~fp32 accuracy on tensor cores (3xTF32), for numerically sensitive products."""
-    if INTERPRETED:
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32))
-    else:
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
-    return out

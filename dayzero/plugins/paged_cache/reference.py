@@ -25,12 +25,6 @@ def write_rows(cache: torch.Tensor, rows: torch.Tensor, slot_mapping: torch.Tens
     flat[slot_mapping[keep].long()] = rows[keep].to(cache.dtype)
 
 
-def gather_rows(cache: torch.Tensor, block_table_row: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Rows of logical `positions` [S] of one sequence: [S, *F]."""
-    flat = cache.view(-1, *cache.shape[2:])
-    return flat[physical_rows(block_table_row, positions)]
-
-
 def sequence_bounds(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
     bounds = cu_seqlens.tolist()
     return list(zip(bounds[:-1], bounds[1:]))
