@@ -111,7 +111,7 @@ def check_rows(got: torch.Tensor, case: dict, rows: torch.Tensor, seq: int) -> d
             "worst_score_gap": worst, "ok": same_layout and worst <= 1e-5}
 
 
-def run_decode(context: int, heads: int, quantized: bool, tokens: int, ceilings: dict, options: dict) -> dict:
+def run_decode(context: int, heads: int, quantized: bool, tokens: int, options: dict, ceilings: dict) -> dict:
     case = paged_inputs([context] * BATCH, [tokens] * BATCH, heads, quantized)
     fn = lambda: index_topk_paged_launcher(**case, topk=TOPK, phase="decode", **options)  # noqa: E731
     got = fn()
@@ -128,7 +128,7 @@ def run_decode(context: int, heads: int, quantized: bool, tokens: int, ceilings:
             "ok": check["ok"] and check_last["ok"]}
 
 
-def run_prefill(length: int, context: int, heads: int, quantized: bool, ceilings: dict, options: dict) -> dict:
+def run_prefill(length: int, context: int, heads: int, quantized: bool, options: dict, ceilings: dict) -> dict:
     """One sequence: `length` new tokens after `context` cached ones."""
     case = paged_inputs([context + length], [length], heads, quantized)
     fn = lambda: index_topk_paged_launcher(**case, topk=TOPK, phase="prefill", **options)  # noqa: E731

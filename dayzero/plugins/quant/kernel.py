@@ -72,7 +72,8 @@ def e4m3_decode(codes):
     # NaN as a bit pattern: a float NaN constant would not survive Inductor's copy of the kernel source
     normal = tl.where((c & 0x7F) == 0x7F, 0x7FC00000, ((exponent + 120) << 23) | (mantissa << 20))
     magnitude = tl.where(exponent == 0, mantissa.to(tl.float32) * 0.001953125, normal.to(tl.float32, bitcast=True))
-    return tl.where((c & 0x80) != 0, -magnitude, magnitude)
+    # the sign as a bit: the GPU build of `where(sign, -m, m)` turned code 0x80 (-0) into +0
+    return (magnitude.to(tl.int32, bitcast=True) | ((c & 0x80) << 24)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
