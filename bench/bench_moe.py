@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 from dayzero.plugins.moe import LatentProjection, MoEWeights, RouterSpec, moe_layer, reference
-from dayzero.plugins.moe.grouped_mlp import grouped_mlp_grouped_mm, grouped_mlp_triton, use_grouped_mm
+from dayzero.plugins.moe.grouped_mlp import grouped_mlp_grouped_mm, grouped_mlp_triton, grouped_mm_available
 from dayzero.plugins.moe.op import gated_mlp
 from dayzero.plugins.moe.permute_kernel import permute_launcher, unpermute_launcher
 from dayzero.plugins.moe.route_kernel import route_launcher
@@ -168,7 +168,7 @@ def check(x, w: MoEWeights, spec: RouterSpec, st) -> dict:
               "unpermute_rel_err": rel_err(unpermute_launcher(y_expected, weights, positions),
                                            reference.unpermute(y_expected, weights, positions)),
               "layer_rel_err": rel_err(moe_layer(x, w, spec), reference_layer(x, w, spec))}
-    if use_grouped_mm(x_sorted):
+    if grouped_mm_available(x_sorted):
         errors["grouped_mlp_grouped_mm_rel_err"] = rel_err(
             grouped_mlp_grouped_mm(x_sorted, offsets, w.w1, w.w3, w.w2, *act), y_expected)
     bad = {k: v for k, v in errors.items() if (k.endswith("rel_err") and v > 3e-2) or v is False}
@@ -184,7 +184,7 @@ def run_case(s: Shape, w: MoEWeights, tokens: int, ceiling: dict) -> dict:
     logits, weights, ids, expert_in, x_sorted, positions, offsets = st
     act = (w.activation, w.act_params.get("beta", 1.0), w.act_params.get("linear_beta"))
     result = {"shape": s.name, "tokens": tokens, "dtype": "bf16", **check(x, w, spec, st),
-              "grouped_mm_available": use_grouped_mm(x_sorted)}
+              "grouped_mm_available": grouped_mm_available(x_sorted)}
     rep = 1500 if tokens > 1000 else 500
     timed(result, "layer_us", lambda: moe_layer(x, w, spec), rep)
     if tokens <= 64:

@@ -140,10 +140,10 @@ def test_triton_grouped_mlp_matches_reference(tokens, experts, top_k, dim, inter
     pytest.param(*s, marks=gpu_only) for s in [(512, 64, 8, 2304, 1024, "silu"), (200, 32, 16, 3584, 3072, "situ"),
                                                (8, 32, 8, 2304, 1024, "situ")]])
 def test_grouped_mm_path_matches_reference(tokens, experts, top_k, dim, inter, activation):
-    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_grouped_mm, use_grouped_mm
+    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_grouped_mm, grouped_mm_available
 
     x = torch.randn(tokens, dim, device="cuda").bfloat16()
-    if not use_grouped_mm(x):
+    if not grouped_mm_available(x):
         pytest.skip("torch._grouped_mm is not available on this GPU")
     _, ids = _routed_ids(tokens, experts, top_k)
     x_sorted, _, _, offsets = reference.permute(x, ids, experts)

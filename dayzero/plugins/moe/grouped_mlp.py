@@ -1,5 +1,5 @@
-"""The grouped expert MLP on a GPU: torch._grouped_mm (CUTLASS) on Hopper and newer for bf16, the Triton grouped
-GEMM (gate, up and activation fused) elsewhere."""
+"""The grouped expert MLP on a GPU: torch._grouped_mm (CUTLASS) on Hopper and newer for bf16 when the experts get
+enough rows each, the Triton grouped GEMM (gate, up and activation fused) otherwise."""
 
 from __future__ import annotations
 
@@ -8,10 +8,18 @@ import torch
 from dayzero.plugins.moe.activation_kernel import gated_activation_launcher
 from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
 
+# below this many rows per expert on average (decode), the layer streams expert weights and the Triton grouped
+# GEMM was faster on the H200 (K3.1, 64 tokens: 9.3 vs 12.1 ms; Kimi-Linear: 0.76 vs 1.06 ms, bench/README.md)
+MIN_ROWS_PER_EXPERT_FOR_GROUPED_MM = 32
 
-def use_grouped_mm(x: torch.Tensor) -> bool:
+
+def grouped_mm_available(x: torch.Tensor) -> bool:
     return (x.is_cuda and x.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm")
             and torch.cuda.get_device_capability(x.device) >= (9, 0))
+
+
+def use_grouped_mm(x_sorted: torch.Tensor, num_experts: int) -> bool:
+    return grouped_mm_available(x_sorted) and x_sorted.shape[0] >= MIN_ROWS_PER_EXPERT_FOR_GROUPED_MM * num_experts
 
 
 def grouped_mlp_grouped_mm(
@@ -43,5 +51,5 @@ def grouped_mlp_cuda(
 ) -> torch.Tensor:
     if x_sorted.shape[0] == 0:
         return torch.empty_like(x_sorted)
-    impl = grouped_mlp_grouped_mm if use_grouped_mm(x_sorted) else grouped_mlp_triton
+    impl = grouped_mlp_grouped_mm if use_grouped_mm(x_sorted, w1.shape[0]) else grouped_mlp_triton
     return impl(x_sorted, expert_offsets, w1, w3, w2, activation, beta, linear_beta, launch=launch)
