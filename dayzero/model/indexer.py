@@ -21,11 +21,44 @@ class Indexer(nn.Module):
         self.k_norm = LayerNorm(cfg.head_dim, cfg.norm_eps)
         self.weights_proj = linear(hidden_size, cfg.num_heads)
 
+    # eager CUDA option: the key path and the head weights run on a side stream while the query projection runs
+    # (ARCHITECTURE.md's input preparation streams); traced / compiled graphs keep one stream
+    side_stream: torch.cuda.Stream | None = None
+
     def forward(self, x: torch.Tensor, q_input: torch.Tensor, meta: StepMeta,
                 index_cache: torch.Tensor) -> torch.Tensor:
         """x [T, D], q_input [T, q_lora_rank] (c_q) -> logical Top-K positions [T, topk]; writes the new keys."""
-        q = self.wq_b(q_input).view(x.shape[0], self.cfg.num_heads, self.cfg.head_dim)
-        paged_cache.write_index_keys(index_cache, self.k_norm(self.wk(x)), meta.slot_mapping)
-        w = self.weights_proj(x).float() * self.cfg.num_heads ** -0.5
+        if self.side_stream is not None and x.is_cuda:
+            q, w = self._inputs_on_two_streams(x, q_input, meta, index_cache)
+        else:
+            q = self._query(q_input)
+            w = self._keys_and_weights(x, meta, index_cache)
         return indexer_ops.index_topk_paged(q, w, index_cache, meta.block_table, meta.cu_seqlens, meta.positions,
                                             self.cfg.topk)
+
+    def _query(self, q_input: torch.Tensor) -> torch.Tensor:
+        return self.wq_b(q_input).view(q_input.shape[0], self.cfg.num_heads, self.cfg.head_dim)
+
+    def _keys_and_weights(self, x: torch.Tensor, meta: StepMeta, index_cache: torch.Tensor) -> torch.Tensor:
+        """Writes the new index keys; -> head weights w [T, HI] fp32."""
+        paged_cache.write_index_keys(index_cache, self.k_norm(self.wk(x)), meta.slot_mapping)
+        return self.weights_proj(x).float() * self.cfg.num_heads ** -0.5
+
+    def _inputs_on_two_streams(self, x, q_input, meta, index_cache) -> tuple[torch.Tensor, torch.Tensor]:
+        main = torch.cuda.current_stream(x.device)
+        self.side_stream.wait_stream(main)
+        with torch.cuda.stream(self.side_stream):
+            w = self._keys_and_weights(x, meta, index_cache)
+        q = self._query(q_input)
+        main.wait_stream(self.side_stream)
+        # w was allocated on the side stream: keep its memory from being reused before main is done with it
+        w.record_stream(main)
+        return q, w
+
+
+def use_indexer_streams(model: nn.Module, enabled: bool = True) -> int:
+    """Turn the two-stream indexer input preparation on (CUDA eager) or off for every indexer; -> how many."""
+    indexers = [m for m in model.modules() if isinstance(m, Indexer)]
+    for indexer in indexers:
+        indexer.side_stream = torch.cuda.Stream(indexer.wk.weight.device) if enabled else None
+    return len(indexers)
