@@ -90,6 +90,15 @@ def run(checkpoint: Path | None, prompt: str, max_tokens: int, dtype: str, devic
                f"{(first - start) * 1e3:.0f} ms, decode {decode_rate:.1f} tokens/s, eager reference path]")
 
 
+def _register_subcommands() -> None:
+    from dayzero.cache.cli import cache_group
+
+    cli.add_command(cache_group)
+
+
+_register_subcommands()
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
