@@ -118,3 +118,49 @@ def _name_graph_values(graph, manifest: EngineManifest) -> None:
                            f"manifest describes {len(in_names)} / {len(out_names)}: export the manifest's model")
     for value, name in zip([*graph.inputs, *graph.outputs], [*in_names, *out_names]):
         value.name = name
+
+
+class OnnxEngine:
+    """The interchange graph on ONNX Runtime (CPU, custom nodes from onnx_ort.py) behind the engine contract.
+
+    Decode only, at the exported shapes; the caches are updated in place from the graph's cache outputs.
+    """
+
+    def __init__(self, path: str | Path):
+        from dayzero.export import onnx_ort
+
+        self.path = Path(path)
+        self.manifest = EngineManifest.from_json(json.loads(manifest_path(self.path).read_text()))
+        self.shape = DecodeShape(**self.manifest.extra["decode_shape"])
+        self.session = onnx_ort.session(self.path)
+        self._input_dtypes = {i.name: _NUMPY_DTYPES[i.type] for i in self.session.get_inputs()}
+
+    def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
+        raise DayzeroError("the ONNX engine carries the decode graph only: prefill with the eager or AOTInductor "
+                           "engine (`dayzero export --backend aoti`), then decode with either")
+
+    def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
+        feeds = self._feeds(input_ids, meta, caches)
+        logits, *new_caches = self.session.run(None, feeds)
+        for cache, new in zip(caches, new_caches):
+            cache.copy_(torch.from_numpy(new))
+        return torch.from_numpy(logits)
+
+    def _feeds(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> dict:
+        names = ["input_ids", *META_FIELDS, *cache_names(self.manifest)]
+        values = [input_ids, *(getattr(meta, f) for f in META_FIELDS), *caches]
+        feeds = {}
+        for name, value in zip(names, values):
+            expected = self.session_shape(name)
+            if tuple(value.shape) != expected:
+                raise DayzeroError(f"ONNX decode input {name} has shape {tuple(value.shape)}, the graph was exported "
+                                   f"for {expected} ({self.shape}): pad the batch or export for these shapes")
+            feeds[name] = value.detach().cpu().numpy().astype(self._input_dtypes[name], copy=False)
+        return feeds
+
+    def session_shape(self, name: str) -> tuple[int, ...]:
+        return tuple(next(i.shape for i in self.session.get_inputs() if i.name == name))
+
+
+_NUMPY_DTYPES = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(int32)": "int32",
+                 "tensor(uint8)": "uint8", "tensor(float16)": "float16", "tensor(bool)": "bool"}
