@@ -92,8 +92,10 @@ def run(checkpoint: Path | None, prompt: str, max_tokens: int, dtype: str, devic
 
 def _register_subcommands() -> None:
     from dayzero.cache.cli import cache_group
+    from dayzero.export.cli import export
 
     cli.add_command(cache_group)
+    cli.add_command(export)
 
 
 _register_subcommands()

@@ -46,19 +46,31 @@ class KDAttention(nn.Module):
     def _conv_weight(self) -> torch.Tensor:
         return torch.stack([c.weight[:, 0] for c in (self.q_conv1d, self.k_conv1d, self.v_conv1d)])  # [3, C, W]
 
-    def _output_gate(self, x: torch.Tensor) -> torch.Tensor:
-        gate = self.g_proj(x) if self.cfg.full_rank_output_gate else self.g_b_proj(self.g_a_proj(x))
+    def input_projection_names(self) -> tuple[str, ...]:
+        """The projections applied to the layer input x (export/layout.py fuses them into one GEMM, `in_proj`)."""
+        gate = ("g_proj",) if self.cfg.full_rank_output_gate else ("g_a_proj",)
+        return ("q_proj", "k_proj", "v_proj", "f_a_proj", "b_proj", *gate)
+
+    def _project_inputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        names = self.input_projection_names()
+        fused = getattr(self, "in_proj", None)
+        if fused is None:
+            return {name: getattr(self, name)(x) for name in names}
+        return dict(zip(names, fused(x).split(self.in_proj_sizes, dim=-1)))
+
+    def _output_gate(self, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        gate = p["g_proj"] if self.cfg.full_rank_output_gate else self.g_b_proj(p["g_a_proj"])
         return self._heads(gate)
 
-    def _prefill(self, x: torch.Tensor, meta: StepMeta, cache: KDACache) -> torch.Tensor:
+    def _prefill(self, p: dict[str, torch.Tensor], meta: StepMeta, cache: KDACache) -> torch.Tensor:
         """Varlen prefill: short conv from each sequence's window, chunked recurrence from its state slot."""
-        qkv = torch.stack([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=1)  # [T, 3, C]
+        qkv = torch.stack([p["q_proj"], p["k_proj"], p["v_proj"]], dim=1)  # [T, 3, C]
         slots = meta.state_slots[:, 0]
         qkv = short_conv.short_conv_prefill(qkv, self._conv_weight(), cache.conv, meta.cu_seqlens, slots)
         q, k, v = (self._heads(t)[None] for t in qkv.unbind(1))
-        g = kda_ops.kda_gate(self._heads(self.f_b_proj(self.f_a_proj(x))), self.A_log, self.dt_bias,
+        g = kda_ops.kda_gate(self._heads(self.f_b_proj(p["f_a_proj"])), self.A_log, self.dt_bias,
                              self.cfg.gate_lower_bound)
-        beta = torch.sigmoid(self.b_proj(x).float())
+        beta = torch.sigmoid(p["b_proj"].float())
         slots = slots.long()
         o, final = kda_ops.chunk_kda(q, k, v, g[None], beta[None], initial_state=cache.state[slots],
                                      output_final_state=True, use_qk_l2norm_in_kernel=True,
@@ -66,18 +78,19 @@ class KDAttention(nn.Module):
         cache.state.index_copy_(0, slots, final)
         return o[0]
 
-    def _decode(self, x: torch.Tensor, meta: StepMeta, cache: KDACache) -> torch.Tensor:
+    def _decode(self, p: dict[str, torch.Tensor], meta: StepMeta, cache: KDACache) -> torch.Tensor:
         """One fused step per token (conv update, SiLU, L2 norm, gate, beta, recurrence) over the slot pools."""
         batch = meta.state_slots.shape[0]
-        per_seq = (batch, x.shape[0] // batch)
-        qkv = torch.stack([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=1).view(*per_seq, 3, -1)
-        z = self._heads(self.f_b_proj(self.f_a_proj(x))).view(*per_seq, self.cfg.num_heads, -1)
+        per_seq = (batch, p["q_proj"].shape[0] // batch)
+        qkv = torch.stack([p["q_proj"], p["k_proj"], p["v_proj"]], dim=1).view(*per_seq, 3, -1)
+        z = self._heads(self.f_b_proj(p["f_a_proj"])).view(*per_seq, self.cfg.num_heads, -1)
         o = kda_ops.fused_kda_decode(qkv, self._conv_weight(), cache.conv, z, self.A_log, self.dt_bias,
-                                     self.cfg.gate_lower_bound, self.b_proj(x).view(*per_seq, -1), cache.state,
+                                     self.cfg.gate_lower_bound, p["b_proj"].reshape(*per_seq, -1), cache.state,
                                      meta.state_slots, meta.num_accepted)
         return o.flatten(0, 1)
 
     def forward(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool) -> torch.Tensor:
         """x [T, D] -> [T, D]; updates the layer's state and conv slots in place."""
-        o = self._decode(x, meta, cache) if decode else self._prefill(x, meta, cache)
-        return self.o_proj(self.o_norm(o, self._output_gate(x)).flatten(1))
+        p = self._project_inputs(x)
+        o = self._decode(p, meta, cache) if decode else self._prefill(p, meta, cache)
+        return self.o_proj(self.o_norm(o, self._output_gate(p)).flatten(1))

@@ -49,7 +49,9 @@ class MLAttention(nn.Module):
         return q.view(x.shape[0], self.cfg.num_heads, self.cfg.qk_head_dim), c_q
 
     def _absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """W_UK [H, nope, kv_lora_rank] and W_UV [H, v, kv_lora_rank] from kv_b_proj."""
+        """W_UK [H, nope, kv_lora_rank] and W_UV [H, v, kv_lora_rank] from kv_b_proj (or as laid out at export)."""
+        if getattr(self, "w_uk", None) is not None:
+            return self.w_uk, self.w_uv
         cfg = self.cfg
         w = self.kv_b_proj.weight.view(cfg.num_heads, cfg.qk_nope_head_dim + cfg.v_head_dim, cfg.kv_lora_rank)
         return w[:, : cfg.qk_nope_head_dim], w[:, cfg.qk_nope_head_dim :]

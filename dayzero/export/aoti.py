@@ -1,0 +1,69 @@
+"""AOTInductor engines: one package per step function and rank, compiled with the plugin kernels in.
+
+`compile_package` compiles an exported step into a .pt2 and checks the generated wrapper for whole-cache copies
+(the caches are inputs that the plugin ops update in place; a copy would cost a cache's bytes every step).
+`AOTIEngine` loads the prefill and decode packages of a rank behind the StepEngine contract; on CUDA it loads
+them with `run_single_threaded=True`, which CUDA-graph capture of the loaded engine needs (GPU.md).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import zipfile
+from pathlib import Path
+
+import torch
+from torch.export import ExportedProgram
+
+from dayzero.errors import DayzeroError
+from dayzero.export.engine import EngineManifest, StepMeta
+from dayzero.export.replace import compile_target
+from dayzero.export.trace import flat_inputs
+
+# calls in AOTInductor's generated C++ wrapper that copy a whole tensor
+_COPY_CALLS = re.compile(r"aoti_torch_copy_|aoti_torch_clone|\.copy_\(|at::copy")
+
+
+def wrapper_sources(package: Path) -> dict[str, str]:
+    with zipfile.ZipFile(package) as archive:
+        return {name: archive.read(name).decode(errors="replace") for name in archive.namelist()
+                if name.endswith(".wrapper.cpp")}
+
+
+def whole_tensor_copies(package: Path) -> list[str]:
+    """Lines of the generated wrapper code that copy a tensor (none are expected: caches are updated in place)."""
+    return [line.strip() for source in wrapper_sources(package).values() for line in source.splitlines()
+            if _COPY_CALLS.search(line)]
+
+
+def compile_package(program: ExportedProgram, path: Path, device: str) -> Path:
+    with compile_target(device):
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+    if not wrapper_sources(path):
+        raise DayzeroError(f"AOTInductor wrote no wrapper code into {path}; the export failed")
+    copies = whole_tensor_copies(path)
+    if copies:
+        raise DayzeroError(f"the compiled engine {path.name} copies tensors every step ({copies[:3]}); this is a "
+                           "dayzero bug: please report it with the model config")
+    return path
+
+
+def load_package(path: Path, device: str):
+    cuda = torch.device(device).type == "cuda"
+    return torch._inductor.aoti_load_package(str(path), run_single_threaded=cuda)
+
+
+class AOTIEngine:
+    def __init__(self, manifest: EngineManifest, prefill_package: Path, decode_package: Path):
+        self.manifest = manifest
+        start = time.perf_counter()
+        self._prefill = load_package(prefill_package, manifest.device)
+        self._decode = load_package(decode_package, manifest.device)
+        self.load_seconds = time.perf_counter() - start
+
+    def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
+        return self._prefill(*flat_inputs(input_ids, meta, caches))
+
+    def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
+        return self._decode(*flat_inputs(input_ids, meta, caches))

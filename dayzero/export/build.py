@@ -1,0 +1,147 @@
+"""The export pipeline: checkpoint -> laid-out model -> traced steps -> per-rank engines in the compilation cache,
+and `load_engine`, which turns a cache entry back into a StepEngine.
+
+Entry layout: `engine.json` (the EngineManifest) and, for AOTInductor, `rank0/prefill.pt2` + `rank0/decode.pt2`.
+An eager entry records the checkpoint instead of compiled code (loading rebuilds the laid-out reference model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from dayzero.cache import CompilationCache, Entry, cache_key
+from dayzero.errors import DayzeroError
+from dayzero.export import fingerprint
+from dayzero.export.aoti import AOTIEngine, compile_package
+from dayzero.export.engine import EagerEngine, EngineManifest, StepEngine, eager_manifest
+from dayzero.export.layout import lay_out
+from dayzero.export.options import ExportOptions
+from dayzero.export.replace import check_plugin_ops
+from dayzero.export.trace import trace_step
+from dayzero.model.hybrid import HybridModel
+from dayzero.plugins.paged_cache.formats import latent_cache_shape
+
+ENGINE_FILE = "engine.json"
+RANK_DIR = "rank0"
+
+
+class Progress:
+    """One line per stage on stderr: name and seconds."""
+
+    def __init__(self, echo: Callable[[str], None] | None = None):
+        self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.seconds: dict[str, float] = {}
+
+    def stage(self, name: str):
+        progress = self
+
+        class _Stage:
+            def __enter__(self):
+                self.start = time.perf_counter()
+                progress.echo(f"[export] {name} ...")
+
+            def __exit__(self, *exc):
+                progress.seconds[name] = time.perf_counter() - self.start
+                if exc[0] is None:
+                    progress.echo(f"[export] {name} done in {progress.seconds[name]:.1f} s")
+
+        return _Stage()
+
+
+def ingredients(checkpoint: Path, options: ExportOptions) -> dict:
+    return {"config": fingerprint.config_fingerprint(checkpoint), "weights": fingerprint.weight_fingerprint(checkpoint),
+            "options": dataclasses.asdict(options), "rank": 0, "world": options.world,
+            "source": fingerprint.source_fingerprint(), "toolchain": fingerprint.toolchain(options.device)}
+
+
+def _check_formats(model: HybridModel, options: ExportOptions) -> None:
+    mla = model.config.mla
+    if options.kv_cache == "fp8" and mla is not None:
+        try:
+            latent_cache_shape(1, mla.kv_lora_rank, mla.qk_rope_head_dim, True)
+        except ValueError as err:
+            raise DayzeroError(f"--kv-cache fp8 does not fit this model ({err}); use --kv-cache bf16") from err
+
+
+def _load_laid_out(checkpoint: Path, options: ExportOptions) -> HybridModel:
+    from dayzero.model import load
+
+    model = load(checkpoint, dtype=getattr(torch, options.dtype), device=options.device)
+    _check_formats(model, options)
+    lay_out(model)
+    return model.eval()
+
+
+def _manifest(model: HybridModel, options: ExportOptions) -> EngineManifest:
+    manifest = eager_manifest(model, options.cache_format, options.max_batch, options.max_len, options.num_draft)
+    return dataclasses.replace(manifest, backend=options.backend)
+
+
+def _build_aoti(model: HybridModel, manifest: EngineManifest, out: Path, progress: Progress) -> dict:
+    (out / RANK_DIR).mkdir()
+    ops = {}
+    for step, decode in (("prefill", False), ("decode", True)):
+        with progress.stage(f"trace {step}"):
+            program = trace_step(model, manifest, decode)
+            ops[step] = check_plugin_ops(program, set())
+        with progress.stage(f"compile {step} (AOTInductor)"):
+            compile_package(program, out / RANK_DIR / f"{step}.pt2", manifest.device)
+    return {"plugin_ops": ops}
+
+
+def _builder(checkpoint: Path, options: ExportOptions, progress: Progress) -> Callable[[Path], dict]:
+    def build(out: Path) -> dict:
+        with progress.stage("load + lay out weights"):
+            model = _load_laid_out(checkpoint, options)
+        manifest = _manifest(model, options)
+        (out / ENGINE_FILE).write_text(json.dumps(manifest.to_json(), indent=1))
+        extra = _build_aoti(model, manifest, out, progress) if options.backend == "aoti" else {}
+        return {"model": model.config.model_type, "backend": options.backend, "checkpoint": str(checkpoint.resolve()),
+                "options": dataclasses.asdict(options), "stage_seconds": dict(progress.seconds), **extra}
+
+    return build
+
+
+def export_engine(checkpoint: str | Path, options: ExportOptions, cache: CompilationCache | None = None,
+                  progress: Progress | None = None) -> tuple[Entry, bool]:
+    """-> (the cache entry of this checkpoint + options, whether it was a cache hit)."""
+    checkpoint = Path(checkpoint)
+    if not (checkpoint / "config.json").is_file():
+        raise DayzeroError(f"{checkpoint} is not a checkpoint directory (no config.json)")
+    cache = cache or CompilationCache()
+    progress = progress or Progress()
+    recipe = ingredients(checkpoint, options)
+    key = cache_key(recipe)
+    hit = cache.get(key, deep=True)
+    if hit is not None:
+        progress.echo(f"[export] cache hit {key[:16]} ({hit.path})")
+        return hit, True
+    return cache.get_or_build(key, _builder(checkpoint, options, progress), recipe), False
+
+
+def _load_eager(entry: Entry, manifest: EngineManifest) -> StepEngine:
+    options = ExportOptions(**entry.meta["options"])
+    checkpoint = Path(entry.meta["checkpoint"])
+    if not (checkpoint / "config.json").is_file():
+        raise DayzeroError(f"the eager engine {entry.key[:16]} reads {checkpoint}, which is gone; export again")
+    return EagerEngine(_load_laid_out(checkpoint, options), manifest)
+
+
+def _load_aoti(entry: Entry, manifest: EngineManifest) -> StepEngine:
+    return AOTIEngine(manifest, entry.file(f"{RANK_DIR}/prefill.pt2"), entry.file(f"{RANK_DIR}/decode.pt2"))
+
+
+ENGINE_LOADERS: dict[str, Callable[[Entry, EngineManifest], StepEngine]] = {"eager": _load_eager,
+                                                                            "aoti": _load_aoti}
+
+
+def load_engine(entry: Entry) -> StepEngine:
+    manifest = EngineManifest.from_json(json.loads(entry.file(ENGINE_FILE).read_text()))
+    return ENGINE_LOADERS[manifest.backend](entry, manifest)

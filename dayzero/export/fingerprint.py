@@ -1,0 +1,70 @@
+"""Ingredients of the compilation-cache key: what a checkpoint, the code and the toolchain are."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import struct
+from pathlib import Path
+
+import torch
+
+from dayzero.errors import DayzeroError
+
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _safetensors_header(path: Path) -> bytes:
+    """The JSON header (names, dtypes, shapes, offsets) of a safetensors file: cheap to read, changes with the
+    layout; weight values are covered by the file's size and mtime."""
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise DayzeroError(f"{path} is not a safetensors file (shorter than its header); re-download it")
+        return f.read(struct.unpack("<Q", raw)[0])
+
+
+def weight_fingerprint(checkpoint: Path) -> str:
+    """sha256 over every shard's name, size, mtime and safetensors header, and config.json's bytes."""
+    digest = hashlib.sha256((checkpoint / "config.json").read_bytes())
+    shards = sorted(checkpoint.glob("*.safetensors"))
+    if not shards:
+        raise DayzeroError(f"no *.safetensors files in {checkpoint}")
+    for shard in shards:
+        stat = shard.stat()
+        digest.update(f"{shard.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        digest.update(hashlib.sha256(_safetensors_header(shard)).digest())
+    return digest.hexdigest()
+
+
+def source_fingerprint() -> str:
+    """sha256 of the package's Python sources (plugins, model, export): any code change rebuilds engines."""
+    digest = hashlib.sha256()
+    for path in sorted(SOURCE_ROOT.rglob("*.py")):
+        digest.update(str(path.relative_to(SOURCE_ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def toolchain(device: str) -> dict:
+    info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "machine": platform.machine()}
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        info["arch"] = f"sm_{major}{minor}"
+    return info
+
+
+def config_fingerprint(checkpoint: Path) -> dict:
+    try:
+        return json.loads((checkpoint / "config.json").read_text())
+    except (OSError, ValueError) as err:
+        raise DayzeroError(f"cannot read {checkpoint / 'config.json'}: {err}") from err

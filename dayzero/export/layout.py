@@ -1,0 +1,69 @@
+"""Weight pre-layout, done once at export on the loaded reference model (in place; logits stay equal).
+
+* KDA: the six projections of the layer input (q, k, v, f_a, b, g or g_a) become one GEMM `in_proj`;
+* MLA: W_UK and W_UV are split out of kv_b_proj once, as contiguous [H, n, c] / [H, v, c] weights (absorbed
+  attention: W_UK folds into the query, W_UV follows the attention), instead of views sliced every step;
+* AttnRes: each mix's RMSNorm weight folds into its score vector (proj ⊙ norm), the norm weight becomes ones.
+Routed experts are already stacked as the grouped GEMM wants them ([E, I, D] gate/up, [E, D, I] down): nothing to
+pack. Each pass is a registry entry so that a target can choose its own set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from dayzero.model.hybrid import HybridModel
+from dayzero.model.kda import KDAttention
+from dayzero.model.mla import MLAttention
+
+
+def fuse_kda_input_projections(model: HybridModel) -> int:
+    layers = [m for m in model.modules() if isinstance(m, KDAttention) and getattr(m, "in_proj", None) is None]
+    for layer in layers:
+        parts = [getattr(layer, name) for name in layer.input_projection_names()]
+        weight = torch.cat([p.weight for p in parts])
+        fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+        fused.weight = nn.Parameter(weight, requires_grad=False)
+        layer.in_proj_sizes = [p.out_features for p in parts]
+        for name in layer.input_projection_names():
+            delattr(layer, name)
+        layer.in_proj = fused
+    return len(layers)
+
+
+def split_mla_absorption(model: HybridModel) -> int:
+    layers = [m for m in model.modules() if isinstance(m, MLAttention) and getattr(m, "w_uk", None) is None]
+    for layer in layers:
+        w_uk, w_uv = layer._absorbed_weights()
+        layer.register_buffer("w_uk", w_uk.contiguous())
+        layer.register_buffer("w_uv", w_uv.contiguous())
+        del layer.kv_b_proj
+    return len(layers)
+
+
+def fold_attnres_norms(model: HybridModel) -> int:
+    folded = 0
+    for module in model.modules():
+        for name, child in list(module.named_children()):
+            if name.endswith("_res_norm"):
+                proj = getattr(module, name.replace("_res_norm", "_res_proj"))
+                proj.weight.mul_(child.weight.to(proj.weight.dtype))
+                child.weight.fill_(1.0)
+                folded += 1
+    return folded
+
+
+LAYOUT_PASSES: dict[str, Callable[[HybridModel], int]] = {
+    "kda_fused_input_projection": fuse_kda_input_projections,
+    "mla_absorbed_weights": split_mla_absorption,
+    "attnres_folded_norms": fold_attnres_norms,
+}
+
+
+@torch.no_grad()
+def lay_out(model: HybridModel, passes: tuple[str, ...] = tuple(LAYOUT_PASSES)) -> dict[str, int]:
+    """Apply the passes in place; -> how many layers / mixes each changed."""
+    return {name: LAYOUT_PASSES[name](model) for name in passes}

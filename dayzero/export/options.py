@@ -1,0 +1,56 @@
+"""What an export builds: the frozen options behind `dayzero export` (one field per CLI option)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dayzero.errors import DayzeroError
+from dayzero.model.caches import CacheFormat
+
+BACKENDS = ("aoti", "eager")
+KV_CACHES = ("bf16", "fp8")
+INDEX_CACHES = ("bf16", "mxfp8")
+DTYPES = ("bfloat16", "float32", "float16")
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise DayzeroError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    backend: str = "aoti"
+    # bf16 = unquantized, in the model's dtype
+    kv_cache: str = "bf16"
+    index_cache: str = "bf16"
+    max_batch: int = 16
+    max_len: int | None = None  # default: the model's max_position_embeddings
+    num_draft: int = 0
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        _choice("backend", self.backend, BACKENDS)
+        _choice("kv_cache", self.kv_cache, KV_CACHES)
+        _choice("index_cache", self.index_cache, INDEX_CACHES)
+        _choice("dtype", self.dtype, DTYPES)
+        for name in ("max_batch", "tp", "cp", "ep"):
+            if getattr(self, name) < 1:
+                raise DayzeroError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_draft < 0 or (self.max_len is not None and self.max_len < 1):
+            raise DayzeroError("num_draft must be >= 0 and max_len >= 1")
+        if (self.tp, self.cp, self.ep) != (1, 1, 1):
+            raise DayzeroError("multi-rank engines (--tp/--cp/--ep > 1) are not built yet; export with "
+                               "--tp 1 --cp 1 --ep 1 (one engine, one GPU)")
+
+    @property
+    def cache_format(self) -> CacheFormat:
+        return CacheFormat(kv_fp8=self.kv_cache == "fp8", index_mxfp8=self.index_cache == "mxfp8")
+
+    @property
+    def world(self) -> dict:
+        return {"tp": self.tp, "cp": self.cp, "ep": self.ep}
