@@ -14,7 +14,9 @@ import re
 from collections.abc import Callable
 
 import torch
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
+from torch.export.graph_signature import OutputKind, OutputSpec, TensorArgument
 
 from dayzero.errors import DayzeroError
 from dayzero.plugins.registry import ONNX_TRANSLATIONS
@@ -121,3 +123,20 @@ def _check_plain_bases(op, mutated: list[str], kwargs: dict) -> None:
     if views or indices != list(range(len(mutated))):
         raise DayzeroError(f"{op} mutates a view of a cache ({views or indices}); ONNX export needs each mutated "
                            "cache to be a whole step input: pass cache tensors, not slices of them")
+
+
+def caches_as_outputs(ep: ExportedProgram, num_caches: int) -> ExportedProgram:
+    """Turn the input mutations of a functionalized `ep` into user outputs: (*user outputs, *new caches), one per
+    cache (its last `num_caches` inputs, in order; an unmutated cache is passed through)."""
+    sig = ep.graph_signature
+    output = next(n for n in ep.graph.nodes if n.op == "output")
+    values = dict(zip((s.arg.name for s in sig.output_specs), output.args[0]))
+    updated = {s.target: s.arg.name for s in sig.output_specs if s.kind == OutputKind.USER_INPUT_MUTATION}
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    cache_inputs = sig.user_inputs[len(sig.user_inputs) - num_caches:]
+    names = [*sig.user_outputs, *(updated.get(c, c) for c in cache_inputs)]
+    output.args = (tuple(values.get(n, placeholders.get(n)) for n in names),)
+    sig.output_specs[:] = [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(n), None) for n in names]
+    ep._module_call_graph[0].signature.out_spec = pytree.tree_structure(tuple(names))
+    ep.graph_module.recompile()
+    return ep
