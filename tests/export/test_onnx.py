@@ -1,0 +1,101 @@
+"""The ONNX interchange graph of the tiny hybrid's decode step: one custom node per plugin op, caches in and out,
+valid ONNX, and on ONNX Runtime (CPU, custom ops over the references) the eager engine's logits and caches."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+pytest.importorskip("onnxscript")
+pytest.importorskip("onnxruntime_extensions")
+
+import onnx  # noqa: E402
+
+from dayzero.errors import DayzeroError  # noqa: E402
+from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest  # noqa: E402
+from dayzero.export.onnx import OnnxEngine, cache_names, export_onnx  # noqa: E402
+from dayzero.export.trace import trace_step  # noqa: E402
+from dayzero.model.caches import CacheFormat  # noqa: E402
+from dayzero.model.step import contiguous_meta  # noqa: E402
+from dayzero.plugins.registry import ONNX_DOMAIN  # noqa: E402
+from tests.helpers import random_model, rel_err, tiny_config_dict  # noqa: E402
+
+PAGES_PER_SEQ = 2
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    model = random_model(tiny_config_dict())
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64)
+    path = export_onnx(model, manifest, tmp_path_factory.mktemp("onnx") / "decode.onnx")
+    return model, manifest, path
+
+
+@pytest.fixture(scope="module")
+def engine(exported):
+    return OnnxEngine(exported[2])
+
+
+def test_each_plugin_op_is_one_custom_node(exported):
+    model, manifest, path = exported
+    graph = onnx.load(path).graph
+    program = trace_step(model, manifest, decode=True)
+    plugin_calls = collections.Counter(str(n.target) for n in program.graph.nodes
+                                       if n.op == "call_function" and str(n.target).startswith("dayzero."))
+    custom_nodes = collections.Counter(n.op_type for n in graph.node if n.domain == ONNX_DOMAIN)
+    assert sum(custom_nodes.values()) == sum(plugin_calls.values()) > 0
+    assert sorted(custom_nodes.values()) == sorted(plugin_calls.values())
+    assert {"fused_kda_decode", "WriteLatent", "WriteIndexKeys", "IndexTopkPaged", "sparse_mla_paged",
+            "AttnresMix", "MoeGroupedMlp"} <= set(custom_nodes)
+    assert {n.domain for n in graph.node} <= {"", ONNX_DOMAIN}
+
+
+def test_caches_are_graph_inputs_and_outputs(exported):
+    _, manifest, path = exported
+    graph = onnx.load(path).graph
+    inputs = {v.name: v.type.tensor_type for v in graph.input}
+    outputs = {v.name: v.type.tensor_type for v in graph.output}
+    assert [v.name for v in graph.output][0] == "logits"
+    for name, spec in zip(cache_names(manifest), manifest.cache_tensors):
+        for value in (inputs[name], outputs[f"{name}.new"]):
+            assert value.elem_type == onnx.helper.np_dtype_to_tensor_dtype(torch.empty(0, dtype=spec.torch_dtype)
+                                                                           .numpy().dtype)
+            assert tuple(d.dim_value for d in value.shape.dim[1:]) == spec.unit_shape
+            assert value.shape.dim[0].dim_param  # pages / slots stay dynamic
+    # every cache output is produced by the custom node that updates it, not passed through
+    producers = {out: n for n in graph.node for out in n.output}
+    assert all(producers[f"{name}.new"].domain == ONNX_DOMAIN for name in cache_names(manifest))
+
+
+def test_graph_passes_the_checker_with_the_custom_domain(exported):
+    model = onnx.load(exported[2])
+    onnx.checker.check_model(model, full_check=False)
+    assert {i.domain: i.version for i in model.opset_import}[ONNX_DOMAIN] == 1
+
+
+def test_onnx_runtime_decode_matches_eager_over_three_steps(exported, engine):
+    model, manifest, _ = exported
+    eager = EagerEngine(model, manifest)
+    assert engine.manifest.backend == "onnx" and engine.manifest.cache_tensors == manifest.cache_tensors
+    batch, context = 2, 5
+    ids = torch.randint(0, model.config.vocab_size, (batch, context + 3), generator=torch.Generator().manual_seed(1))
+    eager_caches = allocate_flat_caches(manifest, batch * PAGES_PER_SEQ, batch)
+    eager.prefill(ids[:, :context].flatten(), contiguous_meta([0] * batch, [context] * batch, PAGES_PER_SEQ),
+                  eager_caches)
+    onnx_caches = [c.clone() for c in eager_caches]
+    for step in range(3):
+        meta = contiguous_meta([context + step] * batch, [1] * batch, PAGES_PER_SEQ, decode=True)
+        token = ids[:, context + step:context + step + 1]
+        expected = eager.decode(token, meta, eager_caches)
+        logits = engine.decode(token, meta, onnx_caches)
+        assert logits.shape == expected.shape == (batch, 1, model.config.vocab_size)
+        assert rel_err(logits, expected) < 1e-3, step
+        assert max(rel_err(a, b) for a, b in zip(onnx_caches, eager_caches)) < 1e-3, step
+    assert any(c.abs().sum() > 0 for c in onnx_caches)
+
+
+def test_onnx_engine_prefill_says_it_carries_decode_only(engine):
+    with pytest.raises(DayzeroError, match="decode graph only"):
+        engine.prefill(torch.zeros(3, dtype=torch.long), None, [])
