@@ -1,0 +1,49 @@
+"""Per-token products of chunked KDA, one program per (K or V tile, chunk, head), given X = (I + Akk)^{-1}:
+    W = X (beta e^G k),  U = X (beta v),  qg = scale q e^G,  kt = k e^{G_C - G},  decay = e^{G_C}
+(q, k L2-normalized by the row factors of the intra kernel; G the in-chunk cumsum of g, G_C its last row)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from dayzero.plugins.kda.chunk_common import BT, load_rows, locate_chunk, row_of
+from dayzero.plugins.triton_utils import dot
+
+
+@triton.jit
+def _store_rows(ptr, t, valid, h, H: tl.constexpr, D: tl.constexpr, cols, tile):
+    offs = (t[:, None] * H + h) * D + cols[None, :]
+    tl.store(ptr + offs, tile.to(ptr.dtype.element_ty), mask=valid[:, None] & (cols[None, :] < D))
+
+
+@triton.jit
+def wy_kernel(
+    q, k, v, g, beta, x, q_inv, k_inv, cu_seqlens, chunk_offsets, w_out, u_out, qg_out, kt_out, decay_out, scale, N,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    pid = tl.program_id(1)
+    h = tl.program_id(2)
+    start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, pid)
+    if live:
+        rows = tl.arange(0, BT)
+        t = start + rows
+        valid = t < eos
+        lower = valid[:, None] & (rows[None, :] <= rows[:, None])
+        X = tl.load(x + (t[:, None] * H + h) * BT + rows[None, :], mask=lower, other=0.0).to(tl.float32)
+        b = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
+        if tile < K // BK:
+            kc = tile * BK + tl.arange(0, BK)
+            G = tl.cumsum(load_rows(g, t, valid, h, H, K, kc), axis=0)
+            G_last = row_of(G, rows, BT - 1)
+            kn = load_rows(k, t, valid, h, H, K, kc) * tl.load(k_inv + t * H + h, mask=valid, other=0.0)[:, None]
+            qn = load_rows(q, t, valid, h, H, K, kc) * tl.load(q_inv + t * H + h, mask=valid, other=0.0)[:, None]
+            eG = tl.exp(G)
+            _store_rows(w_out, t, valid, h, H, K, kc, dot(X, b[:, None] * eG * kn))
+            _store_rows(qg_out, t, valid, h, H, K, kc, qn * eG * scale)
+            _store_rows(kt_out, t, valid, h, H, K, kc, kn * tl.exp(G_last[None, :] - G))
+            tl.store(decay_out + (pid * H + h) * K + kc, tl.exp(G_last), mask=kc < K)
+        else:
+            vc = (tile - K // BK) * BV + tl.arange(0, BV)
+            _store_rows(u_out, t, valid, h, H, V, vc, dot(X, b[:, None] * load_rows(v, t, valid, h, H, V, vc)))
