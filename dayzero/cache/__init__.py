@@ -1,5 +1,9 @@
-"""The compilation cache of built engines."""
+"""The compilation cache: `CompilationCache(root).get_or_build(cache_key(ingredients), build)` -> Entry."""
 
-from dayzero.cache.store import CompilationCache, CorruptEntry, Entry, cache_key
+from __future__ import annotations
 
-__all__ = ["CompilationCache", "CorruptEntry", "Entry", "cache_key"]
+from dayzero.cache.entry import Entry
+from dayzero.cache.key import cache_key
+from dayzero.cache.store import CompilationCache
+
+__all__ = ["CompilationCache", "Entry", "cache_key"]
