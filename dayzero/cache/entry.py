@@ -38,7 +38,8 @@ class Entry:
         return self.path / relpath
 
     @property
-    def num_bytes(self) -> int:
+    def size(self) -> int:
+        """Bytes of the built files (manifest and bookkeeping excluded)."""
         return sum(self.sizes.values())
 
 

@@ -1,79 +1,140 @@
-"""Garbage collection of the compilation cache: leftovers of dead builders, bad entries, old or excess entries."""
+"""Garbage collection: dead builds, bad entries, stale locks, and optionally old or excess entries.
+
+Anything a live process holds the key lock for (a build, a removal) is left alone; entries go least recently
+used first (the mtime of their `last_used`, touched by every get()).
+"""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dayzero.cache.store import CompilationCache, Entry
+from dayzero.cache.entry import LAST_USED, MANIFEST, load_entry
 
+if TYPE_CHECKING:
+    from dayzero.cache.store import CompilationCache
 
-def _builder_alive(tmp_name: str) -> bool:
-    """tmp dirs are named <key>.<pid>.<rand>; a discarded entry (<key>.discarded.<rand>) has no builder."""
-    parts = tmp_name.split(".")
-    if len(parts) != 3 or not parts[1].isdigit():
-        return False
-    try:
-        os.kill(int(parts[1]), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+DAY_S = 86400.0
 
 
-def _lock_is_free(path: Path) -> bool:
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return True
+@dataclass(frozen=True)
+class Removal:
+    path: Path
+    reason: str
+    num_bytes: int
 
 
-def _dead_leftovers(cache: CompilationCache) -> list[Path]:
-    tmp = [p for p in (cache.root / "tmp").glob("*") if not _builder_alive(p.name)]
-    locks = [p for p in (cache.root / "locks").glob("*.lock")
-             if not (cache.root / p.stem).exists() and _lock_is_free(p)]
-    return tmp + locks
-
-
-def _expendable(cache: CompilationCache, good: list[Entry], older_than_days: float | None,
-                max_size_bytes: int | None) -> list[str]:
-    """Entries unused for longer than the limit, then the least recently used until the rest fits the size."""
-    by_use = sorted(good, key=lambda e: cache.last_used(e.key))
-    doomed = []
+def collect(cache: CompilationCache, older_than_days: float | None = None, max_bytes: int | None = None,
+            dry_run: bool = False) -> list[Removal]:
+    """Remove (or with dry_run only list) what the cache no longer needs; returns what went."""
+    removed = _dead_builds(cache, dry_run) + _bad_entries(cache, dry_run)
+    keep = _ranked_entries(cache)
     if older_than_days is not None:
-        cutoff = time.time() - older_than_days * 86400
-        doomed = [e.key for e in by_use if cache.last_used(e.key) < cutoff]
-    if max_size_bytes is not None:
-        kept = [e for e in by_use if e.key not in doomed]
-        total = sum(e.size for e in kept)
-        for entry in kept:
-            if total <= max_size_bytes:
-                break
-            doomed.append(entry.key)
-            total -= entry.size
-    return doomed
+        cutoff = time.time() - older_than_days * DAY_S
+        old = [key for key, used in keep if used < cutoff]
+        removed += _remove_entries(cache, old, f"not used for {older_than_days:g} days", dry_run)
+        keep = [(key, used) for key, used in keep if key not in old]
+    if max_bytes is not None:
+        removed += _remove_entries(cache, _over_size(cache, keep, max_bytes), "over the size limit", dry_run)
+    return removed + _stale_locks(cache, dry_run)
 
 
-def collect(cache: CompilationCache, dry_run: bool = False, older_than_days: float | None = None,
-            max_size_bytes: int | None = None) -> list[str]:
-    """Remove what is not needed; -> one line per removed (or, with dry_run, removable) thing."""
-    entries = cache.entries(deep=False)
-    bad = [key for key, e in entries if isinstance(e, str)]
-    good = [e for _, e in entries if isinstance(e, Entry)]
-    old = _expendable(cache, good, older_than_days, max_size_bytes)
-    leftovers = _dead_leftovers(cache)
-    report = [f"bad entry {k[:16]}" for k in bad] + [f"unused entry {k[:16]}" for k in old]
-    report += [f"leftover {p.relative_to(cache.root)}" for p in leftovers]
-    if not dry_run:
-        for key in bad + old:
-            cache.remove(key)
-        for path in leftovers:
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    return report
+def tree_bytes(path: Path) -> int:
+    return sum(os.lstat(Path(d) / f).st_size for d, _, files in os.walk(path) for f in files)
+
+
+def last_used(path: Path) -> float:
+    """When get() last returned this entry; its creation if never."""
+    for name in (LAST_USED, MANIFEST):
+        try:
+            return os.stat(path / name).st_mtime
+        except FileNotFoundError:
+            continue
+    return 0.0
+
+
+def _dead_builds(cache: CompilationCache, dry_run: bool) -> list[Removal]:
+    if not cache.tmp_root.is_dir():
+        return []
+    removed = []
+    for path in sorted(cache.tmp_root.iterdir()):
+        lock = cache.lock(path.name.split(".")[0])
+        if not lock.try_acquire():
+            continue
+        try:
+            removed.append(Removal(path, "left by a build or removal that died", tree_bytes(path)))
+            if not dry_run:
+                shutil.rmtree(path, ignore_errors=True)
+        finally:
+            lock.release()
+    return removed
+
+
+def _bad_entries(cache: CompilationCache, dry_run: bool) -> list[Removal]:
+    removed = []
+    for key in cache.keys():
+        lock = cache.lock(key)
+        if not lock.try_acquire():
+            continue
+        try:
+            problem = load_entry(cache.root / key, key, deep=False)
+            if isinstance(problem, str):
+                removed.append(Removal(cache.root / key, f"bad entry: {problem}", tree_bytes(cache.root / key)))
+                if not dry_run:
+                    cache.discard(key)
+        finally:
+            lock.release()
+    return removed
+
+
+def _ranked_entries(cache: CompilationCache) -> list[tuple[str, float]]:
+    """(key, last used) of the entries still present, least recently used first."""
+    present = [(key, last_used(cache.root / key)) for key in cache.keys()]
+    return sorted(present, key=lambda item: item[1])
+
+
+def _over_size(cache: CompilationCache, ranked: list[tuple[str, float]], max_bytes: int) -> list[str]:
+    sizes = {key: tree_bytes(cache.root / key) for key, _ in ranked}
+    total, victims = sum(sizes.values()), []
+    for key, _ in ranked:
+        if total <= max_bytes:
+            break
+        victims.append(key)
+        total -= sizes[key]
+    return victims
+
+
+def _remove_entries(cache: CompilationCache, keys: list[str], reason: str, dry_run: bool) -> list[Removal]:
+    removed = []
+    for key in keys:
+        lock = cache.lock(key)
+        if not lock.try_acquire():
+            continue
+        try:
+            removed.append(Removal(cache.root / key, reason, tree_bytes(cache.root / key)))
+            if not dry_run:
+                cache.discard(key)
+        finally:
+            lock.release()
+    return removed
+
+
+def _stale_locks(cache: CompilationCache, dry_run: bool) -> list[Removal]:
+    """Lock files nobody holds; unlinked while held so a waiter on the old inode notices (see KeyLock)."""
+    if not cache.lock_root.is_dir():
+        return []
+    removed = []
+    for path in sorted(cache.lock_root.glob("*.lock")):
+        lock = cache.lock(path.stem)
+        if not lock.try_acquire():
+            continue
+        removed.append(Removal(path, "stale lock file", 0))
+        if dry_run:
+            lock.release()
+        else:
+            lock.release_and_unlink()
+    return removed

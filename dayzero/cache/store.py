@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dayzero.cache.build import fsync_path, seal
 from dayzero.cache.entry import LAST_USED, Entry, load_entry
+from dayzero.cache.gc import Removal, collect, last_used
 from dayzero.cache.key import KEY_PATTERN, canonical_json, check_key
 from dayzero.cache.lock import KeyLock
 from dayzero.errors import DayzeroError
@@ -30,9 +31,14 @@ class CompilationCache:
         self.tmp_root = self.root / "tmp"
         self.lock_root = self.root / "locks"
 
-    def get(self, key: str) -> Entry | None:
-        """The entry for key if it passes the fast check (entry.load_entry deep=False), else None; marks it used."""
-        entry = load_entry(self.root / check_key(key), key, deep=False)
+    def get(self, key: str, deep: bool = False) -> Entry | None:
+        """The entry for key if it passes the check, else None (a miss or a bad entry); marks it used.
+
+        deep=False (the default, and what get_or_build uses): sizes always, sha256 only of files whose
+        size/mtime/ctime/inode changed since their hash last matched (so in-place edits are caught without
+        rehashing GBs on every load); deep=True rehashes every file.
+        """
+        entry = load_entry(self.root / check_key(key), key, deep=deep)
         if isinstance(entry, str):
             return None
         _touch(entry.path / LAST_USED)
@@ -58,14 +64,17 @@ class CompilationCache:
                                f"disk, or run `dayzero cache verify`")
         return entry
 
-    def entries(self) -> list[tuple[str, Entry | str]]:
-        """Every entry directory with its Entry or its problem (fast check), sorted by key."""
-        return [(key, load_entry(self.root / key, key, deep=False)) for key in self.keys()]
+    def entries(self, deep: bool = False) -> list[tuple[str, Entry | str]]:
+        """Every entry directory with its Entry or its problem, sorted by key; does not mark anything used."""
+        return [(key, load_entry(self.root / key, key, deep=deep)) for key in self.keys()]
 
     def verify(self, deep: bool = True) -> list[tuple[str, str]]:
         """(key, problem) for every bad entry; deep=True rehashes every file."""
-        checked = ((key, load_entry(self.root / key, key, deep=deep)) for key in self.keys())
-        return [(key, result) for key, result in checked if isinstance(result, str)]
+        return [(key, result) for key, result in self.entries(deep) if isinstance(result, str)]
+
+    def last_used(self, key: str) -> float:
+        """Epoch seconds of the last get() of key (its creation if never)."""
+        return last_used(self.root / check_key(key))
 
     def keys(self) -> list[str]:
         if not self.root.is_dir():
@@ -86,6 +95,12 @@ class CompilationCache:
         os.rename(path, aside)
         shutil.rmtree(aside)
         return True
+
+    def gc(self, older_than_days: float | None = None, max_bytes: int | None = None,
+           dry_run: bool = False) -> list[Removal]:
+        """Remove dead builds, bad entries (fast check), stale locks, then entries unused for older_than_days and
+        the least recently used until the entries fit max_bytes; see gc.py."""
+        return collect(self, older_than_days, max_bytes, dry_run)
 
     def lock(self, key: str) -> KeyLock:
         return KeyLock(self.lock_root / f"{key}.lock")
