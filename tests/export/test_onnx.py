@@ -28,7 +28,8 @@ PAGES_PER_SEQ = 2
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     model = random_model(tiny_config_dict())
-    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64)
+    # MXFP8 index keys (uint8 pages): the production format; the tiny latent is narrower than one FP8 tile
+    manifest = eager_manifest(model, CacheFormat(index_mxfp8=True), max_batch=4, max_len=PAGES_PER_SEQ * 64)
     path = export_onnx(model, manifest, tmp_path_factory.mktemp("onnx") / "decode.onnx")
     return model, manifest, path
 
@@ -75,25 +76,45 @@ def test_graph_passes_the_checker_with_the_custom_domain(exported):
     assert {i.domain: i.version for i in model.opset_import}[ONNX_DOMAIN] == 1
 
 
-def test_onnx_runtime_decode_matches_eager_over_three_steps(exported, engine):
-    model, manifest, _ = exported
-    eager = EagerEngine(model, manifest)
-    assert engine.manifest.backend == "onnx" and engine.manifest.cache_tensors == manifest.cache_tensors
+def _assert_decode_matches_eager(model, manifest, engine, num_steps: int = 3) -> None:
+    """Prefill eagerly, then decode num_steps steps of 1 + num_draft tokens on both engines from equal caches."""
+    eager, width = EagerEngine(model, manifest), 1 + manifest.num_draft
     batch, context = 2, 5
-    ids = torch.randint(0, model.config.vocab_size, (batch, context + 3), generator=torch.Generator().manual_seed(1))
-    eager_caches = allocate_flat_caches(manifest, batch * PAGES_PER_SEQ, batch)
-    eager.prefill(ids[:, :context].flatten(), contiguous_meta([0] * batch, [context] * batch, PAGES_PER_SEQ),
-                  eager_caches)
+    ids = torch.randint(0, model.config.vocab_size, (batch, context + num_steps * width),
+                        generator=torch.Generator().manual_seed(1))
+    eager_caches = allocate_flat_caches(manifest, batch * PAGES_PER_SEQ, batch * width)
+    eager.prefill(ids[:, :context].flatten(),
+                  contiguous_meta([0] * batch, [context] * batch, PAGES_PER_SEQ, width), eager_caches)
     onnx_caches = [c.clone() for c in eager_caches]
-    for step in range(3):
-        meta = contiguous_meta([context + step] * batch, [1] * batch, PAGES_PER_SEQ, decode=True)
-        token = ids[:, context + step:context + step + 1]
+    for step in range(num_steps):
+        start = context + step * width
+        meta = contiguous_meta([start] * batch, [width] * batch, PAGES_PER_SEQ, width, decode=True)
+        # after the first verify step every draft token counts as accepted: read the state of the last one
+        meta.num_accepted.fill_(1 if step == 0 else width)
+        token = ids[:, start:start + width]
         expected = eager.decode(token, meta, eager_caches)
         logits = engine.decode(token, meta, onnx_caches)
-        assert logits.shape == expected.shape == (batch, 1, model.config.vocab_size)
+        assert logits.shape == expected.shape == (batch, width, model.config.vocab_size)
         assert rel_err(logits, expected) < 1e-3, step
-        assert max(rel_err(a, b) for a, b in zip(onnx_caches, eager_caches)) < 1e-3, step
-    assert any(c.abs().sum() > 0 for c in onnx_caches)
+        assert max(rel_err(a.float(), b.float()) for a, b in zip(onnx_caches, eager_caches)) < 1e-3, step
+    assert all(c.float().abs().sum() > 0 for c in onnx_caches)
+
+
+def test_onnx_runtime_decode_matches_eager_over_three_steps(exported, engine):
+    model, manifest, _ = exported
+    assert engine.manifest.backend == "onnx" and engine.manifest.cache_tensors == manifest.cache_tensors
+    _assert_decode_matches_eager(model, manifest, engine)
+
+
+@pytest.mark.slow
+def test_dense_mla_verify_step_matches_eager(tmp_path):
+    """Kimi-Linear's layout (dense MLA, no indexer, no AttnRes) with one draft token per step."""
+    model = random_model(tiny_config_dict(index_n_heads=None, index_head_dim=None, index_topk=None,
+                                          attn_res_block_size=None))
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64, num_draft=1)
+    path = export_onnx(model, manifest, tmp_path / "decode.onnx")
+    assert "dense_mla_paged" in {n.op_type for n in onnx.load(path).graph.node if n.domain == ONNX_DOMAIN}
+    _assert_decode_matches_eager(model, manifest, OnnxEngine(path))
 
 
 def test_onnx_engine_prefill_says_it_carries_decode_only(engine):
