@@ -89,8 +89,8 @@ class OnnxEngine:
         self._input_dtypes = {i.name: _NUMPY_DTYPES[i.type] for i in self.session.get_inputs()}
 
     def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
-        raise DayzeroError("the ONNX engine carries the decode graph only: prefill with the eager or AOTInductor "
-                           "engine (`dayzero export --backend aoti`), then decode with either")
+        raise DayzeroError("the ONNX engine carries the decode graph only: run prefill on the eager or AOTInductor "
+                           "engine over the same caches, then decode with this one")
 
     def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
         feeds = self._feeds(input_ids, meta, caches)

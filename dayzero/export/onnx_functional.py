@@ -5,6 +5,7 @@ which the ONNX exporter cannot translate. This pass replaces each such node with
 `dayzero_functional::<op>`: the same arguments, no mutation, returning (*op results, *updated mutated args) in
 schema order, which is exactly what the op's ONNX translation emits (one custom node whose extra outputs are the
 updated caches). The functional op's CPU implementation clones the mutated args and runs the plugin op on them.
+`caches_as_outputs` then turns the program's input mutations into user outputs, one new value per cache.
 """
 
 from __future__ import annotations
