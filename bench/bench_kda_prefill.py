@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import traceback
+from functools import partial
 
 import torch
 
@@ -40,16 +41,40 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
                      scale=K ** -0.5, output_final_state=True, use_qk_l2norm_in_kernel=True)
 
 
+INTRA_CONFIGS = [(4, 4, 64), (8, 8, 64), (4, 4, 32), (8, 4, 32)]  # (pair_warps, wy_warps, block_k)
+
+
+def kernel_ms(fn, iters: int = 5) -> dict:
+    """Device time per call of each kernel fn launches (torch profiler), to see where the time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for event in prof.key_averages():
+        total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if "kernel" in event.key and total > 0:
+            out[f"{event.key.split('(')[0][:24]}_ms"] = round(total / iters / 1000, 3)
+    return out
+
+
 def stage_times(q, k, v, g, beta, cu) -> dict:
-    """Each kernel alone under a few launch configurations (to see where the time goes)."""
+    """The intra-chunk kernels under a few launch configurations and the state kernel alone."""
     times = {}
-    times["intra_ms"] = round(median_ms(lambda: intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True)), 3)
+    for pw, ww, bk in INTRA_CONFIGS:
+        run = partial(intra_chunk, q, k, v, g, beta, K ** -0.5, cu, True, pair_warps=pw, wy_warps=ww, block_k=bk)
+        times[f"intra_p{pw}_w{ww}_k{bk}_ms"] = round(median_ms(run), 3)
     terms = intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True)
     o = torch.empty_like(v)
     final = torch.empty(cu.shape[0] - 1, q.shape[1], K, V, device="cuda")
-    for block_v, warps in ((32, 4), (64, 4), (64, 8)):
+    for block_v, warps in ((32, 4), (64, 4)):
         times[f"state_bv{block_v}_w{warps}_ms"] = round(median_ms(
             lambda bv=block_v, w=warps: chunk_states(terms, o, None, final, cu, block_v=bv, num_warps=w)), 3)
+    times.update(kernel_ms(lambda: ours(q, k, v, g, beta, cu, 32)))
     return times
 
 
@@ -67,7 +92,22 @@ def bench_shape(B, T, H) -> dict:
         row["err_S_vs_fla"] = f"{rel_err(s, fs.float()):.1e}"
     except Exception as err:  # the peer is optional on this machine
         row["fla_error"] = f"{type(err).__name__}: {err}"[:200]
+        fo = None
+    if T * H <= 8192 * 32:
+        row.update(fp32_errors(q, k, v, g, beta, cu, o, fo))
     return row
+
+
+def fp32_errors(q, k, v, g, beta, cu, o, fla_o) -> dict:
+    """ours and fla vs the fp32 reference on the same bf16 inputs (the smallest bench shape only: memory)."""
+    from dayzero.plugins.kda import reference as R
+
+    ro, _ = R.chunk_kda(*(x.float()[None] for x in (q, k, v, g, beta)), output_final_state=True,
+                        use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+    errors = {"err_o_vs_ref32": f"{rel_err(o.float(), ro[0]):.1e}"}
+    if fla_o is not None:
+        errors["fla_err_o_vs_ref32"] = f"{rel_err(fla_o.reshape(o.shape).float(), ro[0]):.1e}"
+    return errors
 
 
 def reference_check() -> dict:
@@ -102,9 +142,10 @@ def main() -> None:
             torch.cuda.empty_cache()
     write_results(args.out, "kda_prefill", {"ceilings": ceilings, "reference_check": check, "rows": rows})
     print("ceilings", ceilings, "| reference check", {k: f"{v:.1e}" for k, v in check.items()})
-    print(table(rows, ["shape", "intra_ms", "state_bv32_w4_ms", "state_bv64_w4_ms",
-                       "state_bv64_w8_ms", "ours_ms", "fla_ms", "speedup", "err_o_vs_fla", "err_S_vs_fla", "fla_error",
-                       "error"]))
+    for row in rows:
+        print({key: value for key, value in row.items() if key.endswith("_ms") and "ours" not in key})
+    print(table(rows, ["shape", "ours_ms", "fla_ms", "speedup", "err_o_vs_fla", "err_S_vs_fla", "err_o_vs_ref32",
+                       "fla_err_o_vs_ref32", "fla_error", "error"]))
 
 
 if __name__ == "__main__":
