@@ -1,0 +1,56 @@
+"""How many cache pages and state slots a memory budget buys, from the engine manifest alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dayzero.errors import DayzeroError
+from dayzero.export.engine import PAGE, SLOT, EngineManifest
+
+
+@dataclass(frozen=True)
+class Capacity:
+    num_pages: int
+    num_slots: int
+    page_size: int
+    slots_per_seq: int
+    budget_bytes: int
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of latent / index cache (the dummy page excluded)."""
+        return (self.num_pages - 1) * self.page_size
+
+    @property
+    def sequences(self) -> int:
+        """Concurrent sequences of KDA state (the dummy slot group excluded)."""
+        return self.num_slots // self.slots_per_seq - 1
+
+    def describe(self) -> str:
+        return (f"cache capacity: {self.tokens} tokens of latent/index cache ({self.num_pages} pages), "
+                f"{self.sequences} concurrent sequences of KDA state, in {self.budget_bytes / 2**20:.0f} MiB")
+
+
+def memory_budget(device: str, gpu_memory_fraction: float, budget_bytes: int | None) -> int:
+    if budget_bytes is not None:
+        return budget_bytes
+    if torch.device(device).type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * gpu_memory_fraction)
+    return 256 << 20
+
+
+def plan_capacity(manifest: EngineManifest, budget: int, max_batch: int) -> Capacity:
+    """Slots for max_batch sequences (+ the dummy) first, the rest of the budget in pages."""
+    slots_per_seq = 1 + manifest.num_draft
+    num_slots = (max_batch + 1) * slots_per_seq
+    slot_bytes, page_bytes = manifest.unit_bytes(SLOT), manifest.unit_bytes(PAGE)
+    left = budget - num_slots * slot_bytes
+    num_pages = left // page_bytes if page_bytes else 2
+    if num_pages < 2:
+        raise DayzeroError(f"a budget of {budget / 2**20:.1f} MiB holds the state of {max_batch} sequences "
+                           f"({num_slots * slot_bytes / 2**20:.1f} MiB) but no cache pages; give more memory "
+                           "(--gpu-memory-fraction / --memory-mb) or a smaller --batch")
+    return Capacity(int(num_pages), num_slots, manifest.page_size, slots_per_seq, budget)

@@ -1,0 +1,74 @@
+"""The Python API: `dayzero.LLM(checkpoint).generate(prompts, SamplingParams(...))`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dayzero.export.engine import StepEngine
+from dayzero.export.options import ExportOptions
+from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
+from dayzero.runtime.sampling import SamplingParams
+from dayzero.runtime.sequence import Sequence
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+    time_to_first_token_s: float | None
+
+
+def load_step_engine(checkpoint: Path, options: ExportOptions) -> StepEngine:
+    """Export (or find in the compilation cache) and load the engine of a checkpoint."""
+    from dayzero.export.build import export_engine, load_engine
+
+    entry, _ = export_engine(checkpoint, options)
+    return load_engine(entry)
+
+
+def _default_checkpoint() -> Path:
+    from dayzero.model.checkpoint_writer import write_random_checkpoint
+    from dayzero.paths import EMBEDDED_MODEL, bundled_config, embedded_checkpoint
+
+    path = embedded_checkpoint()
+    if not (path / "config.json").exists():
+        write_random_checkpoint(bundled_config(EMBEDDED_MODEL), path, overwrite=True)
+    return path
+
+
+class LLM:
+    def __init__(self, checkpoint: str | Path | None = None, export: ExportOptions | None = None,
+                 runtime: RuntimeOptions | None = None, engine: StepEngine | None = None):
+        from dayzero.tokenizer import load_tokenizer
+
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else _default_checkpoint()
+        self.export_options = export or ExportOptions(backend="eager")
+        started = time.perf_counter()
+        self.step_engine = engine or load_step_engine(self.checkpoint, self.export_options)
+        self.load_seconds = time.perf_counter() - started
+        self.tokenizer = load_tokenizer(self.checkpoint, self.step_engine.manifest.vocab_size)
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        self.engine = LLMEngine(self.step_engine, runtime or RuntimeOptions(), self.tokenizer.decode,
+                                frozenset() if eos is None else frozenset({eos}))
+
+    def generate(self, prompts: list[str] | str, params: SamplingParams | None = None) -> list[RequestOutput]:
+        """Generate for every prompt (batched continuously); outputs in prompt order."""
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        params = params or SamplingParams()
+        start = time.perf_counter()
+        seqs = [self.engine.add_request(self.tokenizer.encode(p), params) for p in prompts]
+        while self.engine.has_work:
+            self.engine.step()
+        return [self._output(seq, prompt, start) for seq, prompt in zip(seqs, prompts)]
+
+    def _output(self, seq: Sequence, prompt: str, start: float) -> RequestOutput:
+        first = self.engine.stats.first_token_at.get(seq.request_id)
+        return RequestOutput(seq.request_id, prompt, seq.prompt_ids, list(seq.output_ids),
+                             self.tokenizer.decode(seq.output_ids), seq.finish_reason,
+                             None if first is None else first - start)

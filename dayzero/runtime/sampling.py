@@ -1,0 +1,77 @@
+"""Sampling parameters per request and the token choice from one logits row."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from dayzero.errors import DayzeroError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 64
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # 0: all tokens
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()  # stop strings (checked on the decoded text)
+    ignore_eos: bool = False
+
+    def __post_init__(self):
+        if self.max_tokens < 1:
+            raise DayzeroError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise DayzeroError("need temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        object.__setattr__(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
+
+    @property
+    def method(self) -> str:
+        return "greedy" if self.temperature == 0 else "random"
+
+
+def _greedy(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    return int(logits.argmax())
+
+
+def _filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    logits = logits.float() / params.temperature
+    if params.top_k:
+        kth = torch.topk(logits, min(params.top_k, logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1:
+        sorted_logits, order = logits.sort(descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        # keep the smallest prefix whose probability reaches top_p (the first token always stays)
+        drop = cumulative - sorted_logits.softmax(-1) >= params.top_p
+        logits = logits.scatter(0, order, sorted_logits.masked_fill(drop, float("-inf")))
+    return logits
+
+
+def _random(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    probs = _filtered(logits, params).softmax(-1).cpu()
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+SAMPLERS: dict[str, Callable[[torch.Tensor, SamplingParams, torch.Generator | None], int]] = {
+    "greedy": _greedy, "random": _random}
+
+
+@dataclass
+class Sampler:
+    """Per-request sampling state: the request's own generator, so a seed reproduces its tokens in any batch."""
+
+    params: SamplingParams
+    generator: torch.Generator | None = field(default=None)
+
+    def __post_init__(self):
+        if self.params.method != "greedy":
+            self.generator = torch.Generator()
+            self.generator.manual_seed(self.params.seed if self.params.seed is not None else torch.seed())
+
+    def __call__(self, logits: torch.Tensor) -> int:
+        return SAMPLERS[self.params.method](logits, self.params, self.generator)

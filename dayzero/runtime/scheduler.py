@@ -1,0 +1,134 @@
+"""Continuous batching: FCFS admission by cache capacity, chunked prefill under a token budget, decode batches,
+preemption by recompute when pages run out, cancellation. Plain Python over the block manager and state pool.
+
+Each step is one kind: a prefill step (chunks of several waiting/prefilling sequences, at most `token_budget`
+tokens) when any sequence still has uncached prompt tokens, else a decode step over every running sequence.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from dayzero.errors import DayzeroError
+from dayzero.runtime.block_manager import BlockManager
+from dayzero.runtime.sequence import Sequence, Status
+from dayzero.runtime.state_pool import StatePool
+
+
+@dataclass
+class ScheduledStep:
+    decode: bool
+    seqs: list[Sequence]
+    num_new: list[int]  # tokens each sequence adds to the cache in this step
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, states: StatePool, max_batch: int, token_budget: int, max_len: int):
+        self.blocks, self.states = blocks, states
+        self.max_batch, self.token_budget, self.max_len = max_batch, token_budget, max_len
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a request, or refuse it now (with the reason in seq.finish_reason) when it can never run."""
+        problem = self._never_fits(seq)
+        if problem:
+            seq.status, seq.finish_reason = Status.REFUSED, problem
+            raise DayzeroError(f"{seq.request_id}: {problem}")
+        self.waiting.append(seq)
+
+    def _never_fits(self, seq: Sequence) -> str | None:
+        if not seq.prompt_ids:
+            return "the prompt is empty; give at least one token"
+        longest = len(seq.prompt_ids) + seq.params.max_tokens
+        if longest > self.max_len:
+            return (f"prompt ({len(seq.prompt_ids)} tokens) + max_tokens ({seq.params.max_tokens}) exceeds the "
+                    f"engine's max length {self.max_len}; shorten the prompt, lower max_tokens or export with a "
+                    "larger --max-len")
+        if self.blocks.pages_for(longest) > self.blocks.num_pages - 1:
+            return (f"the sequence needs {self.blocks.pages_for(longest)} cache pages, the cache has "
+                    f"{self.blocks.num_pages - 1}; give the runtime more memory or ask for fewer tokens")
+        return None
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def cancel(self, request_id: str) -> Sequence | None:
+        for seq in [*self.waiting, *self.running]:
+            if seq.request_id == request_id:
+                self.release(seq, Status.CANCELLED, "cancelled")
+                return seq
+        return None
+
+    def release(self, seq: Sequence, status: Status, reason: str) -> None:
+        if seq in self.running:
+            self.running.remove(seq)
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        self.states.free(seq)
+        seq.status, seq.finish_reason = status, reason
+
+    def schedule(self) -> ScheduledStep | None:
+        self._admit()
+        prefilling = [s for s in self.running if s.num_uncached > 1 or (s.num_cached == 0 and s.num_uncached)]
+        if prefilling:
+            return self._prefill_step(prefilling)
+        return self._decode_step()
+
+    def _admit(self) -> None:
+        """FCFS: the head of the queue enters when a slot and the pages for its first chunk are free."""
+        while self.waiting and len(self.running) < self.max_batch and self.states.num_free:
+            seq = self.waiting[0]
+            first_chunk = min(seq.num_tokens, self.token_budget)
+            if not self.blocks.can_grow(seq, first_chunk):
+                return
+            self.waiting.popleft()
+            self.states.allocate(seq)
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+
+    def _prefill_step(self, prefilling: list[Sequence]) -> ScheduledStep | None:
+        budget, seqs, counts = self.token_budget, [], []
+        for seq in prefilling:
+            # a prefill covers every uncached token; the last one's logits give the next token
+            n = min(seq.num_uncached, budget)
+            while n and not self.blocks.can_grow(seq, seq.num_cached + n):
+                n -= 1
+            if n == 0:
+                continue
+            self.blocks.grow(seq, seq.num_cached + n)
+            seqs.append(seq)
+            counts.append(n)
+            budget -= n
+            if budget == 0:
+                break
+        if not seqs:
+            self._preempt_newest()
+            return None
+        return ScheduledStep(False, seqs, counts)
+
+    def _decode_step(self) -> ScheduledStep | None:
+        for seq in list(self.running):
+            while seq in self.running and not self.blocks.can_grow(seq, seq.num_tokens):
+                self._preempt_newest()
+        for seq in self.running:
+            self.blocks.grow(seq, seq.num_tokens)
+        if not self.running:
+            return None
+        return ScheduledStep(True, list(self.running), [1] * len(self.running))
+
+    def _preempt_newest(self) -> None:
+        """Recompute preemption: the newest running sequence gives back its pages and slot and waits at the front;
+        when readmitted it prefills prompt + generated tokens again."""
+        if not self.running:
+            raise DayzeroError("the cache cannot hold even one sequence's next step; give the runtime more memory")
+        victim = self.running[-1]
+        self.release(victim, Status.WAITING, None)
+        victim.num_cached = 0
+        victim.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(victim)

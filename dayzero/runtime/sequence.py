@@ -1,0 +1,52 @@
+"""A request's life in the runtime: its tokens, how many are in the cache, its pages and state slot."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+
+from dayzero.runtime.sampling import Sampler, SamplingParams
+
+_ids = itertools.count()
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    REFUSED = "refused"
+
+
+@dataclass
+class Sequence:
+    prompt_ids: list[int]
+    params: SamplingParams
+    request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
+    output_ids: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    num_cached: int = 0  # tokens whose KV / state is in the caches
+    pages: list[int] = field(default_factory=list)
+    slot: int | None = None
+    finish_reason: str | None = None
+    num_preemptions: int = 0
+
+    def __post_init__(self):
+        self.sampler = Sampler(self.params)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_uncached(self) -> int:
+        return self.num_tokens - self.num_cached
+
+    @property
+    def is_done(self) -> bool:
+        return self.status in (Status.FINISHED, Status.CANCELLED, Status.REFUSED)

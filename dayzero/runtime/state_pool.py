@@ -1,0 +1,53 @@
+"""KDA recurrent-state and short-conv slots: (1 + num_draft) consecutive slots per running sequence.
+
+Slot group 0 is the dummy that padded rows write into. A sequence's slots are zeroed when it is admitted (a zero
+state is the state of an empty sequence), through the manifest's list of slot-indexed cache tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dayzero.errors import DayzeroError
+from dayzero.runtime.sequence import Sequence
+
+DUMMY_GROUP = 0
+
+
+class StatePool:
+    def __init__(self, num_slots: int, slots_per_seq: int, slot_tensors: list[torch.Tensor]):
+        self.slots_per_seq = slots_per_seq
+        self.num_groups = num_slots // slots_per_seq
+        if self.num_groups < 2:
+            raise DayzeroError(f"{num_slots} KDA state slots hold no sequence (one group of {slots_per_seq} is the "
+                               "dummy); give the runtime more memory")
+        self.free_groups = list(range(self.num_groups - 1, DUMMY_GROUP, -1))
+        self.owner: dict[int, str] = {}
+        self.slot_tensors = slot_tensors
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_groups)
+
+    @property
+    def capacity_sequences(self) -> int:
+        return self.num_groups - 1
+
+    def first_slot(self, group: int) -> int:
+        return group * self.slots_per_seq
+
+    def allocate(self, seq: Sequence) -> None:
+        if not self.free_groups:
+            raise DayzeroError(f"{seq.request_id}: no free KDA state slot")
+        group = self.free_groups.pop()
+        self.owner[group] = seq.request_id
+        seq.slot = group
+        start = self.first_slot(group)
+        for tensor in self.slot_tensors:
+            tensor[start : start + self.slots_per_seq].zero_()
+
+    def free(self, seq: Sequence) -> None:
+        if seq.slot is not None:
+            del self.owner[seq.slot]
+            self.free_groups.append(seq.slot)
+            seq.slot = None
