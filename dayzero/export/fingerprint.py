@@ -38,10 +38,14 @@ def weight_fingerprint(checkpoint: Path) -> str:
     return digest.hexdigest()
 
 
+# the code an engine is built from; the runtime, cache and CLI do not change what export compiles
+ENGINE_SOURCES = ("plugins", "model", "export")
+
+
 def source_fingerprint() -> str:
-    """sha256 of the package's Python sources (plugins, model, export): any code change rebuilds engines."""
+    """sha256 of the Python sources engines are built from (ENGINE_SOURCES): a change there rebuilds engines."""
     digest = hashlib.sha256()
-    for path in sorted(SOURCE_ROOT.rglob("*.py")):
+    for path in sorted(p for part in ENGINE_SOURCES for p in (SOURCE_ROOT / part).rglob("*.py")):
         digest.update(str(path.relative_to(SOURCE_ROOT)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()

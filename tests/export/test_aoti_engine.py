@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dayzero.cache import CompilationCache
+from dayzero.export import fingerprint
 from dayzero.export.aoti import AOTIEngine, whole_tensor_copies
 from dayzero.export.build import RANK_DIR, export_engine, load_engine
 from dayzero.export.engine import EagerEngine, allocate_flat_caches
@@ -27,6 +28,10 @@ DECODE_OPS = {"fused_kda_decode", "write_latent", "write_index_keys", "index_top
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
+    # other work may edit the sources of this checkout while the module runs: pin the source hash
+    source = fingerprint.source_fingerprint()
+    pinned = pytest.MonkeyPatch()
+    pinned.setattr(fingerprint, "source_fingerprint", lambda: source)
     root = tmp_path_factory.mktemp("aoti")
     write_random_checkpoint(TINY_CONFIG, root / "ckpt", torch.float32, overwrite=True)
     cache = CompilationCache(root / "engines")
@@ -35,7 +40,8 @@ def exported(tmp_path_factory):
     cold = time.perf_counter() - start
     assert not hit
     print(f"\ncold AOTI export of tiny-hybrid: {cold:.1f} s")
-    return root, cache, entry
+    yield root, cache, entry
+    pinned.undo()
 
 
 def test_second_export_is_a_hit(exported):
