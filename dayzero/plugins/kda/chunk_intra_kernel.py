@@ -3,9 +3,10 @@
 For rows r of sub-chunk i and columns j <= r of the chunk (G = in-chunk cumsum of g, q and k L2-normalized):
     Akk[r, j] = beta_r sum_d k_r k_j e^{G_r - G_j}    (strictly lower; the solve kernel inverts I + Akk)
     Aqk[r, j] = scale sum_d q_r k_j e^{G_r - G_j}     (lower with diagonal; zero above)
-Each 16x16 block (i, j) is one dot with the decay factored around the first row of sub-chunk i: off-diagonal both
-factors are <= 1; on the diagonal the key factor is capped at e^80 and, when a channel decays by more than 80 nats
-inside the sub-chunk, the block is recomputed with exact pairwise exponentials.
+Per K tile, the [16, 64] rows are one dot with the decay factored around the first row of sub-chunk i: the query
+side e^{G_r - G_ref} and, for earlier sub-chunks, the key side e^{G_ref - G_j} are <= 1; inside sub-chunk i the key
+factor is capped at e^80 and, when a channel decays by more than 80 nats there, those 16 columns are recomputed with
+exact pairwise exponentials. L2 normalization is a row and column scaling, applied once after the K loop.
 """
 
 from __future__ import annotations
@@ -18,84 +19,81 @@ from dayzero.plugins.triton_utils import dot
 
 
 @triton.jit
-def _inverse_norm(x, USE_L2NORM: tl.constexpr):
-    """Per-row 1 / ||x|| of a [BC, K] tile (1 without L2 normalization)."""
+def _inverse_norm(sum_sq, USE_L2NORM: tl.constexpr):
+    """1 / ||x|| from the row sums of squares (1 without L2 normalization)."""
     if USE_L2NORM:
-        inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) + 1e-6)
+        inv = 1.0 / tl.sqrt(sum_sq + 1e-6)
     else:
-        inv = tl.full([BC], 1.0, tl.float32)
+        inv = sum_sq * 0.0 + 1.0
     return inv
 
 
 @triton.jit
-def _exact_diagonal(qn, kn, G, sub):
-    """Diagonal-block q.k and k.k terms with exact pairwise decays (for decays too strong to factor)."""
-    aqk = tl.zeros([BC, BC], tl.float32)
-    akk = tl.zeros([BC, BC], tl.float32)
+def _exact_diagonal(aqk, akk, qq, kk, G_local, first):
+    """Columns first..first+BC of the [BC, BT] terms with exact pairwise decays inside the sub-chunk."""
+    sub = tl.arange(0, BC)
+    cols = tl.arange(0, BT)
     for s in range(BC):
-        k_s = row_of(kn, sub, s)
-        decay = tl.exp(tl.minimum(G - row_of(G, sub, s)[None, :], 0.0))
-        here = sub[None, :] == s
-        aqk = tl.where(here, tl.sum(qn * k_s[None, :] * decay, axis=1)[:, None], aqk)
-        akk = tl.where(here, tl.sum(kn * k_s[None, :] * decay, axis=1)[:, None], akk)
+        k_s = row_of(kk, sub, s)
+        decay = tl.exp(tl.minimum(G_local - row_of(G_local, sub, s)[None, :], 0.0))
+        here = cols[None, :] == first + s
+        aqk = tl.where(here, tl.sum(qq * k_s[None, :] * decay, axis=1)[:, None], aqk)
+        akk = tl.where(here, tl.sum(kk * k_s[None, :] * decay, axis=1)[:, None], akk)
     return aqk, akk
-
-
-@triton.jit
-def _store_block(ptr, t, valid, h, H: tl.constexpr, j, block):
-    cols = j * BC + tl.arange(0, BC)
-    tl.store(ptr + (t[:, None] * H + h) * BT + cols[None, :], block.to(ptr.dtype.element_ty), mask=valid[:, None])
 
 
 @triton.jit
 def intra_pairs_kernel(
     q, k, g, beta, cu_seqlens, chunk_offsets, akk_out, aqk_out, q_inv_out, k_inv_out, scale, N,
-    H: tl.constexpr, K: tl.constexpr, USE_L2NORM: tl.constexpr,
+    H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
 ):
-    i = tl.program_id(0)
+    first = tl.program_id(0) * BC
     h = tl.program_id(2)
     start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, tl.program_id(1))
-    if live and start + i * BC < eos:
+    if live and start + first < eos:
         sub = tl.arange(0, BC)
-        ks = tl.arange(0, K)
-        t_i = start + i * BC + sub
-        valid = t_i < eos
-        prefix = tl.zeros([K], tl.float32)
-        for j in range(0, i):
-            prefix += tl.sum(load_rows(g, start + j * BC + sub, sub >= 0, h, H, K, ks), axis=0)
-        G = prefix[None, :] + tl.cumsum(load_rows(g, t_i, valid, h, H, K, ks), axis=0)
-        ref = row_of(G, sub, 0)
-        qq = load_rows(q, t_i, valid, h, H, K, ks)
-        kk = load_rows(k, t_i, valid, h, H, K, ks)
-        q_inv = _inverse_norm(qq, USE_L2NORM)
-        k_inv = _inverse_norm(kk, USE_L2NORM)
-        tl.store(q_inv_out + t_i * H + h, q_inv, mask=valid)
-        tl.store(k_inv_out + t_i * H + h, k_inv, mask=valid)
-        qn = qq * q_inv[:, None]
-        kn = kk * k_inv[:, None]
-        b = tl.load(beta + t_i * H + h, mask=valid, other=0.0).to(tl.float32)
+        rows = tl.arange(0, BT)
+        t = start + rows
+        valid = t < eos
+        t_i = start + first + sub
+        valid_i = t_i < eos
+        keys_so_far = rows[:, None] < first + BC
+        aqk = tl.zeros([BC, BT], tl.float32)
+        akk = tl.zeros([BC, BT], tl.float32)
+        q_ss = tl.zeros([BC], tl.float32)
+        k_ss_i = tl.zeros([BC], tl.float32)
+        k_ss = tl.zeros([BT], tl.float32)
+        for k0 in range(0, K, BK):
+            kc = k0 + tl.arange(0, BK)
+            G = tl.cumsum(load_rows(g, t, valid, h, H, K, kc), axis=0)
+            ref = row_of(G, rows, first)
+            kk = load_rows(k, t, valid, h, H, K, kc)
+            k_ss += tl.sum(kk * kk, axis=1)
+            right = tl.where(keys_so_far, kk * tl.exp(tl.minimum(ref[None, :] - G, EXP_CAP)), 0.0)
 
-        up = tl.exp(tl.minimum(G - ref[None, :], 0.0))
-        q_up = qn * up
-        k_up = kn * up
-        running = tl.zeros([K], tl.float32)
-        for j in range(0, i):
-            t_j = start + j * BC + sub
-            g_j = load_rows(g, t_j, sub >= 0, h, H, K, ks)
-            G_j = running[None, :] + tl.cumsum(g_j, axis=0)
-            running += tl.sum(g_j, axis=0)
-            k_j = load_rows(k, t_j, sub >= 0, h, H, K, ks)
-            k_j = k_j * _inverse_norm(k_j, USE_L2NORM)[:, None]
-            right = tl.trans(k_j * tl.exp(tl.minimum(ref[None, :] - G_j, 0.0)))
-            _store_block(aqk_out, t_i, valid, h, H, j, dot(q_up, right) * scale)
-            _store_block(akk_out, t_i, valid, h, H, j, dot(k_up, right) * b[:, None])
+            g_i = load_rows(g, t_i, valid_i, h, H, K, kc)
+            G_local = tl.cumsum(g_i, axis=0)
+            up = tl.exp(tl.minimum(G_local - row_of(g_i, sub, 0)[None, :], 0.0))
+            qq = load_rows(q, t_i, valid_i, h, H, K, kc)
+            kk_i = load_rows(k, t_i, valid_i, h, H, K, kc)
+            q_ss += tl.sum(qq * qq, axis=1)
+            k_ss_i += tl.sum(kk_i * kk_i, axis=1)
+            aqk_part = dot(qq * up, tl.trans(right))
+            akk_part = dot(kk_i * up, tl.trans(right))
+            if tl.max(row_of(G_local, sub, 0) - row_of(G_local, sub, BC - 1)) > EXP_CAP:
+                aqk_part, akk_part = _exact_diagonal(aqk_part, akk_part, qq, kk_i, G_local, first)
+            aqk += aqk_part
+            akk += akk_part
 
-        right = tl.trans(kn * tl.exp(tl.minimum(ref[None, :] - G, EXP_CAP)))
-        aqk = dot(q_up, right)
-        akk = dot(k_up, right)
-        if tl.max(ref - row_of(G, sub, BC - 1)) > EXP_CAP:
-            aqk, akk = _exact_diagonal(qn, kn, G, sub)
-        _store_block(aqk_out, t_i, valid, h, H, i, tl.where(sub[:, None] >= sub[None, :], aqk * scale, 0.0))
-        _store_block(akk_out, t_i, valid, h, H, i, tl.where(sub[:, None] > sub[None, :], akk * b[:, None], 0.0))
-        for j in range(i + 1, BT // BC):
-            _store_block(aqk_out, t_i, valid, h, H, j, tl.zeros([BC, BC], tl.float32))
+        q_inv = _inverse_norm(q_ss, USE_L2NORM)
+        k_inv_i = _inverse_norm(k_ss_i, USE_L2NORM)
+        k_inv = _inverse_norm(k_ss, USE_L2NORM)
+        tl.store(q_inv_out + t_i * H + h, q_inv, mask=valid_i)
+        tl.store(k_inv_out + t_i * H + h, k_inv_i, mask=valid_i)
+        b = tl.load(beta + t_i * H + h, mask=valid_i, other=0.0).to(tl.float32)
+        row_ids = (first + sub)[:, None]
+        aqk = tl.where(rows[None, :] <= row_ids, aqk * (q_inv * scale)[:, None] * k_inv[None, :], 0.0)
+        akk = tl.where(rows[None, :] < row_ids, akk * (b * k_inv_i)[:, None] * k_inv[None, :], 0.0)
+        offs = (t_i[:, None] * H + h) * BT + rows[None, :]
+        tl.store(aqk_out + offs, aqk.to(aqk_out.dtype.element_ty), mask=valid_i[:, None])
+        tl.store(akk_out + offs, akk.to(akk_out.dtype.element_ty), mask=valid_i[:, None])

@@ -82,7 +82,7 @@ class ChunkTerms:
 
 
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
-                pair_warps: int = 4, wy_warps: int = 4, block_k: int = 64) -> ChunkTerms:
+                pair_warps: int = 8, wy_warps: int = 4, block_k: int = 32, pair_block_k: int = 32) -> ChunkTerms:
     """The three intra-chunk kernels: pair terms, triangular solve, WY products."""
     T, H, K = k.shape
     V = v.shape[-1]
@@ -94,13 +94,13 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
     terms = ChunkTerms(w=empty(T, H, K), u=empty(T, H, V), qg=empty(T, H, K), kt=empty(T, H, K),
                        a=empty(T, H, CHUNK), decay=empty(chunks, H, K, dtype=torch.float32),
                        offsets=chunk_offsets(cu_seqlens))
-    akk, x = empty(T, H, CHUNK, dtype=torch.float32), empty(T, H, CHUNK, dtype=torch.float32)
+    akk, x = empty(T, H, CHUNK, dtype=torch.float32), empty(T, H, CHUNK)
     q_inv, k_inv = empty(T, H, dtype=torch.float32), empty(T, H, dtype=torch.float32)
     launch(intra_pairs_kernel)[(CHUNK // 16, chunks, H)](
         q, k, g, beta, cu_seqlens, terms.offsets, akk, terms.a, q_inv, k_inv, scale, N,
-        H=H, K=K, USE_L2NORM=use_qk_l2norm, num_warps=pair_warps,
+        H=H, K=K, BK=min(K, pair_block_k), USE_L2NORM=use_qk_l2norm, num_warps=pair_warps, num_stages=1,
     )
-    launch(solve_kernel)[(chunks, H)](akk, x, cu_seqlens, terms.offsets, N, H=H, num_warps=1)
+    launch(solve_kernel)[(chunks, H)](akk, x, cu_seqlens, terms.offsets, N, H=H, num_warps=4)
     block_k, block_v = min(K, block_k), min(V, block_k)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
         q, k, v, g, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,

@@ -31,7 +31,8 @@ def wy_kernel(
         t = start + rows
         valid = t < eos
         lower = valid[:, None] & (rows[None, :] <= rows[:, None])
-        X = tl.load(x + (t[:, None] * H + h) * BT + rows[None, :], mask=lower, other=0.0).to(tl.float32)
+        # the products are stored in the work dtype: bf16 operands (fp32 accumulation) lose nothing more
+        X = tl.load(x + (t[:, None] * H + h) * BT + rows[None, :], mask=lower, other=0.0).to(w_out.dtype.element_ty)
         b = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
         if tile < K // BK:
             kc = tile * BK + tl.arange(0, BK)
@@ -40,10 +41,11 @@ def wy_kernel(
             kn = load_rows(k, t, valid, h, H, K, kc) * tl.load(k_inv + t * H + h, mask=valid, other=0.0)[:, None]
             qn = load_rows(q, t, valid, h, H, K, kc) * tl.load(q_inv + t * H + h, mask=valid, other=0.0)[:, None]
             eG = tl.exp(G)
-            _store_rows(w_out, t, valid, h, H, K, kc, dot(X, b[:, None] * eG * kn))
+            _store_rows(w_out, t, valid, h, H, K, kc, dot(X, (b[:, None] * eG * kn).to(X.dtype)))
             _store_rows(qg_out, t, valid, h, H, K, kc, qn * eG * scale)
             _store_rows(kt_out, t, valid, h, H, K, kc, kn * tl.exp(G_last[None, :] - G))
             tl.store(decay_out + (pid * H + h) * K + kc, tl.exp(G_last), mask=kc < K)
         else:
             vc = (tile - K // BK) * BV + tl.arange(0, BV)
-            _store_rows(u_out, t, valid, h, H, V, vc, dot(X, b[:, None] * load_rows(v, t, valid, h, H, V, vc)))
+            bv = b[:, None] * load_rows(v, t, valid, h, H, V, vc)
+            _store_rows(u_out, t, valid, h, H, V, vc, dot(X, bv.to(X.dtype)))
