@@ -41,7 +41,8 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
                      scale=K ** -0.5, output_final_state=True, use_qk_l2norm_in_kernel=True)
 
 
-INTRA_CONFIGS = [(4, 4, 64), (8, 8, 64), (4, 4, 32), (8, 4, 32)]  # (pair_warps, wy_warps, block_k)
+# (pair_warps, pair_block_k, wy_warps, block_k); the first is intra_chunk's default
+INTRA_CONFIGS = [(8, 32, 4, 32), (4, 16, 4, 32), (4, 32, 4, 32), (8, 32, 8, 64)]
 
 
 def kernel_ms(fn, iters: int = 5) -> dict:
@@ -65,9 +66,10 @@ def kernel_ms(fn, iters: int = 5) -> dict:
 def stage_times(q, k, v, g, beta, cu) -> dict:
     """The intra-chunk kernels under a few launch configurations and the state kernel alone."""
     times = {}
-    for pw, ww, bk in INTRA_CONFIGS:
-        run = partial(intra_chunk, q, k, v, g, beta, K ** -0.5, cu, True, pair_warps=pw, wy_warps=ww, block_k=bk)
-        times[f"intra_p{pw}_w{ww}_k{bk}_ms"] = round(median_ms(run), 3)
+    for pw, pk, ww, bk in INTRA_CONFIGS:
+        run = partial(intra_chunk, q, k, v, g, beta, K ** -0.5, cu, True, pair_warps=pw, pair_block_k=pk,
+                      wy_warps=ww, block_k=bk)
+        times[f"intra_p{pw}k{pk}_w{ww}k{bk}_ms"] = round(median_ms(run), 3)
     terms = intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True)
     o = torch.empty_like(v)
     final = torch.empty(cu.shape[0] - 1, q.shape[1], K, V, device="cuda")
