@@ -75,3 +75,25 @@ def test_registered_op_on_cpu_is_the_reference():
     ro, rs = R.chunk_kda(q[None], k[None], v[None], g[None], beta[None], output_final_state=True,
                          use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
     assert torch.equal(o, ro) and torch.equal(s, rs)
+
+
+def test_blockwise_solve_inverts_unit_lower():
+    """solve_kernel's X times (I + L) is the identity for every chunk, including a partial last chunk."""
+    from dayzero.plugins.kda.chunk_common import chunk_offsets
+    from dayzero.plugins.kda.solve_kernel import solve_kernel
+
+    lengths, H = (64, 40), 2
+    T = sum(lengths)
+    cu = torch.tensor([0, *lengths]).cumsum(0).int().to(DEVICE)
+    L = torch.randn(T, H, 64) * 0.3
+    for start, length in ((0, 64), (64, 40)):
+        L[start:start + length] = L[start:start + length].permute(1, 0, 2).tril(-1).permute(1, 0, 2)
+    L = L.to(DEVICE)
+    X = poisoned(T, H, 64)
+    solve_kernel[(2, H)](L, X, cu, chunk_offsets(cu), len(lengths), H=H)
+    for start, length in ((0, 64), (64, 40)):
+        for h in range(H):
+            block = L[start:start + length, h, :length].cpu()
+            inverse = X[start:start + length, h, :length].cpu().tril()
+            eye = torch.eye(length)
+            assert rel_err(inverse @ (eye + block), eye) < (1e-5 if not ON_GPU else 1e-4)

@@ -50,7 +50,7 @@ def intra_pairs_kernel(
     first = tl.program_id(0) * BC
     h = tl.program_id(2)
     start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, tl.program_id(1))
-    if live and start + first < eos:
+    if live & (start + first < eos):
         sub = tl.arange(0, BC)
         rows = tl.arange(0, BT)
         t = start + rows
