@@ -76,7 +76,7 @@ def stage_times(q, k, v, g, beta, cu) -> dict:
     for block_v, warps in ((32, 4), (64, 4)):
         times[f"state_bv{block_v}_w{warps}_ms"] = round(median_ms(
             lambda bv=block_v, w=warps: chunk_states(terms, o, None, final, cu, block_v=bv, num_warps=w)), 3)
-    times.update(kernel_ms(lambda: ours(q, k, v, g, beta, cu, 32)))
+    times.update(kernel_ms(lambda: ours(q, k, v, g, beta, cu, None)))
     return times
 
 
@@ -84,8 +84,8 @@ def bench_shape(B, T, H) -> dict:
     q, k, v, g, beta, cu = make_inputs(B, T, H)
     row = {"shape": f"B{B} T{T} H{H}", "B": B, "T": T, "H": H}
     row.update(stage_times(q, k, v, g, beta, cu))
-    o, s = ours(q, k, v, g, beta, cu, 32)
-    row["ours_ms"] = round(median_ms(lambda: ours(q, k, v, g, beta, cu, 32)), 3)
+    o, s = ours(q, k, v, g, beta, cu, None)
+    row["ours_ms"] = round(median_ms(lambda: ours(q, k, v, g, beta, cu, None)), 3)
     try:
         fo, fs = fla_chunk(q, k, v, g, beta, cu, B, T)
         row["fla_ms"] = round(median_ms(lambda: fla_chunk(q, k, v, g, beta, cu, B, T)), 3)

@@ -123,6 +123,12 @@ def chunk_states(terms: ChunkTerms, o: torch.Tensor, initial_state, final, cu_se
     )
 
 
+def _state_block_v(num_seqs: int, H: int, V: int) -> int:
+    """V columns per state program: 64 once that still gives two programs per SM of an H200 (B8 T4096 H96:
+    2.3 ms vs 4.2 ms at 32), else 32 (B1 T8192 H32: 0.33 ms vs 0.38 ms at 64)."""
+    return 64 if num_seqs * H * max(V // 64, 1) >= 264 else 32
+
+
 def _direct(fn):
     return fn
 
@@ -130,7 +136,8 @@ def _direct(fn):
 def chunk_kda_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, scale: float,
     initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor, use_qk_l2norm: bool, output_final_state: bool,
-    launch=None, state_block_v: int = 32, out: torch.Tensor | None = None, final_out: torch.Tensor | None = None,
+    launch=None, state_block_v: int | None = None, out: torch.Tensor | None = None,
+    final_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Varlen chunked KDA: q, k, g [T, H, K], v [T, H, V], beta [T, H] (token-major, contiguous), cu_seqlens [N+1]
     int32 on the device; g in fp32 log space. Returns (o [T, H, V] in v's dtype, final states [N, H, K, V] fp32),
@@ -147,5 +154,7 @@ def chunk_kda_launcher(
     final = None
     if output_final_state:
         final = torch.empty(N, H, K, V, device=q.device, dtype=torch.float32) if final_out is None else final_out
+    if state_block_v is None:
+        state_block_v = _state_block_v(N, H, V)
     chunk_states(terms, o, initial_state, final, cu_seqlens, launch, state_block_v)
     return o, final
