@@ -18,11 +18,14 @@ from torch.export import ExportedProgram
 
 from dayzero.errors import DayzeroError
 from dayzero.export.engine import EngineManifest, StepMeta
+from dayzero.export.inplace import whole_cache_writes, wrapper_cache_copies
 from dayzero.export.replace import compile_target
-from dayzero.export.trace import flat_inputs
+from dayzero.export.trace import META_FIELDS, flat_inputs
 
 # calls in AOTInductor's generated C++ wrapper that copy a whole tensor
 _COPY_CALLS = re.compile(r"aoti_torch_copy_|aoti_torch_clone|\.copy_\(|at::copy")
+# the step inputs before the caches: input_ids and the metadata
+FIRST_CACHE = 1 + len(META_FIELDS)
 
 
 def wrapper_sources(package: Path) -> dict[str, str]:
@@ -37,12 +40,22 @@ def whole_tensor_copies(package: Path) -> list[str]:
             if _COPY_CALLS.search(line)]
 
 
-def compile_package(program: ExportedProgram, path: Path, device: str) -> Path:
+def _check_cache_writes(program: ExportedProgram, name: str, first_cache: int) -> None:
+    writes = whole_cache_writes(program, first_cache)
+    if writes:
+        raise DayzeroError(f"the {name} step writes whole caches ({writes[:3]}), not just its rows; this is a "
+                           "dayzero bug: please report it with the model config")
+
+
+def compile_package(program: ExportedProgram, path: Path, device: str, first_cache: int = FIRST_CACHE) -> Path:
+    """Compile a step whose inputs from `first_cache` on are caches; refuse whole-cache writes or copies."""
+    _check_cache_writes(program, path.stem, first_cache)
     with compile_target(device):
         torch._inductor.aoti_compile_and_package(program, package_path=str(path))
     if not wrapper_sources(path):
         raise DayzeroError(f"AOTInductor wrote no wrapper code into {path}; the export failed")
-    copies = whole_tensor_copies(path)
+    copies = whole_tensor_copies(path) + [line for source in wrapper_sources(path).values()
+                                          for line in wrapper_cache_copies(source, first_cache)]
     if copies:
         raise DayzeroError(f"the compiled engine {path.name} copies tensors every step ({copies[:3]}); this is a "
                            "dayzero bug: please report it with the model config")
