@@ -74,10 +74,20 @@ class Scheduler:
 
     def schedule(self) -> ScheduledStep | None:
         self._admit()
-        prefilling = [s for s in self.running if s.num_uncached > 1 or (s.num_cached == 0 and s.num_uncached)]
-        if prefilling:
-            return self._prefill_step(prefilling)
-        return self._decode_step()
+        prefilling = [s for s in self.running if self._is_prefilling(s)]
+        step = self._prefill_step(prefilling) if prefilling else None
+        if step is not None:
+            return step
+        if any(not self._is_prefilling(s) for s in self.running):
+            # prefills are stuck on pages: decoding sequences run (and finish, freeing pages) meanwhile
+            return self._decode_step()
+        if self.running:
+            self._preempt_newest()
+        return None
+
+    @staticmethod
+    def _is_prefilling(seq: Sequence) -> bool:
+        return seq.num_uncached > 1 or (seq.num_cached == 0 and seq.num_uncached > 0)
 
     def _admit(self) -> None:
         """FCFS: the head of the queue enters when a slot and the pages for its first chunk are free."""
@@ -106,20 +116,16 @@ class Scheduler:
             budget -= n
             if budget == 0:
                 break
-        if not seqs:
-            self._preempt_newest()
-            return None
-        return ScheduledStep(False, seqs, counts)
+        return ScheduledStep(False, seqs, counts) if seqs else None
 
     def _decode_step(self) -> ScheduledStep | None:
-        for seq in list(self.running):
-            while seq in self.running and not self.blocks.can_grow(seq, seq.num_tokens):
-                self._preempt_newest()
-        for seq in self.running:
+        decoding = lambda: [s for s in self.running if not self._is_prefilling(s)]  # noqa: E731
+        while sum(self.blocks.missing_pages(s, s.num_tokens) for s in decoding()) > self.blocks.num_free:
+            self._preempt_newest()
+        seqs = decoding()
+        for seq in seqs:
             self.blocks.grow(seq, seq.num_tokens)
-        if not self.running:
-            return None
-        return ScheduledStep(True, list(self.running), [1] * len(self.running))
+        return ScheduledStep(True, seqs, [1] * len(seqs)) if seqs else None
 
     def _preempt_newest(self) -> None:
         """Recompute preemption: the newest running sequence gives back its pages and slot and waits at the front;

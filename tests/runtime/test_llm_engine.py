@@ -36,9 +36,10 @@ def prompts(lengths: list[int], seed: int = 0) -> list[list[int]]:
 
 
 def test_staggered_batch_with_chunked_prefill_and_preemption_matches_reference(model):
-    # 7 pages of 64 tokens for 5 requests of up to 150 tokens: the newest ones get preempted and recomputed
-    engine = runtime(model, num_pages=7)
-    arrivals = {0: [70, 5], 2: [130], 3: [1, 40], 6: [90]}
+    # 5 pages of 64 tokens (one is the dummy): the three ~60-token prompts cross into their second page together
+    # while decoding, so the newest gets preempted and later recomputed
+    engine = runtime(model, num_pages=5)
+    arrivals = {0: [60, 61], 1: [62], 3: [1, 30], 6: [90]}
     max_tokens = 20
     seqs, step = [], 0
     while step in arrivals or engine.has_work or step < max(arrivals):
