@@ -10,7 +10,7 @@ import click
 import torch
 
 from dayzero.errors import DayzeroError
-from dayzero.paths import EMBEDDED_MODEL, bundled_config, embedded_checkpoint
+from dayzero.paths import bundled_config
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_PROMPT = "The hybrid model reads a long document and"
@@ -48,46 +48,53 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
     click.echo(f"wrote {out} in {time.perf_counter() - start:.1f} s")
 
 
-def _embedded_checkpoint() -> Path:
-    from dayzero.model.checkpoint_writer import write_random_checkpoint
-
-    path = embedded_checkpoint()
-    if not (path / "config.json").exists():
-        click.echo(f"creating the embedded {EMBEDDED_MODEL} checkpoint at {path}", err=True)
-        write_random_checkpoint(bundled_config(EMBEDDED_MODEL), path, overwrite=True)
-    return path
-
-
 @cli.command()
 @click.option("--checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="HF checkpoint directory (default: the embedded tiny-hybrid model, created if missing).")
-@click.option("--prompt", default=DEFAULT_PROMPT, show_default=True)
+@click.option("--prompt", "prompts", multiple=True, help="A prompt (repeat for several; default: one built-in).")
+@click.option("--prompt-file", type=click.File(), default=None, help="One prompt per line.")
+@click.option("--batch", type=int, default=1, show_default=True, help="Copies of each prompt sent together.")
 @click.option("--max-tokens", type=int, default=48, show_default=True)
-@click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-k", type=int, default=0, show_default=True)
+@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--seed", type=int, default=None)
+@click.option("--backend", type=click.Choice(["eager", "aoti"]), default="eager", show_default=True,
+              help="eager: the laid-out reference model; aoti: AOTInductor engines (compiled once, then cached).")
 @click.option("--device", default="cpu", show_default=True)
-def run(checkpoint: Path | None, prompt: str, max_tokens: int, dtype: str, device: str) -> None:
-    """Greedy generation from PROMPT on the eager reference path, streaming tokens, then tokens/s."""
-    from dayzero.model import load
-    from dayzero.model.generate import greedy_generate
-    from dayzero.tokenizer import ByteTokenizer
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
+@click.option("--memory-mb", type=int, default=None, help="Cache memory (default: 80% of free GPU memory, "
+              "256 MiB on CPU).")
+@click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU.")
+def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, backend, device, dtype,
+        memory_mb, no_cuda_graphs) -> None:
+    """Export (or find in the cache) the engine, then generate for the prompts with continuous batching."""
+    from dayzero.export.options import ExportOptions
+    from dayzero.runtime.llm import LLM
+    from dayzero.runtime.llm_engine import RuntimeOptions
+    from dayzero.runtime.sampling import SamplingParams
 
-    path = checkpoint or _embedded_checkpoint()
-    model = load(path, dtype=_dtype(dtype), device=device)
-    tokenizer = ByteTokenizer()
-    prompt_ids = tokenizer.encode(prompt)
+    texts = [*prompts, *(line.rstrip("\n") for line in prompt_file or [])] or [DEFAULT_PROMPT]
+    llm = LLM(checkpoint, ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max(16, batch)),
+              RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
+                             cuda_graphs=not no_cuda_graphs))
+    click.echo(f"[engine: {backend} on {device}, loaded in {llm.load_seconds:.1f} s; {llm.engine.capacity.describe()}]")
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     start = time.perf_counter()
-    stream = greedy_generate(model, prompt_ids, max_tokens, frozenset({tokenizer.eos_token_id}))
-    click.echo(prompt, nl=False)
-    first = None
-    tokens: list[int] = []
-    for token in stream:
-        first = first or time.perf_counter()
-        tokens.append(token)
-        click.echo(_printable(tokenizer.decode([token])), nl=False)
-    end = time.perf_counter()
-    decode_rate = (len(tokens) - 1) / (end - first) if len(tokens) > 1 else float("nan")
-    click.echo(f"\n[{len(prompt_ids)} prompt tokens, {len(tokens)} generated; first token "
-               f"{(first - start) * 1e3:.0f} ms, decode {decode_rate:.1f} tokens/s, eager reference path]")
+    outputs = llm.generate([t for t in texts for _ in range(batch)], params)
+    elapsed = time.perf_counter() - start
+    for out in outputs:
+        click.echo(f"--- {out.request_id} ({out.finish_reason})\n{out.prompt}{_printable(out.text)}")
+    _summary(outputs, elapsed)
+
+
+def _summary(outputs, elapsed: float) -> None:
+    generated = sum(len(o.token_ids) for o in outputs)
+    first = min((o.time_to_first_token_s for o in outputs if o.time_to_first_token_s is not None), default=0.0)
+    decode_rate = (generated - len(outputs)) / max(elapsed - first, 1e-9)
+    click.echo(f"[{len(outputs)} requests, {sum(len(o.prompt_token_ids) for o in outputs)} prompt tokens, "
+               f"{generated} generated in {elapsed:.2f} s; first token {first * 1e3:.0f} ms, "
+               f"decode {decode_rate:.1f} tokens/s]")
 
 
 def _register_subcommands() -> None:

@@ -68,7 +68,10 @@ def toolchain(device: str) -> dict:
 
 
 def config_fingerprint(checkpoint: Path) -> dict:
+    path = checkpoint / "config.json"
     try:
-        return json.loads((checkpoint / "config.json").read_text())
-    except (OSError, ValueError) as err:
-        raise DayzeroError(f"cannot read {checkpoint / 'config.json'}: {err}") from err
+        return json.loads(path.read_text())
+    except OSError as err:
+        raise DayzeroError(f"cannot read {path}: {err}") from err
+    except ValueError as err:
+        raise DayzeroError(f"{path} is not valid JSON ({err}); fix it or download it again") from err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ def _default_checkpoint() -> Path:
 
     path = embedded_checkpoint()
     if not (path / "config.json").exists():
+        print(f"creating the embedded {EMBEDDED_MODEL} checkpoint at {path}", file=sys.stderr, flush=True)
         write_random_checkpoint(bundled_config(EMBEDDED_MODEL), path, overwrite=True)
     return path
 
