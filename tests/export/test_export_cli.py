@@ -1,34 +1,69 @@
-"""`dayzero export` on the command line: build, then a cache hit; user errors exit 2 with a message."""
+"""`dayzero export` (eager backend, fast): stages on stderr, a second identical export is a cache hit, the entry
+loads as an engine; options are validated with messages that say what to do; the libstdc++ re-exec decision."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from click.testing import CliRunner
 
+from dayzero.cache import CompilationCache
 from dayzero.cli import cli
+from dayzero.errors import DayzeroError
+from dayzero.export import preload
+from dayzero.export.build import export_engine, load_engine
+from dayzero.export.engine import EagerEngine
+from dayzero.export.options import ExportOptions
 from dayzero.model.checkpoint_writer import write_random_checkpoint
 from tests.helpers import TINY_CONFIG
-from tests.test_cli import run_main
 
 
-def test_export_twice_is_a_hit_and_lists_in_the_cache(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_random_checkpoint(TINY_CONFIG, tmp_path_factory.mktemp("ckpt") / "tiny", torch.float32)
+
+
+def test_second_export_is_a_hit_and_loads(checkpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
-    write_random_checkpoint(TINY_CONFIG, tmp_path / "ckpt", torch.float32, overwrite=True)
-    runner = CliRunner()
-    first = runner.invoke(cli, ["export", str(tmp_path / "ckpt"), "--backend", "eager"], catch_exceptions=False)
-    second = runner.invoke(cli, ["export", str(tmp_path / "ckpt"), "--backend", "eager"], catch_exceptions=False)
-    assert first.exit_code == second.exit_code == 0
-    assert "built" in first.output and "cache hit" in second.output
-    listing = runner.invoke(cli, ["cache", "ls"]).output
-    assert "eager" in listing and listing.count(" ok") == 1
+    args = ["export", str(checkpoint), "--backend", "eager", "--max-batch", "2", "--max-len", "128"]
+    first = CliRunner().invoke(cli, args, catch_exceptions=False)
+    second = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    assert "[export] load + lay out weights done in" in first.stderr and first.stdout.startswith("built ")
+    assert "cache hit" in second.stderr and second.stdout.startswith("cache hit ")
+    assert len(CompilationCache(tmp_path / "engines").keys()) == 1
+    entry, hit = export_engine(checkpoint, ExportOptions(backend="eager", max_batch=2, max_len=128),
+                               CompilationCache(tmp_path / "engines"))
+    engine = load_engine(entry)
+    assert hit and isinstance(engine, EagerEngine)
+    assert (engine.manifest.max_batch, engine.manifest.max_len, engine.manifest.backend) == (2, 128, "eager")
 
 
-def test_export_user_errors(tmp_path):
-    write_random_checkpoint(TINY_CONFIG, tmp_path / "ckpt", torch.float32, overwrite=True)
-    env_args = {"env": {"DAYZERO_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin"}}
-    fp8 = run_main("export", str(tmp_path / "ckpt"), "--backend", "eager", "--kv-cache", "fp8", **env_args)
-    assert fp8.returncode == 2 and "use --kv-cache bf16" in fp8.stderr and "Traceback" not in fp8.stderr
-    multi = run_main("export", str(tmp_path / "ckpt"), "--tp", "2", **env_args)
-    assert multi.returncode == 2 and "not built yet" in multi.stderr
-    assert not (tmp_path / "engines").exists() or not [p for p in (tmp_path / "engines").iterdir()
-                                                         if len(p.name) == 64]
+@pytest.mark.parametrize("fields, message", [
+    ({"tp": 2}, "--tp 1 --cp 1 --ep 1"),
+    ({"ep": 0}, "ep must be >= 1"),
+    ({"kv_cache": "int4"}, "kv_cache must be one of bf16, fp8"),
+    ({"backend": "tensorrt"}, "backend must be one of"),
+    ({"num_draft": -1}, "num_draft must be >= 0"),
+], ids=["tp", "ep0", "kv", "backend", "draft"])
+def test_options_are_validated(fields, message):
+    with pytest.raises(DayzeroError, match=message):
+        ExportOptions(**fields)
+
+
+def test_fp8_kv_cache_on_a_narrow_latent_says_to_use_bf16(checkpoint, tmp_path):
+    options = ExportOptions(backend="eager", kv_cache="fp8")
+    with pytest.raises(DayzeroError, match="--kv-cache bf16"):
+        export_engine(checkpoint, options, CompilationCache(tmp_path))
+
+
+def test_reexec_only_on_cuda_linux_without_the_preload():
+    if not preload.SYSTEM_LIBSTDCXX.exists():
+        assert not preload.needs_reexec({}, cuda=True)
+        return
+    assert preload.needs_reexec({}, cuda=True)
+    assert not preload.needs_reexec({}, cuda=False)
+    assert not preload.needs_reexec({preload.NO_REEXEC: "1"}, cuda=True)
+    env = preload.preload_environment({"LD_PRELOAD": "/x/libfoo.so"})
+    assert env["LD_PRELOAD"].split(":") == [str(preload.SYSTEM_LIBSTDCXX), "/x/libfoo.so"]
+    assert env[preload.NO_REEXEC] == "1" and not preload.needs_reexec(env, cuda=True)
