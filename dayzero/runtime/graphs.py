@@ -7,6 +7,7 @@ page in the page table, the dummy state slot, position 0.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -67,6 +68,7 @@ class GraphDecode:
         self.max_pages = max_pages
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, StepMeta]] = {}
         self.pool = None
+        self.failed: dict[int, str] = {}
 
     def _capture(self, rows: int, input_ids: torch.Tensor, meta: StepMeta):
         static_ids, static_meta = input_ids.clone(), StepMeta(**{k: v.clone() for k, v in vars(meta).items()})
@@ -86,11 +88,17 @@ class GraphDecode:
         batch = input_ids.shape[0]
         rows = bucket_for(batch, self.buckets)
         input_ids, meta = pad_decode_inputs(input_ids, meta, rows)
+        if rows in self.failed:
+            return self.engine.decode(input_ids, meta, self.caches)[:batch]
         if rows not in self.graphs:
-            # the warm-up and capture run the step: restore what they wrote by capturing on the real inputs
-            # only after this call's result is computed eagerly
             out = self.engine.decode(input_ids, meta, self.caches)
-            self.graphs[rows] = self._capture_without_side_effects(rows, input_ids, meta)
+            try:
+                self.graphs[rows] = self._capture_without_side_effects(rows, input_ids, meta)
+            except RuntimeError as err:
+                # an engine whose decode syncs with the host cannot be captured: it keeps running eagerly
+                self.failed[rows] = str(err).splitlines()[0]
+                warnings.warn(f"CUDA-graph capture of the decode step failed at batch {rows} ({self.failed[rows]}); "
+                              "decoding eagerly", stacklevel=2)
             return out[:batch]
         graph, static_ids, out, static_meta = self.graphs[rows]
         static_ids.copy_(input_ids)
