@@ -123,7 +123,17 @@ def export_engine(checkpoint: str | Path, options: ExportOptions, cache: Compila
     if hit is not None:
         progress.echo(f"[export] cache hit {key[:16]} ({hit.path})")
         return hit, True
-    return cache.get_or_build(key, _builder(checkpoint, options, progress), recipe), False
+    built_at: list[float] = []
+
+    def build_then_mark(out: Path) -> dict:
+        meta = _builder(checkpoint, options, progress)(out)
+        built_at.append(time.perf_counter())
+        return meta
+
+    entry = cache.get_or_build(key, build_then_mark, recipe)
+    if built_at:
+        progress.echo(f"[export] store (checksums, atomic rename) done in {time.perf_counter() - built_at[0]:.1f} s")
+    return entry, False
 
 
 def _load_eager(entry: Entry, manifest: EngineManifest) -> StepEngine:

@@ -30,6 +30,7 @@ def test_second_export_is_a_hit_and_loads(checkpoint, tmp_path, monkeypatch):
     second = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
     assert "[export] load + lay out weights done in" in first.stderr and first.stdout.startswith("built ")
+    assert "[export] store (checksums, atomic rename) done in" in first.stderr
     assert "cache hit" in second.stderr and second.stdout.startswith("cache hit ")
     assert len(CompilationCache(tmp_path / "engines").keys()) == 1
     entry, hit = export_engine(checkpoint, ExportOptions(backend="eager", max_batch=2, max_len=128),
