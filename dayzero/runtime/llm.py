@@ -10,6 +10,7 @@ from pathlib import Path
 from dayzero.export.engine import StepEngine
 from dayzero.export.options import ExportOptions
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
+from dayzero.runtime.loader import load_step_engine
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.sequence import Sequence
 
@@ -23,14 +24,6 @@ class RequestOutput:
     text: str
     finish_reason: str | None
     time_to_first_token_s: float | None
-
-
-def load_step_engine(checkpoint: Path, options: ExportOptions) -> StepEngine:
-    """Export (or find in the compilation cache) and load the engine of a checkpoint."""
-    from dayzero.export.build import export_engine, load_engine
-
-    entry, _ = export_engine(checkpoint, options)
-    return load_engine(entry)
 
 
 def _default_checkpoint() -> Path:
