@@ -16,7 +16,7 @@ import torch
 from bench.common import copy_bandwidth_gbs, matmul_tflops, median_ms, rel_err, table, write_results
 from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher, chunk_states, intra_chunk
 
-SHAPES = [(1, 8192, 32), (1, 32768, 96), (8, 4096, 96)]
+SHAPES = [(1, 8192, 32), (8, 4096, 96), (1, 32768, 96)]
 K = V = 128
 
 
@@ -80,10 +80,10 @@ def stage_times(q, k, v, g, beta, cu) -> dict:
     return times
 
 
-def bench_shape(B, T, H) -> dict:
+def bench_shape(B, T, H, sweep: bool) -> dict:
     q, k, v, g, beta, cu = make_inputs(B, T, H)
     row = {"shape": f"B{B} T{T} H{H}", "B": B, "T": T, "H": H}
-    row.update(stage_times(q, k, v, g, beta, cu))
+    row.update(stage_times(q, k, v, g, beta, cu) if sweep else kernel_ms(lambda: ours(q, k, v, g, beta, cu, None)))
     o, s = ours(q, k, v, g, beta, cu, None)
     row["ours_ms"] = round(median_ms(lambda: ours(q, k, v, g, beta, cu, None)), 3)
     try:
@@ -95,7 +95,7 @@ def bench_shape(B, T, H) -> dict:
     except Exception as err:  # the peer is optional on this machine
         row["fla_error"] = f"{type(err).__name__}: {err}"[:200]
         fo = None
-    if T * H <= 8192 * 32:
+    if T * H <= 8192 * 32 and sweep:
         row.update(fp32_errors(q, k, v, g, beta, cu, o, fo))
     return row
 
@@ -129,6 +129,8 @@ def reference_check() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--quick", action="store_true",
+                        help="ours and fla only (with a per-kernel breakdown): no launch sweep, no fp32 reference")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = {"copy_GBps": round(copy_bandwidth_gbs()), "bf16_matmul_TFLOPs": round(matmul_tflops())}
@@ -137,12 +139,14 @@ def main() -> None:
     with torch.inference_mode():
         for B, T, H in SHAPES:
             try:
-                rows.append(bench_shape(B, T, H))
+                rows.append(bench_shape(B, T, H, sweep=not args.quick))
             except Exception as err:
                 rows.append({"shape": f"B{B} T{T} H{H}", "error": f"{type(err).__name__}: {err}"[:300]})
                 traceback.print_exc()
             torch.cuda.empty_cache()
-    write_results(args.out, "kda_prefill", {"ceilings": ceilings, "reference_check": check, "rows": rows})
+            # after every shape, so that a run cut short by its time limit still leaves what it measured
+            write_results(args.out, "kda_prefill", {"ceilings": ceilings, "reference_check": check, "rows": rows})
+            print(rows[-1], flush=True)
     print("ceilings", ceilings, "| reference check", {k: f"{v:.1e}" for k, v in check.items()})
     for row in rows:
         print({key: value for key, value in row.items() if key.endswith("_ms") and "ours" not in key})
