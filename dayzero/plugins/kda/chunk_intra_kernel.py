@@ -1,6 +1,7 @@
 """Intra-chunk pair terms of chunked KDA, one program per (16-row sub-chunk i, chunk, head).
 
-For rows r of sub-chunk i and columns j <= r of the chunk (G = in-chunk cumsum of g, q and k L2-normalized):
+For rows r of sub-chunk i and columns j <= r of the chunk (G = in-chunk cumsum of g from gate_cumsum_kernel,
+q and k L2-normalized):
     Akk[r, j] = beta_r sum_d k_r k_j e^{G_r - G_j}    (strictly lower; the solve kernel inverts I + Akk)
     Aqk[r, j] = scale sum_d q_r k_j e^{G_r - G_j}     (lower with diagonal; zero above)
 Per K tile, the [16, 64] rows are one dot with the decay factored around the first row of sub-chunk i: the query
@@ -44,7 +45,7 @@ def _exact_diagonal(aqk, akk, qq, kk, G_local, first):
 
 @triton.jit
 def intra_pairs_kernel(
-    q, k, g, beta, cu_seqlens, chunk_offsets, akk_out, aqk_out, q_inv_out, k_inv_out, scale, N,
+    q, k, g_cum, beta, cu_seqlens, chunk_offsets, akk_out, aqk_out, q_inv_out, k_inv_out, scale, N,
     H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
 ):
     first = tl.program_id(0) * BC
@@ -58,6 +59,7 @@ def intra_pairs_kernel(
         t_i = start + first + sub
         valid_i = t_i < eos
         keys_so_far = rows[:, None] < first + BC
+        last = tl.minimum(eos - start - first, BC) - 1  # last valid row of the sub-chunk
         aqk = tl.zeros([BC, BT], tl.float32)
         akk = tl.zeros([BC, BT], tl.float32)
         q_ss = tl.zeros([BC], tl.float32)
@@ -65,22 +67,21 @@ def intra_pairs_kernel(
         k_ss = tl.zeros([BT], tl.float32)
         for k0 in range(0, K, BK):
             kc = k0 + tl.arange(0, BK)
-            G = tl.cumsum(load_rows(g, t, valid, h, H, K, kc), axis=0)
+            G = load_rows(g_cum, t, valid, h, H, K, kc)
             ref = row_of(G, rows, first)
             kk = load_rows(k, t, valid, h, H, K, kc)
             k_ss += tl.sum(kk * kk, axis=1)
             right = tl.where(keys_so_far, kk * tl.exp(tl.minimum(ref[None, :] - G, EXP_CAP)), 0.0)
 
-            g_i = load_rows(g, t_i, valid_i, h, H, K, kc)
-            G_local = tl.cumsum(g_i, axis=0)
-            up = tl.exp(tl.minimum(G_local - row_of(g_i, sub, 0)[None, :], 0.0))
+            G_local = load_rows(g_cum, t_i, valid_i, h, H, K, kc)
+            up = tl.exp(tl.minimum(G_local - ref[None, :], 0.0))
             qq = load_rows(q, t_i, valid_i, h, H, K, kc)
             kk_i = load_rows(k, t_i, valid_i, h, H, K, kc)
             q_ss += tl.sum(qq * qq, axis=1)
             k_ss_i += tl.sum(kk_i * kk_i, axis=1)
             aqk_part = dot(qq * up, tl.trans(right))
             akk_part = dot(kk_i * up, tl.trans(right))
-            if tl.max(row_of(G_local, sub, 0) - row_of(G_local, sub, BC - 1)) > EXP_CAP:
+            if tl.max(ref - row_of(G_local, sub, last)) > EXP_CAP:
                 aqk_part, akk_part = _exact_diagonal(aqk_part, akk_part, qq, kk_i, G_local, first)
             aqk += aqk_part
             akk += akk_part

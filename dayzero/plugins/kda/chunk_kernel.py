@@ -1,6 +1,7 @@
 """Chunked KDA prefill in Triton: three parallel intra-chunk kernels, then a sequential state kernel.
 
-Per chunk of BT = 64 tokens and head (MODEL.md section 2, WY form), with G = cumsum(g) inside the chunk:
+Per chunk of BT = 64 tokens and head (MODEL.md section 2, WY form), with G = cumsum(g) inside the chunk
+(gate_cumsum_kernel.py):
     intra_pairs_kernel (chunk_intra_kernel.py): Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}),
                                                 Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors
     solve_kernel (solve_kernel.py):             X = (I + Akk)^{-1}
@@ -22,6 +23,7 @@ import triton.language as tl
 
 from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_offsets
 from dayzero.plugins.kda.chunk_intra_kernel import intra_pairs_kernel
+from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
 from dayzero.plugins.kda.solve_kernel import solve_kernel
 from dayzero.plugins.kda.wy_kernel import wy_kernel
 from dayzero.plugins.triton_utils import dot
@@ -96,14 +98,17 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
                        offsets=chunk_offsets(cu_seqlens))
     akk, x = empty(T, H, CHUNK, dtype=torch.float32), empty(T, H, CHUNK)
     q_inv, k_inv = empty(T, H, dtype=torch.float32), empty(T, H, dtype=torch.float32)
+    g_cum = empty(T, H, K, dtype=torch.float32)
+    launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, cu_seqlens, terms.offsets, N, H=H, K=K,
+                                                             BK=min(K, 32), num_warps=4)
     launch(intra_pairs_kernel)[(CHUNK // 16, chunks, H)](
-        q, k, g, beta, cu_seqlens, terms.offsets, akk, terms.a, q_inv, k_inv, scale, N,
+        q, k, g_cum, beta, cu_seqlens, terms.offsets, akk, terms.a, q_inv, k_inv, scale, N,
         H=H, K=K, BK=min(K, pair_block_k), USE_L2NORM=use_qk_l2norm, num_warps=pair_warps, num_stages=1,
     )
     launch(solve_kernel)[(chunks, H)](akk, x, cu_seqlens, terms.offsets, N, H=H, num_warps=4)
     block_k, block_v = min(K, block_k), min(V, block_k)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
-        q, k, v, g, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,
+        q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,
         terms.decay, scale, N, H=H, K=K, V=V, BK=block_k, BV=block_v, num_warps=wy_warps,
     )
     return terms

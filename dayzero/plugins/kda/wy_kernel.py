@@ -19,7 +19,7 @@ def _store_rows(ptr, t, valid, h, H: tl.constexpr, D: tl.constexpr, cols, tile):
 
 @triton.jit
 def wy_kernel(
-    q, k, v, g, beta, x, q_inv, k_inv, cu_seqlens, chunk_offsets, w_out, u_out, qg_out, kt_out, decay_out, scale, N,
+    q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, chunk_offsets, w_out, u_out, qg_out, kt_out, decay_out, scale, N,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
 ):
     tile = tl.program_id(0)
@@ -36,8 +36,8 @@ def wy_kernel(
         b = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
         if tile < K // BK:
             kc = tile * BK + tl.arange(0, BK)
-            G = tl.cumsum(load_rows(g, t, valid, h, H, K, kc), axis=0)
-            G_last = row_of(G, rows, BT - 1)
+            G = load_rows(g_cum, t, valid, h, H, K, kc)
+            G_last = row_of(G, rows, tl.minimum(eos - start, BT) - 1)
             kn = load_rows(k, t, valid, h, H, K, kc) * tl.load(k_inv + t * H + h, mask=valid, other=0.0)[:, None]
             qn = load_rows(q, t, valid, h, H, K, kc) * tl.load(q_inv + t * H + h, mask=valid, other=0.0)[:, None]
             eG = tl.exp(G)
