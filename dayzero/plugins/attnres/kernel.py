@@ -73,6 +73,9 @@ def _attnres_mix_kernel(
     EMIT_NORM: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
+    # AOTInductor passes Python floats as fp64 scalars: keep the mix in fp32
+    eps = tl.cast(eps, tl.float32)
+    norm_eps = tl.cast(norm_eps, tl.float32)
     row = tl.program_id(0).to(tl.int64) * D
     cols = tl.arange(0, BLOCK_D)
     mask = cols < D

@@ -115,6 +115,9 @@ def _fused_kda_decode_kernel(
     H: tl.constexpr, K: tl.constexpr, W: tl.constexpr, BV: tl.constexpr, USE_LOWER_BOUND: tl.constexpr,
 ):
     C = H * K
+    # AOTInductor passes Python floats as fp64 scalars: fp64 would leak into the fp32 state recurrence
+    scale = tl.cast(scale, tl.float32)
+    lower_bound = tl.cast(lower_bound, tl.float32)
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H

@@ -148,7 +148,8 @@ def _mla_attention_kernel(
     q_row = q + tok.to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
     q_nope = tl.load(q_row[:, None] + v[None, :], mask=row_ok[:, None] & (v < DV)[None, :], other=0.0)
     q_pe = tl.load(q_row[:, None] + DV + r[None, :], mask=row_ok[:, None] & (r < DR)[None, :], other=0.0)
-    qk_scale = sm_scale * LOG2E
+    # AOTInductor passes Python floats as fp64 scalars: keep the online softmax in fp32
+    qk_scale = tl.cast(sm_scale, tl.float32) * LOG2E
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
