@@ -66,7 +66,8 @@ def _select_chunk(scratch_rows, pos, buf, offsets, count, tau, chunk, end, scale
     in_chunk = s < end
     sums = tl.load(scratch_rows[:, None] + (s - chunk)[None, :], mask=in_chunk[None, :] & (pos >= 0)[:, None],
                    other=0.0, cache_modifier=".cg")
-    keys = pack_keys(sums * scale, s[None, :], in_chunk[None, :] & (s[None, :] <= pos[:, None]))
+    # AOTInductor passes Python floats as fp64 scalars: the packed keys need fp32 scores
+    keys = pack_keys(sums * tl.cast(scale, tl.float32), s[None, :], in_chunk[None, :] & (s[None, :] <= pos[:, None]))
     count = append_keys(buf, offsets, keys, count, tau)
     # every thread has read the scratch before the next chunk overwrites it
     tl.debug_barrier()

@@ -28,7 +28,7 @@ def _tile_scores(q, q_scales, w, k, rows, row_ok, d, scale, HI: tl.constexpr, DI
         q_h = load_query(q, q_scales, rows, h, row_ok, d, HI, DI, Q_QUANT, DOT_FP32)
         w_h = tl.load(w + rows.to(tl.int64) * HI + h, mask=row_ok, other=0.0).to(tl.float32)
         acc += tl.maximum(dot_qk(q_h, k, DOT_FP32), 0.0) * w_h[:, None]
-    return acc * scale
+    return acc * tl.cast(scale, tl.float32)
 
 
 @triton.jit
