@@ -51,7 +51,10 @@ def compile_package(program: ExportedProgram, path: Path, device: str, first_cac
     """Compile a step whose inputs from `first_cache` on are caches; refuse whole-cache writes or copies."""
     _check_cache_writes(program, path.stem, first_cache)
     with compile_target(device):
-        torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+        # no kernel runs at compile time: the plugin kernels index caches by page tables and slots, which
+        # Inductor's made-up autotuning inputs do not hold (an illegal address on the H200)
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path),
+                                                 inductor_configs={"triton.autotune_at_compile_time": False})
     if not wrapper_sources(path):
         raise DayzeroError(f"AOTInductor wrote no wrapper code into {path}; the export failed")
     copies = whole_tensor_copies(path) + [line for source in wrapper_sources(path).values()
