@@ -34,10 +34,13 @@ def wrapper_sources(package: Path) -> dict[str, str]:
                 if name.endswith(".wrapper.cpp")}
 
 
+def _copy_lines(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines() if _COPY_CALLS.search(line)]
+
+
 def whole_tensor_copies(package: Path) -> list[str]:
     """Lines of the generated wrapper code that copy a tensor (none are expected: caches are updated in place)."""
-    return [line.strip() for source in wrapper_sources(package).values() for line in source.splitlines()
-            if _COPY_CALLS.search(line)]
+    return [line for source in wrapper_sources(package).values() for line in _copy_lines(source)]
 
 
 def _check_cache_writes(program: ExportedProgram, name: str, first_cache: int) -> None:
@@ -55,10 +58,11 @@ def compile_package(program: ExportedProgram, path: Path, device: str, first_cac
         # Inductor's made-up autotuning inputs do not hold (an illegal address on the H200)
         torch._inductor.aoti_compile_and_package(program, package_path=str(path),
                                                  inductor_configs={"triton.autotune_at_compile_time": False})
-    if not wrapper_sources(path):
+    sources = wrapper_sources(path)
+    if not sources:
         raise DayzeroError(f"AOTInductor wrote no wrapper code into {path}; the export failed")
-    copies = whole_tensor_copies(path) + [line for source in wrapper_sources(path).values()
-                                          for line in wrapper_cache_copies(source, first_cache)]
+    copies = [line for source in sources.values()
+              for line in (*_copy_lines(source), *wrapper_cache_copies(source, first_cache))]
     if copies:
         raise DayzeroError(f"the compiled engine {path.name} copies tensors every step ({copies[:3]}); this is a "
                            "dayzero bug: please report it with the model config")

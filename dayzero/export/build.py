@@ -119,10 +119,6 @@ def export_engine(checkpoint: str | Path, options: ExportOptions, cache: Compila
     progress = progress or Progress()
     recipe = ingredients(checkpoint, options)
     key = cache_key(recipe)
-    hit = cache.get(key, deep=True)
-    if hit is not None:
-        progress.echo(f"[export] cache hit {key[:16]} ({hit.path})")
-        return hit, True
     built_at: list[float] = []
 
     def build_then_mark(out: Path) -> dict:
@@ -131,8 +127,11 @@ def export_engine(checkpoint: str | Path, options: ExportOptions, cache: Compila
         return meta
 
     entry = cache.get_or_build(key, build_then_mark, recipe)
-    if built_at:
-        progress.echo(f"[export] store (checksums, atomic rename) done in {time.perf_counter() - built_at[0]:.1f} s")
+    # no build ran: the entry was there (or a concurrent exporter finished it while this one waited)
+    if not built_at:
+        progress.echo(f"[export] cache hit {key[:16]} ({entry.path})")
+        return entry, True
+    progress.echo(f"[export] store (checksums, atomic rename) done in {time.perf_counter() - built_at[0]:.1f} s")
     return entry, False
 
 
