@@ -65,12 +65,11 @@ class GraphDecode:
     def __init__(self, engine: StepEngine, caches: list[torch.Tensor], max_batch: int, max_pages: int):
         self.engine, self.caches = engine, caches
         self.buckets = batch_buckets(max_batch)
-        self.max_pages = max_pages
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, StepMeta]] = {}
         self.pool = None
         self.failed: dict[int, str] = {}
 
-    def _capture(self, rows: int, input_ids: torch.Tensor, meta: StepMeta):
+    def _capture(self, input_ids: torch.Tensor, meta: StepMeta):
         static_ids, static_meta = input_ids.clone(), StepMeta(**{k: v.clone() for k, v in vars(meta).items()})
         # warm up outside the graph (Triton compiles, allocator settles), on a side stream as capture requires
         stream = torch.cuda.Stream()
@@ -110,7 +109,7 @@ class GraphDecode:
     def _capture_without_side_effects(self, rows: int, input_ids: torch.Tensor, meta: StepMeta):
         """Capture with every row padded (writes go to the dummy page / slot only), so real caches stay as they are."""
         dummy_ids, dummy_meta = pad_decode_inputs(input_ids[:0], _empty_like(meta), rows)
-        return self._capture(rows, dummy_ids, dummy_meta)
+        return self._capture(dummy_ids, dummy_meta)
 
 
 def _empty_like(meta: StepMeta) -> StepMeta:
