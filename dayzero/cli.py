@@ -74,6 +74,11 @@ def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k,
     from dayzero.runtime.llm_engine import RuntimeOptions
     from dayzero.runtime.sampling import SamplingParams
 
+    if backend == "aoti":
+        from dayzero.export.preload import reexec_with_libstdcxx
+
+        # before any package loads: on GPU images that need it, this restarts the command with the preload set
+        reexec_with_libstdcxx()
     texts = [*prompts, *(line.rstrip("\n") for line in prompt_file or [])] or [DEFAULT_PROMPT]
     llm = LLM(checkpoint, ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max(16, batch)),
               RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
