@@ -1,8 +1,9 @@
 """AOTInductor engines: one package per step function and rank, compiled with the plugin kernels in.
 
-`compile_package` compiles an exported step into a .pt2 and checks the generated wrapper for whole-cache copies
-(the caches are inputs that the plugin ops update in place; a copy would cost a cache's bytes every step).
-`AOTIEngine` loads the prefill and decode packages of a rank behind the StepEngine contract; on CUDA it loads
+`compile_package` compiles an exported step into a .pt2 without its weights (engine_weights.py holds them once per
+rank) and checks the generated wrapper for whole-cache copies (the caches are inputs that the plugin ops update in
+place; a copy would cost a cache's bytes every step). `AOTIEngine` loads a rank's weights file and its prefill and
+decode packages behind the StepEngine contract; both packages point at the same weight tensors. On CUDA it loads
 them with `run_single_threaded=True`, which CUDA-graph capture of the loaded engine needs (GPU.md).
 """
 
@@ -18,6 +19,7 @@ from torch.export import ExportedProgram
 
 from dayzero.errors import DayzeroError
 from dayzero.export.engine import EngineManifest, StepMeta
+from dayzero.export.engine_weights import load_engine_weights
 from dayzero.export.inplace import whole_cache_writes, wrapper_cache_copies
 from dayzero.export.replace import compile_target
 from dayzero.export.trace import META_FIELDS, flat_inputs
@@ -26,6 +28,13 @@ from dayzero.export.trace import META_FIELDS, flat_inputs
 _COPY_CALLS = re.compile(r"aoti_torch_copy_|aoti_torch_clone|\.copy_\(|at::copy")
 # the step inputs before the caches: input_ids and the metadata
 FIRST_CACHE = 1 + len(META_FIELDS)
+INDUCTOR_CONFIGS = {
+    # no kernel runs at compile time: the plugin kernels index caches by page tables and slots, which
+    # Inductor's made-up autotuning inputs do not hold (an illegal address on the H200)
+    "triton.autotune_at_compile_time": False,
+    # the weights live in one file per rank, shared by its packages (engine_weights.py)
+    "aot_inductor.package_constants_in_so": False,
+}
 
 
 def wrapper_sources(package: Path) -> dict[str, str]:
@@ -54,10 +63,7 @@ def compile_package(program: ExportedProgram, path: Path, device: str, first_cac
     """Compile a step whose inputs from `first_cache` on are caches; refuse whole-cache writes or copies."""
     _check_cache_writes(program, path.stem, first_cache)
     with compile_target(device):
-        # no kernel runs at compile time: the plugin kernels index caches by page tables and slots, which
-        # Inductor's made-up autotuning inputs do not hold (an illegal address on the H200)
-        torch._inductor.aoti_compile_and_package(program, package_path=str(path),
-                                                 inductor_configs={"triton.autotune_at_compile_time": False})
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=INDUCTOR_CONFIGS)
     sources = wrapper_sources(path)
     if not sources:
         raise DayzeroError(f"AOTInductor wrote no wrapper code into {path}; the export failed")
@@ -69,21 +75,42 @@ def compile_package(program: ExportedProgram, path: Path, device: str, first_cac
     return path
 
 
-def load_package(path: Path, device: str):
+def load_package(path: Path, device: str, weights: dict[str, torch.Tensor]):
+    """A compiled step whose constants point at `weights` (no copy: the caller keeps them alive)."""
     cuda = torch.device(device).type == "cuda"
-    return torch._inductor.aoti_load_package(str(path), run_single_threaded=cuda)
+    runner = torch._inductor.aoti_load_package(str(path), run_single_threaded=cuda)
+    wanted = runner.get_constant_fqns()
+    missing = [name for name in wanted if name not in weights]
+    if missing:
+        raise DayzeroError(f"the engine weights lack {len(missing)} tensors that {path.name} needs ({missing[:3]}); "
+                           "the cache entry is damaged: run `dayzero cache verify` and export again")
+    runner.load_constants({name: weights[name] for name in wanted}, check_full_update=True, user_managed=True)
+    return runner
 
 
 class AOTIEngine:
-    def __init__(self, manifest: EngineManifest, prefill_package: Path, decode_package: Path):
+    """A rank's compiled steps; a step whose package is not given (None) cannot be called."""
+
+    def __init__(self, manifest: EngineManifest, weights: Path, prefill_package: Path | None,
+                 decode_package: Path | None):
         self.manifest = manifest
         start = time.perf_counter()
-        self._prefill = load_package(prefill_package, manifest.device)
-        self._decode = load_package(decode_package, manifest.device)
-        self.load_seconds = time.perf_counter() - start
+        self.weights = load_engine_weights(weights, manifest.device)
+        self.load_seconds = {"weights": time.perf_counter() - start}
+        self._steps = {}
+        for step, package in (("prefill", prefill_package), ("decode", decode_package)):
+            if package is not None:
+                start = time.perf_counter()
+                self._steps[step] = load_package(package, manifest.device, self.weights)
+                self.load_seconds[step] = time.perf_counter() - start
+
+    def _run(self, step: str, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
+        if step not in self._steps:
+            raise DayzeroError(f"this engine has no compiled {step} step")
+        return self._steps[step](*flat_inputs(input_ids, meta, caches))
 
     def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
-        return self._prefill(*flat_inputs(input_ids, meta, caches))
+        return self._run("prefill", input_ids, meta, caches)
 
     def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
-        return self._decode(*flat_inputs(input_ids, meta, caches))
+        return self._run("decode", input_ids, meta, caches)

@@ -1,7 +1,8 @@
 """The export pipeline: checkpoint -> laid-out model -> traced steps -> per-rank engines in the compilation cache,
 and `load_engine`, which turns a cache entry back into a StepEngine.
 
-Entry layout: `engine.json` (the EngineManifest) and, for AOTInductor, `rank0/prefill.pt2` + `rank0/decode.pt2`.
+Entry layout: `engine.json` (the EngineManifest) and, for AOTInductor, `rank0/weights.safetensors` (the laid-out
+weights, shared by the rank's packages) + `rank0/prefill.pt2` + `rank0/decode.pt2`.
 An eager entry records the checkpoint instead of compiled code (loading rebuilds the laid-out reference model).
 """
 
@@ -21,6 +22,7 @@ from dayzero.errors import DayzeroError
 from dayzero.export import fingerprint
 from dayzero.export.aoti import AOTIEngine, compile_package
 from dayzero.export.engine import EagerEngine, EngineManifest, StepEngine, eager_manifest
+from dayzero.export.engine_weights import contiguous_weights_, program_weights, save_engine_weights
 from dayzero.export.layout import lay_out
 from dayzero.export.options import ExportOptions
 from dayzero.export.replace import check_plugin_ops
@@ -30,6 +32,7 @@ from dayzero.plugins.paged_cache.formats import latent_cache_shape
 
 ENGINE_FILE = "engine.json"
 RANK_DIR = "rank0"
+WEIGHTS_FILE = "weights.safetensors"
 
 
 class Progress:
@@ -86,13 +89,17 @@ def _manifest(model: HybridModel, options: ExportOptions) -> EngineManifest:
 
 def _build_aoti(model: HybridModel, manifest: EngineManifest, out: Path, progress: Progress) -> dict:
     (out / RANK_DIR).mkdir()
-    ops = {}
+    contiguous_weights_(model)
+    ops, weights = {}, {}
     for step, decode in (("prefill", False), ("decode", True)):
         with progress.stage(f"trace {step}"):
             program = trace_step(model, manifest, decode)
             ops[step] = check_plugin_ops(program, set())
+            weights.update(program_weights(program))
         with progress.stage(f"compile {step} (AOTInductor)"):
             compile_package(program, out / RANK_DIR / f"{step}.pt2", manifest.device)
+    with progress.stage("write weights"):
+        save_engine_weights(weights, out / RANK_DIR / WEIGHTS_FILE)
     return {"plugin_ops": ops}
 
 
@@ -144,7 +151,9 @@ def _load_eager(entry: Entry, manifest: EngineManifest) -> StepEngine:
 
 
 def _load_aoti(entry: Entry, manifest: EngineManifest) -> StepEngine:
-    return AOTIEngine(manifest, entry.file(f"{RANK_DIR}/prefill.pt2"), entry.file(f"{RANK_DIR}/decode.pt2"))
+    rank = f"{RANK_DIR}/"
+    return AOTIEngine(manifest, entry.file(rank + WEIGHTS_FILE), entry.file(rank + "prefill.pt2"),
+                      entry.file(rank + "decode.pt2"))
 
 
 ENGINE_LOADERS: dict[str, Callable[[Entry, EngineManifest], StepEngine]] = {"eager": _load_eager,
