@@ -9,6 +9,10 @@ import torch
 from dayzero.plugins.quant import reference as Q
 from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned, sizes
 
+triton = pytest.importorskip("triton")
+tl = triton.language
+from dayzero.plugins.quant.kernel import cast_rne  # noqa: E402 (needs triton)
+
 # on a GPU every test here runs under `pytest -m gpu` (the device-independent ones too: they are fast)
 pytestmark = [needs_triton, *([pytest.mark.gpu] if ON_GPU else [])]
 
@@ -197,3 +201,20 @@ def test_onnx_translations_emit_dayzero_nodes():
     assert nodes["Mxfp8Quantize"].attributes["block"].value == 32 and len(nodes["Mxfp8Quantize"].outputs) == 2
     assert nodes["Mxfp8Dequantize"].attributes["dtype"].value == 16  # onnx BFLOAT16
     assert nodes["Fp8BlockDequantize"].attributes["block"].value == 128
+
+
+@triton.jit
+def _round_bits_kernel(bits, out, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    x = tl.load(bits + offsets).to(tl.float32, bitcast=True)
+    tl.store(out + offsets, cast_rne(x, out.dtype.element_ty))
+
+
+def test_bf16_rounding_keeps_every_nan_a_nan():
+    # NaNs with every payload the GPU or the interpreter may produce (0x7FFFFFFF is the GPU's), Inf, the largest
+    # finite fp32 (rounds to Inf in bf16), and ordinary values
+    patterns = [0x7FFFFFFF, -1, 0x7FC00000, 0x7F800001, 0x7F800000, 0x7F7FFFFF, 0x3F800001, 0x7FBFFFFF]
+    bits = torch.tensor(patterns, dtype=torch.int32, device=DEVICE)
+    out = poisoned(len(patterns), dtype=torch.bfloat16)
+    _round_bits_kernel[(1,)](bits, out, N=len(patterns))
+    assert_bits_equal(out.cpu(), bits.cpu().view(torch.float32).to(torch.bfloat16))

@@ -80,7 +80,9 @@ def e4m3_decode(codes):
 def bf16_bits(x):
     """fp32 -> int32 holding the bf16 bit pattern of x rounded to nearest even (low 16 bits)."""
     bits = x.to(tl.int32, bitcast=True)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+    # the GPU's NaN (0x7FFFFFFF) would round up into the sign bit and become -0
+    return tl.where(x != x, 0x7FC0, rounded)
 
 
 @triton.jit
