@@ -8,9 +8,11 @@ K3.1: D 7168, latent 3584 (down-proj, experts, RMSNorm, up-proj), 896 experts of
 
 Reported: the layer time (eager, and a CUDA-graph replay at 64 tokens), each stage's time, TFLOP/s over the matmul
 FLOPs the layer needs (routed 2*3*D_e*I per token-expert + shared 2*3*D*I_shared per token + latent 2*2*D*L per
-token; the fp32 router GEMM is listed but not counted) against the measured bf16 8192^3 matmul ceiling, the
+token; the router GEMM is listed but not counted) against the measured bf16 8192^3 matmul ceiling, the
 expert-weight bandwidth (bytes of the distinct experts touched) against the copy ceiling, and routing + permutation
-as a share of the layer. Every stage is checked against the reference first. JSON to DIR/bench_moe.json; the table
+(router GEMM + route + permute, the layer's own kernels) as a share of the layer. Also timed for comparison: the
+torch fp32 router GEMM the layer used before (`router_gemm_fp32_torch_us`), and the permutation's bytes per
+second. Every stage is checked against the reference first. JSON to DIR/bench_moe.json; the table
 is printed last. Times: triton.testing.do_bench medians (L2 cleared before each call).
 """
 
@@ -31,6 +33,7 @@ from dayzero.plugins.moe.grouped_mlp import grouped_mlp_grouped_mm, grouped_mlp_
 from dayzero.plugins.moe.op import gated_mlp
 from dayzero.plugins.moe.permute_kernel import permute_launcher, unpermute_launcher
 from dayzero.plugins.moe.route_kernel import route_launcher
+from dayzero.plugins.moe.router_gemm_kernel import router_logits_launcher
 
 DEVICE = "cuda"
 DTYPE = torch.bfloat16
@@ -146,7 +149,7 @@ def timed(result: dict, name: str, fn, rep=500) -> None:
 
 def stages(x, w: MoEWeights, spec: RouterSpec):
     """The layer's inputs at each stage, computed once (the timed calls then repeat each stage on them)."""
-    logits = F.linear(x.float(), w.router)
+    logits = router_logits_launcher(x, w.router)
     weights, ids = route_launcher(logits, w.correction_bias, spec.top_k, scaling=spec.scaling)
     expert_in = x if w.latent is None else x @ w.latent.down.t()
     x_sorted, _, positions, offsets = permute_launcher(expert_in, ids, w.w1.shape[0])
@@ -155,15 +158,17 @@ def stages(x, w: MoEWeights, spec: RouterSpec):
 
 def check(x, w: MoEWeights, spec: RouterSpec, st) -> dict:
     logits, weights, ids, expert_in, x_sorted, positions, offsets = st
-    ref_weights, ref_ids = reference.route(logits, w.correction_bias, spec.top_k, scaling=spec.scaling)
+    ref_logits = reference.router_logits(x, w.router)
+    ref_weights, ref_ids = reference.route(ref_logits, w.correction_bias, spec.top_k, scaling=spec.scaling)
     perm = reference.permute(expert_in, ids, w.w1.shape[0])
     act = (w.activation, w.act_params.get("beta", 1.0), w.act_params.get("linear_beta"))
     y_triton = grouped_mlp_triton(x_sorted, offsets, w.w1, w.w3, w.w2, *act)
     y_expected = reference.grouped_mlp(x_sorted, offsets, w.w1, w.w3, w.w2, w.activation, **w.act_params)
-    errors = {"route_ids_match": (ids == ref_ids).float().mean().item(),
+    errors = {"router_logits_rel_err": rel_err(logits, ref_logits),
+              "route_ids_match": (ids == ref_ids).float().mean().item(),
               "route_weights_rel_err": rel_err(weights, ref_weights),
-              "permute_exact": all(torch.equal(a, b) for a, b in zip((x_sorted, positions, offsets),
-                                                                   (perm[0], perm[2], perm[3]))),
+              "permute_exact": all(torch.equal(a, b) for a, b in zip(permute_launcher(expert_in, ids, w.w1.shape[0]),
+                                                                   perm)),
               "grouped_mlp_triton_rel_err": rel_err(y_triton, y_expected),
               "unpermute_rel_err": rel_err(unpermute_launcher(y_expected, weights, positions),
                                            reference.unpermute(y_expected, weights, positions)),
@@ -172,6 +177,8 @@ def check(x, w: MoEWeights, spec: RouterSpec, st) -> dict:
         errors["grouped_mlp_grouped_mm_rel_err"] = rel_err(
             grouped_mlp_grouped_mm(x_sorted, offsets, w.w1, w.w3, w.w2, *act), y_expected)
     bad = {k: v for k, v in errors.items() if (k.endswith("rel_err") and v > 3e-2) or v is False}
+    if errors["router_logits_rel_err"] > 1e-5:
+        bad["router_logits_rel_err"] = errors["router_logits_rel_err"]
     if bad or errors["route_ids_match"] < 0.99:
         raise AssertionError(f"results differ from the reference: {errors}")
     return errors
@@ -192,7 +199,8 @@ def run_case(s: Shape, w: MoEWeights, tokens: int, ceiling: dict) -> dict:
             result["layer_graph_us"] = graph_ms(lambda: moe_layer(x, w, spec)) * 1e3
         except Exception as exc:  # noqa: BLE001
             result["layer_graph_us_error"] = repr(exc)
-    timed(result, "router_gemm_fp32_us", lambda: F.linear(x.float(), w.router))
+    timed(result, "router_gemm_us", lambda: router_logits_launcher(x, w.router))
+    timed(result, "router_gemm_fp32_torch_us", lambda: F.linear(x.float(), w.router))
     timed(result, "route_us", lambda: route_launcher(logits, w.correction_bias, spec.top_k, scaling=spec.scaling))
     timed(result, "permute_us", lambda: permute_launcher(expert_in, ids, s.experts))
     timed(result, "unpermute_us", lambda: unpermute_launcher(x_sorted, weights, positions))
@@ -204,6 +212,10 @@ def run_case(s: Shape, w: MoEWeights, tokens: int, ceiling: dict) -> dict:
         timed(result, "shared_us", lambda: gated_mlp(x, *w.shared, w.activation, **w.act_params))
     if w.latent is not None:
         timed(result, "latent_down_us", lambda: x @ w.latent.down.t())
+    if "permute_us" in result:
+        # token rows read once, written k times; ids read twice; index maps written; [blocks, E] counts (small)
+        moved = tokens * expert_in.shape[1] * 2 * (1 + s.top_k) + tokens * s.top_k * 8 * 4
+        result["permute_gbs"] = moved / result["permute_us"] / 1e3
     result.update(derived(s, tokens, ids, result, ceiling))
     return result
 
@@ -221,7 +233,7 @@ def derived(s: Shape, tokens: int, ids: torch.Tensor, r: dict, ceiling: dict) ->
         out["layer_matmul_fraction"] = out["layer_tflops"] / ceiling["matmul_tflops"]
         out["layer_weight_gbs"] = out["expert_weight_bytes"] / layer / 1e3
         out["layer_weight_copy_fraction"] = out["layer_weight_gbs"] / ceiling["copy_gbs"]
-        routing = sum(r.get(k, 0.0) for k in ("router_gemm_fp32_us", "route_us", "permute_us"))
+        routing = sum(r.get(k, 0.0) for k in ("router_gemm_us", "route_us", "permute_us"))
         out["routing_permute_share"] = routing / layer
         out["route_permute_share_without_router_gemm"] = (r.get("route_us", 0.0) + r.get("permute_us", 0.0)) / layer
     experts = r.get("experts_grouped_mm_us", r.get("experts_triton_us"))
@@ -242,7 +254,8 @@ def print_table(cases, ceiling) -> None:
     print("layer us: eager (graph replay in brackets at 64 tokens); TFLOP/s over the needed matmul FLOPs, from the "
           "graph time when there is one; weights GB/s: distinct experts' bytes / layer time")
     print(f"{'shape':<12} {'T':>5} {'layer us':>10} {'(graph)':>9} {'TFLOP/s':>8} {'of mm':>6} {'wGB/s':>6} "
-          f"{'route+perm':>10} {'experts mm':>10} {'triton':>9} {'shared':>8} {'unperm':>7}")
+          f"{'route+perm':>10} {'router':>7} {'route':>6} {'perm':>6} {'experts mm':>10} {'triton':>9} "
+          f"{'shared':>8} {'unperm':>7}")
     for c in cases:
         if "error" in c:
             print(f"{c['shape']:<12} {c['tokens']:>5} ERROR {c['error'][:100]}")
@@ -250,11 +263,13 @@ def print_table(cases, ceiling) -> None:
         print(f"{c['shape']:<12} {c['tokens']:>5} {fmt(c.get('layer_us'), '10.0f')} "
               f"{fmt(c.get('layer_graph_us'), '9.0f')} {fmt(c.get('layer_tflops'), '8.1f')} "
               f"{fmt(c.get('layer_matmul_fraction'), '6.1%')} {fmt(c.get('layer_weight_gbs'), '6.0f')} "
-              f"{fmt(c.get('routing_permute_share'), '10.1%')} {fmt(c.get('experts_grouped_mm_us'), '10.0f')} "
+              f"{fmt(c.get('routing_permute_share'), '10.1%')} {fmt(c.get('router_gemm_us'), '7.0f')} "
+              f"{fmt(c.get('route_us'), '6.0f')} {fmt(c.get('permute_us'), '6.0f')} "
+              f"{fmt(c.get('experts_grouped_mm_us'), '10.0f')} "
               f"{fmt(c.get('experts_triton_us'), '9.0f')} {fmt(c.get('shared_us'), '8.0f')} "
               f"{fmt(c.get('unpermute_us'), '7.0f')}")
-    print("route+perm = (fp32 router GEMM + route kernel + permute) / layer; experts mm / triton: the grouped expert "
-          "MLP through torch._grouped_mm / the Triton grouped GEMM (us)")
+    print("route+perm = (router GEMM + route kernel + permute) / layer, each in us after it; experts mm / triton: "
+          "the grouped expert MLP through torch._grouped_mm / the Triton grouped GEMM (us)")
 
 
 def main() -> None:

@@ -4,7 +4,6 @@ latent space, K3), always-on shared experts."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dayzero.model.config import MoEConfig
@@ -50,7 +49,7 @@ class MoE(nn.Module):
 
     def _routed(self, x: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
-        logits = F.linear(x.float(), self.gate.weight.float())
+        logits = moe_ops.router_logits(x, self.gate.weight)
         weights, ids = moe_ops.route(logits, self.gate.e_score_correction_bias, cfg.top_k, cfg.num_groups,
                                      cfg.topk_group, cfg.renormalize, cfg.scaling, cfg.router_activation)
         if cfg.latent_size is not None:

@@ -1,5 +1,5 @@
-"""The Triton MoE kernels (router, permutation, grouped expert GEMM, un-permutation, activation) and the whole
-layer vs the reference (interpreter on CPU, native on the GPU)."""
+"""The Triton MoE kernels (router GEMM, router, permutation, grouped expert GEMM, un-permutation, activation) and
+the whole layer vs the reference (interpreter on CPU, native on the GPU)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,23 @@ def _expert_weights(experts, dim, inter, dtype):
     w3 = torch.randn(experts, inter, dim, device=DEVICE) / dim ** 0.5
     w2 = torch.randn(experts, dim, inter, device=DEVICE) / inter ** 0.5
     return w1.to(dtype), w3.to(dtype), w2.to(dtype)
+
+
+@pytest.mark.parametrize("tokens, experts, dim, weight_dtype", sizes(
+    cpu=[(5, 6, 40, torch.float32), (17, 33, 20, torch.float32), (1, 3, 7, torch.bfloat16),
+         (18, 17, 48, torch.bfloat16)],
+    gpu=[(8192, 256, 2304, torch.float32), (100, 896, 7168, torch.float32), (3, 7, 33, torch.float32),
+         (333, 256, 2304, torch.bfloat16)],
+))
+def test_router_logits_match_the_fp32_gemm(tokens, experts, dim, weight_dtype):
+    from dayzero.plugins.moe.router_gemm_kernel import router_logits_launcher
+
+    x = torch.randn(tokens, dim, device=DEVICE).bfloat16()
+    # weights over several binades, so all three bf16 pieces of the fp32 split carry bits
+    weight = (torch.randn(experts, dim, device=DEVICE) * torch.logspace(-3, 1, dim, device=DEVICE)).to(weight_dtype)
+    got = router_logits_launcher(x, weight, out=poisoned(tokens, experts))
+    # the fp32 GEMM's own rounding: products are exact, only the summation order differs
+    assert rel_err(got, reference.router_logits(x, weight)) < 1e-6
 
 
 @pytest.mark.parametrize("tokens, experts, top_k, num_groups, topk_group, activation, with_bias, renormalize", sizes(
@@ -78,6 +95,33 @@ def test_permute_matches_reference(tokens, experts, top_k, dim):
         assert torch.equal(a, b), name
     if top_k < experts:
         assert got[3][-1] == got[3][-2], "the dead expert must own no rows"
+
+
+@pytest.mark.parametrize("tokens, experts, top_k, config", [
+    pytest.param(*s, id=f"{s[0]}-{s[1]}-{s[2]}-" + "-".join(f"{k}{v}" for k, v in s[3].items())) for s in [
+        (13, 5, 3, {"BLOCK_T": 1}), (13, 5, 3, {"BLOCK_T": 4, "BLOCK_B": 1, "CHUNK_E": 2}),
+        (9, 3, 3, {"BLOCK_T": 8, "BLOCK_D": 64}), (20, 7, 2, {"BLOCK_T": 16, "BLOCK_B": 4, "CHUNK_E": 8}),
+        (11, 6, 5, {"BLOCK_T": 2, "CHUNK_E": 1})]])
+def test_permute_block_sizes(tokens, experts, top_k, config):
+    """The counting sort across block boundaries, block-start chunks and expert chunks of every size: one token per
+    block, blocks longer than T, one expert per program; many tokens of a block on the same expert."""
+    from dayzero.plugins.moe.permute_kernel import permute_launcher
+
+    x = torch.randn(tokens, 24, device=DEVICE)
+    # few experts with a skew, so that blocks hold runs of the same expert
+    _, ids = _routed_ids(tokens, experts, top_k)
+    got = permute_launcher(x, ids, experts, out=poisoned(tokens * top_k, 24), config=config)
+    for name, a, b in zip(("x_sorted", "order", "positions", "offsets"), got, reference.permute(x, ids, experts)):
+        assert torch.equal(a, b), name
+
+
+def test_permute_of_no_tokens():
+    from dayzero.plugins.moe.permute_kernel import permute_launcher
+
+    x_sorted, order, positions, offsets = permute_launcher(torch.randn(0, 8, device=DEVICE),
+                                                           torch.zeros(0, 2, dtype=torch.int64, device=DEVICE), 5)
+    assert x_sorted.shape == (0, 8) and order.numel() == positions.numel() == 0
+    assert torch.equal(offsets, torch.zeros(6, dtype=torch.int32, device=DEVICE))
 
 
 @pytest.mark.parametrize("experts, experts_per_rank", [(8, 2), (12, 4), (6, 6), (6, 1)])
@@ -232,9 +276,25 @@ def test_registered_ops_dispatch_to_reference_on_cpu():
     weights, ids = moe.route(logits, bias, 3, 2, 1)
     expected_weights, expected_ids = reference.route(logits, bias, 3, 2, 1)
     assert torch.equal(ids, expected_ids) and torch.equal(weights, expected_weights)
+    x_bf16 = x.bfloat16()
+    assert torch.equal(moe.router_logits(x_bf16, w1[0]), reference.router_logits(x_bf16, w1[0]))
     got = moe.moe_experts(x, weights, ids, w1, w3, w2, "situ", **SITU)
     assert rel_err(got, reference.moe_experts(x, weights, ids, w1, w3, w2, "situ", **SITU)) < 1e-6
     assert torch.equal(moe.gated_mlp(x, w1[0], w3[0], w2[0]), reference.gated_mlp(x, w1[0], w3[0], w2[0]))
+
+
+def test_router_logits_export_to_onnx_as_a_plain_matmul():
+    pytest.importorskip("onnxscript")
+    from dayzero.plugins import moe
+    from dayzero.plugins.registry import ONNX_TRANSLATIONS
+
+    class Router(torch.nn.Module):
+        def forward(self, x, weight):
+            return moe.router_logits(x, weight)
+
+    program = torch.onnx.export(Router().eval(), (torch.randn(5, 8).bfloat16(), torch.randn(4, 8)), dynamo=True,
+                                custom_translation_table=ONNX_TRANSLATIONS)
+    assert "MatMul" in [n.op_type for n in program.model_proto.graph.node]
 
 
 def test_onnx_export_emits_dayzero_nodes():

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
-from dayzero.plugins.moe.op import gated_mlp, moe_experts, route
+from dayzero.plugins.moe.op import gated_mlp, moe_experts, route, router_logits
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 
 def routed_experts(x: torch.Tensor, weights: MoEWeights, spec: RouterSpec) -> torch.Tensor:
     """x [T, D] -> the routing-weighted expert outputs [T, D] (through the latent space if there is one)."""
-    logits = F.linear(x.float(), weights.router.float())
+    logits = router_logits(x, weights.router)
     w, ids = route(logits, weights.correction_bias, spec.top_k, spec.num_groups, spec.topk_group,
                    spec.renormalize, spec.scaling, spec.activation)
     latent = weights.latent

@@ -1,5 +1,5 @@
-"""`torch.ops.dayzero.moe_*`: router, permutation by expert, grouped expert MLP, un-permutation and the gated
-activation; and the Python wrappers with the reference signatures the model calls."""
+"""`torch.ops.dayzero.moe_*`: router GEMM, router, permutation by expert, grouped expert MLP, un-permutation and
+the gated activation; and the Python wrappers with the reference signatures the model calls."""
 
 from __future__ import annotations
 
@@ -15,6 +15,19 @@ def _act_params(activation: str, beta: float, linear_beta: float | None) -> dict
     if activation != "situ":
         return {}
     return {"beta": beta} if linear_beta is None else {"beta": beta, "linear_beta": linear_beta}
+
+
+def _router_logits_fake(x, weight):
+    return x.new_empty(x.shape[0], weight.shape[0], dtype=torch.float32)
+
+
+@plugin_op("moe_router_logits", cpu=reference.router_logits, fake=_router_logits_fake)
+def moe_router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.moe.router_gemm_kernel import router_logits_launcher
+
+    return router_logits_launcher(x.contiguous(), weight.contiguous(), launch=wrap_triton)
 
 
 def _route_fake(logits, correction_bias, top_k, num_groups, topk_group, renormalize, scaling, activation):
@@ -103,6 +116,14 @@ def moe_gated_activation(gate: torch.Tensor, up: torch.Tensor, activation: str, 
                                      launch=wrap_triton)
 
 
+def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x [T, D], router weight [E, D] -> logits [T, E] fp32 (see reference.router_logits). The kernel takes a bf16
+    x (and an fp32 or bf16 weight); other dtypes go through the reference."""
+    if x.dtype != torch.bfloat16 or weight.dtype not in (torch.float32, torch.bfloat16):
+        return reference.router_logits(x, weight)
+    return moe_router_logits(x, weight)
+
+
 def route(
     logits: torch.Tensor, correction_bias: torch.Tensor | None, top_k: int, num_groups: int = 1,
     topk_group: int = 1, renormalize: bool = True, scaling: float = 1.0, activation: str = "sigmoid",
@@ -141,6 +162,14 @@ def gated_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Ten
     """One gated MLP: x [T, D], w1/w3 [I, D], w2 [D, I] -> [T, D] (fp32 activation, x's dtype out)."""
     h = moe_gated_activation(x @ w1.t(), x @ w3.t(), activation, *activation_args(activation, act_params))
     return h @ w2.t()
+
+
+@onnx_translation(moe_router_logits)
+def _moe_router_logits_onnx(x, weight):
+    # plain ONNX ops: the fp32 GEMM the op's result equals
+    from onnxscript import opset18 as onnx_op
+
+    return onnx_op.MatMul(onnx_op.Cast(x, to=1), onnx_op.Transpose(onnx_op.Cast(weight, to=1), perm=[1, 0]))
 
 
 @onnx_translation(moe_route)

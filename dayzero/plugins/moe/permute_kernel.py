@@ -1,7 +1,13 @@
-"""Token permutation by expert and back, in Triton (the sort itself is `torch.sort`, stable).
+"""Token permutation by expert and back, in Triton: a stable counting sort, no torch sort.
 
-permute: after sorting the T*k expert ids, one kernel gathers each sorted row x[a // k] and records the inverse
-position of its assignment a; another finds expert_offsets by binary search over the sorted ids.
+permute: the T*k assignments a = t*k + j are cut into blocks of whole tokens. (1) Each block ranks its
+assignments among the same expert's (pairwise within the block, so stable), writes its count per expert
+(`block_counts[b, e]`) and adds them to the per-expert totals. (2) Per expert, the exclusive prefix of the
+totals gives expert_offsets, and the exclusive prefix of the block counts down the blocks turns `block_counts`
+(in place) into each block's first sorted position per expert. (3) Each block ranks again, which with (2) gives
+every assignment's sorted position; it writes both index maps and copies each token row, read once, to its k
+sorted rows. A memset and three launches, no host sync; the bytes are the ids, the [blocks, E] counts, the
+index maps and the rows (T*D read, T*k*D written).
 unpermute: per token, the weighted sum of its k rows of y_sorted (gathered through the inverse positions, so no
 atomics and a fixed summation order), accumulated in fp32.
 """
@@ -14,32 +20,68 @@ import triton.language as tl
 
 
 @triton.jit
-def _permute_rows_kernel(x, sorted_assignments, assignment_positions, x_sorted, D, TOP_K: tl.constexpr,
-                         BLOCK_D: tl.constexpr):
-    p = tl.program_id(0).to(tl.int64)
-    a = tl.load(sorted_assignments + p)
-    if tl.program_id(1) == 0:
-        tl.store(assignment_positions + a, p)
-    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    mask = cols < D
-    row = tl.load(x + (a // TOP_K) * D + cols, mask=mask)
-    tl.store(x_sorted + p * D + cols, row, mask=mask)
+def _block_ranks(ids, b, T, TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Block `b`'s tokens [BLOCK_T], slots [BLOCK_K], expert ids, valid mask, and per assignment ([BLOCK_T, BLOCK_K]
+    int32) the number of the block's assignments to its expert before it (stable, in a = t*k + j order) and in all."""
+    tok = b * BLOCK_T + tl.arange(0, BLOCK_T)
+    j = tl.arange(0, BLOCK_K)
+    valid = (tok < T)[:, None] & (j < TOP_K)[None, :]
+    e = tl.load(ids + tok.to(tl.int64)[:, None] * TOP_K + j[None, :], mask=valid, other=0).to(tl.int32)
+    flat = tl.reshape(tl.where(valid, e, -1), [BLOCK_T * BLOCK_K])
+    i = tl.arange(0, BLOCK_T * BLOCK_K)
+    same = flat[:, None] == flat[None, :]
+    rank = tl.sum((same & (i[None, :] < i[:, None])).to(tl.int32), axis=1)
+    count = tl.sum(same.to(tl.int32), axis=1)
+    return (tok, j, e, valid, tl.reshape(rank, [BLOCK_T, BLOCK_K]), tl.reshape(count, [BLOCK_T, BLOCK_K]))
 
 
 @triton.jit
-def _expert_offsets_kernel(sorted_experts, expert_offsets, n, steps, NUM_EXPERTS: tl.constexpr,
-                           BLOCK_E: tl.constexpr):
-    # expert_offsets[e] = number of sorted ids below e (a vectorized lower-bound search)
-    e = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
-    lo = tl.zeros([BLOCK_E], tl.int64)
-    hi = tl.zeros([BLOCK_E], tl.int64) + n
-    for _ in range(steps):
-        active = lo < hi
-        mid = (lo + hi) // 2
-        below = tl.load(sorted_experts + mid, mask=active, other=0) < e
-        lo = tl.where(active & below, mid + 1, lo)
-        hi = tl.where(active & ~below, mid, hi)
-    tl.store(expert_offsets + e, lo.to(tl.int32), mask=e <= NUM_EXPERTS)
+def _block_counts_kernel(ids, block_counts, totals, T, E, TOP_K: tl.constexpr, BLOCK_T: tl.constexpr,
+                         BLOCK_K: tl.constexpr):
+    # block_counts and totals arrive zeroed; each expert's first assignment in the block writes the block's count
+    b = tl.program_id(0)
+    _, _, e, valid, rank, count = _block_ranks(ids, b, T, TOP_K, BLOCK_T, BLOCK_K)
+    first = valid & (rank == 0)
+    tl.store(block_counts + b.to(tl.int64) * E + e, count, mask=first)
+    tl.atomic_add(totals + e, count, mask=first)
+
+
+@triton.jit
+def _block_starts_kernel(block_counts, totals, expert_offsets, num_blocks, E, CHUNK_E: tl.constexpr,
+                         BLOCK_B: tl.constexpr, NUM_BINS: tl.constexpr):
+    # expert_offsets[c] = rows of experts below c; block_counts[b, c] becomes expert_offsets[c] + rows of expert c
+    # in blocks before b (each program owns CHUNK_E columns, so the in-place rewrite reads before it writes)
+    c = tl.program_id(0) * CHUNK_E + tl.arange(0, CHUNK_E)
+    every = tl.arange(0, NUM_BINS)
+    total = tl.load(totals + every, mask=every < E, other=0)
+    start = tl.sum(tl.where(every[None, :] < c[:, None], total[None, :], 0), axis=1)
+    tl.store(expert_offsets + c, start, mask=c <= E)
+    for b0 in range(0, num_blocks, BLOCK_B):
+        rows = b0 + tl.arange(0, BLOCK_B)
+        mask = (rows < num_blocks)[:, None] & (c < E)[None, :]
+        ptrs = block_counts + rows.to(tl.int64)[:, None] * E + c[None, :]
+        count = tl.load(ptrs, mask=mask, other=0)
+        tl.store(ptrs, start[None, :] + tl.cumsum(count, axis=0) - count, mask=mask)
+        start += tl.sum(count, axis=0)
+
+
+@triton.jit
+def _permute_rows_kernel(x, ids, block_starts, x_sorted, sorted_assignments, assignment_positions, T, D, E,
+                         TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
+    b = tl.program_id(0)
+    tok, j, e, valid, rank, _ = _block_ranks(ids, b, T, TOP_K, BLOCK_T, BLOCK_K)
+    pos = (tl.load(block_starts + b.to(tl.int64) * E + e, mask=valid, other=0) + rank).to(tl.int64)
+    if tl.program_id(1) == 0:
+        a = tok.to(tl.int64)[:, None] * TOP_K + j[None, :]
+        tl.store(assignment_positions + a, pos, mask=valid)
+        tl.store(sorted_assignments + pos, a, mask=valid)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = (tok < T)[:, None] & (cols < D)[None, :]
+    # each token row is read once and written to its k sorted rows
+    rows = tl.load(x + tok.to(tl.int64)[:, None] * D + cols[None, :], mask=mask)
+    for slot in range(TOP_K):
+        p = tl.sum(tl.where(j[None, :] == slot, pos, 0), axis=1)
+        tl.store(x_sorted + p[:, None] * D + cols[None, :], rows, mask=mask)
 
 
 @triton.jit
@@ -67,29 +109,51 @@ def _buffer(given: torch.Tensor | None, shape: tuple, like: torch.Tensor) -> tor
     return given
 
 
+def _permute_config(top_k: int, dim: int, device: torch.device) -> dict:
+    block_k = triton.next_power_of_2(top_k)
+    if device.type != "cuda":
+        # tiny blocks under the interpreter, so that the tests cross block boundaries
+        return dict(BLOCK_T=2, BLOCK_K=block_k, BLOCK_D=min(triton.next_power_of_2(dim), 16), BLOCK_B=2, CHUNK_E=4)
+    # ~128 assignments a block keeps the pairwise rank at 128 x 128; 256-column row chunks give the copy ~10K
+    # programs at the model shapes
+    return dict(BLOCK_T=max(1, 128 // block_k), BLOCK_K=block_k, BLOCK_D=min(triton.next_power_of_2(dim), 256),
+                BLOCK_B=256, CHUNK_E=16)
+
+
 def permute_launcher(
     x: torch.Tensor, ids: torch.Tensor, num_experts: int, out: torch.Tensor | None = None, launch=None,
+    config: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x [T, D], ids [T, k] int64 -> (x_sorted [T*k, D] (into `out` if given), sorted_assignments [T*k] int64,
-    assignment_positions [T*k] int64, expert_offsets [E+1] int32)."""
+    """x [T, D], ids [T, k] int64 in [0, E) -> (x_sorted [T*k, D] (into `out` if given), sorted_assignments [T*k]
+    int64, assignment_positions [T*k] int64, expert_offsets [E+1] int32). `config` overrides the block sizes."""
     assert x.dim() == 2 and x.is_contiguous() and ids.dim() == 2 and ids.shape[0] == x.shape[0]
     assert ids.dtype == torch.int64 and ids.is_contiguous(), "expert ids must be contiguous int64 [T, k]"
-    tokens, dim = x.shape
+    (tokens, dim), top_k = x.shape, ids.shape[1]
     n = ids.numel()
-    sorted_experts, sorted_assignments = torch.sort(ids.view(-1), stable=True)
-    positions = torch.empty_like(sorted_assignments)
     x_sorted = _buffer(out, (n, dim), x)
-    offsets = torch.empty(num_experts + 1, dtype=torch.int32, device=x.device)
-    block_e = 256
-    offsets_kernel = launch(_expert_offsets_kernel) if launch else _expert_offsets_kernel
-    offsets_kernel[(triton.cdiv(num_experts + 1, block_e),)](sorted_experts, offsets, n, max(n, 1).bit_length(),
-                                                             num_experts, block_e, num_warps=4)
+    sorted_assignments = torch.empty(n, dtype=torch.int64, device=x.device)
+    positions = torch.empty_like(sorted_assignments)
     if n == 0:
-        return x_sorted, sorted_assignments, positions, offsets
-    block_d = _row_block(dim)
+        return x_sorted, sorted_assignments, positions, torch.zeros(num_experts + 1, dtype=torch.int32,
+                                                                    device=x.device)
+    cfg = {**_permute_config(top_k, dim, x.device), **(config or {})}
+    num_blocks = triton.cdiv(tokens, cfg["BLOCK_T"])
+    num_bins = triton.next_power_of_2(num_experts)
+    # one zeroed buffer: the per-block counts (rewritten in place into block starts) and the totals as its last row
+    counts = torch.zeros(num_blocks + 1, num_experts, dtype=torch.int32, device=x.device)
+    block_counts, totals = counts[:num_blocks], counts[num_blocks]
+    offsets = torch.empty(num_experts + 1, dtype=torch.int32, device=x.device)
+    counts_kernel = launch(_block_counts_kernel) if launch else _block_counts_kernel
+    counts_kernel[(num_blocks,)](ids, block_counts, totals, tokens, num_experts, top_k, cfg["BLOCK_T"],
+                                 cfg["BLOCK_K"], num_warps=4)
+    starts_kernel = launch(_block_starts_kernel) if launch else _block_starts_kernel
+    starts_kernel[(triton.cdiv(num_experts + 1, cfg["CHUNK_E"]),)](
+        block_counts, totals, offsets, num_blocks, num_experts, cfg["CHUNK_E"], cfg["BLOCK_B"], num_bins,
+        num_warps=4)
     rows_kernel = launch(_permute_rows_kernel) if launch else _permute_rows_kernel
-    rows_kernel[(n, triton.cdiv(dim, block_d))](x, sorted_assignments, positions, x_sorted, dim, ids.shape[1],
-                                                block_d, num_warps=4)
+    rows_kernel[(num_blocks, triton.cdiv(dim, cfg["BLOCK_D"]))](
+        x, ids, block_counts, x_sorted, sorted_assignments, positions, tokens, dim, num_experts, top_k,
+        cfg["BLOCK_T"], cfg["BLOCK_K"], cfg["BLOCK_D"], num_warps=4)
     return x_sorted, sorted_assignments, positions, offsets
 
 

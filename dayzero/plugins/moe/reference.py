@@ -1,5 +1,6 @@
 """MoE routing and expert compute (MODEL.md section 5), pure torch, fp32 math.
 
+Router logits: x @ router^T in fp32 (`router_logits`).
 Router: s = act(logits) (sigmoid or softmax); experts are chosen by s + correction_bias under grouped top-k
 (a group scores as the sum of its two best biased scores; only the best `topk_group` groups compete); the
 weights are s of the chosen experts, renormalized when asked, times `scaling`.
@@ -14,6 +15,7 @@ experts a rank owns are contiguous, so its rows are too: `expert_rank_offsets`.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from dayzero.plugins.moe.activation import gated_activation
 
@@ -28,6 +30,11 @@ def _group_mask(biased: torch.Tensor, num_groups: int, topk_group: int) -> torch
     best = group_scores.topk(topk_group, dim=-1).indices
     keep = torch.zeros(tokens, num_groups, dtype=torch.bool, device=biased.device).scatter_(1, best, True)
     return keep[:, :, None].expand_as(grouped).reshape(tokens, experts)
+
+
+def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x [T, D], router weight [E, D] -> logits [T, E] fp32 (an fp32 GEMM, as the model computes them)."""
+    return F.linear(x.float(), weight.float())
 
 
 def route(

@@ -106,10 +106,13 @@ def route_launcher(
     if tokens == 0:
         return weights, ids
     block_e = triton.next_power_of_2(experts)
+    # the k argmax rounds are reductions over one token's experts: within one warp (up to 256 experts, two up to
+    # 1024) they are shuffles, where more warps would add shared-memory round trips and barriers to every round
+    num_warps = 1 if block_e <= 256 else 2 if block_e <= 1024 else 8
     kernel = launch(_route_kernel) if launch else _route_kernel
     kernel[(tokens,)](
         logits, correction_bias if correction_bias is not None else logits, weights, ids, scaling,
         experts, block_e, top_k, triton.next_power_of_2(top_k), num_groups, topk_group,
         triton.next_power_of_2(num_groups), triton.next_power_of_2(experts // num_groups),
-        correction_bias is not None, activation == "softmax", renormalize, num_warps=4 if block_e <= 1024 else 8)
+        correction_bias is not None, activation == "softmax", renormalize, num_warps=num_warps)
     return weights, ids
