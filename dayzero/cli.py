@@ -63,11 +63,13 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
               help="eager: the laid-out reference model; aoti: AOTInductor engines (compiled once, then cached).")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
-@click.option("--memory-mb", type=int, default=None, help="Cache memory (default: 80% of free GPU memory, "
-              "256 MiB on CPU).")
+@click.option("--memory-mb", type=int, default=None, help="Cache memory (default: --gpu-memory-fraction of free GPU "
+              "memory, 256 MiB on CPU).")
+@click.option("--gpu-memory-fraction", type=float, default=0.8, show_default=True,
+              help="Share of the free GPU memory the caches take when --memory-mb is not given.")
 @click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU.")
 def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, backend, device, dtype,
-        memory_mb, no_cuda_graphs) -> None:
+        memory_mb, gpu_memory_fraction, no_cuda_graphs) -> None:
     """Export (or find in the cache) the engine, then generate for the prompts with continuous batching."""
     from dayzero.export.options import ExportOptions
     from dayzero.runtime.llm import LLM
@@ -82,7 +84,7 @@ def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k,
     texts = [*prompts, *(line.rstrip("\n") for line in prompt_file or [])] or [DEFAULT_PROMPT]
     llm = LLM(checkpoint, ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max(16, batch)),
               RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
-                             cuda_graphs=not no_cuda_graphs))
+                             gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs))
     click.echo(f"[engine: {backend} on {device}, loaded in {llm.load_seconds:.1f} s; {llm.engine.capacity.describe()}]")
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     start = time.perf_counter()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -44,3 +45,8 @@ def test_user_errors_print_without_traceback(tmp_path):
 def test_unknown_bundled_config(tmp_path):
     result = run_main("init-checkpoint", "no-such-model", str(tmp_path / "x"))
     assert result.returncode == 2 and "no bundled config 'no-such-model'" in result.stderr
+
+
+def test_run_refuses_a_memory_fraction_outside_0_1(tmp_path):
+    result = run_main("run", "--gpu-memory-fraction", "1.5", env={**os.environ, "DAYZERO_CACHE_DIR": str(tmp_path)})
+    assert result.returncode == 2 and "--gpu-memory-fraction must be in (0, 1], got 1.5" in result.stderr

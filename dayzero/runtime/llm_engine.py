@@ -30,8 +30,10 @@ class RuntimeOptions:
     cuda_graphs: bool = True
 
     def __post_init__(self):
-        if self.token_budget < 1 or not 0 < self.gpu_memory_fraction <= 1:
-            raise DayzeroError("token_budget must be >= 1 and 0 < gpu_memory_fraction <= 1")
+        if self.token_budget < 1:
+            raise DayzeroError(f"the prefill token budget must be at least 1, got {self.token_budget}")
+        if not 0 < self.gpu_memory_fraction <= 1:
+            raise DayzeroError(f"--gpu-memory-fraction must be in (0, 1], got {self.gpu_memory_fraction}")
 
 
 @dataclass
