@@ -2,7 +2,8 @@
 and `load_engine`, which turns a cache entry back into a StepEngine.
 
 Entry layout: `engine.json` (the EngineManifest) and, for AOTInductor, `rank0/weights.safetensors` (the laid-out
-weights, shared by the rank's packages) + `rank0/prefill.pt2` + `rank0/decode.pt2`.
+weights, shared by the rank's packages) + `rank0/prefill.pt2` + `rank0/decode.pt2`; for ONNX, `rank0/decode.onnx` (the
+interchange graph, one custom node per plugin op) with prefill served by the eager model.
 An eager entry records the checkpoint instead of compiled code (loading rebuilds the laid-out reference model).
 """
 
@@ -21,9 +22,10 @@ from dayzero.cache import CompilationCache, Entry, cache_key
 from dayzero.errors import DayzeroError
 from dayzero.export import fingerprint
 from dayzero.export.aoti import AOTIEngine, compile_package
-from dayzero.export.engine import EagerEngine, EngineManifest, StepEngine, eager_manifest
+from dayzero.export.engine import EagerEngine, EngineManifest, SplitEngine, StepEngine, eager_manifest
 from dayzero.export.engine_weights import contiguous_weights_, program_weights, save_engine_weights
 from dayzero.export.layout import lay_out
+from dayzero.export.onnx import OnnxEngine, export_onnx
 from dayzero.export.options import ExportOptions
 from dayzero.export.replace import check_plugin_ops
 from dayzero.export.trace import trace_step
@@ -33,6 +35,7 @@ from dayzero.plugins.paged_cache.formats import latent_cache_shape
 ENGINE_FILE = "engine.json"
 RANK_DIR = "rank0"
 WEIGHTS_FILE = "weights.safetensors"
+ONNX_FILE = "decode.onnx"
 
 
 class Progress:
@@ -103,13 +106,23 @@ def _build_aoti(model: HybridModel, manifest: EngineManifest, out: Path, progres
     return {"plugin_ops": ops}
 
 
+def _build_onnx(model: HybridModel, manifest: EngineManifest, out: Path, progress: Progress) -> dict:
+    with progress.stage("trace + write the ONNX decode graph"):
+        export_onnx(model, manifest, out / RANK_DIR / ONNX_FILE)
+    return {}
+
+
+BUILDERS: dict[str, Callable[[HybridModel, EngineManifest, Path, Progress], dict]] = {
+    "eager": lambda *_: {}, "aoti": _build_aoti, "onnx": _build_onnx}
+
+
 def _builder(checkpoint: Path, options: ExportOptions, progress: Progress) -> Callable[[Path], dict]:
     def build(out: Path) -> dict:
         with progress.stage("load + lay out weights"):
             model = _load_laid_out(checkpoint, options)
         manifest = _manifest(model, options)
         (out / ENGINE_FILE).write_text(json.dumps(manifest.to_json(), indent=1))
-        extra = _build_aoti(model, manifest, out, progress) if options.backend == "aoti" else {}
+        extra = BUILDERS[options.backend](model, manifest, out, progress)
         return {"model": model.config.model_type, "backend": options.backend, "checkpoint": str(checkpoint.resolve()),
                 "options": dataclasses.asdict(options), "stage_seconds": dict(progress.seconds), **extra}
 
@@ -156,8 +169,13 @@ def _load_aoti(entry: Entry, manifest: EngineManifest) -> StepEngine:
                       entry.file(rank + "decode.pt2"))
 
 
+def _load_onnx(entry: Entry, manifest: EngineManifest) -> StepEngine:
+    return SplitEngine(manifest, prefill=_load_eager(entry, manifest),
+                       decode=OnnxEngine(entry.file(f"{RANK_DIR}/{ONNX_FILE}")))
+
+
 ENGINE_LOADERS: dict[str, Callable[[Entry, EngineManifest], StepEngine]] = {"eager": _load_eager,
-                                                                            "aoti": _load_aoti}
+                                                                            "aoti": _load_aoti, "onnx": _load_onnx}
 
 
 def load_engine(entry: Entry) -> StepEngine:

@@ -27,7 +27,8 @@ from dayzero.model.hybrid import HybridModel
 from dayzero.model.step import KDACache, MLACache, StepMeta
 from dayzero.plugins.paged_cache import PAGE_SIZE
 
-__all__ = ["CacheTensorSpec", "EagerEngine", "EngineManifest", "StepEngine", "StepMeta", "allocate_flat_caches"]
+__all__ = ["CacheTensorSpec", "EagerEngine", "EngineManifest", "SplitEngine", "StepEngine", "StepMeta",
+           "allocate_flat_caches"]
 
 PAGE, SLOT = "page", "slot"
 _DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.uint8)}
@@ -155,3 +156,17 @@ class EagerEngine:
     @torch.inference_mode()
     def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
         return self.model.decode(input_ids, meta, layer_caches(self.model, caches))
+
+
+class SplitEngine:
+    """One engine's prefill with another's decode over the same caches (the ONNX graph carries decode only)."""
+
+    def __init__(self, manifest: EngineManifest, prefill: StepEngine, decode: StepEngine):
+        self.manifest = manifest
+        self._prefill, self._decode = prefill, decode
+
+    def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
+        return self._prefill.prefill(input_ids, meta, caches)
+
+    def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
+        return self._decode.decode(input_ids, meta, caches)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from dayzero.errors import DayzeroError
 from dayzero.model.caches import CacheFormat
 
-BACKENDS = ("aoti", "eager")
+BACKENDS = ("aoti", "onnx", "eager")
 KV_CACHES = ("bf16", "fp8")
 INDEX_CACHES = ("bf16", "mxfp8")
 DTYPES = ("bfloat16", "float32", "float16")

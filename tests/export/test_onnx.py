@@ -120,3 +120,28 @@ def test_dense_mla_verify_step_matches_eager(tmp_path):
 def test_onnx_engine_prefill_says_it_carries_decode_only(engine):
     with pytest.raises(DayzeroError, match="decode graph only"):
         engine.prefill(torch.zeros(3, dtype=torch.long), None, [])
+
+
+def test_export_cli_onnx_backend_stores_an_entry_that_loads_and_decodes(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from dayzero.cache import CompilationCache
+    from dayzero.cli import cli
+    from dayzero.export.build import ONNX_FILE, RANK_DIR, load_engine
+    from dayzero.export.engine import SplitEngine
+    from dayzero.model import load
+    from dayzero.model.checkpoint_writer import write_random_checkpoint
+    from tests.helpers import TINY_CONFIG
+
+    monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
+    checkpoint = write_random_checkpoint(TINY_CONFIG, tmp_path / "ckpt", torch.float32)
+    args = ["export", str(checkpoint), "--backend", "onnx", "--index-cache", "mxfp8", "--max-batch", "4",
+            "--max-len", str(PAGES_PER_SEQ * 64)]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0 and "[export] trace + write the ONNX decode graph done in" in result.stderr
+    (key,) = CompilationCache(tmp_path / "engines").keys()
+    entry = CompilationCache(tmp_path / "engines").get(key)
+    onnx.checker.check_model(onnx.load(entry.file(f"{RANK_DIR}/{ONNX_FILE}")), full_check=False)
+    engine = load_engine(entry)
+    assert isinstance(engine, SplitEngine) and engine.manifest.backend == "onnx"
+    _assert_decode_matches_eager(load(checkpoint, dtype=torch.float32), engine.manifest, engine)
