@@ -2,7 +2,7 @@
 
 Shapes from issue 3: (B=1, T=8192, H=32), (B=1, T=32768, H=96), (B=8, T=4096, H=96), K = V = 128, bf16 q/k/v/beta,
 fp32 log-space g, L2 norm of q and k in the kernel, zero initial state, final state returned.
-Run on the H200: `PYTHONPATH=. python bench/bench_kda_prefill.py --out DIR`.
+Run on the H200: `. bench/h200.sh && python3 bench/bench_kda_prefill.py --quick --out DIR` (~60 s).
 """
 
 from __future__ import annotations
@@ -41,8 +41,16 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
                      scale=K ** -0.5, output_final_state=True, use_qk_l2norm_in_kernel=True)
 
 
-# (pair_warps, pair_block_k, wy_warps, block_k); the first is intra_chunk's default
-INTRA_CONFIGS = [(8, 32, 4, 32), (4, 16, 4, 32), (4, 32, 4, 32), (8, 32, 8, 64)]
+# pair kernel launch settings (BK, num_warps, num_stages); the first is intra_chunk's default. Few, because each
+# compiles for ~10-20 s; from sm_90 cubins built off-device (Triton 3.9): every setting spills (ten 16x16
+# accumulators are replicated per warp), BK 16 with 4 warps least (176 B of stack), 1-2 warps and BK 64 most.
+PAIR_CONFIGS = [(16, 4, 1), (16, 4, 2), (32, 4, 2)]
+# WY kernel (num_warps, BK = BV)
+WY_CONFIGS = [(4, 32), (8, 64)]
+# --quick sweeps the pair settings on this shape only (each setting compiles once per H: the run must stay ~60 s)
+QUICK_SWEEP_SHAPE = (8, 4096, 96)
+# per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
+KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "wy_kernel_ms", "_state_kernel_ms"]
 
 
 def kernel_ms(fn, iters: int = 5) -> dict:
@@ -63,13 +71,23 @@ def kernel_ms(fn, iters: int = 5) -> dict:
     return out
 
 
+def pair_sweep(q, k, v, g, beta, cu) -> dict:
+    """The intra-chunk kernels with each pair-kernel launch setting (the gate cumsum and WY kernels are the same in
+    every run, so the differences are the pair kernel's)."""
+    times = {}
+    for bk, warps, stages in PAIR_CONFIGS:
+        run = partial(intra_chunk, q, k, v, g, beta, K ** -0.5, cu, True, pair_block_k=bk, pair_warps=warps,
+                      pair_stages=stages)
+        times[f"intra_pk{bk}w{warps}s{stages}_ms"] = round(median_ms(run), 3)
+    return times
+
+
 def stage_times(q, k, v, g, beta, cu) -> dict:
     """The intra-chunk kernels under a few launch configurations and the state kernel alone."""
-    times = {}
-    for pw, pk, ww, bk in INTRA_CONFIGS:
-        run = partial(intra_chunk, q, k, v, g, beta, K ** -0.5, cu, True, pair_warps=pw, pair_block_k=pk,
-                      wy_warps=ww, block_k=bk)
-        times[f"intra_p{pw}k{pk}_w{ww}k{bk}_ms"] = round(median_ms(run), 3)
+    times = pair_sweep(q, k, v, g, beta, cu)
+    for warps, bk in WY_CONFIGS:
+        run = partial(intra_chunk, q, k, v, g, beta, K ** -0.5, cu, True, wy_warps=warps, block_k=bk)
+        times[f"intra_wy_w{warps}k{bk}_ms"] = round(median_ms(run), 3)
     terms = intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True)
     o = torch.empty_like(v)
     final = torch.empty(cu.shape[0] - 1, q.shape[1], K, V, device="cuda")
@@ -80,10 +98,25 @@ def stage_times(q, k, v, g, beta, cu) -> dict:
     return times
 
 
+def quick_times(B, T, H, q, k, v, g, beta, cu) -> dict:
+    """Per-kernel times, and on QUICK_SWEEP_SHAPE the pair-kernel launch sweep."""
+    times = kernel_ms(lambda: ours(q, k, v, g, beta, cu, None))
+    if (B, T, H) == QUICK_SWEEP_SHAPE:
+        times.update(pair_sweep(q, k, v, g, beta, cu))
+    return times
+
+
+def best_pair_config(row: dict) -> str:
+    """The fastest pair-kernel setting of a row's sweep, e.g. 'pk32w4s1 1.234' (empty without a sweep)."""
+    swept = {key[len("intra_"):-len("_ms")]: value for key, value in row.items() if key.startswith("intra_pk")}
+    return "" if not swept else min(((v, key) for key, v in swept.items()))[1] + f" {min(swept.values())}"
+
+
 def bench_shape(B, T, H, sweep: bool) -> dict:
     q, k, v, g, beta, cu = make_inputs(B, T, H)
     row = {"shape": f"B{B} T{T} H{H}", "B": B, "T": T, "H": H}
-    row.update(stage_times(q, k, v, g, beta, cu) if sweep else kernel_ms(lambda: ours(q, k, v, g, beta, cu, None)))
+    row.update(stage_times(q, k, v, g, beta, cu) if sweep else quick_times(B, T, H, q, k, v, g, beta, cu))
+    row["best_pair_config"] = best_pair_config(row)
     o, s = ours(q, k, v, g, beta, cu, None)
     row["ours_ms"] = round(median_ms(lambda: ours(q, k, v, g, beta, cu, None)), 3)
     try:
@@ -130,7 +163,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--quick", action="store_true",
-                        help="ours and fla only (with a per-kernel breakdown): no launch sweep, no fp32 reference")
+                        help="ours and fla with a per-kernel breakdown and the pair-kernel launch sweep on one "
+                             "shape; no WY or state sweep, no fp32 reference")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = {"copy_GBps": round(copy_bandwidth_gbs()), "bf16_matmul_TFLOPs": round(matmul_tflops())}
@@ -149,9 +183,9 @@ def main() -> None:
             print(rows[-1], flush=True)
     print("ceilings", ceilings, "| reference check", {k: f"{v:.1e}" for k, v in check.items()})
     for row in rows:
-        print({key: value for key, value in row.items() if key.endswith("_ms") and "ours" not in key})
-    print(table(rows, ["shape", "ours_ms", "fla_ms", "speedup", "err_o_vs_fla", "err_S_vs_fla", "err_o_vs_ref32",
-                       "fla_err_o_vs_ref32", "fla_error", "error"]))
+        print(row["shape"], {key: value for key, value in row.items() if key.endswith("_ms") and "ours" not in key})
+    print(table(rows, ["shape", "ours_ms", "fla_ms", "speedup", *KERNEL_COLUMNS, "best_pair_config",
+                       "err_o_vs_fla", "err_S_vs_fla", "err_o_vs_ref32", "fla_err_o_vs_ref32", "fla_error", "error"]))
 
 
 if __name__ == "__main__":

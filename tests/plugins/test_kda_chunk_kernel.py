@@ -97,3 +97,50 @@ def test_blockwise_solve_inverts_unit_lower():
             inverse = X[start:start + length, h, :length].cpu().tril()
             eye = torch.eye(length)
             assert rel_err(inverse @ (eye + block), eye) < (1e-5 if not ON_GPU else 1e-4)
+
+
+def pair_terms_reference(q, k, g, beta, lengths, scale):
+    """Aqk (lower) and X = (I + Akk)^{-1} per chunk in fp32 from the MODEL.md definitions, as [T, H, 64]."""
+    q, k = (torch.nn.functional.normalize(x.float(), dim=-1, eps=1e-3) for x in (q, k))
+    aqk, x = torch.zeros(*q.shape[:2], 64), torch.zeros(*q.shape[:2], 64)
+    start = 0
+    for length in lengths:
+        for c0 in range(start, start + length, 64):
+            c1 = min(c0 + 64, start + length)
+            G = g[c0:c1].cumsum(0).transpose(0, 1)  # [H, C, K]
+            qc, kc = q[c0:c1].transpose(0, 1), k[c0:c1].transpose(0, 1)
+            decay = (G[:, :, None] - G[:, None, :]).clamp(max=0).exp()  # [H, r, j, K]
+            qk = torch.einsum("hrd,hjd,hrjd->hrj", qc, kc, decay)
+            kk = torch.einsum("hrd,hjd,hrjd->hrj", kc, kc, decay) * beta[c0:c1].T[:, :, None]
+            eye = torch.eye(c1 - c0)
+            aqk[c0:c1, :, :c1 - c0] = (scale * qk).tril().transpose(0, 1)
+            x[c0:c1, :, :c1 - c0] = torch.linalg.inv(eye + kk.tril(-1)).transpose(0, 1)
+        start += length
+    return aqk, x
+
+
+@pytest.mark.parametrize("decay_scale", [1.0, 5.0, 300.0], ids=["mild", "mixed", "strong"])
+def test_pair_kernel_scores_and_inverse(decay_scale):
+    """intra_pairs_kernel alone: Aqk and X on and below the diagonal, a partial last chunk, two sequences; 'mixed'
+    decays let some sub-chunks take the factored path and others the exact one."""
+    from dayzero.plugins.kda.chunk_common import chunk_offsets
+    from dayzero.plugins.kda.chunk_intra_kernel import intra_pairs_kernel
+
+    lengths, H, K = (70, 37), 2, 32
+    (q, k, _), g, beta, cu = inputs(lengths, H, K, 16, torch.float32, decay_scale=decay_scale)
+    T = sum(lengths)
+    g_cum = torch.cat([g[s:s + 64].cumsum(0) for s0, n in zip((0, 70), lengths) for s in range(s0, s0 + n, 64)
+                       ]).to(DEVICE)
+    cu = cu.to(DEVICE)
+    aqk, x = poisoned(T, H, 64), poisoned(T, H, 64)
+    q_inv, k_inv = poisoned(T, H), poisoned(T, H)
+    intra_pairs_kernel[(4, H)](q.to(DEVICE), k.to(DEVICE), g_cum, beta.to(DEVICE), cu, chunk_offsets(cu), x, aqk,
+                               q_inv, k_inv, K ** -0.5, len(lengths), H=H, K=K, BK=16, USE_L2NORM=True)
+    ref_aqk, ref_x = pair_terms_reference(q, k, g, beta, lengths, K ** -0.5)
+    lower = torch.ones(64, 64).tril().bool()
+    rows = torch.cat([torch.arange(n) % 64 for n in lengths])  # each token's row in its chunk
+    mask = lower[rows][:, None, :].expand(T, H, 64)
+    for got, ref in ((aqk, ref_aqk), (x, ref_x)):
+        got = torch.where(mask, got.cpu(), 0.0)
+        assert rel_err(got, torch.where(mask, ref, 0.0)) < (1e-4 if not ON_GPU else 5e-3)
+    assert rel_err(k_inv.cpu(), 1 / k.norm(dim=-1).clamp_min(1e-3)) < 1e-4

@@ -2,15 +2,15 @@
 
 Per chunk of BT = 64 tokens and head (MODEL.md section 2, WY form), with G = cumsum(g) inside the chunk
 (gate_cumsum_kernel.py):
-    intra_pairs_kernel (chunk_intra_kernel.py): Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}),
-                                                Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors
-    solve_kernel (solve_kernel.py):             X = (I + Akk)^{-1}
+    intra_pairs_kernel (chunk_intra_kernel.py): Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors and
+                                                X = (I + Akk)^{-1}, Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j})
     wy_kernel (wy_kernel.py):                   W = X (beta e^G k), U = X (beta v), qg = scale q e^G,
                                                 kt = k e^{G_C - G}, decay = e^{G_C}
 and `_state_kernel` walks each sequence's chunks with the state S [K, BV] in registers:
     v' = U - W S;   o = qg S + Aqk v';   S = decay * S + kt^T v'.
-Each kernel works on small tiles (16x16 blocks, one K or V tile) so that several programs share an SM. Varlen
-needs no host sync: chunk ids are found on the device from cu_seqlens.
+The pair kernel runs one program per (chunk, head) so that q, k and G are read once; the WY and state kernels
+work on one K or V tile per program so that several programs share an SM. Varlen needs no host sync: chunk ids
+are found on the device from cu_seqlens.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import triton.language as tl
 from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_offsets
 from dayzero.plugins.kda.chunk_intra_kernel import intra_pairs_kernel
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
-from dayzero.plugins.kda.solve_kernel import solve_kernel
 from dayzero.plugins.kda.wy_kernel import wy_kernel
 from dayzero.plugins.triton_utils import dot
 
@@ -57,7 +56,9 @@ def _state_kernel(
         W = tl.load(w + k_offs, mask=valid[:, None], other=0.0)
         Qg = tl.load(qg + k_offs, mask=valid[:, None], other=0.0)
         Kt_T = tl.load(kt + (t[None, :] * H + h) * K + ks[:, None], mask=valid[None, :], other=0.0)
-        A = tl.load(a + (t[:, None] * H + h) * BT + rows[None, :], mask=valid[:, None], other=0.0)
+        # the pair kernel writes Aqk's blocks on and below the diagonal only
+        lower = valid[:, None] & (rows[None, :] <= rows[:, None])
+        A = tl.load(a + (t[:, None] * H + h) * BT + rows[None, :], mask=lower, other=0.0)
         U = tl.load(u + (t[:, None] * H + h) * V + vs[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
         dk = tl.load(decay + ((first + c) * H + h) * K + ks)
         S_lo = S.to(W.dtype)
@@ -84,8 +85,9 @@ class ChunkTerms:
 
 
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
-                pair_warps: int = 8, wy_warps: int = 4, block_k: int = 32, pair_block_k: int = 32) -> ChunkTerms:
-    """The three intra-chunk kernels: pair terms, triangular solve, WY products."""
+                pair_warps: int = 4, pair_block_k: int = 16, pair_stages: int = 1, wy_warps: int = 4,
+                block_k: int = 32) -> ChunkTerms:
+    """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve, WY products."""
     T, H, K = k.shape
     V = v.shape[-1]
     N = cu_seqlens.shape[0] - 1
@@ -96,16 +98,15 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
     terms = ChunkTerms(w=empty(T, H, K), u=empty(T, H, V), qg=empty(T, H, K), kt=empty(T, H, K),
                        a=empty(T, H, CHUNK), decay=empty(chunks, H, K, dtype=torch.float32),
                        offsets=chunk_offsets(cu_seqlens))
-    akk, x = empty(T, H, CHUNK, dtype=torch.float32), empty(T, H, CHUNK)
+    x = empty(T, H, CHUNK)
     q_inv, k_inv = empty(T, H, dtype=torch.float32), empty(T, H, dtype=torch.float32)
     g_cum = empty(T, H, K, dtype=torch.float32)
     launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, cu_seqlens, terms.offsets, N, H=H, K=K,
                                                              BK=min(K, 32), num_warps=4)
-    launch(intra_pairs_kernel)[(CHUNK // 16, chunks, H)](
-        q, k, g_cum, beta, cu_seqlens, terms.offsets, akk, terms.a, q_inv, k_inv, scale, N,
-        H=H, K=K, BK=min(K, pair_block_k), USE_L2NORM=use_qk_l2norm, num_warps=pair_warps, num_stages=1,
+    launch(intra_pairs_kernel)[(chunks, H)](
+        q, k, g_cum, beta, cu_seqlens, terms.offsets, x, terms.a, q_inv, k_inv, scale, N,
+        H=H, K=K, BK=min(K, pair_block_k), USE_L2NORM=use_qk_l2norm, num_warps=pair_warps, num_stages=pair_stages,
     )
-    launch(solve_kernel)[(chunks, H)](akk, x, cu_seqlens, terms.offsets, N, H=H, num_warps=4)
     block_k, block_v = min(K, block_k), min(V, block_k)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
         q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,

@@ -3,7 +3,8 @@
 The four diagonal blocks are inverted by nilpotent squaring (N = -L_ii, N^16 = 0:
 sum_n N^n = (I + N)(I + N^2)(I + N^4)(I + N^8)), then the off-diagonal blocks follow from
 X_ij = -X_ii sum_{m=j}^{i-1} L_im X_mj. All dots are 16x16x16 in full fp32: the solve is a tiny share of the work
-and the errors of X reach every output.
+and the errors of X reach every output. `invert_blocks` runs inside the pair kernel (chunk_intra_kernel.py), on the
+blocks it just computed; `solve_kernel` is the same solve on an Akk stored in memory (tests).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ def _dot32(a, b):
 
 
 @triton.jit
-def _load_block(ptr, start, eos, h, H: tl.constexpr, i: tl.constexpr, j: tl.constexpr):
+def load_block(ptr, start, eos, h, H: tl.constexpr, i: tl.constexpr, j: tl.constexpr):
+    """Block (i, j) of a chunk's [BT, BT] matrix stored as [T, H, BT] -> fp32 [BC, BC] (0 past eos)."""
     sub = tl.arange(0, BC)
     t = start + i * BC + sub
     offs = (t[:, None] * H + h) * BT + j * BC + sub[None, :]
@@ -28,11 +30,26 @@ def _load_block(ptr, start, eos, h, H: tl.constexpr, i: tl.constexpr, j: tl.cons
 
 
 @triton.jit
-def _store_block(ptr, start, eos, h, H: tl.constexpr, i: tl.constexpr, j: tl.constexpr, block):
+def store_block(ptr, start, eos, h, H: tl.constexpr, i: tl.constexpr, j: tl.constexpr, block):
     sub = tl.arange(0, BC)
     t = start + i * BC + sub
     offs = (t[:, None] * H + h) * BT + j * BC + sub[None, :]
     tl.store(ptr + offs, block.to(ptr.dtype.element_ty), mask=(t < eos)[:, None])
+
+
+@triton.jit
+def store_lower_blocks(ptr, start, eos, h, H: tl.constexpr, X00, X10, X11, X20, X21, X22, X30, X31, X32, X33):
+    """The ten blocks on and below the diagonal; the blocks above it are never read (readers mask them)."""
+    store_block(ptr, start, eos, h, H, 0, 0, X00)
+    store_block(ptr, start, eos, h, H, 1, 0, X10)
+    store_block(ptr, start, eos, h, H, 1, 1, X11)
+    store_block(ptr, start, eos, h, H, 2, 0, X20)
+    store_block(ptr, start, eos, h, H, 2, 1, X21)
+    store_block(ptr, start, eos, h, H, 2, 2, X22)
+    store_block(ptr, start, eos, h, H, 3, 0, X30)
+    store_block(ptr, start, eos, h, H, 3, 1, X31)
+    store_block(ptr, start, eos, h, H, 3, 2, X32)
+    store_block(ptr, start, eos, h, H, 3, 3, X33)
 
 
 @triton.jit
@@ -48,33 +65,31 @@ def _inverse_unit_lower(L):
 
 
 @triton.jit
+def invert_blocks(L00, L10, L11, L20, L21, L22, L30, L31, L32, L33):
+    """The blocks of (I + L)^{-1} for the blocks of a strictly lower L (diagonal blocks strictly lower)."""
+    D0 = _inverse_unit_lower(L00)
+    D1 = _inverse_unit_lower(L11)
+    D2 = _inverse_unit_lower(L22)
+    D3 = _inverse_unit_lower(L33)
+    X10 = -_dot32(D1, _dot32(L10, D0))
+    X21 = -_dot32(D2, _dot32(L21, D1))
+    X20 = -_dot32(D2, _dot32(L20, D0) + _dot32(L21, X10))
+    X32 = -_dot32(D3, _dot32(L32, D2))
+    X31 = -_dot32(D3, _dot32(L31, D1) + _dot32(L32, X21))
+    X30 = -_dot32(D3, _dot32(L30, D0) + _dot32(L31, X10) + _dot32(L32, X20))
+    return D0, X10, D1, X20, X21, D2, X30, X31, X32, D3
+
+
+@triton.jit
 def solve_kernel(akk, x_out, cu_seqlens, chunk_offsets, N, H: tl.constexpr):
     h = tl.program_id(1)
     start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, tl.program_id(0))
     if live:
-        D0 = _inverse_unit_lower(_load_block(akk, start, eos, h, H, 0, 0))
-        D1 = _inverse_unit_lower(_load_block(akk, start, eos, h, H, 1, 1))
-        D2 = _inverse_unit_lower(_load_block(akk, start, eos, h, H, 2, 2))
-        D3 = _inverse_unit_lower(_load_block(akk, start, eos, h, H, 3, 3))
-        L10 = _load_block(akk, start, eos, h, H, 1, 0)
-        L20 = _load_block(akk, start, eos, h, H, 2, 0)
-        L21 = _load_block(akk, start, eos, h, H, 2, 1)
-        L30 = _load_block(akk, start, eos, h, H, 3, 0)
-        L31 = _load_block(akk, start, eos, h, H, 3, 1)
-        L32 = _load_block(akk, start, eos, h, H, 3, 2)
-        X10 = -_dot32(D1, _dot32(L10, D0))
-        X21 = -_dot32(D2, _dot32(L21, D1))
-        X20 = -_dot32(D2, _dot32(L20, D0) + _dot32(L21, X10))
-        X32 = -_dot32(D3, _dot32(L32, D2))
-        X31 = -_dot32(D3, _dot32(L31, D1) + _dot32(L32, X21))
-        X30 = -_dot32(D3, _dot32(L30, D0) + _dot32(L31, X10) + _dot32(L32, X20))
-        _store_block(x_out, start, eos, h, H, 0, 0, D0)
-        _store_block(x_out, start, eos, h, H, 1, 0, X10)
-        _store_block(x_out, start, eos, h, H, 1, 1, D1)
-        _store_block(x_out, start, eos, h, H, 2, 0, X20)
-        _store_block(x_out, start, eos, h, H, 2, 1, X21)
-        _store_block(x_out, start, eos, h, H, 2, 2, D2)
-        _store_block(x_out, start, eos, h, H, 3, 0, X30)
-        _store_block(x_out, start, eos, h, H, 3, 1, X31)
-        _store_block(x_out, start, eos, h, H, 3, 2, X32)
-        _store_block(x_out, start, eos, h, H, 3, 3, D3)
+        X00, X10, X11, X20, X21, X22, X30, X31, X32, X33 = invert_blocks(
+            load_block(akk, start, eos, h, H, 0, 0), load_block(akk, start, eos, h, H, 1, 0),
+            load_block(akk, start, eos, h, H, 1, 1), load_block(akk, start, eos, h, H, 2, 0),
+            load_block(akk, start, eos, h, H, 2, 1), load_block(akk, start, eos, h, H, 2, 2),
+            load_block(akk, start, eos, h, H, 3, 0), load_block(akk, start, eos, h, H, 3, 1),
+            load_block(akk, start, eos, h, H, 3, 2), load_block(akk, start, eos, h, H, 3, 3),
+        )
+        store_lower_blocks(x_out, start, eos, h, H, X00, X10, X11, X20, X21, X22, X30, X31, X32, X33)
