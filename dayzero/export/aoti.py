@@ -9,7 +9,6 @@ them with `run_single_threaded=True`, which CUDA-graph capture of the loaded eng
 
 from __future__ import annotations
 
-import re
 import time
 import zipfile
 from pathlib import Path
@@ -20,12 +19,10 @@ from torch.export import ExportedProgram
 from dayzero.errors import DayzeroError
 from dayzero.export.engine import EngineManifest, StepMeta
 from dayzero.export.engine_weights import load_engine_weights
-from dayzero.export.inplace import whole_cache_writes, wrapper_cache_copies
+from dayzero.export.inplace import copy_lines, whole_cache_writes, wrapper_cache_copies
 from dayzero.export.replace import compile_target
 from dayzero.export.trace import META_FIELDS, flat_inputs
 
-# calls in AOTInductor's generated C++ wrapper that copy a whole tensor
-_COPY_CALLS = re.compile(r"aoti_torch_copy_|aoti_torch_clone|\.copy_\(|at::copy")
 # the step inputs before the caches: input_ids and the metadata
 FIRST_CACHE = 1 + len(META_FIELDS)
 INDUCTOR_CONFIGS = {
@@ -43,13 +40,9 @@ def wrapper_sources(package: Path) -> dict[str, str]:
                 if name.endswith(".wrapper.cpp")}
 
 
-def _copy_lines(source: str) -> list[str]:
-    return [line.strip() for line in source.splitlines() if _COPY_CALLS.search(line)]
-
-
 def whole_tensor_copies(package: Path) -> list[str]:
     """Lines of the generated wrapper code that copy a tensor (none are expected: caches are updated in place)."""
-    return [line for source in wrapper_sources(package).values() for line in _copy_lines(source)]
+    return [line for source in wrapper_sources(package).values() for line in copy_lines(source)]
 
 
 def _check_cache_writes(program: ExportedProgram, name: str, first_cache: int) -> None:
@@ -68,7 +61,7 @@ def compile_package(program: ExportedProgram, path: Path, device: str, first_cac
     if not sources:
         raise DayzeroError(f"AOTInductor wrote no wrapper code into {path}; the export failed")
     copies = [line for source in sources.values()
-              for line in (*_copy_lines(source), *wrapper_cache_copies(source, first_cache))]
+              for line in (*copy_lines(source), *wrapper_cache_copies(source, first_cache))]
     if copies:
         raise DayzeroError(f"the compiled engine {path.name} copies tensors every step ({copies[:3]}); this is a "
                            "dayzero bug: please report it with the model config")

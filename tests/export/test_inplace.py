@@ -72,3 +72,12 @@ def test_wrapper_check_reads_the_generated_bindings(tmp_path):
     copy_line = "    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(arg3_1, buf0, 0));"
     assert wrapper_cache_copies(source + "\n" + copy_line, 2) == [copy_line.strip()]
     assert wrapper_cache_copies(source + "\n" + copy_line.replace("arg3_1", "buf7"), 2) == []
+
+
+def test_wrapper_check_lets_the_alignment_guard_pass():
+    guard = ("    if ((reinterpret_cast<std::uintptr_t>(arg9_1.data_ptr()) & (16 -1)) != 0) {\n"
+             "        aoti_torch_clone_preserve_strides(arg9_1, &arg9_1_aligned);\n    }")
+    source = "auto arg9_1 = std::move(inputs[9]);\n" + guard
+    assert wrapper_cache_copies(source, 2) == []
+    clone = "    aoti_torch_clone_preserve_strides(arg9_1, &buf3);"
+    assert wrapper_cache_copies(source + "\n" + clone, 2) == [clone.strip()]
