@@ -35,10 +35,10 @@ class DecoderLayer(nn.Module):
             self.self_attention_res_norm, self.self_attention_res_proj = mix_params(D, eps)
             self.mlp_res_norm, self.mlp_res_proj = mix_params(D, eps)
 
-    def ffn(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x) if hasattr(self, "mlp") else self.block_sparse_moe(x)
+    def ffn(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
+        return self.mlp(x) if hasattr(self, "mlp") else self.block_sparse_moe(x, decode)
 
     def forward(self, stream, meta: StepMeta, cache, decode: bool) -> None:
         x = self.input_layernorm(stream.attn_input(self))
         stream.add(self.self_attn(x, meta, cache, decode))
-        stream.add(self.ffn(self.post_attention_layernorm(stream.mlp_input(self))))
+        stream.add(self.ffn(self.post_attention_layernorm(stream.mlp_input(self)), decode))

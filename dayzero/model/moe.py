@@ -10,6 +10,7 @@ from dayzero.model.config import MoEConfig
 from dayzero.model.mlp import GatedMLP
 from dayzero.model.norm import RMSNorm, linear
 from dayzero.plugins import moe as moe_ops
+from dayzero.plugins.moe.reference import router_logits as reference_router_logits
 
 
 class Router(nn.Module):
@@ -47,9 +48,10 @@ class MoE(nn.Module):
             self.shared_experts = GatedMLP(hidden_size, cfg.intermediate_size * cfg.num_shared_experts,
                                            activation, act_params)
 
-    def _routed(self, x: torch.Tensor) -> torch.Tensor:
+    def _routed(self, x: torch.Tensor, decode: bool) -> torch.Tensor:
         cfg = self.cfg
-        logits = moe_ops.router_logits(x, self.gate.weight)
+        # the router GEMM kernel tiles 128 tokens: decode batches are too few tokens to fill the GPU with it
+        logits = reference_router_logits(x, self.gate.weight) if decode else moe_ops.router_logits(x, self.gate.weight)
         weights, ids = moe_ops.route(logits, self.gate.e_score_correction_bias, cfg.top_k, cfg.num_groups,
                                      cfg.topk_group, cfg.renormalize, cfg.scaling, cfg.router_activation)
         if cfg.latent_size is not None:
@@ -62,6 +64,6 @@ class MoE(nn.Module):
             y = self.routed_expert_norm(y)
         return self.routed_expert_up_proj(y)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self._routed(x)
+    def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
+        y = self._routed(x, decode)
         return y + self.shared_experts(x) if self.cfg.num_shared_experts else y
