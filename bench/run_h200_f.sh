@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # One device call: the H200 export (AOTInductor, 2-layer h200-slice; cores 0-9, background) beside the KDA chunk
 # GPU tests + bench, the 32K TTFT (after a warm-up prefill) and the MoE / quant GPU tests (cores 10-15).
-# The export runs on a copy of the tree with the carried `.snap/` laid over (the last H200-checked KDA kernels);
-# so does the TTFT when the tree's KDA GPU tests fail. Results in $OUT/results_f.tgz.
+# Everything runs on the committed tree carried in `.snap/head`; the export on a copy with `.snap/kda_old` laid over
+# (the last H200-checked KDA kernels), and so does the TTFT when the new KDA GPU tests fail. Results in
+# $OUT/results_f.tgz.
 # usage: bash bench/run_h200_f.sh [SECONDS]: every slot is scaled to fit SECONDS (default 540) of device time.
 . bench/h200.sh
 T=${1:-540}; slot() { echo $(( $1 * T / 540 )); }
 R=/tmp/results; mkdir -p $R
-rm -rf /tmp/base; mkdir -p /tmp/base; cp -r dayzero bench tests configs /tmp/base/; [ -d .snap ] && cp -r .snap/. /tmp/base/
+# committed code only (.snap/head: `git archive HEAD`, carried), never the work in progress beside it
+rm -rf /tmp/head /tmp/base; cp -r .snap/head /tmp/head; cp -r .snap/head /tmp/base; cp -r .snap/kda_old/. /tmp/base/
+cd /tmp/head; export PYTHONPATH=/tmp/site:/tmp/head
 base() { (cd /tmp/base && PYTHONPATH=/tmp/site:/tmp/base "$@"); }
 save() { tar czf $OUT/results_f.tgz -C $R . 2>/dev/null; }
 (base taskset -c 0-9 timeout $(slot 500) python3 bench/h200_export.py --out $R > $R/h200_export.log 2>&1; echo "rc=$?" >> $R/h200_export.log) &
