@@ -5,12 +5,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import torch
 
 from dayzero.errors import DayzeroError
 from dayzero.paths import bundled_config
+
+if TYPE_CHECKING:
+    from dayzero.runtime.llm_engine import StepStats
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_PROMPT = "The hybrid model reads a long document and"
@@ -68,8 +72,10 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
 @click.option("--gpu-memory-fraction", type=float, default=0.8, show_default=True,
               help="Share of the free GPU memory the caches take when --memory-mb is not given.")
 @click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU.")
+@click.option("--num-draft", type=int, default=0, show_default=True,
+              help="Speculative decoding: draft tokens (prompt lookup) verified per decode step; 0 = off.")
 def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, backend, device, dtype,
-        memory_mb, gpu_memory_fraction, no_cuda_graphs) -> None:
+        memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft) -> None:
     """Export (or find in the cache) the engine, then generate for the prompts with continuous batching."""
     from dayzero.export.options import ExportOptions
     from dayzero.runtime.llm import LLM
@@ -82,7 +88,8 @@ def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k,
         # before any package loads: on GPU images that need it, this restarts the command with the preload set
         reexec_with_libstdcxx()
     texts = [*prompts, *(line.rstrip("\n") for line in prompt_file or [])] or [DEFAULT_PROMPT]
-    llm = LLM(checkpoint, ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max(16, batch)),
+    export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max(16, batch), num_draft=num_draft)
+    llm = LLM(checkpoint, export,
               RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs))
     click.echo(f"[engine: {backend} on {device}, loaded in {llm.load_seconds:.1f} s; {llm.engine.capacity.describe()}]")
@@ -92,16 +99,22 @@ def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k,
     elapsed = time.perf_counter() - start
     for out in outputs:
         click.echo(f"--- {out.request_id} ({out.finish_reason})\n{out.prompt}{_printable(out.text)}")
-    _summary(outputs, elapsed)
+    _summary(outputs, elapsed, llm.engine.stats if num_draft else None)
 
 
-def _summary(outputs, elapsed: float) -> None:
+def _summary(outputs, elapsed: float, speculation: StepStats | None = None) -> None:
     generated = sum(len(o.token_ids) for o in outputs)
     first = min((o.time_to_first_token_s for o in outputs if o.time_to_first_token_s is not None), default=0.0)
     decode_rate = (generated - len(outputs)) / max(elapsed - first, 1e-9)
     click.echo(f"[{len(outputs)} requests, {sum(len(o.prompt_token_ids) for o in outputs)} prompt tokens, "
                f"{generated} generated in {elapsed:.2f} s; first token {first * 1e3:.0f} ms, "
-               f"decode {decode_rate:.1f} tokens/s]")
+               f"decode {decode_rate:.1f} tokens/s{_acceptance(speculation)}]")
+
+
+def _acceptance(stats: StepStats | None) -> str:
+    if stats is None:
+        return ""
+    return f"; drafts accepted {stats.accepted_tokens}/{stats.drafted_tokens} ({stats.acceptance_rate:.0%})"
 
 
 def _register_subcommands() -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -26,7 +27,11 @@ def test_init_checkpoint_then_run_it(tmp_path):
     result = runner.invoke(cli, ["init-checkpoint", "tiny-hybrid", str(out), "--dtype", "float32"])
     assert result.exit_code == 0, result.output
     result = runner.invoke(cli, ["run", "--checkpoint", str(out), "--max-tokens", "3"])
-    assert result.exit_code == 0 and "3 generated" in result.output
+    assert result.exit_code == 0 and "3 generated" in result.output and "drafts accepted" not in result.output
+    result = runner.invoke(cli, ["run", "--checkpoint", str(out), "--max-tokens", "12", "--num-draft", "2",
+                                 "--prompt", "abcabcabcabc"])
+    assert result.exit_code == 0 and "12 generated" in result.output, result.output
+    assert re.search(r"drafts accepted \d+/\d+ \(\d+%\)", result.output), result.output
 
 
 def run_main(*args, env=None):

@@ -2,7 +2,8 @@
 
 A graph replays fixed addresses, so the decode inputs live in static buffers sized for the bucket; a batch of B
 rows uses the smallest bucket >= B and pads the rest with rows that write nowhere real: slot_mapping -1, the dummy
-page in the page table, the dummy state slot, position 0.
+page in the page table, the dummy state slot, position 0. Every decode step of an engine has the same width 1+d
+(d = the manifest's num_draft; rows without enough drafts are padded inside the row), so buckets are by batch only.
 """
 
 from __future__ import annotations
@@ -30,21 +31,22 @@ def bucket_for(batch: int, buckets: list[int]) -> int:
 
 
 def pad_decode_inputs(input_ids: torch.Tensor, meta: StepMeta, rows: int) -> tuple[torch.Tensor, StepMeta]:
-    """Pad a decode batch to `rows` sequences with rows that touch only the dummy page and slot."""
+    """Pad a decode batch of [B, 1+d] tokens to `rows` sequences with rows that touch only the dummy page and slots
+    (the flat per-token tensors grow by 1+d entries per padded row)."""
     pad = rows - input_ids.shape[0]
     if pad == 0:
         return input_ids, meta
-
-    def extend(t: torch.Tensor, value: int) -> torch.Tensor:
-        return torch.cat([t, t.new_full((pad, *t.shape[1:]), value)])
-
     width = input_ids.shape[1]
+
+    def extend(t: torch.Tensor, value: int, count: int = pad) -> torch.Tensor:
+        return torch.cat([t, t.new_full((count, *t.shape[1:]), value)])
+
     padded = StepMeta(
-        positions=extend(meta.positions, 0),
+        positions=extend(meta.positions, 0, pad * width),
         cu_seqlens=torch.cat([meta.cu_seqlens, meta.cu_seqlens[-1] + width * torch.arange(
             1, pad + 1, dtype=meta.cu_seqlens.dtype, device=meta.cu_seqlens.device)]),
         block_table=extend(meta.block_table, DUMMY_PAGE),
-        slot_mapping=extend(meta.slot_mapping, -1),
+        slot_mapping=extend(meta.slot_mapping, -1, pad * width),
         state_slots=extend(meta.state_slots, DUMMY_GROUP),
         num_accepted=extend(meta.num_accepted, 1),
     )

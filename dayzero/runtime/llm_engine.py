@@ -11,13 +11,14 @@ import torch
 
 from dayzero.errors import DayzeroError
 from dayzero.export.engine import SLOT, StepEngine, allocate_flat_caches
-from dayzero.runtime.batch import step_inputs
+from dayzero.runtime.batch import decode_inputs, prefill_inputs
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
+from dayzero.runtime.spec_decode import PROPOSERS, accept
 from dayzero.runtime.state_pool import StatePool
 
 
@@ -28,8 +29,11 @@ class RuntimeOptions:
     gpu_memory_fraction: float = 0.8
     memory_bytes: int | None = None
     cuda_graphs: bool = True
+    draft_method: str = "ngram"  # proposer of draft tokens, for engines exported with num_draft > 0
 
     def __post_init__(self):
+        if self.draft_method not in PROPOSERS:
+            raise DayzeroError(f"unknown draft method {self.draft_method!r}; choose one of {', '.join(PROPOSERS)}")
         if self.token_budget < 1:
             raise DayzeroError(f"the prefill token budget must be at least 1, got {self.token_budget}")
         if not 0 < self.gpu_memory_fraction <= 1:
@@ -39,19 +43,22 @@ class RuntimeOptions:
 @dataclass
 class StepStats:
     prefill_tokens: int = 0
-    decode_tokens: int = 0
+    decode_tokens: int = 0  # tokens emitted by decode steps
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0  # drafts the model agreed with
     steps: int = 0
     preemptions: int = 0
     first_token_at: dict = field(default_factory=dict)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
 class LLMEngine:
     def __init__(self, engine: StepEngine, options: RuntimeOptions = RuntimeOptions(),
                  detokenize: Callable[[list[int]], str] | None = None, stop_ids: frozenset[int] = frozenset()):
         manifest = engine.manifest
-        if manifest.num_draft:
-            raise DayzeroError("this engine verifies draft tokens; the runtime has no drafter yet: export with "
-                               "--num-draft 0")
         self.engine, self.manifest = engine, manifest
         self.max_batch = min(options.max_batch or manifest.max_batch, manifest.max_batch)
         budget = memory_budget(manifest.device, options.gpu_memory_fraction, options.memory_bytes)
@@ -60,7 +67,9 @@ class LLMEngine:
         slot_tensors = [c for c, spec in zip(self.caches, manifest.cache_tensors) if spec.unit == SLOT]
         self.blocks = BlockManager(self.capacity.num_pages, manifest.page_size)
         self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq, slot_tensors)
-        self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, options.token_budget, manifest.max_len)
+        self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, options.token_budget, manifest.max_len,
+                                   manifest.num_draft)
+        self.propose = PROPOSERS[options.draft_method]()
         self.max_pages = math.ceil(manifest.max_len / manifest.page_size)
         self.decode = decode_runner(engine, self.caches, self.max_batch, self.max_pages, options.cuda_graphs)
         self.detokenize, self.stop_ids = detokenize, stop_ids
@@ -84,34 +93,58 @@ class LLMEngine:
         step = self.scheduler.schedule()
         if step is None:
             return []
-        logits = self._run(step)
-        self.stats.steps += 1
-        return self._postprocess(step, logits)
-
-    def _run(self, step: ScheduledStep) -> torch.Tensor:
-        input_ids, meta = step_inputs(step, self.manifest.page_size, self.capacity.slots_per_seq, self.max_pages,
-                                      self.manifest.device)
         with torch.inference_mode():
-            if step.decode:
-                self.stats.decode_tokens += len(step.seqs)
-                return self.decode(input_ids, meta)[:, -1]
-            self.stats.prefill_tokens += sum(step.num_new)
-            return self.engine.prefill(input_ids, meta, self.caches)
+            finished = self._decode(step) if step.decode else self._prefill(step)
+        self.stats.steps += 1
+        self.stats.preemptions = self.scheduler.num_preemptions
+        return finished
 
-    def _postprocess(self, step: ScheduledStep, logits: torch.Tensor) -> list[Sequence]:
+    def _prefill(self, step: ScheduledStep) -> list[Sequence]:
+        input_ids, meta = prefill_inputs(step, self.manifest.page_size, self.capacity.slots_per_seq, self.max_pages,
+                                         self.manifest.device)
+        logits = self.engine.prefill(input_ids, meta, self.caches)
+        self.stats.prefill_tokens += sum(step.num_new)
         finished = []
         for seq, count, row in zip(step.seqs, step.num_new, logits):
             seq.num_cached += count
-            if seq.num_uncached:
-                continue  # a prefill chunk that did not reach the last token
-            seq.output_ids.append(seq.sampler(row))
+            # a chunk that did not reach the prompt's last token samples nothing
+            if not seq.num_uncached and self._emit(seq, [seq.sampler(row)]):
+                finished.append(seq)
+        return finished
+
+    def _decode(self, step: ScheduledStep) -> list[Sequence]:
+        """Verify each sequence's drafts (none without speculation) and keep the accepted run."""
+        drafts = [self.propose(seq.token_ids, count - 1) for seq, count in zip(step.seqs, step.num_new)]
+        input_ids, meta = decode_inputs(step.seqs, drafts, 1 + self.manifest.num_draft, self.manifest.page_size,
+                                        self.capacity.slots_per_seq, self.max_pages, self.manifest.device)
+        logits = self.decode(input_ids, meta)
+        finished = []
+        for seq, draft, rows in zip(step.seqs, drafts, logits):
+            if self._emit(seq, self._verify(seq, draft, rows)):
+                finished.append(seq)
+        return finished
+
+    def _verify(self, seq: Sequence, draft: list[int], rows: torch.Tensor) -> list[int]:
+        """The tokens seq's verify rows [width, vocab] emit; its cache length and entry slot move past the run."""
+        tokens = accept(rows[: 1 + len(draft)], draft, seq.sampler)
+        # the last token and the accepted drafts entered the cache; the model's own next token did not yet
+        seq.num_cached += len(tokens)
+        seq.num_accepted = len(tokens)
+        self.stats.drafted_tokens += len(draft)
+        self.stats.accepted_tokens += len(tokens) - 1
+        self.stats.decode_tokens += len(tokens)
+        return tokens
+
+    def _emit(self, seq: Sequence, tokens: list[int]) -> bool:
+        """Append tokens until one finishes the sequence (the rest are dropped); -> whether it finished."""
+        for token in tokens:
+            seq.output_ids.append(token)
             self.stats.first_token_at.setdefault(seq.request_id, time.perf_counter())
             reason = self._finish_reason(seq)
             if reason:
                 self.scheduler.release(seq, Status.FINISHED, reason)
-                finished.append(seq)
-        self.stats.preemptions = self.scheduler.num_preemptions
-        return finished
+                return True
+        return False
 
     def _finish_reason(self, seq: Sequence) -> str | None:
         token = seq.output_ids[-1]

@@ -52,9 +52,13 @@ def _filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits
 
 
+def token_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution a random sampler draws from (temperature, top-k, top-p applied), on the CPU."""
+    return _filtered(logits, params).softmax(-1).cpu()
+
+
 def _random(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    probs = _filtered(logits, params).softmax(-1).cpu()
-    return int(torch.multinomial(probs, 1, generator=generator))
+    return int(torch.multinomial(token_probs(logits, params), 1, generator=generator))
 
 
 SAMPLERS: dict[str, Callable[[torch.Tensor, SamplingParams, torch.Generator | None], int]] = {

@@ -2,7 +2,9 @@
 preemption by recompute when pages run out, cancellation. Plain Python over the block manager and state pool.
 
 Each step is one kind: a prefill step (chunks of several waiting/prefilling sequences, at most `token_budget`
-tokens) when any sequence still has uncached prompt tokens, else a decode step over every running sequence.
+tokens) when any sequence still has uncached prompt tokens, else a decode step over every running sequence. With
+speculative decoding a decode step verifies up to `num_draft` drafts per sequence: pages are reserved for them too
+(never past the sequence's max_tokens, so never past the engine's max length).
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ from dayzero.runtime.state_pool import StatePool
 class ScheduledStep:
     decode: bool
     seqs: list[Sequence]
-    num_new: list[int]  # tokens each sequence adds to the cache in this step
+    # tokens each sequence adds to the cache in this step; decode: 1 + the most drafts it may verify (pages reserved)
+    num_new: list[int]
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, states: StatePool, max_batch: int, token_budget: int, max_len: int):
+    def __init__(self, blocks: BlockManager, states: StatePool, max_batch: int, token_budget: int, max_len: int,
+                 num_draft: int = 0):
         self.blocks, self.states = blocks, states
         self.max_batch, self.token_budget, self.max_len = max_batch, token_budget, max_len
+        self.num_draft = num_draft
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -118,14 +123,19 @@ class Scheduler:
                 break
         return ScheduledStep(False, seqs, counts) if seqs else None
 
+    def num_lookahead(self, seq: Sequence) -> int:
+        """Drafts worth verifying for seq: tokens past its max_tokens would be cut off anyway."""
+        return max(0, min(self.num_draft, seq.params.max_tokens - len(seq.output_ids) - 1))
+
     def _decode_step(self) -> ScheduledStep | None:
         decoding = lambda: [s for s in self.running if not self._is_prefilling(s)]  # noqa: E731
-        while sum(self.blocks.missing_pages(s, s.num_tokens) for s in decoding()) > self.blocks.num_free:
+        reach = lambda s: s.num_tokens + self.num_lookahead(s)  # noqa: E731
+        while sum(self.blocks.missing_pages(s, reach(s)) for s in decoding()) > self.blocks.num_free:
             self._preempt_newest()
         seqs = decoding()
         for seq in seqs:
-            self.blocks.grow(seq, seq.num_tokens)
-        return ScheduledStep(True, seqs, [1] * len(seqs)) if seqs else None
+            self.blocks.grow(seq, reach(seq))
+        return ScheduledStep(True, seqs, [1 + self.num_lookahead(s) for s in seqs]) if seqs else None
 
     def _preempt_newest(self) -> None:
         """Recompute preemption: the newest running sequence gives back its pages and slot and waits at the front;

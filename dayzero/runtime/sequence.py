@@ -1,4 +1,4 @@
-"""A request's life in the runtime: its tokens, how many are in the cache, its pages and state slot."""
+"""A request's life in the runtime: its tokens, how many are in the cache, its pages and state slots."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ class Sequence:
     num_cached: int = 0  # tokens whose KV / state is in the caches
     pages: list[int] = field(default_factory=list)
     slot: int | None = None
+    # inputs of the last verify step that entered the cache: the next step starts from state slot num_accepted - 1
+    num_accepted: int = 1
     finish_reason: str | None = None
     num_preemptions: int = 0
 

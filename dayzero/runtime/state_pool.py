@@ -1,7 +1,9 @@
 """KDA recurrent-state and short-conv slots: (1 + num_draft) consecutive slots per running sequence.
 
 Slot group 0 is the dummy that padded rows write into. A sequence's slots are zeroed when it is admitted (a zero
-state is the state of an empty sequence), through the manifest's list of slot-indexed cache tensors.
+state is the state of an empty sequence), through the manifest's list of slot-indexed cache tensors. Prefill reads
+and writes the group's first slot; a verify step writes token t's state into slot t of the group and the next step
+starts from slot `seq.num_accepted - 1`, so rolling back rejected drafts copies nothing.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class StatePool:
         group = self.free_groups.pop()
         self.owner[group] = seq.request_id
         seq.slot = group
+        seq.num_accepted = 1
         start = self.first_slot(group)
         for tensor in self.slot_tensors:
             tensor[start : start + self.slots_per_seq].zero_()

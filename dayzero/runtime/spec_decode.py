@@ -1,0 +1,98 @@
+"""Speculative decoding: draft proposers and the acceptance rule of a verify step (ARCHITECTURE.md, "Speculative
+decoding with state rollback").
+
+A verify step feeds a sequence's last token and n <= d drafts, [x0, x1 .. xn]; logits row t predicts the token that
+follows input t. Acceptance keeps drafts x1..xk and adds one token of the model's own after them, so a step emits
+1..1+n tokens and 1+k of its inputs stay in the cache (the next step's `num_accepted`). Rows past the accepted ones
+need no undo: their KV rows are overwritten later and their KDA states sit in slots the next step does not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from dayzero.runtime.sampling import Sampler, token_probs
+
+
+class DraftProposer(Protocol):
+    def __call__(self, token_ids: list[int], num_draft: int) -> list[int]:
+        """Up to num_draft tokens guessed to follow token_ids (fewer, or none, when there is no good guess)."""
+
+
+@dataclass(frozen=True)
+class NgramProposer:
+    """Prompt lookup: find the most recent earlier occurrence of the longest tail n-gram (max_ngram down to
+    min_ngram tokens) in the sequence's own prompt + output and propose what followed it."""
+
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def __call__(self, token_ids: list[int], num_draft: int) -> list[int]:
+        if num_draft == 0:
+            return []
+        for n in range(min(self.max_ngram, len(token_ids) - 1), self.min_ngram - 1, -1):
+            start = _last_match(token_ids, n)
+            if start is not None:
+                return _continuation(token_ids, start + n, num_draft)
+        return []
+
+
+def _last_match(token_ids: list[int], n: int) -> int | None:
+    """Start of the most recent n-gram equal to the last n tokens, the tail itself excluded."""
+    tail = token_ids[-n:]
+    for start in range(len(token_ids) - n - 1, -1, -1):
+        if token_ids[start : start + n] == tail:
+            return start
+    return None
+
+
+def _continuation(token_ids: list[int], source: int, num_draft: int) -> list[int]:
+    # a match close to the tail runs out of tokens: keep copying from the proposal itself (a repeating cycle)
+    extended = list(token_ids)
+    for offset in range(num_draft):
+        extended.append(extended[source + offset])
+    return extended[len(token_ids) :]
+
+
+# RuntimeOptions.draft_method -> proposer
+PROPOSERS: dict[str, Callable[[], DraftProposer]] = {"ngram": NgramProposer}
+
+
+def accept_greedy(logits: torch.Tensor, drafts: list[int], sampler: Sampler) -> list[int]:
+    """logits [1+n, vocab] of [x0, *drafts] -> the longest prefix of drafts equal to the argmax at each position,
+    then the argmax after it. The tokens equal greedy decoding without drafts, one by one."""
+    targets = logits.argmax(-1).tolist()
+    accepted = 0
+    while accepted < len(drafts) and drafts[accepted] == targets[accepted]:
+        accepted += 1
+    return targets[: accepted + 1]
+
+
+def accept_random(logits: torch.Tensor, drafts: list[int], sampler: Sampler) -> list[int]:
+    """Rejection sampling (Leviathan et al. 2023) for a deterministic draft (q = a point mass on the draft): accept
+    draft x with probability p(x); at the first rejection draw from p with x removed; after all drafts draw from p.
+    Each emitted token is distributed exactly as sampling without drafts (the random stream differs, so a seed
+    gives other tokens than it does without speculation)."""
+    tokens = []
+    for row, draft in zip(logits, drafts):
+        probs = token_probs(row, sampler.params)
+        if torch.rand((), generator=sampler.generator) < probs[draft]:
+            tokens.append(draft)
+            continue
+        probs[draft] = 0
+        return [*tokens, int(torch.multinomial(probs, 1, generator=sampler.generator))]
+    return [*tokens, sampler(logits[len(drafts)])]
+
+
+# SamplingParams.method -> acceptance rule
+ACCEPTORS: dict[str, Callable[[torch.Tensor, list[int], Sampler], list[int]]] = {
+    "greedy": accept_greedy, "random": accept_random}
+
+
+def accept(logits: torch.Tensor, drafts: list[int], sampler: Sampler) -> list[int]:
+    """The tokens a verify step emits: accepted drafts, then one token of the model's."""
+    return ACCEPTORS[sampler.params.method](logits, drafts, sampler)
