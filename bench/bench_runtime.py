@@ -94,7 +94,8 @@ def main() -> None:
             row["speedup"] = row["tokens_per_s"] / eager["tokens_per_s"]
     report["ttft"] = time_to_first_token(model, args.ttft_tokens)
     write_results(args.out, "bench_runtime_ttft" if args.ttft_only else "bench_runtime", report)
-    print(table(report["decode"], ["batch", "graphs", "tokens_per_s", "step_ms", "speedup", "capture_failed"]))
+    if report["decode"]:
+        print(table(report["decode"], ["batch", "graphs", "tokens_per_s", "step_ms", "speedup", "capture_failed"]))
     print(report["ttft"])
 
 
