@@ -114,7 +114,7 @@ class LLMEngine:
 
     def _decode(self, step: ScheduledStep) -> list[Sequence]:
         """Verify each sequence's drafts (none without speculation) and keep the accepted run."""
-        drafts = [self.propose(seq.token_ids, count - 1) for seq, count in zip(step.seqs, step.num_new)]
+        drafts = [self._draft(seq, count - 1) for seq, count in zip(step.seqs, step.num_new)]
         input_ids, meta = decode_inputs(step.seqs, drafts, 1 + self.manifest.num_draft, self.manifest.page_size,
                                         self.capacity.slots_per_seq, self.max_pages, self.manifest.device)
         logits = self.decode(input_ids, meta)
@@ -123,6 +123,10 @@ class LLMEngine:
             if self._emit(seq, self._verify(seq, draft, rows)):
                 finished.append(seq)
         return finished
+
+    def _draft(self, seq: Sequence, num_draft: int) -> list[int]:
+        # without speculation skip the proposer: token_ids copies the whole sequence
+        return self.propose(seq.token_ids, num_draft) if num_draft else []
 
     def _verify(self, seq: Sequence, draft: list[int], rows: torch.Tensor) -> list[int]:
         """The tokens seq's verify rows [width, vocab] emit; its cache length and entry slot move past the run."""
