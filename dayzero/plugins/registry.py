@@ -18,6 +18,8 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 ONNX_DOMAIN = "dayzero"
 # torch op overload -> onnxscript function emitting the op's custom-domain node
 ONNX_TRANSLATIONS: dict[object, Callable] = {}
+# name -> registered op, in registration order
+PLUGIN_OPS: dict[str, object] = {}
 
 
 def plugin_op(name: str, *, cpu: Callable, fake: Callable, mutates_args: Iterable[str] = ()):
@@ -31,6 +33,9 @@ def plugin_op(name: str, *, cpu: Callable, fake: Callable, mutates_args: Iterabl
             op = torch.library.custom_op(qualname, cpu, mutates_args=tuple(mutates_args))
         op.register_kernel("cpu", cpu)
         op.register_fake(fake)
+        # kept for tests that hold the fake's shapes and strides against the Triton body's
+        op.dayzero_impls = {"cuda": cuda_impl, "cpu": cpu, "fake": fake}
+        PLUGIN_OPS[name] = op
         return op
 
     return register

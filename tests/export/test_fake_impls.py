@@ -1,0 +1,72 @@
+"""Every plugin op's fake implementation describes what its Triton body returns: same shapes, strides and dtypes.
+
+Under AOTInductor the Triton body is compiled into the graph while the code around it is planned from the fake
+implementation, so a disagreement (a stride, a padded width) turns into wrong addressing on the GPU. Here the
+model's prefill and decode steps run with every plugin op dispatched to its Triton body under the interpreter
+(bf16, FP8 latent + MXFP8 index caches: the production formats), each call checked against the fake.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
+from dayzero.model.caches import CacheFormat
+from dayzero.model.step import contiguous_meta
+from dayzero.plugins import registry
+from tests.helpers import random_model, tiny_config_dict
+from tests.plugins.triton_env import ON_GPU, needs_triton
+
+pytestmark = [needs_triton, pytest.mark.skipif(ON_GPU, reason="the interpreter run is the CPU check"),
+              pytest.mark.slow]
+
+
+def _described(value):
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), tuple(value.stride()), value.dtype
+    return value
+
+
+def _as_tuple(out) -> tuple:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _checked(name: str, impls: dict, calls: list, mismatches: list):
+    def kernel(*args):
+        out = impls["cuda"](*args)
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with mode:
+            fake = impls["fake"](*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args))
+        calls.append(name)
+        for index, (real, described) in enumerate(zip(_as_tuple(out), _as_tuple(fake))):
+            if _described(real) != _described(described):
+                mismatches.append((name, index, _described(real), _described(described)))
+        return out
+
+    return kernel
+
+
+@pytest.fixture
+def triton_bodies_on_cpu():
+    """Dispatch every plugin op on CPU to its Triton body (interpreter), checked against its fake."""
+    calls, mismatches = [], []
+    for name, op in registry.PLUGIN_OPS.items():
+        op.register_kernel("cpu", _checked(name, op.dayzero_impls, calls, mismatches))
+    yield calls, mismatches
+    for op in registry.PLUGIN_OPS.values():
+        op.register_kernel("cpu", op.dayzero_impls["cpu"])
+
+
+def test_fake_impls_match_the_triton_bodies_over_prefill_and_decode(triton_bodies_on_cpu):
+    calls, mismatches = triton_bodies_on_cpu
+    model = random_model(tiny_config_dict(kv_lora_rank=128), dtype=torch.bfloat16)
+    manifest = eager_manifest(model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=4, max_len=128)
+    engine = EagerEngine(model, manifest)
+    caches = allocate_flat_caches(manifest, 9, 6)
+    engine.prefill(torch.randint(0, 200, (12,)), contiguous_meta([0, 0, 0], [5, 4, 3], 3), caches)
+    engine.decode(torch.randint(0, 200, (3, 1)), contiguous_meta([5, 4, 3], [1, 1, 1], 3, decode=True), caches)
+    assert mismatches == []
+    assert {"chunk_kda", "fused_kda_decode", "write_latent", "write_index_keys", "index_topk_paged",
+            "sparse_mla_paged", "attnres_mix", "moe_route", "moe_permute", "moe_grouped_mlp"} <= set(calls)
