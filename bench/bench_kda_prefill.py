@@ -42,15 +42,16 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
 
 
 # pair kernel launch settings (BK, num_warps, num_stages); the first is intra_chunk's default. Few, because each
-# compiles for ~10-20 s; from sm_90 cubins built off-device (Triton 3.9): every setting spills (ten 16x16
-# accumulators are replicated per warp), BK 16 with 4 warps least (176 B of stack), 1-2 warps and BK 64 most.
-PAIR_CONFIGS = [(16, 4, 1), (16, 4, 2), (32, 4, 2)]
+# compiles for ~10-20 s. Off-device sm_90 builds (bench/triton_resources.py, bench/kda_pair_notes.md): none spills,
+# all use wgmma; 125 registers at BK 16, 132-178 at BK 32-64.
+PAIR_CONFIGS = [(16, 4, 1), (16, 8, 1), (32, 8, 1), (64, 8, 1)]
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
 # --quick sweeps the pair settings on this shape only (each setting compiles once per H: the run must stay ~60 s)
 QUICK_SWEEP_SHAPE = (8, 4096, 96)
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
-KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "wy_kernel_ms", "_state_kernel_ms"]
+KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "solve_kernel_ms", "wy_kernel_ms",
+                  "_state_kernel_ms"]
 
 
 def kernel_ms(fn, iters: int = 5) -> dict:

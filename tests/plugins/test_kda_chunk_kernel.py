@@ -121,10 +121,10 @@ def pair_terms_reference(q, k, g, beta, lengths, scale):
 
 @pytest.mark.parametrize("decay_scale", [1.0, 5.0, 300.0], ids=["mild", "mixed", "strong"])
 def test_pair_kernel_scores_and_inverse(decay_scale):
-    """intra_pairs_kernel alone: Aqk and X on and below the diagonal, a partial last chunk, two sequences; 'mixed'
-    decays let some sub-chunks take the factored path and others the exact one."""
+    """The pair kernel and the solve alone: Aqk and X on and below the diagonal, a partial last chunk, two sequences;
+    'mixed' decays let some column blocks take the factored path and others the exact one."""
     from dayzero.plugins.kda.chunk_common import chunk_offsets
-    from dayzero.plugins.kda.chunk_intra_kernel import intra_pairs_kernel
+    from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 
     lengths, H, K = (70, 37), 2, 32
     (q, k, _), g, beta, cu = inputs(lengths, H, K, 16, torch.float32, decay_scale=decay_scale)
@@ -134,8 +134,8 @@ def test_pair_kernel_scores_and_inverse(decay_scale):
     cu = cu.to(DEVICE)
     aqk, x = poisoned(T, H, 64), poisoned(T, H, 64)
     q_inv, k_inv = poisoned(T, H), poisoned(T, H)
-    intra_pairs_kernel[(4, H)](q.to(DEVICE), k.to(DEVICE), g_cum, beta.to(DEVICE), cu, chunk_offsets(cu), x, aqk,
-                               q_inv, k_inv, K ** -0.5, len(lengths), H=H, K=K, BK=16, USE_L2NORM=True)
+    pair_terms(q.to(DEVICE), k.to(DEVICE), g_cum, beta.to(DEVICE), K ** -0.5, cu, chunk_offsets(cu), 4, True, x, aqk,
+               q_inv, k_inv, block_k=16)
     ref_aqk, ref_x = pair_terms_reference(q, k, g, beta, lengths, K ** -0.5)
     lower = torch.ones(64, 64).tril().bool()
     rows = torch.cat([torch.arange(n) % 64 for n in lengths])  # each token's row in its chunk

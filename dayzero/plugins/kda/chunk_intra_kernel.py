@@ -1,118 +1,77 @@
-"""Intra-chunk pair terms of chunked KDA and the triangular solve, one program per (chunk, head).
+"""Intra-chunk pair terms of chunked KDA, one program per (chunk, head), then the blockwise triangular solve.
 
 For rows r and columns j <= r of a chunk (G = in-chunk cumsum of g from gate_cumsum_kernel, q and k L2-normalized):
-    Akk[r, j] = beta_r sum_d k_r k_j e^{G_r - G_j}    (strictly lower)
+    Akk[r, j] = beta_r sum_d k_r k_j e^{G_r - G_j}    (strictly lower, fp32; solve_kernel turns it into
+                                                       X = (I + Akk)^{-1})
     Aqk[r, j] = scale sum_d q_r k_j e^{G_r - G_j}     (lower with diagonal; the blocks above are not written)
-and X = (I + Akk)^{-1} (solve_kernel.invert_blocks), stored instead of Akk.
 
-The chunk is cut into four 16-row sub-chunks and the K axis into BK tiles; every tile of q, k and G is loaded
-once per program and feeds the ten (i, j <= i) block pairs. Each pair is a [16, BK] x [BK, 16] dot with the decay
-factored around the first row n_i of sub-chunk i: the query side e^{G_r - G_n} and, for j < i, the key side
-e^{G_n - G_j} are <= 1. On the diagonal (j = i) the key side is >= 1; it is exact while a channel decays by at most
-80 nats inside the sub-chunk (e^80 is far from fp32 overflow), else that block is recomputed for the tile with
-exact pairwise exponentials. L2 normalization and beta are row and column scalings, applied after the K loop.
+The chunk is computed by column blocks, one pass over K each: the 16 key columns of sub-chunk j against all 64 rows,
+one [64, BK] x [BK, 16] dot per K tile, so the 64 rows are spread over the warps (a wgmma on sm_90) instead of
+replicated in each as 16-row operands and ten 16x16 accumulators were (255 registers and spills). The decay
+is factored around the last row m_j of sub-chunk j: the key side e^{G_m - G_j} is <= 1, and so is the row side
+e^{G_r - G_m} for the rows after sub-chunk j. Inside sub-chunk j the row side is >= 1; it is exact while a channel
+decays by at most EXP_CAP nats inside the sub-chunk (the factor is capped there), else the column block is recomputed
+with exact pairwise exponentials. Rows before sub-chunk j are zeroed. L2 normalization and beta are row and column
+scalings, applied after the K loop.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BC, EXP_CAP, load_rows, locate_chunk, row_of
-from dayzero.plugins.kda.solve_kernel import invert_blocks, store_lower_blocks
+from dayzero.plugins.kda.chunk_common import BC, BT, CHUNK, EXP_CAP, load_rows, locate_chunk, row_of
+from dayzero.plugins.kda.solve_kernel import solve_kernel
 from dayzero.plugins.triton_utils import dot
 
 
 @triton.jit
-def _sub_chunk(a, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc, i: tl.constexpr):
-    """One K tile of sub-chunk i: rows of a (q or k), k, G [BC, BK] and the G rows n_i (its first) and of its last
-    valid token."""
-    t = start + i * BC + tl.arange(0, BC)
+def _keys(k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc, j: tl.constexpr):
+    """Sub-chunk j's keys and G [BC, BK], and the G row of its last valid token [BK]."""
+    t = start + j * BC + tl.arange(0, BC)
     valid = t < eos
-    G = load_rows(g_cum, t, valid, h, H, K, kc)
-    first = start + i * BC
-    last = tl.minimum(first + BC, eos) - 1
-    live = (kc < K) & (kc * 0 + first < eos)
-    g_first = tl.load(g_cum + (first * H + h) * K + kc, mask=live, other=0.0)
-    g_last = tl.load(g_cum + (last * H + h) * K + kc, mask=live, other=0.0)
-    return load_rows(a, t, valid, h, H, K, kc), load_rows(k, t, valid, h, H, K, kc), G, g_first, g_last
+    last = tl.minimum(start + j * BC + BC, eos) - 1
+    g_last = tl.load(g_cum + (last * H + h) * K + kc, mask=kc < K, other=0.0)
+    return load_rows(k, t, valid, h, H, K, kc), load_rows(g_cum, t, valid, h, H, K, kc), g_last
 
 
 @triton.jit
-def _pair(a_up, k_j, G_j, g_first, cap, acc):
-    """Accumulate block (i, j): a_up carries e^{G_r - G_n}, the keys get e^{min(G_n - G_j, cap)}."""
-    return acc + dot(a_up, tl.trans(k_j * tl.exp(tl.minimum(g_first[None, :] - G_j, cap))))
+def _column_block(qq, kk, G, rows, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc,
+                  j: tl.constexpr, acc_kk, acc_qk, sum_sq, spread):
+    """One K tile of column block j: rows qq, kk, G [BT, BK] against the keys of sub-chunk j."""
+    kj, Gj, g_last = _keys(k, g_cum, start, eos, h, H, K, kc, j)
+    key = kj * tl.exp(g_last[None, :] - Gj)
+    up = tl.where((rows >= j * BC)[:, None], tl.exp(tl.minimum(G - g_last[None, :], EXP_CAP)), 0.0)
+    acc_kk += dot(kk * up, tl.trans(key))
+    acc_qk += dot(qq * up, tl.trans(key))
+    # rows past eos load G = 0: leave them out of the largest decay inside the sub-chunk
+    valid = start + j * BC + tl.arange(0, BC) < eos
+    spread = tl.maximum(spread, tl.max(tl.where(valid[:, None], Gj - g_last[None, :], 0.0)))
+    return acc_kk, acc_qk, sum_sq + tl.sum(kj * kj, axis=1), spread
 
 
 @triton.jit
-def _exact_diagonal(a, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr,
-                    i: tl.constexpr):
-    """Block (i, i) over all of K with exact pairwise decays (entries above the diagonal are junk, masked later)."""
+def _exact_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, j: tl.constexpr):
+    """Column block j over all of K with exact pairwise decays (entries above the diagonal are junk, masked later);
+    K tiles of BC columns whatever the main loop's BK, so that this rare path sets no register high-water mark."""
+    rows = tl.arange(0, BT)
     sub = tl.arange(0, BC)
-    acc = tl.zeros([BC, BC], tl.float32)
-    for d0 in range(0, K, BK):
-        kc = d0 + tl.arange(0, BK)
-        aa, kk, G, _, _ = _sub_chunk(a, k, g_cum, start, eos, h, H, K, kc, i)
+    t = start + rows
+    acc_kk = tl.zeros([BT, BC], tl.float32)
+    acc_qk = tl.zeros([BT, BC], tl.float32)
+    for d0 in range(0, K, BC):
+        kc = d0 + tl.arange(0, BC)
+        qq = load_rows(q, t, t < eos, h, H, K, kc)
+        kk = load_rows(k, t, t < eos, h, H, K, kc)
+        G = load_rows(g_cum, t, t < eos, h, H, K, kc)
+        kj, Gj, _ = _keys(k, g_cum, start, eos, h, H, K, kc, j)
         for s in range(BC):
-            decay = tl.exp(tl.minimum(G - row_of(G, sub, s)[None, :], 0.0))
-            column = tl.sum(aa * row_of(kk, sub, s)[None, :] * decay, axis=1)
-            acc = tl.where(sub[None, :] == s, acc + column[:, None], acc)
-    return acc
-
-
-@triton.jit
-def _exact_if_needed(acc, spread, a, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr,
-                     i: tl.constexpr):
-    """The factored block (i, i) is exact while no channel decays by more than EXP_CAP inside the sub-chunk (the
-    key factor was capped there); else recompute it pairwise. Rare, and outside the main loop to keep it lean."""
-    if spread > EXP_CAP:
-        acc = _exact_diagonal(a, k, g_cum, start, eos, h, H, K, BK, i)
-    return acc
-
-
-@triton.jit
-def _pair_blocks(a, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
-    """sum_d a_r k_j e^{G_r - G_j} for the ten blocks (i, j <= i) of a chunk, a = q or k (not normalized), and the
-    row sums of squares of a per sub-chunk. One pass per operand keeps ten [16, 16] accumulators live, not twenty:
-    a 16x16 dot result is replicated in every warp and twenty of them spill."""
-    z = tl.zeros([BC, BC], tl.float32)
-    a00, a10, a11, a20, a21, a22, a30, a31, a32, a33 = z, z, z, z, z, z, z, z, z, z
-    zv = tl.zeros([BC], tl.float32)
-    s0, s1, s2, s3 = zv, zv, zv, zv
-    # largest decay of a channel inside each sub-chunk (first row minus last row of G)
-    w0, w1, w2, w3 = 0.0, 0.0, 0.0, 0.0
-    for d0 in range(0, K, BK):
-        kc = d0 + tl.arange(0, BK)
-        x0, k0, G0, n0, l0 = _sub_chunk(a, k, g_cum, start, eos, h, H, K, kc, 0)
-        u0 = x0 * tl.exp(tl.minimum(G0 - n0[None, :], 0.0))
-        a00 = _pair(u0, k0, G0, n0, EXP_CAP, a00)
-
-        x1, k1, G1, n1, l1 = _sub_chunk(a, k, g_cum, start, eos, h, H, K, kc, 1)
-        u1 = x1 * tl.exp(tl.minimum(G1 - n1[None, :], 0.0))
-        a10 = _pair(u1, k0, G0, n1, 0.0, a10)
-        a11 = _pair(u1, k1, G1, n1, EXP_CAP, a11)
-
-        x2, k2, G2, n2, l2 = _sub_chunk(a, k, g_cum, start, eos, h, H, K, kc, 2)
-        u2 = x2 * tl.exp(tl.minimum(G2 - n2[None, :], 0.0))
-        a20 = _pair(u2, k0, G0, n2, 0.0, a20)
-        a21 = _pair(u2, k1, G1, n2, 0.0, a21)
-        a22 = _pair(u2, k2, G2, n2, EXP_CAP, a22)
-
-        x3, k3, G3, n3, l3 = _sub_chunk(a, k, g_cum, start, eos, h, H, K, kc, 3)
-        u3 = x3 * tl.exp(tl.minimum(G3 - n3[None, :], 0.0))
-        a30 = _pair(u3, k0, G0, n3, 0.0, a30)
-        a31 = _pair(u3, k1, G1, n3, 0.0, a31)
-        a32 = _pair(u3, k2, G2, n3, 0.0, a32)
-        a33 = _pair(u3, k3, G3, n3, EXP_CAP, a33)
-        s0, s1, s2, s3 = s0 + tl.sum(x0 * x0, 1), s1 + tl.sum(x1 * x1, 1), s2 + tl.sum(x2 * x2, 1), \
-            s3 + tl.sum(x3 * x3, 1)
-        w0, w1 = tl.maximum(w0, tl.max(n0 - l0)), tl.maximum(w1, tl.max(n1 - l1))
-        w2, w3 = tl.maximum(w2, tl.max(n2 - l2)), tl.maximum(w3, tl.max(n3 - l3))
-    a00 = _exact_if_needed(a00, w0, a, k, g_cum, start, eos, h, H, K, BK, 0)
-    a11 = _exact_if_needed(a11, w1, a, k, g_cum, start, eos, h, H, K, BK, 1)
-    a22 = _exact_if_needed(a22, w2, a, k, g_cum, start, eos, h, H, K, BK, 2)
-    a33 = _exact_if_needed(a33, w3, a, k, g_cum, start, eos, h, H, K, BK, 3)
-    return a00, a10, a11, a20, a21, a22, a30, a31, a32, a33, s0, s1, s2, s3
+            key = row_of(kj, sub, s)[None, :] * tl.exp(tl.minimum(G - row_of(Gj, sub, s)[None, :], 0.0))
+            here = sub[None, :] == s
+            acc_kk = tl.where(here, acc_kk + tl.sum(kk * key, axis=1)[:, None], acc_kk)
+            acc_qk = tl.where(here, acc_qk + tl.sum(qq * key, axis=1)[:, None], acc_qk)
+    return acc_kk, acc_qk
 
 
 @triton.jit
@@ -126,45 +85,29 @@ def _inverse_norm(sum_sq, USE_L2NORM: tl.constexpr):
 
 
 @triton.jit
-def _row_inverse_norms(sum_sq, out, start, eos, h, H: tl.constexpr, i: tl.constexpr, USE_L2NORM: tl.constexpr):
-    """Sub-chunk i's 1/||x|| as an fp32 [BC] vector, also stored for the WY kernel."""
-    t = start + i * BC + tl.arange(0, BC)
-    inv = _inverse_norm(sum_sq, USE_L2NORM)
-    tl.store(out + t * H + h, inv, mask=t < eos)
-    return inv
-
-
-@triton.jit
-def _beta(beta, start, eos, h, H: tl.constexpr, i: tl.constexpr):
-    t = start + i * BC + tl.arange(0, BC)
-    return tl.load(beta + t * H + h, mask=t < eos, other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _scale_block(acc, row, col, DIAGONAL: tl.constexpr, STRICT: tl.constexpr):
-    """acc * row[:, None] * col[None, :]; a diagonal block keeps its lower triangle (without the diagonal if STRICT)."""
-    acc = acc * row[:, None] * col[None, :]
-    if DIAGONAL:
-        sub = tl.arange(0, BC)
-        keep = (sub[:, None] > sub[None, :]) if STRICT else (sub[:, None] >= sub[None, :])
-        acc = tl.where(keep, acc, 0.0)
-    return acc
-
-
-@triton.jit
-def _scale_blocks(b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, r0, r1, r2, r3, c0, c1, c2, c3,
-                  STRICT: tl.constexpr):
-    """Scale the ten blocks by row factors r_i and column factors c_j (see _scale_block)."""
-    return (_scale_block(b00, r0, c0, True, STRICT), _scale_block(b10, r1, c0, False, STRICT),
-            _scale_block(b11, r1, c1, True, STRICT), _scale_block(b20, r2, c0, False, STRICT),
-            _scale_block(b21, r2, c1, False, STRICT), _scale_block(b22, r2, c2, True, STRICT),
-            _scale_block(b30, r3, c0, False, STRICT), _scale_block(b31, r3, c1, False, STRICT),
-            _scale_block(b32, r3, c2, False, STRICT), _scale_block(b33, r3, c3, True, STRICT))
+def _store_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, j: tl.constexpr, acc_kk,
+                        acc_qk, spread, col_sum_sq, akk_rows, aqk_rows, akk_out, aqk_out, USE_L2NORM: tl.constexpr):
+    """Scale column block j by its row and column factors and store it: Akk strictly lower (zero on and above the
+    diagonal inside block (j, j), which the solve reads whole), Aqk lower with the diagonal; rows before sub-chunk j
+    are not written. The factored block is exact while no channel decays by more than EXP_CAP inside the sub-chunk;
+    else recompute it pairwise (rare, and outside the main loop to keep that lean)."""
+    if spread > EXP_CAP:
+        acc_kk, acc_qk = _exact_column_block(q, k, g_cum, start, eos, h, H, K, j)
+    rows = tl.arange(0, BT)
+    cols = j * BC + tl.arange(0, BC)
+    col_inv = _inverse_norm(col_sum_sq, USE_L2NORM)
+    t = start + rows
+    offs = (t[:, None] * H + h) * BT + cols[None, :]
+    mask = ((t < eos) & (rows >= j * BC))[:, None]
+    akk = tl.where(rows[:, None] > cols[None, :], acc_kk * akk_rows[:, None] * col_inv[None, :], 0.0)
+    tl.store(akk_out + offs, akk.to(akk_out.dtype.element_ty), mask=mask)
+    aqk = tl.where(rows[:, None] >= cols[None, :], acc_qk * aqk_rows[:, None] * col_inv[None, :], 0.0)
+    tl.store(aqk_out + offs, aqk.to(aqk_out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def intra_pairs_kernel(
-    q, k, g_cum, beta, cu_seqlens, chunk_offsets, x_out, aqk_out, q_inv_out, k_inv_out, scale, N,
+    q, k, g_cum, beta, cu_seqlens, chunk_offsets, akk_out, aqk_out, q_inv_out, k_inv_out, scale, N,
     H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
 ):
     # AOTInductor passes Python floats as fp64 scalars
@@ -172,27 +115,53 @@ def intra_pairs_kernel(
     h = tl.program_id(1)
     start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, tl.program_id(0))
     if live:
-        # Akk first, solved and stored before the Aqk pass: only ten blocks are live at a time
-        b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, s0, s1, s2, s3 = _pair_blocks(
-            k, k, g_cum, start, eos, h, H, K, BK)
-        c0 = _row_inverse_norms(s0, k_inv_out, start, eos, h, H, 0, USE_L2NORM)
-        c1 = _row_inverse_norms(s1, k_inv_out, start, eos, h, H, 1, USE_L2NORM)
-        c2 = _row_inverse_norms(s2, k_inv_out, start, eos, h, H, 2, USE_L2NORM)
-        c3 = _row_inverse_norms(s3, k_inv_out, start, eos, h, H, 3, USE_L2NORM)
-        r0, r1 = _beta(beta, start, eos, h, H, 0) * c0, _beta(beta, start, eos, h, H, 1) * c1
-        r2, r3 = _beta(beta, start, eos, h, H, 2) * c2, _beta(beta, start, eos, h, H, 3) * c3
-        b00, b10, b11, b20, b21, b22, b30, b31, b32, b33 = _scale_blocks(
-            b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, r0, r1, r2, r3, c0, c1, c2, c3, True)
-        b00, b10, b11, b20, b21, b22, b30, b31, b32, b33 = invert_blocks(
-            b00, b10, b11, b20, b21, b22, b30, b31, b32, b33)
-        store_lower_blocks(x_out, start, eos, h, H, b00, b10, b11, b20, b21, b22, b30, b31, b32, b33)
+        rows = tl.arange(0, BT)
+        t = start + rows
+        valid = t < eos
+        akk_rows = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
+        aqk_rows = tl.zeros([BT], tl.float32) + scale
+        # one pass over K per column block: two [BT, BC] accumulators live, not eight (no spills; the repeated
+        # tiles of q, k and G come from L2)
+        for j in tl.static_range(BT // BC):
+            acc_kk = tl.zeros([BT, BC], tl.float32)
+            acc_qk = tl.zeros([BT, BC], tl.float32)
+            col_sq = tl.zeros([BC], tl.float32)
+            q_sq = tl.zeros([BT], tl.float32)
+            k_sq = tl.zeros([BT], tl.float32)
+            # largest decay of a channel inside sub-chunk j (its rows' G minus its last row's)
+            spread = 0.0
+            for d0 in range(0, K, BK):
+                kc = d0 + tl.arange(0, BK)
+                qq = load_rows(q, t, valid, h, H, K, kc)
+                kk = load_rows(k, t, valid, h, H, K, kc)
+                G = load_rows(g_cum, t, valid, h, H, K, kc)
+                if j == 0:
+                    q_sq += tl.sum(qq * qq, axis=1)
+                    k_sq += tl.sum(kk * kk, axis=1)
+                acc_kk, acc_qk, col_sq, spread = _column_block(qq, kk, G, rows, k, g_cum, start, eos, h, H, K, kc, j,
+                                                               acc_kk, acc_qk, col_sq, spread)
+            if j == 0:
+                q_inv = _inverse_norm(q_sq, USE_L2NORM)
+                k_inv = _inverse_norm(k_sq, USE_L2NORM)
+                tl.store(q_inv_out + t * H + h, q_inv, mask=valid)
+                tl.store(k_inv_out + t * H + h, k_inv, mask=valid)
+                akk_rows = akk_rows * k_inv
+                aqk_rows = aqk_rows * q_inv
+            _store_column_block(q, k, g_cum, start, eos, h, H, K, j, acc_kk, acc_qk, spread, col_sq, akk_rows,
+                                aqk_rows, akk_out, aqk_out, USE_L2NORM)
 
-        b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, s0, s1, s2, s3 = _pair_blocks(
-            q, k, g_cum, start, eos, h, H, K, BK)
-        r0 = _row_inverse_norms(s0, q_inv_out, start, eos, h, H, 0, USE_L2NORM) * scale
-        r1 = _row_inverse_norms(s1, q_inv_out, start, eos, h, H, 1, USE_L2NORM) * scale
-        r2 = _row_inverse_norms(s2, q_inv_out, start, eos, h, H, 2, USE_L2NORM) * scale
-        r3 = _row_inverse_norms(s3, q_inv_out, start, eos, h, H, 3, USE_L2NORM) * scale
-        b00, b10, b11, b20, b21, b22, b30, b31, b32, b33 = _scale_blocks(
-            b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, r0, r1, r2, r3, c0, c1, c2, c3, False)
-        store_lower_blocks(aqk_out, start, eos, h, H, b00, b10, b11, b20, b21, b22, b30, b31, b32, b33)
+def pair_terms(q: torch.Tensor, k: torch.Tensor, g_cum: torch.Tensor, beta: torch.Tensor, scale: float,
+               cu_seqlens: torch.Tensor, offsets: torch.Tensor, num_chunks: int, use_qk_l2norm: bool,
+               x: torch.Tensor, aqk: torch.Tensor, q_inv: torch.Tensor, k_inv: torch.Tensor, launch=None,
+               num_warps: int = 4, block_k: int = 16, num_stages: int = 1) -> None:
+    """Fill x = (I + Akk)^{-1} and aqk [T, H, BT] (blocks on and below the diagonal), q_inv and k_inv [T, H] fp32
+    (1/||x|| per token) for q, k, g_cum [T, H, K] (g_cum fp32), beta [T, H]; Akk goes through an fp32 buffer."""
+    T, H, K = k.shape
+    N = cu_seqlens.shape[0] - 1
+    launch = launch or (lambda fn: fn)
+    akk = torch.empty(T, H, CHUNK, device=q.device, dtype=torch.float32)
+    launch(intra_pairs_kernel)[(num_chunks, H)](
+        q, k, g_cum, beta, cu_seqlens, offsets, akk, aqk, q_inv, k_inv, scale, N,
+        H=H, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, num_warps=num_warps, num_stages=num_stages,
+    )
+    launch(solve_kernel)[(num_chunks, H)](akk, x, cu_seqlens, offsets, N, H=H, num_warps=4)

@@ -2,13 +2,14 @@
 
 Per chunk of BT = 64 tokens and head (MODEL.md section 2, WY form), with G = cumsum(g) inside the chunk
 (gate_cumsum_kernel.py):
-    intra_pairs_kernel (chunk_intra_kernel.py): Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors and
-                                                X = (I + Akk)^{-1}, Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j})
+    pair_terms (chunk_intra_kernel.py):         Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors and
+                                                Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}), then
+                                                X = (I + Akk)^{-1} (solve_kernel.py)
     wy_kernel (wy_kernel.py):                   W = X (beta e^G k), U = X (beta v), qg = scale q e^G,
                                                 kt = k e^{G_C - G}, decay = e^{G_C}
 and `_state_kernel` walks each sequence's chunks with the state S [K, BV] in registers:
     v' = U - W S;   o = qg S + Aqk v';   S = decay * S + kt^T v'.
-The pair kernel runs one program per (chunk, head) so that q, k and G are read once; the WY and state kernels
+The pair kernel runs one program per (chunk, head) so that q, k and G are read once; the solve, WY and state kernels
 work on one K or V tile per program so that several programs share an SM. Varlen needs no host sync: chunk ids
 are found on the device from cu_seqlens.
 """
@@ -22,7 +23,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_offsets
-from dayzero.plugins.kda.chunk_intra_kernel import intra_pairs_kernel
+from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
 from dayzero.plugins.kda.wy_kernel import wy_kernel
 from dayzero.plugins.triton_utils import dot
@@ -103,10 +104,8 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
     g_cum = empty(T, H, K, dtype=torch.float32)
     launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, cu_seqlens, terms.offsets, N, H=H, K=K,
                                                              BK=min(K, 32), num_warps=4)
-    launch(intra_pairs_kernel)[(chunks, H)](
-        q, k, g_cum, beta, cu_seqlens, terms.offsets, x, terms.a, q_inv, k_inv, scale, N,
-        H=H, K=K, BK=min(K, pair_block_k), USE_L2NORM=use_qk_l2norm, num_warps=pair_warps, num_stages=pair_stages,
-    )
+    pair_terms(q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a, q_inv, k_inv,
+               launch, num_warps=pair_warps, block_k=pair_block_k, num_stages=pair_stages)
     block_k, block_v = min(K, block_k), min(V, block_k)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
         q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,

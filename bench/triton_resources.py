@@ -1,0 +1,124 @@
+"""Compile a Triton kernel for a GPU target offline (no GPU needed) and print its resource usage.
+
+    python -m bench.triton_resources dayzero.plugins.kda.chunk_intra_kernel:intra_pairs_kernel \
+        H=32 K=128 BK=16 USE_L2NORM=1 g_cum:*fp32 x_out:*fp32 aqk_out:*bf16 q_inv_out:*fp32 k_inv_out:*fp32 \
+        cu_seqlens:*i32 chunk_offsets:*i32 scale:fp32 N:i32 --num-warps 4 --num-stages 1
+
+Registers, spill stores / loads and the stack frame come from the `ptxas -v` log of Triton's own ptxas run (the
+driver reports `n_regs` / `n_spills` only when it loads a binary, which needs a GPU); shared memory from Triton's
+metadata; the mma kind and local-memory instructions from the PTX.
+Arguments not given a type (`NAME:TYPE`) are `*bf16` pointers. Every pointer argument gets the
+divisibility-by-16 hint that the launcher gives 16-byte aligned tensors (`--no-align` drops it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+
+
+@dataclass(frozen=True)
+class Resources:
+    name: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack: int
+    shared: int
+    mma: str
+    local_ops: int
+
+    def line(self) -> str:
+        return (f"{self.name}: {self.registers} registers, stack {self.stack} B, spill stores {self.spill_stores} B / "
+                f"loads {self.spill_loads} B, shared {self.shared} B, mma {self.mma}, ld/st.local in PTX "
+                f"{self.local_ops}")
+
+
+def _ptxas_numbers(log: str) -> dict[str, int]:
+    """Registers, stack frame and spill bytes from a `ptxas -v` log."""
+    number = lambda pattern: int(m.group(1)) if (m := re.search(pattern, log)) else 0  # noqa: E731
+    return {"registers": number(r"Used (\d+) registers"), "stack": number(r"(\d+) bytes stack frame"),
+            "spill_stores": number(r"(\d+) bytes spill stores"), "spill_loads": number(r"(\d+) bytes spill loads")}
+
+
+def _mma_kind(ptx: str) -> str:
+    kinds = [name for name, pattern in (("wgmma", "wgmma.mma_async"), ("mma.sync", "mma.sync")) if pattern in ptx]
+    return "+".join(kinds) or "none"
+
+
+def _signature(fn, constexprs: dict, types: dict[str, str]) -> dict[str, str]:
+    """Every argument of `fn`: 'constexpr', its type in `types`, else '*bf16'."""
+    return {name: "constexpr" if name in constexprs else types.get(name, "*bf16") for name in fn.arg_names}
+
+
+def compile_resources(fn, constexprs: dict, types: dict[str, str] | None = None, num_warps: int = 4,
+                      num_stages: int = 1, arch: int = 90, align: bool = True,
+                      maxnreg: int | None = None) -> tuple[Resources, object]:
+    """Compile `fn` (a @triton.jit function) for sm_`arch` with `constexprs`; `types` maps argument names to
+    Triton types ('*fp32', 'fp32', 'i64', ...); the others are '*bf16'."""
+    sig = _signature(fn, constexprs, types or {})
+    attrs = {}
+    if align:
+        attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+                 if sig[name].startswith("*")}
+    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    target = GPUTarget("cuda", arch, 32)
+    options = {"num_warps": num_warps, "num_stages": num_stages}
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
+    # Triton runs `ptxas -v` itself (with its own flags) and prints the log when asked to; a cache hit would skip it
+    log = io.StringIO()
+    with knobs.nvidia.scope(), knobs.compilation.scope(), contextlib.redirect_stdout(log):
+        knobs.nvidia.dump_ptxas_log = True
+        knobs.compilation.always_compile = True
+        compiled = triton.compile(src, target=target, options=options)
+    ptx = compiled.asm["ptx"]
+    report = _ptxas_numbers(log.getvalue())
+    local_ops = len(re.findall(r"\b(?:ld|st)\.local", ptx))
+    return Resources(name=fn.__name__, shared=compiled.metadata.shared, mma=_mma_kind(ptx), local_ops=local_ops,
+                     **report), compiled
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kernel", help="module.path:kernel_name")
+    parser.add_argument("args", nargs="*", help="NAME=VALUE: a constexpr (ints, floats; True/False as 1/0); "
+                        "NAME:TYPE: an argument's Triton type (*fp32, *i32, fp32, i32, i64, ...)")
+    parser.add_argument("--num-warps", type=int, default=4)
+    parser.add_argument("--num-stages", type=int, default=1)
+    parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--maxnreg", type=int, default=None)
+    parser.add_argument("--no-align", action="store_true")
+    parser.add_argument("--ptx", type=Path, default=None, help="also write the PTX here")
+    args = parser.parse_args()
+    module, name = args.kernel.split(":")
+    fn = getattr(importlib.import_module(module), name)
+    constexprs = {k: _value(v) for k, v in (a.split("=", 1) for a in args.args if "=" in a)}
+    types = dict(a.split(":", 1) for a in args.args if "=" not in a)
+    res, compiled = compile_resources(fn, constexprs, types, num_warps=args.num_warps, num_stages=args.num_stages,
+                                      arch=args.arch, align=not args.no_align, maxnreg=args.maxnreg)
+    print(res.line())
+    if args.ptx:
+        args.ptx.write_text(compiled.asm["ptx"])
+
+
+if __name__ == "__main__":
+    main()
