@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from dayzero.errors import DayzeroError
 
@@ -53,13 +53,12 @@ def save_engine_weights(weights: dict[str, torch.Tensor], path: Path) -> Path:
 
 def load_engine_weights(path: Path, device: str) -> dict[str, torch.Tensor]:
     try:
-        tensors = load_file(str(path), device=str(device))
-        with open(path, "rb") as f:
-            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+            aliases = json.loads((f.metadata() or {}).get(_ALIASES, "{}"))
     except (SafetensorError, OSError, ValueError) as err:
         raise DayzeroError(f"cannot read the engine weights {path} ({err}); run `dayzero cache verify` and "
                            "export again") from err
-    aliases = json.loads(header.get("__metadata__", {}).get(_ALIASES, "{}"))
     return {**tensors, **{name: tensors[target] for name, target in aliases.items()}}
 
 
