@@ -41,7 +41,7 @@ def decode_inputs(seqs: list[Sequence], drafts: list[list[int]], width: int, pag
     for seq, draft in zip(seqs, drafts):
         real = range(seq.num_cached, seq.num_cached + 1 + len(draft))
         num_pad = width - len(real)
-        ids += [seq.token_ids[-1], *draft, *[seq.token_ids[-1]] * num_pad]
+        ids += [seq.last_token, *draft, *[seq.last_token] * num_pad]
         positions += [*real, *[real[-1]] * num_pad]
         rows += [*(_cache_row(seq, p, page_size) for p in real), *[SKIP_ROW] * num_pad]
     meta = StepMeta(
