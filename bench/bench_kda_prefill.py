@@ -2,7 +2,8 @@
 
 Shapes from issue 3: (B=1, T=8192, H=32), (B=1, T=32768, H=96), (B=8, T=4096, H=96), K = V = 128, bf16 q/k/v/beta,
 fp32 log-space g, L2 norm of q and k in the kernel, zero initial state, final state returned.
-Run on the H200: `. bench/h200.sh && python3 bench/bench_kda_prefill.py --quick --out DIR` (~60 s).
+Run on the H200: `. bench/h200.sh && python3 bench/bench_kda_prefill.py --quick --out DIR` (~60 s; --quick skips
+the launch sweeps).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from functools import partial
 
 import torch
 
-from bench.common import copy_bandwidth_gbs, matmul_tflops, median_ms, rel_err, table, write_results
+from bench.common import copy_bandwidth_gbs, graph_replay_ms, matmul_tflops, median_ms, rel_err, table, write_results
 from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher, chunk_states, intra_chunk
 
 SHAPES = [(1, 8192, 32), (8, 4096, 96), (1, 32768, 96)]
@@ -47,8 +48,6 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
 PAIR_CONFIGS = [(16, 4, 1), (16, 8, 1), (32, 8, 1), (64, 8, 1)]
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
-# --quick sweeps the pair settings on this shape only (each setting compiles once per H: the run must stay ~60 s)
-QUICK_SWEEP_SHAPE = (8, 4096, 96)
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
 KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "solve_kernel_ms", "wy_kernel_ms",
                   "_state_kernel_ms"]
@@ -100,11 +99,8 @@ def stage_times(q, k, v, g, beta, cu) -> dict:
 
 
 def quick_times(B, T, H, q, k, v, g, beta, cu) -> dict:
-    """Per-kernel times, and on QUICK_SWEEP_SHAPE the pair-kernel launch sweep."""
-    times = kernel_ms(lambda: ours(q, k, v, g, beta, cu, None))
-    if (B, T, H) == QUICK_SWEEP_SHAPE:
-        times.update(pair_sweep(q, k, v, g, beta, cu))
-    return times
+    """Per-kernel times (the launch sweeps compile each setting for ~10-20 s: only without --quick)."""
+    return kernel_ms(lambda: ours(q, k, v, g, beta, cu, None))
 
 
 def best_pair_config(row: dict) -> str:
@@ -124,6 +120,7 @@ def bench_shape(B, T, H, sweep: bool) -> dict:
         fo, fs = fla_chunk(q, k, v, g, beta, cu, B, T)
         row["fla_ms"] = round(median_ms(lambda: fla_chunk(q, k, v, g, beta, cu, B, T)), 3)
         row["speedup"] = round(row["fla_ms"] / row["ours_ms"], 2)
+        row.update(graph_times(q, k, v, g, beta, cu, B, T))
         row["err_o_vs_fla"] = f"{rel_err(o.float(), fo.reshape(o.shape).float()):.1e}"
         row["err_S_vs_fla"] = f"{rel_err(s, fs.float()):.1e}"
     except Exception as err:  # the peer is optional on this machine
@@ -132,6 +129,17 @@ def bench_shape(B, T, H, sweep: bool) -> dict:
     if T * H <= 8192 * 32 and sweep:
         row.update(fp32_errors(q, k, v, g, beta, cu, o, fo))
     return row
+
+
+def graph_times(q, k, v, g, beta, cu, B, T) -> dict:
+    """GPU time alone (CUDA-graph replay): a plain call also counts each side's Python launch path."""
+    try:
+        ours_ms = graph_replay_ms([lambda: ours(q, k, v, g, beta, cu, None)])
+        fla_ms = graph_replay_ms([lambda: fla_chunk(q, k, v, g, beta, cu, B, T)])
+    except Exception as err:  # a capture failure must not lose the plain timings
+        return {"graph_error": f"{type(err).__name__}: {err}"[:200]}
+    return {"ours_graph_ms": round(ours_ms, 3), "fla_graph_ms": round(fla_ms, 3),
+            "speedup_graph": round(fla_ms / ours_ms, 2)}
 
 
 def fp32_errors(q, k, v, g, beta, cu, o, fla_o) -> dict:
@@ -185,7 +193,8 @@ def main() -> None:
     print("ceilings", ceilings, "| reference check", {k: f"{v:.1e}" for k, v in check.items()})
     for row in rows:
         print(row["shape"], {key: value for key, value in row.items() if key.endswith("_ms") and "ours" not in key})
-    print(table(rows, ["shape", "ours_ms", "fla_ms", "speedup", *KERNEL_COLUMNS, "best_pair_config",
+    print(table(rows, ["shape", "ours_ms", "fla_ms", "speedup", "ours_graph_ms", "fla_graph_ms", "speedup_graph",
+                       *KERNEL_COLUMNS, "best_pair_config",
                        "err_o_vs_fla", "err_S_vs_fla", "err_o_vs_ref32", "fla_err_o_vs_ref32", "fla_error", "error"]))
 
 

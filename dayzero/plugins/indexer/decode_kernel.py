@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.tiles_kernel import dot_kq, load_keys, load_query
 from dayzero.plugins.indexer.topk_kernel import (
     append_keys,
@@ -177,8 +178,9 @@ def _with_launch_config(kernel, num_warps: int, maxnreg: int | None):
 
 def decode_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device) -> int:
     """Splits per sequence: enough programs for two waves over the SMs, each split at least min_chunk keys."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-    return max(1, min(triton.cdiv(2 * sms, max(num_seqs, 1)), triton.cdiv(max_keys, min_chunk)))
+    sms = device_info.num_sms(device, cpu_default=2)
+    by_sms = triton.cdiv(2 * sms, torch.sym_max(num_seqs, 1))
+    return torch.sym_max(1, torch.sym_min(by_sms, triton.cdiv(max_keys, min_chunk)))
 
 
 def index_topk_decode_launcher(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 import triton
 
 from dayzero.plugins.indexer.decode_kernel import index_topk_decode_launcher
@@ -73,7 +74,8 @@ def index_topk_paged_launcher(
     q_values = q.view(torch.uint8) if q.dtype == torch.float8_e4m3fn else q
     args = (q_values, w, index_cache, block_table, cu_seqlens, positions, topk)
     if phase is None:
-        phase = "decode" if num_tokens <= DECODE_MAX_ROWS * num_seqs else "prefill"
+        # decode only where every size in range has few rows per sequence (traced sizes: no guard)
+        phase = "decode" if statically_known_true(num_tokens <= DECODE_MAX_ROWS * num_seqs) else "prefill"
     if phase == "decode":
         rows = _decode_rows(num_tokens, num_seqs, num_heads)
         return index_topk_decode_launcher(*args, rows_per_program=rows, **common, **options)

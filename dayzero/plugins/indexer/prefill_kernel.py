@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.tiles_kernel import dot_qk, load_keys, load_query
 from dayzero.plugins.indexer.topk_kernel import buffer_layout, insert_keys, pack_keys, write_topk_row
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
@@ -125,8 +126,8 @@ def index_topk_prefill_launcher(
     kp, cap, slack = buffer_layout(topk, block_keys)
     tile_seq, tile_first = query_tiles(cu_seqlens, num_tokens, block_rows)
     if max_programs is None:
-        max_programs = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 2
-    programs = max(1, min(max_programs, tile_seq.shape[0]))
+        max_programs = device_info.num_sms(q.device, cpu_default=2)
+    programs = torch.sym_max(1, torch.sym_min(max_programs, tile_seq.shape[0]))
     buf = torch.empty(programs * block_rows * cap, dtype=torch.int64, device=q.device)
     kernel = launch(_prefill_kernel) if launch else _prefill_kernel
     kernel[(programs,)](

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins import device as device_info
 from dayzero.plugins.moe.activation_kernel import ACTIVATION_CODES, gated_act
 
 
@@ -76,7 +77,7 @@ def _grouped_gemm_kernel(
 
 
 def _config(dtype: torch.dtype, gated: bool, device: torch.device) -> dict:
-    if device.type != "cuda":
+    if not device_info.on_gpu(device):
         return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, num_warps=4, num_stages=1)
     if dtype == torch.float32:
         return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2)
@@ -105,7 +106,7 @@ def grouped_gemm_launcher(
     if rows == 0:
         return c
     cfg = _config(a.dtype, b_up is not None, a.device)
-    grid = (triton.cdiv(n, cfg["BLOCK_N"]), triton.cdiv(rows, cfg["BLOCK_M"]) + min(experts, rows))
+    grid = (triton.cdiv(n, cfg["BLOCK_N"]), triton.cdiv(rows, cfg["BLOCK_M"]) + torch.sym_min(experts, rows))
     kernel = launch(_grouped_gemm_kernel) if launch else _grouped_gemm_kernel
     kernel[grid](
         a, b, b_up if b_up is not None else b, c, expert_offsets, n, k, beta,
@@ -113,6 +114,6 @@ def grouped_gemm_launcher(
         cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], b_up is not None, ACTIVATION_CODES[activation],
         linear_beta is not None, "ieee" if a.dtype == torch.float32 else "tf32",
         # the interpreter's bf16 dot is wrong (triton 3.9); it computes the tiles in fp32 instead
-        a.device.type != "cuda",
+        not device_info.on_gpu(a.device),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return c

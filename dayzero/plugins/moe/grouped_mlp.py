@@ -4,7 +4,9 @@ enough rows each, the Triton grouped GEMM (gate, up and activation fused) otherw
 from __future__ import annotations
 
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dayzero.plugins import device as device_info
 from dayzero.plugins.moe.activation_kernel import gated_activation_launcher
 from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
 
@@ -14,12 +16,15 @@ MIN_ROWS_PER_EXPERT_FOR_GROUPED_MM = 32
 
 
 def grouped_mm_available(x: torch.Tensor) -> bool:
-    return (x.is_cuda and x.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm")
-            and torch.cuda.get_device_capability(x.device) >= (9, 0))
+    return (device_info.on_gpu(x.device) and x.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm")
+            and device_info.gpu_capability(x.device) >= (9, 0))
 
 
 def use_grouped_mm(x_sorted: torch.Tensor, num_experts: int) -> bool:
-    return grouped_mm_available(x_sorted) and x_sorted.shape[0] >= MIN_ROWS_PER_EXPERT_FOR_GROUPED_MM * num_experts
+    """The Triton GEMM only where the rows are known to be few: a traced row count whose range allows many (an
+    exported prefill) takes grouped_mm, without a guard that would narrow the engine's range."""
+    few_rows = x_sorted.shape[0] < MIN_ROWS_PER_EXPERT_FOR_GROUPED_MM * num_experts
+    return grouped_mm_available(x_sorted) and not statically_known_true(few_rows)
 
 
 def grouped_mlp_grouped_mm(

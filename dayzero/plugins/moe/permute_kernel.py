@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins import device as device_info
+
 
 @triton.jit
 def _block_ranks(ids, b, T, TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -111,7 +113,7 @@ def _buffer(given: torch.Tensor | None, shape: tuple, like: torch.Tensor) -> tor
 
 def _permute_config(top_k: int, dim: int, device: torch.device) -> dict:
     block_k = triton.next_power_of_2(top_k)
-    if device.type != "cuda":
+    if not device_info.on_gpu(device):
         # tiny blocks under the interpreter, so that the tests cross block boundaries
         return dict(BLOCK_T=2, BLOCK_K=block_k, BLOCK_D=min(triton.next_power_of_2(dim), 16), BLOCK_B=2, CHUNK_E=4)
     # ~128 assignments a block keeps the pairwise rank at 128 x 128; 256-column row chunks give the copy ~10K
@@ -141,7 +143,7 @@ def permute_launcher(
     num_bins = triton.next_power_of_2(num_experts)
     # one zeroed buffer: the per-block counts (rewritten in place into block starts) and the totals as its last row
     counts = torch.zeros(num_blocks + 1, num_experts, dtype=torch.int32, device=x.device)
-    block_counts, totals = counts[:num_blocks], counts[num_blocks]
+    block_counts, totals = counts[:num_blocks], counts[-1]
     offsets = torch.empty(num_experts + 1, dtype=torch.int32, device=x.device)
     counts_kernel = launch(_block_counts_kernel) if launch else _block_counts_kernel
     counts_kernel[(num_blocks,)](ids, block_counts, totals, tokens, num_experts, top_k, cfg["BLOCK_T"],

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins import device as device_info
+
 
 @triton.jit
 def _dot(a, b, acc, UPCAST: tl.constexpr):
@@ -50,7 +52,7 @@ def _router_logits_kernel(x, w, logits, T, E, D, BLOCK_T: tl.constexpr, BLOCK_E:
 
 
 def _config(device: torch.device) -> dict:
-    if device.type != "cuda":
+    if not device_info.on_gpu(device):
         return dict(BLOCK_T=16, BLOCK_E=16, BLOCK_D=16, num_warps=4, num_stages=1)
     return dict(BLOCK_T=128, BLOCK_E=128, BLOCK_D=64, num_warps=8, num_stages=3)
 
@@ -72,6 +74,6 @@ def router_logits_launcher(x: torch.Tensor, weight: torch.Tensor, out: torch.Ten
         x, weight, logits, tokens, experts, dim, cfg["BLOCK_T"], cfg["BLOCK_E"], cfg["BLOCK_D"],
         weight.dtype == torch.float32,
         # the interpreter's bf16 dot is wrong (triton 3.9); it multiplies the (exact) bf16 values in fp32 instead
-        x.device.type != "cuda",
+        not device_info.on_gpu(x.device),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return logits

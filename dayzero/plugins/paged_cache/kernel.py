@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins import device as device_info
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.quant.kernel import bf16_bits, cast_rne, quantize_rows
 from dayzero.plugins.quant.reference import FP8_TILE, MX_BLOCK
@@ -123,7 +124,7 @@ def write_fp8_latent_launcher(cache: torch.Tensor, rows: torch.Tensor, slot_mapp
     kernel = launch(_write_fp8_latent_kernel) if launch else _write_fp8_latent_kernel
     kernel[(triton.cdiv(tokens, LATENT_TOKENS),)](
         cache, rows, slot_mapping, tokens, nope, rope_dim, LATENT_TOKENS, triton.next_power_of_2(nope // FP8_TILE),
-        triton.next_power_of_2(max(rope_dim, 1)), rows.is_cuda)
+        triton.next_power_of_2(max(rope_dim, 1)), device_info.on_gpu(rows.device))
 
 
 def write_mxfp8_index_launcher(cache: torch.Tensor, keys: torch.Tensor, slot_mapping: torch.Tensor,
@@ -142,4 +143,4 @@ def write_mxfp8_index_launcher(cache: torch.Tensor, keys: torch.Tensor, slot_map
     kernel = launch(_write_mxfp8_index_kernel) if launch else _write_mxfp8_index_kernel
     kernel[(triton.cdiv(tokens, INDEX_TOKENS),)](
         cache, keys, slot_mapping, tokens, dim, PAGE_SIZE, INDEX_TOKENS, triton.next_power_of_2(dim // MX_BLOCK),
-        keys.is_cuda)
+        device_info.on_gpu(keys.device))

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins import device as device_info
+
 FP8_MAX: tl.constexpr = tl.constexpr(448.0)
 AMAX_FLOOR: tl.constexpr = tl.constexpr(1e-4)
 # the fp32 value of 1/448, which CUDA torch multiplies by for `t / 448.0`
@@ -174,7 +176,7 @@ def quantize_launcher(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, la
         return
     grid, block_p2, rows = _grid(num_blocks, block)
     kernel = launch(_quantize_kernel) if launch else _quantize_kernel
-    kernel[grid](x, q, scales, num_blocks, block, block_p2, rows, x.is_cuda)
+    kernel[grid](x, q, scales, num_blocks, block, block_p2, rows, device_info.on_gpu(x.device))
 
 
 def dequantize_launcher(q: torch.Tensor, scales: torch.Tensor, out: torch.Tensor, launch=None) -> None:

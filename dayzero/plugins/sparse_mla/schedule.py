@@ -5,10 +5,11 @@ Plain torch (no triton), so tests and benchmarks can reason about a launch witho
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
+
+from dayzero.plugins import device as device_info
 
 # the H200 has 132 SMs; used where no CUDA device is asked about (the interpreter, tracing)
 DEFAULT_NUM_SMS = 132
@@ -63,17 +64,6 @@ def tile_config(num_heads: int, q_dtype: torch.dtype, dense: bool, tokens_per_se
     return TileConfig(block_h=block_h, tokens_per_block=tokens, block_n=32, num_warps=8, num_stages=3)
 
 
-@functools.cache
-def _device_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return DEFAULT_NUM_SMS
-    return _device_sms(device.index if device.index is not None else torch.cuda.current_device())
-
-
 def num_splits(num_programs, num_keys: int, block_n: int, device: torch.device) -> int:
     """Flash-decoding: split each program's key list so that about one program runs per SM.
 
@@ -82,7 +72,7 @@ def num_splits(num_programs, num_keys: int, block_n: int, device: torch.device) 
     """
     if not is_concrete(num_programs) or num_programs <= 0:
         return 1
-    pieces = num_sms(device) // num_programs
+    pieces = device_info.num_sms(device, DEFAULT_NUM_SMS) // num_programs
     return max(1, min(pieces, -(-num_keys // block_n)))
 
 

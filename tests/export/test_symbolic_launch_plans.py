@@ -1,0 +1,117 @@
+"""Every plugin op's GPU launch plan holds for every size the exported engine accepts.
+
+AOTInductor compiles the Triton bodies of the plugin ops on the traced, symbolic sizes. A Python comparison on a
+size inside a body (a `min`, a `max`, an `if`) becomes a guard that AOTInductor cannot check per call: it narrows
+the input's range to the example's side of the comparison, or silently assumes it. (On the H200 the decode engine
+accepted batches of 2-3 only, from `min(experts, rows)` in the grouped GEMM grid, and a batch of 8 read out of
+bounds.) Here the decode and prefill programs are traced on CPU, and each plugin op's GPU body runs on meta
+tensors of the traced symbolic shapes, with the device questions answered as on an H200 and the kernel launches
+recorded instead of run. It must leave every declared range as it was and add only guards that the ranges prove.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+
+from dayzero.export.engine import eager_manifest
+from dayzero.export.layout import lay_out
+from dayzero.export.trace import trace_step
+from dayzero.model.caches import CacheFormat
+from dayzero.plugins import device as device_info
+from dayzero.plugins import registry
+from tests.helpers import random_model, tiny_config_dict
+from tests.plugins.triton_env import needs_triton
+
+pytestmark = [needs_triton, pytest.mark.slow]
+H200_SMS = 132
+
+
+class _RecordedLaunch:
+    """Stands in for wrap_triton(kernel): `kernel[grid](*args)` records the kernel's name and grid."""
+
+    def __init__(self, kernel, launches: list):
+        kernel = getattr(kernel, "fn", kernel)  # an autotuner's function
+        self.name, self.launches = kernel.__name__, launches
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((self.name, grid(kwargs) if callable(grid) else grid))
+
+        return launch
+
+
+def _on_meta(value):
+    if isinstance(value, torch.fx.Node):
+        value = value.meta["val"]
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_meta(item) for item in value)
+    return value
+
+
+def _shape_env(program):
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and getattr(value, "fake_mode", None) is not None:
+            return value.fake_mode
+    raise AssertionError("no fake tensor in the traced program")
+
+
+def _plan_every_plugin_call(program) -> tuple[dict, list, list]:
+    """Run each plugin op's GPU body on the program's symbolic shapes: (new guards by op, ranges changed, launches)."""
+    fake_mode = _shape_env(program)
+    shape_env = fake_mode.shape_env
+    ranges_before = dict(shape_env.var_to_range)
+    guards_by_op, launches = {}, []
+    patches = [
+        mock.patch("torch.library.wrap_triton", lambda kernel: _RecordedLaunch(kernel, launches)),
+        mock.patch.object(device_info, "on_gpu", lambda device: True),
+        mock.patch.object(device_info, "gpu_capability", lambda device: (9, 0)),
+        mock.patch.object(device_info, "num_sms", lambda device, cpu_default: H200_SMS),
+    ]
+    for patch in patches:
+        patch.start()
+    try:
+        with fake_mode:
+            for node in program.graph.nodes:
+                if node.op != "call_function" or not str(node.target).startswith("dayzero."):
+                    continue
+                name = str(node.target).split(".")[1]
+                first = len(shape_env.guards)
+                registry.PLUGIN_OPS[name].dayzero_impls["cuda"](
+                    *_on_meta(node.args), **{key: _on_meta(v) for key, v in node.kwargs.items()})
+                unproven = [g.expr for g in shape_env.guards[first:]
+                            if shape_env._maybe_evaluate_static(g.expr) != True]  # noqa: E712 (sympy true)
+                if unproven:
+                    guards_by_op.setdefault(name, []).extend(unproven)
+    finally:
+        for patch in patches:
+            patch.stop()
+    narrowed = [(symbol, ranges_before[symbol], now) for symbol, now in shape_env.var_to_range.items()
+                if symbol in ranges_before and ranges_before[symbol] != now]
+    return guards_by_op, narrowed, launches
+
+
+@pytest.fixture(scope="module")
+def laid_out_model():
+    model = random_model(tiny_config_dict(kv_lora_rank=128), dtype=torch.bfloat16)
+    lay_out(model)
+    return model
+
+
+@pytest.mark.parametrize("decode, num_draft", [(True, 0), (True, 2), (False, 0)], ids=["decode", "verify", "prefill"])
+def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_draft):
+    manifest = eager_manifest(laid_out_model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=64, max_len=4096,
+                              num_draft=num_draft)
+    program = trace_step(laid_out_model, manifest, decode=decode)
+    guards_by_op, narrowed, launches = _plan_every_plugin_call(program)
+    assert narrowed == []
+    assert guards_by_op == {}
+    kernels = {name for name, _ in launches}
+    assert {"_mla_attention_kernel", "_attnres_mix_kernel"} <= kernels, kernels
+    # decode rows are few for any batch in range: the Triton grouped GEMM; verify and prefill may be many
+    assert ("_grouped_gemm_kernel" in kernels) == (decode and num_draft == 0), kernels
