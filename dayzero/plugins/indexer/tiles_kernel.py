@@ -55,20 +55,32 @@ def load_keys(cache, table_row, s, ok, d, DI: tl.constexpr, PAGE: tl.constexpr, 
     Plain cache [P, PAGE, DI]; MXFP8 cache uint8 [P, PAGE * (DI + DI / 32)], page-major (values, then scales)."""
     page = tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)
     offset = (s % PAGE).to(tl.int64)
-    mask = ok[:, None] & (d < DI)[None, :]
     if KEY_QUANT:
-        base = page * (PAGE * (DI + DI // 32))
-        codes = tl.load(cache + (base + offset * DI)[:, None] + d[None, :], mask=mask, other=0)
-        scales = tl.load(cache + (base + PAGE * DI + offset * (DI // 32))[:, None] + (d // 32)[None, :], mask=mask,
-                         other=127)
-        if DOT_FP32:
-            k = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e8m0_scale(scales)
-        else:
-            # e4m3 -> bf16 is exact, and so is the power-of-two scale in bf16: fewer instructions than via fp32
-            k = codes.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16) * e8m0_scale_bf16(scales)
+        k = _load_mxfp8_keys(cache, page * (PAGE * (DI + DI // 32)), offset, ok, d.shape[0], DI, PAGE, DOT_FP32)
     else:
+        mask = ok[:, None] & (d < DI)[None, :]
         k = tl.load(cache + ((page * PAGE + offset) * DI)[:, None] + d[None, :], mask=mask, other=0.0)
     return dot_operand(k, DOT_FP32)
+
+
+@triton.jit
+def _load_mxfp8_keys(cache, page_base, offset, ok, DP: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr,
+                     DOT_FP32: tl.constexpr):
+    """MXFP8 keys [BS, DP] dequantized, loaded as [BS, DP / 32, 32] blocks so that each scale byte is loaded once
+    per thread and block and broadcast over its 32 values (a per-value scale gather cost more than the keys)."""
+    NB: tl.constexpr = DP // 32
+    block = tl.arange(0, NB)
+    col = block[:, None] * 32 + tl.arange(0, 32)[None, :]
+    codes = tl.load(cache + (page_base + offset * DI)[:, None, None] + col[None, :, :],
+                    mask=ok[:, None, None] & (col < DI)[None, :, :], other=0)
+    scales = tl.load(cache + (page_base + PAGE * DI + offset * (DI // 32))[:, None] + block[None, :],
+                     mask=ok[:, None] & (block < DI // 32)[None, :], other=127)
+    if DOT_FP32:
+        k = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e8m0_scale(scales)[:, :, None]
+    else:
+        # e4m3 -> bf16 is exact, and so is the power-of-two scale in bf16: fewer instructions than via fp32
+        k = codes.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16) * e8m0_scale_bf16(scales)[:, :, None]
+    return tl.reshape(k, (k.shape[0], DP))
 
 
 @triton.jit
