@@ -119,6 +119,8 @@ def main() -> None:
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/dayzero_export")
     parser.add_argument("--no-reload", action="store_true", help="load the package once only")
+    parser.add_argument("--build-only", action="store_true",
+                        help="stop after writing the package and weights (for bench/aoti_decode_probe.py)")
     args = parser.parse_args()
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -126,6 +128,8 @@ def main() -> None:
     model, manifest, package, weights = build(args, report)
     write_results(args.out, "h200_export", report)
     print({k: report[k] for k in ("trace_s", "compile_s", "package_GB", "wrapper_copies")}, flush=True)
+    if args.build_only:
+        return
     aoti = AOTIEngine(manifest, weights, None, package)
     report["load_s"] = aoti.load_seconds
     if not args.no_reload:
