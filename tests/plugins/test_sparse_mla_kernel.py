@@ -233,6 +233,15 @@ def test_dense_block_schedule_covers_every_token_once():
     assert sorted(covered) == [(0, t) for t in range(5)] + [(2, t) for t in range(5, 12)] + [(3, 12)]
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_sequence_of_tokens_with_empty_sequences_and_padding_tokens(dtype):
+    cu = torch.tensor([0, 5, 5, 12, 13], dtype=dtype)
+    # tokens 13..15 pad the step past the last sequence: they belong to none (N)
+    expected = [0] * 5 + [2] * 7 + [3] + [4] * 3
+    assert schedule.sequence_of_tokens(cu, 16).tolist() == expected
+    assert schedule.sequence_of_tokens(cu, 16).dtype == torch.int32
+
+
 def test_num_splits_fill_the_sms_only_when_the_grid_is_small():
     cpu = torch.device("cpu")
     assert schedule.num_splits(64, 2048, 64, cpu) == schedule.DEFAULT_NUM_SMS // 64

@@ -79,7 +79,10 @@ def num_splits(num_programs, num_keys: int, block_n: int, device: torch.device) 
 def sequence_of_tokens(cu_seqlens: torch.Tensor, num_tokens) -> torch.Tensor:
     """seq [T] int32: the sequence each flat token belongs to (sequence n owns [cu[n], cu[n+1]))."""
     tokens = torch.arange(num_tokens, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
-    return torch.searchsorted(cu_seqlens[1:].contiguous(), tokens, right=True).to(torch.int32)
+    # searches all of cu_seqlens, never the view cu_seqlens[1:]: torch 2.11's Inductor drops a view's offset in its
+    # bucketize lowering, so the H200 engine searched cu_seqlens[:-1] and gave every token the next sequence (the last
+    # one a block-table row past the end, then an illegal address in the attention kernel)
+    return (torch.searchsorted(cu_seqlens, tokens, right=True) - 1).to(torch.int32)
 
 
 def dense_block_schedule(cu_seqlens: torch.Tensor, num_tokens, tokens_per_block: int):
