@@ -6,7 +6,8 @@ the input's range to the example's side of the comparison, or silently assumes i
 accepted batches of 2-3 only, from `min(experts, rows)` in the grouped GEMM grid, and a batch of 8 read out of
 bounds.) Here the decode and prefill programs are traced on CPU, and each plugin op's GPU body runs on meta
 tensors of the traced symbolic shapes, with the device questions answered as on an H200 and the kernel launches
-recorded instead of run. It must leave every declared range as it was and add only guards that the ranges prove.
+recorded instead of run. It must leave every declared range as it was and add only guards that the ranges prove,
+and search no lookup table that is a view at an offset (torch 2.11's Inductor loses that offset).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from unittest import mock
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dayzero.export.engine import eager_manifest
 from dayzero.export.layout import lay_out
@@ -43,6 +45,23 @@ class _RecordedLaunch:
         return launch
 
 
+class _LookupTablesAtOffsetZero(TorchDispatchMode):
+    """Records searchsorted / bucketize calls whose sorted table is a view at a storage offset: torch 2.11's Inductor
+    drops that offset when it lowers them (the H200 engine searched cu_seqlens[:-1] for cu_seqlens[1:])."""
+
+    def __init__(self):
+        super().__init__()
+        self.offset_tables = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket in (torch.ops.aten.searchsorted, torch.ops.aten.bucketize):
+            table = args[0] if func.overloadpacket == torch.ops.aten.searchsorted else args[1]
+            if isinstance(table, torch.Tensor) and table.storage_offset() != 0:
+                self.offset_tables.append(str(func))
+        return func(*args, **kwargs)
+
+
 def _on_meta(value):
     if isinstance(value, torch.fx.Node):
         value = value.meta["val"]
@@ -61,8 +80,9 @@ def _shape_env(program):
     raise AssertionError("no fake tensor in the traced program")
 
 
-def _plan_every_plugin_call(program) -> tuple[dict, list, list]:
-    """Run each plugin op's GPU body on the program's symbolic shapes: (new guards by op, ranges changed, launches)."""
+def _plan_every_plugin_call(program) -> tuple[dict, list, list, list]:
+    """Run each plugin op's GPU body on the program's symbolic shapes: (new guards by op, ranges changed, launches,
+    lookups in offset tables)."""
     fake_mode = _shape_env(program)
     shape_env = fake_mode.shape_env
     ranges_before = dict(shape_env.var_to_range)
@@ -75,8 +95,9 @@ def _plan_every_plugin_call(program) -> tuple[dict, list, list]:
     ]
     for patch in patches:
         patch.start()
+    lookups = _LookupTablesAtOffsetZero()
     try:
-        with fake_mode:
+        with fake_mode, lookups:
             for node in program.graph.nodes:
                 if node.op != "call_function" or not str(node.target).startswith("dayzero."):
                     continue
@@ -93,7 +114,7 @@ def _plan_every_plugin_call(program) -> tuple[dict, list, list]:
             patch.stop()
     narrowed = [(symbol, ranges_before[symbol], now) for symbol, now in shape_env.var_to_range.items()
                 if symbol in ranges_before and ranges_before[symbol] != now]
-    return guards_by_op, narrowed, launches
+    return guards_by_op, narrowed, launches, lookups.offset_tables
 
 
 @pytest.fixture(scope="module")
@@ -108,9 +129,10 @@ def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_dra
     manifest = eager_manifest(laid_out_model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=64, max_len=4096,
                               num_draft=num_draft)
     program = trace_step(laid_out_model, manifest, decode=decode)
-    guards_by_op, narrowed, launches = _plan_every_plugin_call(program)
+    guards_by_op, narrowed, launches, offset_tables = _plan_every_plugin_call(program)
     assert narrowed == []
     assert guards_by_op == {}
+    assert offset_tables == []
     kernels = {name for name, _ in launches}
     assert {"_mla_attention_kernel", "_attnres_mix_kernel"} <= kernels, kernels
     # decode rows are few for any batch in range: the Triton grouped GEMM; verify and prefill may be many

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 import triton
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins.indexer.decode_kernel import index_topk_decode_launcher
 from dayzero.plugins.indexer.prefill_kernel import index_topk_prefill_launcher
