@@ -45,7 +45,7 @@ class _RecordedLaunch:
         return launch
 
 
-class _LookupTablesAtOffsetZero(TorchDispatchMode):
+class _OffsetLookupTables(TorchDispatchMode):
     """Records searchsorted / bucketize calls whose sorted table is a view at a storage offset: torch 2.11's Inductor
     drops that offset when it lowers them (the H200 engine searched cu_seqlens[:-1] for cu_seqlens[1:])."""
 
@@ -72,7 +72,7 @@ def _on_meta(value):
     return value
 
 
-def _shape_env(program):
+def _fake_mode(program):
     for node in program.graph.nodes:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor) and getattr(value, "fake_mode", None) is not None:
@@ -83,7 +83,7 @@ def _shape_env(program):
 def _plan_every_plugin_call(program) -> tuple[dict, list, list, list]:
     """Run each plugin op's GPU body on the program's symbolic shapes: (new guards by op, ranges changed, launches,
     lookups in offset tables)."""
-    fake_mode = _shape_env(program)
+    fake_mode = _fake_mode(program)
     shape_env = fake_mode.shape_env
     ranges_before = dict(shape_env.var_to_range)
     guards_by_op, launches = {}, []
@@ -95,7 +95,7 @@ def _plan_every_plugin_call(program) -> tuple[dict, list, list, list]:
     ]
     for patch in patches:
         patch.start()
-    lookups = _LookupTablesAtOffsetZero()
+    lookups = _OffsetLookupTables()
     try:
         with fake_mode, lookups:
             for node in program.graph.nodes:
