@@ -79,12 +79,18 @@ def compare(model, manifest, aoti, report: dict) -> None:
     caches = allocate_flat_caches(manifest, BATCH * pages + 1, BATCH + 1)
     prompt = torch.randint(0, 1000, (BATCH * CONTEXT,), device="cuda")
     eager.prefill(prompt, contiguous_meta([0] * BATCH, [CONTEXT] * BATCH, pages, device="cuda"), caches)
+    # a fault is reported at the next synchronization: name the step it belongs to
+    torch.cuda.synchronize()
+    print("eager prefill ok", flush=True)
     reference = [c.clone() for c in caches]
     errors = []
     for step in range(STEPS):
         ids, meta, _ = decode_inputs(step)
         with torch.inference_mode():
-            got, want = aoti.decode(ids, meta, caches), eager.decode(ids, meta, reference)
+            got = aoti.decode(ids, meta, caches)
+            torch.cuda.synchronize()
+            print(f"aoti decode {step} ok", flush=True)
+            want = eager.decode(ids, meta, reference)
         errors.append(rel_err(got.float(), want.float()))
     report["decode_logits_rel_err"] = errors
     report["cache_rel_err"] = max(rel_err(a.float(), b.float()) for a, b in zip(caches, reference)
