@@ -7,7 +7,8 @@ accepted batches of 2-3 only, from `min(experts, rows)` in the grouped GEMM grid
 bounds.) Here the decode and prefill programs are traced on CPU, and each plugin op's GPU body runs on meta
 tensors of the traced symbolic shapes, with the device questions answered as on an H200 and the kernel launches
 recorded instead of run. It must leave every declared range as it was and add only guards that the ranges prove,
-and search no lookup table that is a view at an offset (torch 2.11's Inductor loses that offset).
+search no lookup table that is a view at an offset (torch 2.11's Inductor loses that offset), and hand no kernel a
+slice of a scratch tensor the body allocated (Inductor 2.11 miscompiles the kernel's writes into it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from unittest import mock
 
 import pytest
 import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dayzero.export.engine import eager_manifest
@@ -32,7 +34,7 @@ H200_SMS = 132
 
 
 class _RecordedLaunch:
-    """Stands in for wrap_triton(kernel): `kernel[grid](*args)` records the kernel's name and grid."""
+    """Stands in for wrap_triton(kernel): `kernel[grid](*args)` records the kernel's name, grid and arguments."""
 
     def __init__(self, kernel, launches: list):
         kernel = getattr(kernel, "fn", kernel)  # an autotuner's function
@@ -40,7 +42,7 @@ class _RecordedLaunch:
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            self.launches.append((self.name, grid(kwargs) if callable(grid) else grid))
+            self.launches.append((self.name, grid(kwargs) if callable(grid) else grid, args))
 
         return launch
 
@@ -72,6 +74,35 @@ def _on_meta(value):
     return value
 
 
+def _root(tensor: torch.Tensor) -> torch.Tensor:
+    while tensor._base is not None:
+        tensor = tensor._base
+    return tensor
+
+
+def _partial_views_of_scratch(inputs, launches) -> list[str]:
+    """Kernel arguments that are part of a tensor the op body allocated itself (a slice, a row): Inductor 2.11
+    functionalizes a kernel's writes into such views wrongly (the H200 decode engine's MoE permutation copied 64
+    elements into a buffer of 64 * (blocks + 1) and read its expert totals from the uninitialized rest)."""
+    given = {id(_root(t)) for t in inputs if isinstance(t, torch.Tensor)}
+    found = []
+    for name, _, args in launches:
+        for position, arg in enumerate(args):
+            if not isinstance(arg, torch.Tensor) or id(_root(arg)) in given:
+                continue
+            base = _root(arg)
+            if arg.storage_offset() != 0 or not statically_known_true(arg.numel() == base.numel()):
+                found.append(f"{name} argument {position}: {tuple(arg.shape)} of {tuple(base.shape)}")
+    return found
+
+
+def _flat_tensors(values) -> list:
+    flat = []
+    for value in values:
+        flat.extend(_flat_tensors(value) if isinstance(value, (list, tuple)) else [value])
+    return flat
+
+
 def _fake_mode(program):
     for node in program.graph.nodes:
         value = node.meta.get("val")
@@ -80,13 +111,13 @@ def _fake_mode(program):
     raise AssertionError("no fake tensor in the traced program")
 
 
-def _plan_every_plugin_call(program) -> tuple[dict, list, list, list]:
+def _plan_every_plugin_call(program) -> tuple[dict, list, list, list, list]:
     """Run each plugin op's GPU body on the program's symbolic shapes: (new guards by op, ranges changed, launches,
-    lookups in offset tables)."""
+    lookups in offset tables, kernel arguments that are partial views of the op's own scratch tensors)."""
     fake_mode = _fake_mode(program)
     shape_env = fake_mode.shape_env
     ranges_before = dict(shape_env.var_to_range)
-    guards_by_op, launches = {}, []
+    guards_by_op, launches, scratch_views = {}, [], []
     patches = [
         mock.patch("torch.library.wrap_triton", lambda kernel: _RecordedLaunch(kernel, launches)),
         mock.patch.object(device_info, "on_gpu", lambda device: True),
@@ -102,9 +133,11 @@ def _plan_every_plugin_call(program) -> tuple[dict, list, list, list]:
                 if node.op != "call_function" or not str(node.target).startswith("dayzero."):
                     continue
                 name = str(node.target).split(".")[1]
-                first = len(shape_env.guards)
-                registry.PLUGIN_OPS[name].dayzero_impls["cuda"](
-                    *_on_meta(node.args), **{key: _on_meta(v) for key, v in node.kwargs.items()})
+                first, first_launch = len(shape_env.guards), len(launches)
+                args, kwargs = _on_meta(node.args), {key: _on_meta(v) for key, v in node.kwargs.items()}
+                registry.PLUGIN_OPS[name].dayzero_impls["cuda"](*args, **kwargs)
+                scratch_views += _partial_views_of_scratch(_flat_tensors([args, list(kwargs.values())]),
+                                                           launches[first_launch:])
                 unproven = [g.expr for g in shape_env.guards[first:]
                             if shape_env._maybe_evaluate_static(g.expr) != True]  # noqa: E712 (sympy true)
                 if unproven:
@@ -114,7 +147,7 @@ def _plan_every_plugin_call(program) -> tuple[dict, list, list, list]:
             patch.stop()
     narrowed = [(symbol, ranges_before[symbol], now) for symbol, now in shape_env.var_to_range.items()
                 if symbol in ranges_before and ranges_before[symbol] != now]
-    return guards_by_op, narrowed, launches, lookups.offset_tables
+    return guards_by_op, narrowed, launches, lookups.offset_tables, scratch_views
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +162,12 @@ def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_dra
     manifest = eager_manifest(laid_out_model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=64, max_len=4096,
                               num_draft=num_draft)
     program = trace_step(laid_out_model, manifest, decode=decode)
-    guards_by_op, narrowed, launches, offset_tables = _plan_every_plugin_call(program)
+    guards_by_op, narrowed, launches, offset_tables, scratch_views = _plan_every_plugin_call(program)
     assert narrowed == []
     assert guards_by_op == {}
     assert offset_tables == []
-    kernels = {name for name, _ in launches}
+    assert scratch_views == []
+    kernels = {name for name, _, _ in launches}
     assert {"_mla_attention_kernel", "_attnres_mix_kernel"} <= kernels, kernels
     # decode rows are few for any batch in range: the Triton grouped GEMM; verify and prefill may be many
     assert ("_grouped_gemm_kernel" in kernels) == (decode and num_draft == 0), kernels

@@ -6,7 +6,7 @@ assignments among the same expert's (pairwise within the block, so stable), writ
 totals gives expert_offsets, and the exclusive prefix of the block counts down the blocks turns `block_counts`
 (in place) into each block's first sorted position per expert. (3) Each block ranks again, which with (2) gives
 every assignment's sorted position; it writes both index maps and copies each token row, read once, to its k
-sorted rows. A memset and three launches, no host sync; the bytes are the ids, the [blocks, E] counts, the
+sorted rows. Two memsets and three launches, no host sync; the bytes are the ids, the [blocks, E] counts, the
 index maps and the rows (T*D read, T*k*D written).
 unpermute: per token, the weighted sum of its k rows of y_sorted (gathered through the inverse positions, so no
 atomics and a fixed summation order), accumulated in fp32.
@@ -141,9 +141,10 @@ def permute_launcher(
     cfg = {**_permute_config(top_k, dim, x.device), **(config or {})}
     num_blocks = triton.cdiv(tokens, cfg["BLOCK_T"])
     num_bins = triton.next_power_of_2(num_experts)
-    # one zeroed buffer: the per-block counts (rewritten in place into block starts) and the totals as its last row
-    counts = torch.zeros(num_blocks + 1, num_experts, dtype=torch.int32, device=x.device)
-    block_counts, totals = counts[:num_blocks], counts[-1]
+    # two whole buffers, not rows of one: Inductor 2.11 functionalizes a kernel's writes into slices of a scratch
+    # tensor wrongly (tests/export/test_symbolic_launch_plans.py)
+    block_counts = torch.zeros(num_blocks, num_experts, dtype=torch.int32, device=x.device)
+    totals = torch.zeros(num_experts, dtype=torch.int32, device=x.device)
     offsets = torch.empty(num_experts + 1, dtype=torch.int32, device=x.device)
     counts_kernel = launch(_block_counts_kernel) if launch else _block_counts_kernel
     counts_kernel[(num_blocks,)](ids, block_counts, totals, tokens, num_experts, top_k, cfg["BLOCK_T"],
