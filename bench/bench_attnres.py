@@ -3,13 +3,17 @@
     PYTHONPATH=. python bench/bench_attnres.py --out DIR
 
 Cases: sources {2, 8, 9} x tokens {1, 64, 8192} x D {2304, 7168}, bf16. Each case is checked against the
-reference (fp32 torch) before timing. Times are medians of triton.testing.do_bench:
+reference (fp32 torch) before timing, under every configuration it times. Times are medians of
+triton.testing.do_bench:
   * eager: back-to-back launcher calls (for decode sizes this is bounded by the host-side launch cost);
   * graph: the same calls captured in one CUDA graph and replayed, per call (how the engine runs decode).
 do_bench clears the L2 before each timed call, and inputs rotate through up to 1024 copies (3x the 60 MB L2 where
 that fits), so the numbers are cold-cache ones. Bandwidth counts the bytes the
-kernel must move: every source read once plus the output written. Then a few variants at K3.1 size (blocks +
-partial form, emitted norm, num_warps / prefetch sweep). JSON goes to DIR/bench_attnres.json; the table is last.
+kernel must move: every source read once plus the output written. The headline columns use the kernel's default
+configuration (what the engine runs); each case also times a sweep of configurations (sources per tile, tiles in
+flight, warps, evict-first) and reports the fastest, the data for tuning `default_config`. Then the K3.1-size
+variants (blocks + partial form, emitted norm). JSON goes to DIR/bench_attnres.json; the tables are last.
+`--no-sweep` skips the sweep.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from triton.testing import do_bench
 
 from bench.common import graph_replay_ms
 from dayzero.plugins.attnres import reference
-from dayzero.plugins.attnres.kernel import attnres_mix_blocks_launcher, attnres_mix_launcher
+from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_blocks_launcher, attnres_mix_launcher, default_config
 
 L2_BYTES = 60 * 2**20
 DTYPE = torch.bfloat16
@@ -74,8 +78,31 @@ def graph_ms(calls) -> float:
     return graph_replay_ms(calls, timer=lambda fn: do_bench(fn, warmup=10, rep=200, return_mode="median"))
 
 
-def ours_calls(query, rms_weight, sets, **knobs):
-    return [lambda s=s: attnres_mix_launcher(query, s, rms_weight, 1e-6, **knobs) for s in sets]
+def ours_calls(query, rms_weight, sets, config=None):
+    return [lambda s=s: attnres_mix_launcher(query, s, rms_weight, 1e-6, config=config) for s in sets]
+
+
+def sweep_configs(tokens: int, dim: int) -> list[MixConfig]:
+    """The default and its neighbours: tile 1-4, 1-3 tiles ahead, half the warps, the other eviction policy."""
+    base = default_config(tokens, dim)
+    half = max(1, base.num_warps // 2)
+    shapes = [(1, 3, base.num_warps), (1, 2, base.num_warps), (2, 1, base.num_warps), (2, 2, base.num_warps),
+              (4, 1, base.num_warps), (2, 2, half), (1, 3, half), (4, 1, half)]
+    configs = [MixConfig(tile, prefetch, warps, base.stream) for tile, prefetch, warps in shapes]
+    configs.append(MixConfig(base.tile, base.prefetch, base.num_warps, not base.stream))
+    return [base] + [c for c in dict.fromkeys(configs) if c != base]
+
+
+def sweep(query, rms_weight, sets, tokens, dim, timer, expected) -> list[dict]:
+    rows = []
+    for config in sweep_configs(tokens, dim):
+        got = attnres_mix_launcher(query, sets[0], rms_weight, 1e-6, config=config)[0]
+        row = {**config.__dict__, "rel_err": rel_err(got, expected)}
+        if row["rel_err"] > 1e-2:
+            raise AssertionError(f"config {config} differs from the reference: {row['rel_err']}")
+        timed("us", lambda config=config: timer(ours_calls(query, rms_weight, sets, config)), row)
+        rows.append(row)
+    return rows
 
 
 def fla_calls(query, rms_weight, sets, **kwargs):
@@ -99,7 +126,7 @@ def timed(name: str, fn, result: dict) -> None:
         result[f"{name}_error"] = repr(exc)
 
 
-def run_case(num_sources, tokens, dim, ceiling) -> dict:
+def run_case(num_sources, tokens, dim, ceiling, with_sweep=True) -> dict:
     bytes_per_call = (num_sources + 1) * tokens * dim * 2
     copies = rotations(bytes_per_call)
     query, rms_weight, sets = make_sets(num_sources, tokens, dim, copies)
@@ -118,11 +145,19 @@ def run_case(num_sources, tokens, dim, ceiling) -> dict:
     if best:
         result["ours_gbs"] = bytes_per_call / best / 1e3
         result["ours_copy_fraction"] = result["ours_gbs"] / ceiling
+    result["default_config"] = default_config(tokens, dim).__dict__
+    if with_sweep:
+        expected = reference.attnres_mix(query, sets[0], rms_weight, 1e-6)
+        result["sweep"] = sweep(query, rms_weight, sets, tokens, dim, graph_ms if tokens <= 64 else eager_ms, expected)
+        fastest = min((r for r in result["sweep"] if "us" in r), key=lambda r: r["us"], default=None)
+        if fastest:
+            result["best_config"] = {k: fastest[k] for k in MixConfig.__dataclass_fields__}
+            result["best_us"] = fastest["us"]
     return result
 
 
 def run_variants(tokens, dim, ceiling) -> list[dict]:
-    """K3.1-sized variants: the blocks + partial form, the emitted norm, and a sweep of the tuning knobs."""
+    """K3.1-sized variants: the blocks + partial form and the emitted norm (ours and fla's)."""
     num_sources = 9
     bytes_per_call = (num_sources + 1) * tokens * dim * 2
     copies = rotations(bytes_per_call)
@@ -135,9 +170,6 @@ def run_variants(tokens, dim, ceiling) -> list[dict]:
                                                                         1e-6) for b, s in zip(blocks, sets)],
         "emit_norm": [lambda s=s: attnres_mix_launcher(query, s, rms_weight, 1e-6, norm_weight, 1e-6) for s in sets],
     }
-    for num_warps, prefetch in ((4, 1), (8, 2), (16, 2)):
-        variants[f"warps{num_warps}_prefetch{prefetch}"] = ours_calls(query, rms_weight, sets, num_warps=num_warps,
-                                                                      prefetch=prefetch)
     if fused_attnres is not None:
         variants["fla_emit_norm"] = fla_calls(query, rms_weight, sets, output_rms_weight=norm_weight)
     rows = []
@@ -162,12 +194,19 @@ def fmt(value, spec) -> str:
     return "-".rjust(int("".join(itertools.takewhile(str.isdigit, spec)) or 1))
 
 
+def config_label(config: dict | None) -> str:
+    if not config:
+        return "-"
+    return (f"tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
+            f"{' evict-first' if config['stream'] else ''}")
+
+
 def print_tables(cases, variants, ceiling) -> None:
     print(f"\ncopy ceiling {ceiling:.0f} GB/s (read + write); {FLA_MISSING or 'peer: fla 0.6.0 fused_attnres'}")
     print("us/call: eager = back-to-back launches, graph = CUDA-graph replay per call; GB/s and fraction from the "
           "graph time at <= 64 tokens, else eager")
     header = (f"{'N':>2} {'T':>5} {'D':>5}  {'ours eager':>10} {'ours graph':>10} {'fla eager':>10} "
-              f"{'fla graph':>10} {'GB/s':>7} {'of copy':>7} {'speedup':>8}")
+              f"{'fla graph':>10} {'GB/s':>7} {'of copy':>7} {'speedup':>8} {'best us':>8}  best config")
     print(header)
     for c in cases:
         if "error" in c:
@@ -179,7 +218,8 @@ def print_tables(cases, variants, ceiling) -> None:
         print(f"{c['sources']:>2} {c['tokens']:>5} {c['dim']:>5}  {fmt(c.get('ours_eager_us'), '10.1f')} "
               f"{fmt(c.get('ours_graph_us'), '10.1f')} {fmt(c.get('fla_eager_us'), '10.1f')} "
               f"{fmt(c.get('fla_graph_us'), '10.1f')} {fmt(c.get('ours_gbs'), '7.0f')} "
-              f"{fmt(c.get('ours_copy_fraction'), '7.1%')} {fmt(speedup, '7.2f')}{'x' if speedup else ' '}")
+              f"{fmt(c.get('ours_copy_fraction'), '7.1%')} {fmt(speedup, '7.2f')}{'x' if speedup else ' '} "
+              f"{fmt(c.get('best_us'), '8.1f')}  {config_label(c.get('best_config'))}")
     print(f"\n{'variant':<22} {'T':>5} {'D':>5} {'timer':>9} {'us':>9} {'GB/s':>7} {'of copy':>7}")
     for v in variants:
         print(f"{v['variant']:<22} {v['tokens']:>5} {v['dim']:>5} {v['timer']:>9} {fmt(v.get('us'), '9.1f')} "
@@ -189,31 +229,31 @@ def print_tables(cases, variants, ceiling) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--no-sweep", action="store_true", help="time the default configuration only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     ceiling = copy_ceiling_gbs()
-    cases = []
+    report = {"copy_ceiling_gbs": ceiling, "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": [],
+              "variants": [], "device": torch.cuda.get_device_name()}
     for num_sources, tokens, dim in itertools.product((2, 8, 9), (1, 64, 8192), (2304, 7168)):
         try:
-            cases.append(run_case(num_sources, tokens, dim, ceiling))
-            print(json.dumps(cases[-1]), flush=True)
+            report["cases"].append(run_case(num_sources, tokens, dim, ceiling, with_sweep=not args.no_sweep))
         except Exception as exc:  # noqa: BLE001 (one failing case must not stop the rest)
-            cases.append({"sources": num_sources, "tokens": tokens, "dim": dim, "error": repr(exc),
-                          "traceback": traceback.format_exc()})
+            report["cases"].append({"sources": num_sources, "tokens": tokens, "dim": dim, "error": repr(exc),
+                                    "traceback": traceback.format_exc()})
+        # written after every case: a run cut short by its time slot keeps what it measured
+        (args.out / "bench_attnres.json").write_text(json.dumps(report, indent=1))
         torch.cuda.empty_cache()
-    variants = []
     for tokens in (64, 8192):
         try:
-            variants += run_variants(tokens, 7168, ceiling)
+            report["variants"] += run_variants(tokens, 7168, ceiling)
         except Exception as exc:  # noqa: BLE001
-            variants.append({"variant": "all", "tokens": tokens, "dim": 7168, "timer": "-", "error": repr(exc),
-                             "traceback": traceback.format_exc()})
+            report["variants"].append({"variant": "all", "tokens": tokens, "dim": 7168, "timer": "-",
+                                       "error": repr(exc), "traceback": traceback.format_exc()})
+        (args.out / "bench_attnres.json").write_text(json.dumps(report, indent=1))
         torch.cuda.empty_cache()
-    report = {"copy_ceiling_gbs": ceiling, "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": cases,
-              "variants": variants, "device": torch.cuda.get_device_name()}
-    (args.out / "bench_attnres.json").write_text(json.dumps(report, indent=1))
-    print_tables(cases, variants, ceiling)
+    print_tables(report["cases"], report["variants"], ceiling)
 
 
 if __name__ == "__main__":

@@ -40,12 +40,30 @@ def test_mix_matches_reference(num_sources, tokens, dim, dtype):
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("num_warps, prefetch", [(None, 1), (2, 2), (4, 3), (1, 3)])
-def test_tuning_knobs_keep_the_result(num_warps, prefetch):
-    from dayzero.plugins.attnres.kernel import attnres_mix_launcher
+@pytest.mark.parametrize("tile, prefetch, num_warps, stream", [
+    (1, 1, 4, False), (1, 3, 2, True), (2, 1, 1, False), (2, 2, 4, True), (2, 3, 2, False), (4, 2, 4, True),
+    (8, 1, 8, False), (16, 3, 4, True)])
+@pytest.mark.parametrize("num_sources", [1, 5, 9])
+def test_every_config_keeps_the_result(num_sources, tile, prefetch, num_warps, stream):
+    # tiles that split the sources unevenly, a tile larger than all of them, more tiles than prefetch slots
+    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
 
-    sources, query, rms_weight, _ = _inputs(5, 3, 2304 if ON_GPU else 96, torch.float32)
-    got, _ = attnres_mix_launcher(query, sources, rms_weight, 1e-6, num_warps=num_warps, prefetch=prefetch)
+    sources, query, rms_weight, _ = _inputs(num_sources, 3, 2304 if ON_GPU else 96, torch.float32)
+    config = MixConfig(tile=tile, prefetch=prefetch, num_warps=num_warps, stream=stream)
+    got, _ = attnres_mix_launcher(query, sources, rms_weight, 1e-6, out=poisoned(3, sources[0].shape[-1]),
+                                  config=config)
+    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
+
+
+@pytest.mark.parametrize("tile", [1, 2, 4])
+def test_every_tile_mixes_blocks_and_the_partial(tile):
+    # the block buffer's rows and the listed partial in one tile: the pointer vector mixes both kinds
+    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_blocks_launcher
+
+    sources, query, rms_weight, _ = _inputs(4, 2, 40, torch.float32)
+    blocks = torch.stack(sources[:3] + [torch.randn_like(sources[0])])
+    config = MixConfig(tile=tile, prefetch=2, num_warps=2, stream=False)
+    got, _ = attnres_mix_blocks_launcher(query, blocks, 3, sources[3], rms_weight, 1e-6, config=config)
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
 
 

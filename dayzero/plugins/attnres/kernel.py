@@ -2,19 +2,25 @@
 
 Sources come in two forms that one kernel serves: `NUM_BLOCKS` rows of a preallocated block buffer (one base
 pointer plus a block stride) followed by `NUM_LISTED` separately allocated tensors passed as pointer slots
-(`s0`..`s15`; unused slots repeat a valid pointer and are never read). Each source row is loaded PREFETCH (1 to 3)
-sources ahead of its use so that several row loads are in flight while the scores of the earlier ones reduce.
+(`s0`..`s15`; unused slots repeat a valid pointer and are never read). The sources are taken TILE at a time (one
+[TILE, D] load through a vector of per-row base pointers, one reduction for all their scores), and each tile is
+loaded PREFETCH (1 to 3) tiles ahead of its use so that several row loads are in flight while the scores of the
+earlier ones reduce.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 MAX_LISTED_SOURCES = 16
+# at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
+DECODE_TOKENS = 64
 
 
 @triton.jit
@@ -55,13 +61,25 @@ def _pick_slot(i: tl.constexpr, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11
 
 
 @triton.jit
-def _load_source(i: tl.constexpr, row, cols, mask, blocks, block_stride, NUM_BLOCKS: tl.constexpr,
-                 s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
-    if i < NUM_BLOCKS:
-        base = blocks + block_stride * i
-    else:
-        base = _pick_slot(i - NUM_BLOCKS, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
-    return tl.load(base + row + cols, mask=mask, other=0.0)
+def _load_tile(t: tl.constexpr, row, cols, mask, blocks, block_stride, TILE: tl.constexpr,
+               NUM_BLOCKS: tl.constexpr, NUM_SOURCES: tl.constexpr, STREAM: tl.constexpr,
+               s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
+    """Sources t*TILE .. t*TILE+TILE-1 of one token: [TILE, BLOCK_D], missing sources (past the last) read as 0."""
+    idx = t * TILE + tl.arange(0, TILE)
+    # one base pointer per tile row: a row of the block buffer, or a listed source's own pointer
+    ptrs = blocks + idx.to(tl.int64) * block_stride
+    for i in tl.static_range(NUM_SOURCES - NUM_BLOCKS):
+        if NUM_BLOCKS + i >= t * TILE:
+            if NUM_BLOCKS + i < t * TILE + TILE:
+                ptrs = tl.where(idx == NUM_BLOCKS + i,
+                                _pick_slot(i, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15),
+                                ptrs)
+    where = ptrs[:, None] + (row + cols)[None, :]
+    tile_mask = (idx < NUM_SOURCES)[:, None] & mask[None, :]
+    if STREAM:
+        # read once and larger than the L2: do not let it evict what the next kernels reuse
+        return tl.load(where, mask=tile_mask, other=0.0, eviction_policy="evict_first")
+    return tl.load(where, mask=tile_mask, other=0.0)
 
 
 @triton.jit
@@ -70,9 +88,10 @@ def _attnres_mix_kernel(
     s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15,
     eps, norm_eps,
     D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
-    EMIT_NORM: tl.constexpr, PREFETCH: tl.constexpr,
+    EMIT_NORM: tl.constexpr, TILE: tl.constexpr, PREFETCH: tl.constexpr, STREAM: tl.constexpr,
 ):
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
+    NUM_TILES: tl.constexpr = (NUM_SOURCES + TILE - 1) // TILE
     # AOTInductor passes Python floats as fp64 scalars: keep the mix in fp32
     eps = tl.cast(eps, tl.float32)
     norm_eps = tl.cast(norm_eps, tl.float32)
@@ -84,46 +103,48 @@ def _attnres_mix_kernel(
     # the fused score vector: <rms_norm(v) * rms_weight, query> = rstd(v) * <v, rms_weight * query>
     w = tl.load(rms_weight + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
         query + cols, mask=mask, other=0.0).to(tl.float32)
-    # a ring of up to three rows in flight: a1 is consumed next, a2 and a3 follow
-    a1 = _load_source(0, row, cols, mask, blocks, stride, NUM_BLOCKS,
-                      s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    # a ring of up to three tiles in flight: a1 is consumed next, a2 and a3 follow
+    a1 = _load_tile(0, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+                    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     a2 = a1
     a3 = a1
     if PREFETCH >= 2:
-        if NUM_SOURCES > 1:
-            a2 = _load_source(1, row, cols, mask, blocks, stride, NUM_BLOCKS,
-                              s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+        if NUM_TILES > 1:
+            a2 = _load_tile(1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+                            s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     if PREFETCH >= 3:
-        if NUM_SOURCES > 2:
-            a3 = _load_source(2, row, cols, mask, blocks, stride, NUM_BLOCKS,
-                              s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+        if NUM_TILES > 2:
+            a3 = _load_tile(2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+                            s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     m = tl.full([], float("-inf"), tl.float32)
     total = tl.zeros([], tl.float32)
     acc = tl.zeros([BLOCK_D], tl.float32)
-    for i in tl.static_range(NUM_SOURCES):
+    for t in tl.static_range(NUM_TILES):
         v = a1.to(tl.float32)
-        # issue the next row load before reducing this one
+        # issue the next tile's loads before reducing this one
         if PREFETCH == 1:
-            if i + 1 < NUM_SOURCES:
-                a1 = _load_source(i + 1, row, cols, mask, blocks, stride, NUM_BLOCKS,
-                                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+            if t + 1 < NUM_TILES:
+                a1 = _load_tile(t + 1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+                                s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
         elif PREFETCH == 2:
             a1 = a2
-            if i + 2 < NUM_SOURCES:
-                a2 = _load_source(i + 2, row, cols, mask, blocks, stride, NUM_BLOCKS,
-                                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+            if t + 2 < NUM_TILES:
+                a2 = _load_tile(t + 2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+                                s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
         else:
             a1 = a2
             a2 = a3
-            if i + 3 < NUM_SOURCES:
-                a3 = _load_source(i + 3, row, cols, mask, blocks, stride, NUM_BLOCKS,
-                                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
-        score = tl.sum(v * w, axis=0) * tl.rsqrt(tl.sum(v * v, axis=0) / D + eps)
-        m_new = tl.maximum(m, score)
+            if t + 3 < NUM_TILES:
+                a3 = _load_tile(t + 3, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+                                s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+        # one reduction per tile for every source in it: scores [TILE], then the online softmax over depth
+        score = tl.sum(v * w[None, :], axis=1) * tl.rsqrt(tl.sum(v * v, axis=1) / D + eps)
+        score = tl.where(t * TILE + tl.arange(0, TILE) < NUM_SOURCES, score, float("-inf"))
+        m_new = tl.maximum(m, tl.max(score, axis=0))
         decay = tl.exp(m - m_new)
         p = tl.exp(score - m_new)
-        acc = acc * decay + p * v
-        total = total * decay + p
+        acc = acc * decay + tl.sum(p[:, None] * v, axis=0)
+        total = total * decay + tl.sum(p, axis=0)
         m = m_new
     mix = (acc / total).to(out.dtype.element_ty)
     tl.store(out + row + cols, mix, mask=mask)
@@ -134,9 +155,27 @@ def _attnres_mix_kernel(
         tl.store(normed + row + cols, (y * rstd * nw).to(normed.dtype.element_ty), mask=mask)
 
 
-def _num_warps(block_d: int) -> int:
+@dataclass(frozen=True)
+class MixConfig:
+    """How the kernel walks one token's sources: `tile` sources (a power of two) reduced together, `prefetch` tiles
+    (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads."""
+
+    tile: int
+    prefetch: int
+    num_warps: int
+    stream: bool
+
+
+def default_config(tokens, dim: int) -> MixConfig:
+    """Decode sizes (few tokens, latency-bound): sources reduced in pairs, two pairs ahead. Larger: one source at a
+    time, three ahead, loads marked evict-first (the sources outgrow the L2). `tokens` may be symbolic (exported
+    engines): the choice is made only where the traced range proves it, so it adds no guard."""
+    block_d = triton.next_power_of_2(dim)
     # about 16 elements per thread per row: enough loads in flight without spilling the fp32 accumulator
-    return max(1, min(16, block_d // 512))
+    num_warps = max(1, min(16, block_d // 512))
+    if statically_known_true(tokens <= DECODE_TOKENS):
+        return MixConfig(tile=2, prefetch=2, num_warps=num_warps, stream=False)
+    return MixConfig(tile=1, prefetch=3, num_warps=num_warps, stream=True)
 
 
 def _check_vector(name: str, t: torch.Tensor, dim: int) -> None:
@@ -152,7 +191,7 @@ def _output(given: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
 
 
 def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weight, norm_eps, out, normed, launch,
-            num_warps=None, prefetch=3):
+            config):
     dim = like.shape[-1]
     tokens = like.numel() // dim
     _check_vector("query", query, dim)
@@ -164,41 +203,40 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     if tokens == 0:
         return out, normed
     slots = list(listed) + [like] * (MAX_LISTED_SOURCES - len(listed))
-    block_d = triton.next_power_of_2(dim)
+    config = config or default_config(tokens, dim)
+    assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
     kernel[(tokens,)](
         query, rms_weight, norm_weight if norm_weight is not None else rms_weight,
         out, normed if normed is not None else out, blocks, blocks.stride(0) if num_blocks else 0,
-        *slots, eps, norm_eps, dim, block_d, num_blocks, len(listed), norm_weight is not None, prefetch,
-        num_warps=num_warps or _num_warps(block_d))
+        *slots, eps, norm_eps, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
+        config.tile, config.prefetch, config.stream, num_warps=config.num_warps)
     return out, normed
 
 
 def attnres_mix_launcher(
     query: torch.Tensor, sources: Sequence[torch.Tensor], rms_weight: torch.Tensor, eps: float,
     norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6, out: torch.Tensor | None = None,
-    normed: torch.Tensor | None = None, launch=None, num_warps: int | None = None, prefetch: int = 3,
+    normed: torch.Tensor | None = None, launch=None, config: MixConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """query [D], 1..16 contiguous sources [..., D] of one dtype, rms_weight [D] -> (mix [..., D], normed or None).
 
     `normed` = RMSNorm(mix) * norm_weight, written only when norm_weight is given. `out` / `normed` may be given
-    (preallocated, contiguous, the sources' shape and dtype); otherwise they are allocated. num_warps / prefetch
-    are tuning knobs (the benchmark sweeps them).
+    (preallocated, contiguous, the sources' shape and dtype); otherwise they are allocated. `config` overrides
+    default_config (the benchmark sweeps it).
     """
     assert 1 <= len(sources) <= MAX_LISTED_SOURCES, f"1..{MAX_LISTED_SOURCES} sources, got {len(sources)}"
     like = sources[0]
     for s in sources:
         assert s.shape == like.shape and s.dtype == like.dtype, "attnres sources differ in shape or dtype"
         assert s.is_contiguous() and s.device == like.device, "attnres sources must be contiguous on one device"
-    return _launch(query, rms_weight, eps, like, 0, sources, like, norm_weight, norm_eps, out, normed, launch,
-                   num_warps, prefetch)
+    return _launch(query, rms_weight, eps, like, 0, sources, like, norm_weight, norm_eps, out, normed, launch, config)
 
 
 def attnres_mix_blocks_launcher(
     query: torch.Tensor, blocks: torch.Tensor, num_blocks: int, partial: torch.Tensor | None,
     rms_weight: torch.Tensor, eps: float, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
-    out: torch.Tensor | None = None, normed: torch.Tensor | None = None, launch=None, num_warps: int | None = None,
-    prefetch: int = 3,
+    out: torch.Tensor | None = None, normed: torch.Tensor | None = None, launch=None, config: MixConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Mix over blocks[:num_blocks] (blocks [max_blocks, ..., D], each block contiguous) and partial [..., D]."""
     assert 0 <= num_blocks <= blocks.shape[0], f"num_blocks {num_blocks} outside [0, {blocks.shape[0]}]"
@@ -210,4 +248,4 @@ def attnres_mix_blocks_launcher(
             f"partial {tuple(partial.shape)} {partial.dtype} does not match the blocks {tuple(like.shape)}")
     listed = [] if partial is None else [partial]
     return _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weight, norm_eps, out, normed,
-                   launch, num_warps, prefetch)
+                   launch, config)
