@@ -44,8 +44,9 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
 
 # pair kernel launch settings (BK, num_warps, num_stages); the first is intra_chunk's default. Few, because each
 # compiles for ~10-20 s. Off-device sm_90 builds (bench/triton_resources.py, bench/kda_pair_notes.md): none spills,
-# all use wgmma; 125 registers at BK 16, 132-178 at BK 32-64.
-PAIR_CONFIGS = [(16, 4, 1), (16, 8, 1), (32, 8, 1), (64, 8, 1)]
+# all use wgmma; stages >= 2 pipeline the q / k / G tile loads through shared memory (cp.async), which the
+# latency-bound column passes never had: BK16 w4 s2 / s3 160 registers, 15 / 25 KB shared; BK32 w8 s2 140, 30 KB.
+PAIR_CONFIGS = [(16, 4, 1), (16, 4, 2), (16, 4, 3), (16, 8, 2), (32, 8, 2), (32, 4, 2)]
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
@@ -98,9 +99,10 @@ def stage_times(q, k, v, g, beta, cu) -> dict:
     return times
 
 
-def quick_times(B, T, H, q, k, v, g, beta, cu) -> dict:
-    """Per-kernel times (the launch sweeps compile each setting for ~10-20 s: only without --quick)."""
-    return kernel_ms(lambda: ours(q, k, v, g, beta, cu, None))
+def quick_times(B, T, H, q, k, v, g, beta, cu, with_pair_sweep: bool) -> dict:
+    """Per-kernel times, and the pair-kernel launch sweep where asked (each setting compiles for ~10-20 s)."""
+    times = pair_sweep(q, k, v, g, beta, cu) if with_pair_sweep else {}
+    return {**times, **kernel_ms(lambda: ours(q, k, v, g, beta, cu, None))}
 
 
 def best_pair_config(row: dict) -> str:
@@ -109,10 +111,11 @@ def best_pair_config(row: dict) -> str:
     return "" if not swept else min(((v, key) for key, v in swept.items()))[1] + f" {min(swept.values())}"
 
 
-def bench_shape(B, T, H, sweep: bool) -> dict:
+def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False) -> dict:
     q, k, v, g, beta, cu = make_inputs(B, T, H)
     row = {"shape": f"B{B} T{T} H{H}", "B": B, "T": T, "H": H}
-    row.update(stage_times(q, k, v, g, beta, cu) if sweep else quick_times(B, T, H, q, k, v, g, beta, cu))
+    row.update(stage_times(q, k, v, g, beta, cu) if sweep else
+               quick_times(B, T, H, q, k, v, g, beta, cu, pair_sweep_only))
     row["best_pair_config"] = best_pair_config(row)
     o, s = ours(q, k, v, g, beta, cu, None)
     row["ours_ms"] = round(median_ms(lambda: ours(q, k, v, g, beta, cu, None)), 3)
@@ -172,8 +175,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--quick", action="store_true",
-                        help="ours and fla with a per-kernel breakdown and the pair-kernel launch sweep on one "
-                             "shape; no WY or state sweep, no fp32 reference")
+                        help="ours and fla with a per-kernel breakdown, the pair-kernel launch sweep on the first "
+                             "shape only; no WY or state sweep, no fp32 reference")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = {"copy_GBps": round(copy_bandwidth_gbs()), "bf16_matmul_TFLOPs": round(matmul_tflops())}
@@ -182,7 +185,7 @@ def main() -> None:
     with torch.inference_mode():
         for B, T, H in SHAPES:
             try:
-                rows.append(bench_shape(B, T, H, sweep=not args.quick))
+                rows.append(bench_shape(B, T, H, sweep=not args.quick, pair_sweep_only=args.quick and not rows))
             except Exception as err:
                 rows.append({"shape": f"B{B} T{T} H{H}", "error": f"{type(err).__name__}: {err}"[:300]})
                 traceback.print_exc()
