@@ -89,19 +89,27 @@ def stage_times(q, k, v, g, beta, cu) -> dict:
     for warps, bk in WY_CONFIGS:
         run = partial(intra_chunk, q, k, v, g, beta, K ** -0.5, cu, True, wy_warps=warps, block_k=bk)
         times[f"intra_wy_w{warps}k{bk}_ms"] = round(median_ms(run), 3)
-    terms = intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True)
-    o = torch.empty_like(v)
-    final = torch.empty(cu.shape[0] - 1, q.shape[1], K, V, device="cuda")
-    for block_v, warps in ((32, 4), (64, 4)):
-        times[f"state_bv{block_v}_w{warps}_ms"] = round(median_ms(
-            lambda bv=block_v, w=warps: chunk_states(terms, o, None, final, cu, block_v=bv, num_warps=w)), 3)
+    times.update(state_sweep(q, k, v, g, beta, cu))
     times.update(kernel_ms(lambda: ours(q, k, v, g, beta, cu, None)))
     return times
 
 
+def state_sweep(q, k, v, g, beta, cu) -> dict:
+    """The sequential state kernel alone per V-block width: narrower blocks give more programs (B1 H32 at BV 32 is
+    128 programs on 132 SMs, one 4-warp program per SM to hide each chunk step's latency)."""
+    terms = intra_chunk(q, k, v, g, beta, K ** -0.5, cu, True)
+    o = torch.empty_like(v)
+    final = torch.empty(cu.shape[0] - 1, q.shape[1], K, V, device="cuda")
+    times = {}
+    for block_v, warps in ((16, 4), (32, 4), (64, 4), (32, 8)):
+        times[f"state_bv{block_v}_w{warps}_ms"] = round(median_ms(
+            lambda bv=block_v, w=warps: chunk_states(terms, o, None, final, cu, block_v=bv, num_warps=w)), 3)
+    return times
+
+
 def quick_times(B, T, H, q, k, v, g, beta, cu, with_pair_sweep: bool) -> dict:
-    """Per-kernel times, and the pair-kernel launch sweep where asked (each setting compiles for ~10-20 s)."""
-    times = pair_sweep(q, k, v, g, beta, cu) if with_pair_sweep else {}
+    """Per-kernel times, and the pair and state kernel launch sweeps where asked (each compiles for ~10-20 s)."""
+    times = {**pair_sweep(q, k, v, g, beta, cu), **state_sweep(q, k, v, g, beta, cu)} if with_pair_sweep else {}
     return {**times, **kernel_ms(lambda: ours(q, k, v, g, beta, cu, None))}
 
 
@@ -175,8 +183,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--quick", action="store_true",
-                        help="ours and fla with a per-kernel breakdown, the pair-kernel launch sweep on the first "
-                             "shape only; no WY or state sweep, no fp32 reference")
+                        help="ours and fla with a per-kernel breakdown, the pair and state kernel launch sweeps on "
+                             "the first shape only; no WY sweep, no fp32 reference")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = {"copy_GBps": round(copy_bandwidth_gbs()), "bf16_matmul_TFLOPs": round(matmul_tflops())}
