@@ -15,7 +15,7 @@ from functools import partial
 import torch
 
 from bench.common import copy_bandwidth_gbs, graph_replay_ms, matmul_tflops, median_ms, rel_err, table, write_results
-from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher, chunk_states, intra_chunk
+from dayzero.plugins.kda.chunk_kernel import PAIR_PATHS, chunk_kda_launcher, chunk_states, intra_chunk
 
 SHAPES = [(1, 8192, 32), (8, 4096, 96), (1, 32768, 96)]
 K = V = 128
@@ -46,7 +46,11 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
 # compiles for ~10-20 s. Off-device sm_90 builds (bench/triton_resources.py, bench/kda_pair_notes.md): none spills,
 # all use wgmma; stages >= 2 pipeline the q / k / G tile loads through shared memory (cp.async), which the
 # latency-bound column passes never had: BK16 w4 s2 / s3 160 registers, 15 / 25 KB shared; BK32 w8 s2 140, 30 KB.
-PAIR_CONFIGS = [(16, 4, 1), (16, 4, 2), (16, 4, 3), (16, 8, 2), (32, 8, 2), (32, 4, 2)]
+# "subchunk" is the other pair path (exact diagonal blocks, then one pass for the six blocks below the diagonal with
+# the solve folded in): BK 16 at 2-4 warps 242-252 registers, no spills; BK 32 spills below 8 warps.
+PAIR_CONFIGS = [("column", 16, 4, 1), ("column", 16, 4, 2), ("column", 16, 4, 3), ("column", 16, 8, 2),
+                ("column", 32, 8, 2), ("column", 32, 4, 2), ("subchunk", 16, 4, 1), ("subchunk", 16, 2, 1),
+                ("subchunk", 16, 4, 2), ("subchunk", 32, 8, 1)]
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
@@ -76,10 +80,10 @@ def pair_sweep(q, k, v, g, beta, cu) -> dict:
     """The intra-chunk kernels with each pair-kernel launch setting (the gate cumsum and WY kernels are the same in
     every run, so the differences are the pair kernel's)."""
     times = {}
-    for bk, warps, stages in PAIR_CONFIGS:
+    for pairs, bk, warps, stages in PAIR_CONFIGS:
         run = partial(intra_chunk, q, k, v, g, beta, K ** -0.5, cu, True, pair_block_k=bk, pair_warps=warps,
-                      pair_stages=stages)
-        times[f"intra_pk{bk}w{warps}s{stages}_ms"] = round(median_ms(run), 3)
+                      pair_stages=stages, pairs=pairs)
+        times[f"intra_{pairs}_pk{bk}w{warps}s{stages}_ms"] = round(median_ms(run), 3)
     return times
 
 
@@ -114,8 +118,9 @@ def quick_times(B, T, H, q, k, v, g, beta, cu, with_pair_sweep: bool) -> dict:
 
 
 def best_pair_config(row: dict) -> str:
-    """The fastest pair-kernel setting of a row's sweep, e.g. 'pk32w4s1 1.234' (empty without a sweep)."""
-    swept = {key[len("intra_"):-len("_ms")]: value for key, value in row.items() if key.startswith("intra_pk")}
+    """The fastest pair-kernel setting of a row's sweep, e.g. 'column_pk32w4s1 1.234' (empty without a sweep)."""
+    swept = {key[len("intra_"):-len("_ms")]: value for key, value in row.items()
+             if key.startswith(("intra_column_pk", "intra_subchunk_pk"))}
     return "" if not swept else min(((v, key) for key, v in swept.items()))[1] + f" {min(swept.values())}"
 
 
@@ -173,10 +178,15 @@ def reference_check() -> dict:
     q, k, v, g, beta, _ = make_inputs(1, sum(lengths), 8)
     cu = torch.tensor([0, *lengths], device="cuda").cumsum(0).int()
     S0 = torch.randn(len(lengths), 8, K, V, device="cuda")
-    o, s = chunk_kda_launcher(q, k, v, g, beta, K ** -0.5, S0, cu, True, True)
     ro, rs = R.chunk_kda(*(x.float()[None] for x in (q, k, v, g, beta)), initial_state=S0, output_final_state=True,
                          use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
-    return {"err_o_vs_reference": rel_err(o.float(), ro[0]), "err_S_vs_reference": rel_err(s, rs)}
+    errors = {}
+    for pairs in PAIR_PATHS:
+        o, s = chunk_kda_launcher(q, k, v, g, beta, K ** -0.5, S0, cu, True, True, pairs=pairs)
+        suffix = "" if pairs == "column" else f"_{pairs}"
+        errors |= {f"err_o_vs_reference{suffix}": rel_err(o.float(), ro[0]),
+                   f"err_S_vs_reference{suffix}": rel_err(s, rs)}
+    return errors
 
 
 def main() -> None:

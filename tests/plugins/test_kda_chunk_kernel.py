@@ -24,7 +24,7 @@ def inputs(lengths, H, K, V, dtype, decay_scale=1.0, lower_bound=None):
     return cast, g, beta.to(dtype), cu
 
 
-def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, **gate):
+def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs="column", **gate):
     from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher
 
     (q, k, v), g, beta, cu = inputs(lengths, H, K, V, dtype, **gate)
@@ -35,7 +35,7 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, **gate):
     out = poisoned(sum(lengths), H, V, dtype=dtype)
     final = poisoned(len(lengths), H, K, V)
     o, s = chunk_kda_launcher(*dev, K ** -0.5, None if S0 is None else S0.to(DEVICE), cu.to(DEVICE), l2, True,
-                              out=out, final_out=final)
+                              out=out, final_out=final, pairs=pairs)
     if tol is None:
         tol = 2e-2 if dtype == torch.bfloat16 else (5e-3 if ON_GPU else 1e-5)
     assert rel_err(o.float().cpu(), ref_o[0]) < tol
@@ -47,8 +47,9 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, **gate):
     gpu=[((8192,), 32, 128, 128), ((1000, 77, 4096, 1), 8, 128, 128), ((333,), 96, 128, 128)],
 ))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_matches_reference(lengths, H, K, V, dtype):
-    check(lengths, H, K, V, dtype)
+@pytest.mark.parametrize("pairs", ["column", "subchunk"])
+def test_matches_reference(lengths, H, K, V, dtype, pairs):
+    check(lengths, H, K, V, dtype, pairs=pairs)
 
 
 def test_zero_initial_state_and_no_l2norm():
@@ -56,14 +57,16 @@ def test_zero_initial_state_and_no_l2norm():
           torch.float32, with_state=False, l2=False)
 
 
+@pytest.mark.parametrize("pairs", ["column", "subchunk"])
 @pytest.mark.parametrize("decay_scale", [30.0, 300.0])
-def test_strong_decay_uses_exact_diagonal(decay_scale):
-    """Per-channel decays of tens of nats per token overflow the factored form; the exact path must take over."""
-    check((70,), 2, 16, 16, torch.float32, decay_scale=decay_scale, tol=1e-4 if not ON_GPU else 5e-3)
+def test_strong_decay_uses_exact_diagonal(decay_scale, pairs):
+    """Per-channel decays of tens of nats per token overflow a factored form; exact terms must take over."""
+    check((70,), 2, 16, 16, torch.float32, decay_scale=decay_scale, tol=1e-4 if not ON_GPU else 5e-3, pairs=pairs)
 
 
-def test_k3_bounded_gate():
-    check((130,), 2, 16, 16, torch.float32, lower_bound=-5.0)
+@pytest.mark.parametrize("pairs", ["column", "subchunk"])
+def test_k3_bounded_gate(pairs):
+    check((130,), 2, 16, 16, torch.float32, lower_bound=-5.0, pairs=pairs)
 
 
 def test_registered_op_on_cpu_is_the_reference():
@@ -119,12 +122,16 @@ def pair_terms_reference(q, k, g, beta, lengths, scale):
     return aqk, x
 
 
+@pytest.mark.parametrize("pairs", ["column", "subchunk"])
 @pytest.mark.parametrize("decay_scale", [1.0, 5.0, 300.0], ids=["mild", "mixed", "strong"])
-def test_pair_kernel_scores_and_inverse(decay_scale):
-    """The pair kernel and the solve alone: Aqk and X on and below the diagonal, a partial last chunk, two sequences;
-    'mixed' decays let some column blocks take the factored path and others the exact one."""
+def test_pair_kernel_scores_and_inverse(decay_scale, pairs):
+    """Each pair-terms path alone: Aqk and X on and below the diagonal, a partial last chunk, two sequences;
+    'mixed' decays let some column blocks take the factored path and others the exact one, 'strong' ones underflow
+    the sub-chunk path's factors (e^-300 per token)."""
     from dayzero.plugins.kda.chunk_common import chunk_offsets
-    from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
+    from dayzero.plugins.kda.chunk_kernel import PAIR_PATHS
+
+    pair_terms = PAIR_PATHS[pairs]
 
     lengths, H, K = (70, 37), 2, 32
     (q, k, _), g, beta, cu = inputs(lengths, H, K, 16, torch.float32, decay_scale=decay_scale)

@@ -39,6 +39,16 @@ def load_rows(ptr, t, valid, h, H: tl.constexpr, D: tl.constexpr, cols):
     return tl.load(ptr + offs, mask=valid[:, None] & (cols[None, :] < D), other=0.0).to(tl.float32)
 
 
+@triton.jit
+def inverse_norm(sum_sq, USE_L2NORM: tl.constexpr):
+    """1 / ||x|| from the row sums of squares (1 without L2 normalization)."""
+    if USE_L2NORM:
+        inv = 1.0 / tl.sqrt(sum_sq + 1e-6)
+    else:
+        inv = sum_sq * 0.0 + 1.0
+    return inv
+
+
 def chunk_offsets(cu_seqlens: torch.Tensor) -> torch.Tensor:
     """First global chunk id of each sequence [N] (on the device, no host sync)."""
     counts = (cu_seqlens[1:] - cu_seqlens[:-1] + CHUNK - 1) // CHUNK

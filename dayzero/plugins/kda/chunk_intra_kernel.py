@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BC, BT, CHUNK, EXP_CAP, load_rows, locate_chunk, row_of
+from dayzero.plugins.kda.chunk_common import BC, BT, CHUNK, EXP_CAP, inverse_norm, load_rows, locate_chunk, row_of
 from dayzero.plugins.kda.solve_kernel import solve_kernel
 from dayzero.plugins.triton_utils import dot
 
@@ -75,16 +75,6 @@ def _exact_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.const
 
 
 @triton.jit
-def _inverse_norm(sum_sq, USE_L2NORM: tl.constexpr):
-    """1 / ||x|| from the row sums of squares (1 without L2 normalization)."""
-    if USE_L2NORM:
-        inv = 1.0 / tl.sqrt(sum_sq + 1e-6)
-    else:
-        inv = sum_sq * 0.0 + 1.0
-    return inv
-
-
-@triton.jit
 def _store_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, j: tl.constexpr, acc_kk,
                         acc_qk, spread, col_sum_sq, akk_rows, aqk_rows, akk_out, aqk_out, USE_L2NORM: tl.constexpr):
     """Scale column block j by its row and column factors and store it: Akk strictly lower (zero on and above the
@@ -95,7 +85,7 @@ def _store_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.const
         acc_kk, acc_qk = _exact_column_block(q, k, g_cum, start, eos, h, H, K, j)
     rows = tl.arange(0, BT)
     cols = j * BC + tl.arange(0, BC)
-    col_inv = _inverse_norm(col_sum_sq, USE_L2NORM)
+    col_inv = inverse_norm(col_sum_sq, USE_L2NORM)
     t = start + rows
     offs = (t[:, None] * H + h) * BT + cols[None, :]
     mask = ((t < eos) & (rows >= j * BC))[:, None]
@@ -141,8 +131,8 @@ def intra_pairs_kernel(
                 acc_kk, acc_qk, col_sq, spread = _column_block(qq, kk, G, rows, k, g_cum, start, eos, h, H, K, kc, j,
                                                                acc_kk, acc_qk, col_sq, spread)
             if j == 0:
-                q_inv = _inverse_norm(q_sq, USE_L2NORM)
-                k_inv = _inverse_norm(k_sq, USE_L2NORM)
+                q_inv = inverse_norm(q_sq, USE_L2NORM)
+                k_inv = inverse_norm(k_sq, USE_L2NORM)
                 tl.store(q_inv_out + t * H + h, q_inv, mask=valid)
                 tl.store(k_inv_out + t * H + h, k_inv, mask=valid)
                 akk_rows = akk_rows * k_inv

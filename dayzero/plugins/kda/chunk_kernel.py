@@ -2,8 +2,8 @@
 
 Per chunk of BT = 64 tokens and head (MODEL.md section 2, WY form), with G = cumsum(g) inside the chunk
 (gate_cumsum_kernel.py):
-    pair_terms (chunk_intra_kernel.py):         Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors and
-                                                Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}), then
+    pair_terms (chunk_intra_kernel.py,          Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors and
+    or subchunk_pairs_kernel.py):               Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}), then
                                                 X = (I + Akk)^{-1} (solve_kernel.py)
     wy_kernel (wy_kernel.py):                   W = X (beta e^G k), U = X (beta v), qg = scale q e^G,
                                                 kt = k e^{G_C - G}, decay = e^{G_C}
@@ -25,6 +25,7 @@ import triton.language as tl
 from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_offsets
 from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
+from dayzero.plugins.kda.subchunk_pairs_kernel import subchunk_pair_terms
 from dayzero.plugins.kda.wy_kernel import wy_kernel
 from dayzero.plugins.triton_utils import dot
 
@@ -85,10 +86,16 @@ class ChunkTerms:
     offsets: torch.Tensor  # [N] first chunk id of each sequence
 
 
+# the two implementations of the pair terms + solve (same outputs): column-block passes then a solve launch, or
+# sub-chunk blocks (exact diagonal blocks, then the off-diagonal blocks and the solve in one launch)
+PAIR_PATHS = {"column": pair_terms, "subchunk": subchunk_pair_terms}
+
+
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
-                pair_warps: int = 4, pair_block_k: int = 16, pair_stages: int = 1, wy_warps: int = 4,
-                block_k: int = 32) -> ChunkTerms:
-    """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve, WY products."""
+                pair_warps: int = 4, pair_block_k: int | None = None, pair_stages: int = 1, wy_warps: int = 4,
+                block_k: int = 32, pairs: str = "column") -> ChunkTerms:
+    """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve (`pairs`: a PAIR_PATHS key),
+    WY products."""
     T, H, K = k.shape
     V = v.shape[-1]
     N = cu_seqlens.shape[0] - 1
@@ -104,8 +111,11 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
     g_cum = empty(T, H, K, dtype=torch.float32)
     launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, cu_seqlens, terms.offsets, N, H=H, K=K,
                                                              BK=min(K, 32), num_warps=4)
-    pair_terms(q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a, q_inv, k_inv,
-               launch, num_warps=pair_warps, block_k=pair_block_k, num_stages=pair_stages)
+    pair_options = dict(num_warps=pair_warps, num_stages=pair_stages)
+    if pair_block_k is not None:
+        pair_options["block_k"] = pair_block_k
+    PAIR_PATHS[pairs](q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a, q_inv,
+                      k_inv, launch, **pair_options)
     block_k, block_v = min(K, block_k), min(V, block_k)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
         q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,
@@ -142,7 +152,7 @@ def chunk_kda_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, scale: float,
     initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor, use_qk_l2norm: bool, output_final_state: bool,
     launch=None, state_block_v: int | None = None, out: torch.Tensor | None = None,
-    final_out: torch.Tensor | None = None,
+    final_out: torch.Tensor | None = None, pairs: str = "column",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Varlen chunked KDA: q, k, g [T, H, K], v [T, H, V], beta [T, H] (token-major, contiguous), cu_seqlens [N+1]
     int32 on the device; g in fp32 log space. Returns (o [T, H, V] in v's dtype, final states [N, H, K, V] fp32),
@@ -154,7 +164,7 @@ def chunk_kda_launcher(
         assert x.is_contiguous() and x.shape[0] == T, f"{name} must be contiguous [T, ...], got {tuple(x.shape)}"
     assert g.dtype == torch.float32 and q.shape == k.shape == g.shape and beta.shape == (T, H)
     assert K in (16, 32, 64, 128, 256) and V in (16, 32, 64, 128, 256), "K and V must be powers of two in 16..256"
-    terms = intra_chunk(q, k, v, g, beta, scale, cu_seqlens, use_qk_l2norm, launch)
+    terms = intra_chunk(q, k, v, g, beta, scale, cu_seqlens, use_qk_l2norm, launch, pairs=pairs)
     o = torch.empty(T, H, V, device=q.device, dtype=v.dtype) if out is None else out
     final = None
     if output_final_state:

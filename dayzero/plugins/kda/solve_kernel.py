@@ -53,7 +53,7 @@ def store_lower_blocks(ptr, start, eos, h, H: tl.constexpr, X00, X10, X11, X20, 
 
 
 @triton.jit
-def _inverse_unit_lower(L):
+def inverse_unit_lower(L):
     """(I + L)^{-1} of a strictly lower [BC, BC] block."""
     sub = tl.arange(0, BC)
     power = -L
@@ -67,10 +67,14 @@ def _inverse_unit_lower(L):
 @triton.jit
 def invert_blocks(L00, L10, L11, L20, L21, L22, L30, L31, L32, L33):
     """The blocks of (I + L)^{-1} for the blocks of a strictly lower L (diagonal blocks strictly lower)."""
-    D0 = _inverse_unit_lower(L00)
-    D1 = _inverse_unit_lower(L11)
-    D2 = _inverse_unit_lower(L22)
-    D3 = _inverse_unit_lower(L33)
+    return compose_inverse(inverse_unit_lower(L00), inverse_unit_lower(L11), inverse_unit_lower(L22),
+                           inverse_unit_lower(L33), L10, L20, L21, L30, L31, L32)
+
+
+@triton.jit
+def compose_inverse(D0, D1, D2, D3, L10, L20, L21, L30, L31, L32):
+    """The blocks of (I + L)^{-1} from its diagonal blocks D_i = (I + L_ii)^{-1} and L's blocks below the diagonal:
+    X_ij = -D_i sum_{m=j}^{i-1} L_im X_mj."""
     X10 = -_dot32(D1, _dot32(L10, D0))
     X21 = -_dot32(D2, _dot32(L21, D1))
     X20 = -_dot32(D2, _dot32(L20, D0) + _dot32(L21, X10))
