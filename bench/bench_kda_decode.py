@@ -31,8 +31,14 @@ K = V = 128
 WIDTH = 4
 L2_BYTES = 60 * 2**20
 CASES = [(b, h) for b in (1, 64, 256) for h in (32, 96)]
-POOL_CONFIGS = [(16, 2), (32, 4), (64, 4), (64, 8)]  # (block_v, num_warps); default (32, 4)
-FUSED_CONFIGS = [(16, 8), (32, 4), (32, 8), (32, 16), (64, 8)]  # (block_v, num_warps); default (32, 8)
+# (block_v, num_warps, stream): stream = evict-first state reads and streaming (.cs) state writes
+POOL_CONFIGS = [(16, 2, False), (32, 4, False), (64, 4, False), (64, 8, False), (32, 4, True), (64, 4, True)]
+FUSED_CONFIGS = [(16, 8, False), (32, 4, False), (32, 8, False), (32, 16, False), (64, 8, False), (32, 4, True),
+                 (32, 8, True)]
+
+
+def config_name(kind: str, config) -> str:
+    return f"ours_{kind}_bv{config[0]}_w{config[1]}{'_stream' if config[2] else ''}"
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -101,16 +107,16 @@ def unfused_inputs(s: dict, p: dict) -> dict:
     return dict(q=q, k=k, v=v, g=g, beta=torch.sigmoid(s["beta_logits"].float()).contiguous())
 
 
-def run_pool(u: dict, s: dict, state: torch.Tensor, config=(32, 4)):
+def run_pool(u: dict, s: dict, state: torch.Tensor, config=(32, 4, False)):
     return recurrent_kda_pool_launcher(u["q"], u["k"], u["v"], u["g"], u["beta"], state, s["slots"],
                                        s["num_accepted"], use_qk_l2norm_in_kernel=True, block_v=config[0],
-                                       num_warps=config[1])
+                                       num_warps=config[1], stream=config[2])
 
 
-def run_fused(s: dict, p: dict, state: torch.Tensor, conv_state: torch.Tensor, config=(32, 8)):
+def run_fused(s: dict, p: dict, state: torch.Tensor, conv_state: torch.Tensor, config=(32, 8, False)):
     return fused_kda_decode_launcher(s["qkv"], p["conv_weight"], conv_state, s["z"], p["A_log"], p["dt_bias"], None,
                                      s["beta_logits"], state, s["slots"], s["num_accepted"], block_v=config[0],
-                                     num_warps=config[1])
+                                     num_warps=config[1], stream=config[2])
 
 
 def run_fla(fla, u: dict, s: dict, p: dict, state: torch.Tensor, out: torch.Tensor, gate_in_kernel: bool):
@@ -179,11 +185,11 @@ def bench_case(B: int, H: int, fla, copy_GBps: float) -> dict:
         st = state0.clone()
         errors = check("recurrent_kda_pool", run_pool(u0, s0, st, config), o_pool_ref, st, pool_after, s0["slots"])
         ms = bench(rotating([lambda u=u, s=s: run_pool(u, s, p["state"], config) for u, s in zip(unfused, sets)]))
-        extra = {"block_v": config[0], "num_warps": config[1], **errors}
+        extra = {"block_v": config[0], "num_warps": config[1], "stream": config[2], **errors}
         if B == 1:
             extra["graph_ms"] = graph_ms([lambda u=u, s=s: run_pool(u, s, p["state"], config)
                                           for u, s in list(zip(unfused, sets))[:32]])
-        add(f"ours_pool_bv{config[0]}_w{config[1]}", ms, extra)
+        add(config_name("pool", config), ms, extra)
 
     def ours_fused(config):
         st, cs = state0.clone(), conv0.clone()
@@ -193,11 +199,11 @@ def bench_case(B: int, H: int, fla, copy_GBps: float) -> dict:
         if not torch.equal(cs[rows], conv_ref[rows]):
             raise AssertionError("fused_kda_decode wrote different conv windows than the reference")
         ms = bench(rotating([lambda s=s: run_fused(s, p, p["state"], p["conv_state"], config) for s in sets]))
-        extra = {"block_v": config[0], "num_warps": config[1], **errors}
+        extra = {"block_v": config[0], "num_warps": config[1], "stream": config[2], **errors}
         if B == 1:
             extra["graph_ms"] = graph_ms([lambda s=s: run_fused(s, p, p["state"], p["conv_state"], config)
                                           for s in sets[:32]])
-        add(f"ours_fused_bv{config[0]}_w{config[1]}", ms, extra)
+        add(config_name("fused", config), ms, extra)
 
     def peer(gate_in_kernel: bool):
         outs = [torch.empty_like(u["v"]) for u in unfused]
@@ -213,9 +219,9 @@ def bench_case(B: int, H: int, fla, copy_GBps: float) -> dict:
         add("fla_gate_in_kernel" if gate_in_kernel else "fla", ms, extra)
 
     for config in POOL_CONFIGS:
-        attempt(f"ours_pool_bv{config[0]}_w{config[1]}", lambda c=config: ours_pool(c))
+        attempt(config_name("pool", config), lambda c=config: ours_pool(c))
     for config in FUSED_CONFIGS:
-        attempt(f"ours_fused_bv{config[0]}_w{config[1]}", lambda c=config: ours_fused(c))
+        attempt(config_name("fused", config), lambda c=config: ours_fused(c))
     if fla is not None:
         attempt("fla", lambda: peer(False))
         attempt("fla_gate_in_kernel", lambda: peer(True))
@@ -258,6 +264,8 @@ def main() -> None:
         ceiling = ceilings()
         fla = load_fla()
         records = []
+        result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+                  "ceilings": ceiling, "fla": fla is not None, "cases": records}
         for B, H in CASES:
             try:
                 records.append(bench_case(B, H, fla, ceiling["copy_GBps"]))
@@ -265,9 +273,9 @@ def main() -> None:
                 traceback.print_exc()
                 records.append({"B": B, "H": H, "kernels": {"case": {"error": f"{type(error).__name__}: {error}"}}})
             torch.cuda.empty_cache()
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "ceilings": ceiling, "fla": fla is not None, "cases": records, "seconds": time.time() - started}
-    (args.out / "kda_decode.json").write_text(json.dumps(result, indent=2))
+            # after every case: a run cut short by its time slot keeps what it measured
+            result["seconds"] = time.time() - started
+            (args.out / "kda_decode.json").write_text(json.dumps(result, indent=2))
     print(f"\nceilings: copy {ceiling['copy_GBps']:.0f} GB/s (read+write), bf16 matmul "
           f"{ceiling['bf16_matmul_TFLOPs']:.0f} TFLOP/s; fla {'present' if fla else 'MISSING (no peer column)'}; "
           f"{result['seconds']:.0f} s")

@@ -92,8 +92,8 @@ def test_recurrent_kda_pool_matches_reference(B, L, H, K, V, dtype, l2norm, stri
     check_pool(got, expected, state, slots, state_tol)
 
 
-@pytest.mark.parametrize("block_v, num_warps", [(16, 1), (32, 2)])
-def test_recurrent_kda_pool_block_configs(block_v, num_warps):
+@pytest.mark.parametrize("block_v, num_warps, stream", [(16, 1, False), (32, 2, False), (16, 2, True)])
+def test_recurrent_kda_pool_block_configs(block_v, num_warps, stream):
     from dayzero.plugins.kda.recurrent_kernel import recurrent_kda_pool_launcher
 
     B, L, H, K, V = 2, 2, 2, 16, 32
@@ -104,7 +104,7 @@ def test_recurrent_kda_pool_block_configs(block_v, num_warps):
     o_ref = R.recurrent_kda_pool(*(x.cpu() for x in (q, k, v, g, beta)), expected, slots, num_accepted, scale=0.3)
     got = state.to(DEVICE)
     o = recurrent_kda_pool_launcher(q, k, v, g, beta, got, slots.to(DEVICE), num_accepted.to(DEVICE), scale=0.3,
-                                    block_v=block_v, num_warps=num_warps)
+                                    block_v=block_v, num_warps=num_warps, stream=stream)
     assert rel_err(o.cpu(), o_ref) < 1e-5 and rel_err(got.cpu(), expected) < 1e-5
 
 
@@ -124,7 +124,8 @@ def fused_inputs(B, L, H, K, W, dtype, num_slots):
     gpu=[(1, 1, 32, 128, 4, torch.bfloat16, None), (64, 1, 96, 128, 4, torch.bfloat16, -5.0),
          (33, 4, 32, 128, 4, torch.bfloat16, None), (5, 3, 8, 64, 3, torch.float32, -5.0)],
 ))
-def test_fused_kda_decode_matches_reference(B, L, H, K, W, dtype, lower_bound):
+@pytest.mark.parametrize("stream", [False, True], ids=["cached", "streamed"])
+def test_fused_kda_decode_matches_reference(B, L, H, K, W, dtype, lower_bound, stream):
     from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher
 
     num_slots = B * L + 3
@@ -136,7 +137,7 @@ def test_fused_kda_decode_matches_reference(B, L, H, K, W, dtype, lower_bound):
     got = {name: x.to(DEVICE) for name, x in inputs.items()}
     out = poisoned(B, L, H, K, dtype=dtype)
     fused_kda_decode_launcher(**got, lower_bound=lower_bound, state_slots=slots.to(DEVICE),
-                              num_accepted=num_accepted.to(DEVICE), out=out)
+                              num_accepted=num_accepted.to(DEVICE), out=out, stream=stream)
     out_tol, state_tol = TOLERANCE[dtype]
     assert rel_err(out.cpu(), o_ref) < out_tol
     assert torch.equal(out.cpu()[slots[:, 0] < 0], torch.zeros_like(o_ref[slots[:, 0] < 0]))

@@ -44,6 +44,25 @@ def kda_token_split(S, q, k, v, g, beta):
 
 
 @triton.jit
+def load_state(ptrs, STREAM: tl.constexpr):
+    """A state tile; STREAM marks it evict-first (a pool larger than the L2 is read once per step)."""
+    if STREAM:
+        S = tl.load(ptrs, eviction_policy="evict_first")
+    else:
+        S = tl.load(ptrs)
+    return S
+
+
+@triton.jit
+def store_state(ptrs, S, STREAM: tl.constexpr):
+    """Write a state tile back; STREAM stores it with the streaming cache hint (not re-read this step)."""
+    if STREAM:
+        tl.store(ptrs, S, cache_modifier=".cs")
+    else:
+        tl.store(ptrs, S)
+
+
+@triton.jit
 def gate_decay(z, rate, lower_bound, USE_LOWER_BOUND: tl.constexpr):
     """Log-space decay from z + dt_bias: Kimi-Linear -rate * softplus(z), K3 lower_bound * sigmoid(rate * z)."""
     if USE_LOWER_BOUND:
@@ -65,6 +84,7 @@ def _recurrent_kda_pool_kernel(
     q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L,
     q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
+    STREAM: tl.constexpr,
 ):
     bh = tl.program_id(0)
     b = bh // H
@@ -77,7 +97,7 @@ def _recurrent_kda_pool_kernel(
         return
     start = tl.load(slots + tl.load(num_accepted + b) - 1).to(tl.int64)
     tile = h * K * V + ok[:, None] * V + ov[None, :]
-    S = tl.load(state + start * (H * K * V) + tile)
+    S = load_state(state + start * (H * K * V) + tile, STREAM)
     tl.debug_barrier()
     for t in range(L):
         b_q = tl.load(q + b.to(tl.int64) * q_sb + t * q_st + h * K + ok).to(tl.float32)
@@ -92,7 +112,7 @@ def _recurrent_kda_pool_kernel(
         tl.store(o + ((b * L + t) * H + h).to(tl.int64) * V + ov, b_o.to(o.dtype.element_ty))
         slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
-            tl.store(state + slot * (H * K * V) + tile, S)
+            store_state(state + slot * (H * K * V) + tile, S, STREAM)
 
 
 @triton.jit
@@ -113,6 +133,7 @@ def _fused_kda_decode_kernel(
     qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
     scale, lower_bound, L,
     H: tl.constexpr, K: tl.constexpr, W: tl.constexpr, BV: tl.constexpr, USE_LOWER_BOUND: tl.constexpr,
+    STREAM: tl.constexpr,
 ):
     C = H * K
     # AOTInductor passes Python floats as fp64 scalars: fp64 would leak into the fp32 state recurrence
@@ -132,7 +153,7 @@ def _fused_kda_decode_kernel(
         return
     start = tl.load(slots + tl.load(num_accepted + b) - 1).to(tl.int64)
     tile = h * K * K + ok[None, :, None] * K + ov[:, None, :]
-    S = tl.load(state + start * (H * K * K) + tile)
+    S = load_state(state + start * (H * K * K) + tile, STREAM)
     window = conv_state + start * 3 * (W - 1) * C
     q0, q1, q2 = load_short_window(window, C, h * K + ok, W)
     k0, k1, k2 = load_short_window(window + (W - 1) * C, C, h * K + ok, W)
@@ -159,7 +180,7 @@ def _fused_kda_decode_kernel(
         tl.store(o + token * C + h * K + ov, b_o.to(o.dtype.element_ty))
         slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
-            tl.store(state + slot * (H * K * K) + tile, S)
+            store_state(state + slot * (H * K * K) + tile, S, STREAM)
             window = conv_state + slot * 3 * (W - 1) * C
             store_short_window(window, q0, q1, q2, C, h * K + ok, W)
             store_short_window(window + (W - 1) * C, k0, k1, k2, C, h * K + ok, W)
@@ -195,10 +216,11 @@ def recurrent_kda_pool_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
-    num_warps: int = 4, launch=None,
+    num_warps: int = 4, stream: bool = False, launch=None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
-    Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`."""
+    Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
+    gives the state reads and writes streaming cache hints (a tuning knob, swept by the benchmark)."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
@@ -212,7 +234,7 @@ def recurrent_kda_pool_launcher(
     kernel = launch(_recurrent_kda_pool_kernel) if launch else _recurrent_kda_pool_kernel
     kernel[(batch * heads, dim_v // block_v)](
         q, k, v, g, beta, o, state, state_slots, num_accepted, dim_k ** -0.5 if scale is None else scale, length,
-        *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel,
+        *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, stream,
         num_warps=num_warps,
     )
     return o
@@ -222,12 +244,13 @@ def fused_kda_decode_launcher(
     qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor, z: torch.Tensor, A_log: torch.Tensor,
     dt_bias: torch.Tensor, lower_bound: float | None, beta_logits: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None, *,
-    out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 4, launch=None,
+    out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 4, stream: bool = False,
+    launch=None,
 ) -> torch.Tensor:
     """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
     conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k
     windows it reads are shared by the whole head (and may be its write slot), so V is not split over programs;
-    inside the program the state tile is blocked as [K/BV, K, BV]."""
+    inside the program the state tile is blocked as [K/BV, K, BV]. `stream` as in recurrent_kda_pool_launcher."""
     batch, length, heads, dim = z.shape
     width = conv_weight.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
@@ -248,6 +271,6 @@ def fused_kda_decode_launcher(
     kernel[(batch * heads,)](
         qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
         dim ** -0.5 if scale is None else scale, 0.0 if lower_bound is None else lower_bound, length,
-        heads, dim, width, block_v, lower_bound is not None, num_warps=num_warps,
+        heads, dim, width, block_v, lower_bound is not None, stream, num_warps=num_warps,
     )
     return o
