@@ -32,6 +32,11 @@ NOPE, ROPE, TOPK = 512, 64, 2048
 L2_BYTES = 60 * 2**20
 SM_SCALE = (128 + 64) ** -0.5
 SWEEP = [(32, 2), (64, 2), (16, 3), (32, 4)]  # (block_n, num_stages) tried next to the default
+# (block_n, num_stages, dv_blocks): programs that split the value columns (each recomputes the scores), against the
+# [64, 512] accumulator's spills; off-device sm_90 builds at 8 warps (bench/triton_resources.py): the default config
+# spills 456 B (FP8) / 272 B (BF16); BF16 n32 s2 dv2: no spills, 180 KB shared (s3 would need 233 KB: over the
+# 227 KB limit); FP8 n32 s3 dv2: 272 B; FP8 n16 s3 dv4: 56 B
+VALUE_BLOCK_SWEEP = [(32, 2, 2), (32, 3, 2), (16, 3, 4)]
 
 
 def bench_ms(fn, rep_ms: int = 200) -> float:
@@ -207,6 +212,12 @@ def sweep_configs(heads: int, dense: bool = False) -> list:
     return configs
 
 
+def value_block_configs(heads: int, fmt: str) -> list:
+    base = schedule.tile_config(heads, torch.bfloat16, dense=False)
+    return [schedule.TileConfig(base.block_h, 1, block_n, base.num_warps, stages, dv_blocks=dv_blocks)
+            for block_n, stages, dv_blocks in VALUE_BLOCK_SWEEP if not (fmt == "bf16" and stages > 2)]
+
+
 def cases(args) -> list:
     """(name, builder) pairs; builders return lists of records."""
     sweep = not args.no_sweep
@@ -219,10 +230,14 @@ def cases(args) -> list:
             configs = [None]
             if sweep and fmt == "fp8":
                 configs = sweep_configs(heads) if heads == 128 else [None, narrow]
+            if sweep or args.value_blocks:
+                configs = configs + value_block_configs(heads, fmt)
             out.append((f"decode B64 H{heads} {fmt}",
                         lambda h=heads, f=fmt, c=configs: sparse_case(f"decode B64 H{h} {f}", 1, 64, h, 32768, f, c)))
     out.append(("decode B64x(1+3) H128 fp8", lambda: sparse_case("decode B64x(1+3) H128 fp8", 4, 64, 128, 32768,
                                                                  "fp8", [None])))
+    if args.decode_only:
+        return out
     for heads in (128, 64):
         configs = sweep_configs(heads) if sweep and heads == 128 else [None]
         out.append((f"prefill T{prefill} H{heads} bf16",
@@ -253,7 +268,8 @@ def print_table(ceil: dict, records: list) -> None:
           f"{'%roof':>6}")
     for r in records:
         c = r["config"]
-        cfg = c if c == "default" else f"h{c['block_h']} n{c['block_n']} s{c['num_stages']} w{c['num_warps']}"
+        cfg = c if c == "default" else (f"h{c['block_h']} n{c['block_n']} s{c['num_stages']} w{c['num_warps']}"
+                                        f"{' dv' + str(c['dv_blocks']) if c.get('dv_blocks', 1) > 1 else ''}")
         if "ms" not in r:
             print(f"{r['case']:34} {cfg:>18} ERROR {r.get('error', '')[:60]}")
             continue
@@ -267,6 +283,9 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--prefill-tokens", type=int, default=32768)
     parser.add_argument("--no-sweep", action="store_true", help="time the default tile config only")
+    parser.add_argument("--value-blocks", action="store_true",
+                        help="with --no-sweep: still time the value-column-block configs of the decode cases")
+    parser.add_argument("--decode-only", action="store_true", help="the decode cases only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -283,6 +302,8 @@ def main() -> int:
             records.append({"case": name, "config": "default", "error": f"{type(exc).__name__}: {exc}"[:500]})
         torch.cuda.empty_cache()
         print(f"[{time.time() - start:6.1f}s] {name}", file=sys.stderr, flush=True)
+        # after every case: a run cut short by its time slot keeps what it measured
+        (args.out / "sparse_mla.json").write_text(json.dumps({"ceilings": ceil, "records": records}, indent=1))
     stats = compile_stats()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "ceilings": ceil, "records": records, "compiled_kernels": stats,

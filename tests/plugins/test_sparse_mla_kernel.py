@@ -159,6 +159,30 @@ def test_sparse_split_key_lists_combine_exactly(num_splits):
     assert_matches(run_sparse(sc, indices, 128, num_splits=num_splits), sparse_reference(sc, indices, 128), FP32)
 
 
+@pytest.mark.parametrize("context, H, fmt, nope, topk, dv_blocks, num_splits", sizes(
+    cpu=[((150, 70), 20, "fp8", 384, 64, 2, 1), ((150, 70), 20, "fp8", 256, 64, 2, 3),
+         ((150, 70), 20, "bfloat16", 128, 64, 4, 1), ((150, 70), 20, "float32", 96, 64, 2, 2)],
+    gpu=[((3000,) * 16, 128, "fp8", 512, 2048, 2, 1), ((3000,) * 16, 64, "fp8", 512, 2048, 4, 2),
+         ((3000,) * 16, 128, "bfloat16", 512, 2048, 2, 1), ((2000, 700), 128, "fp8", 384, 512, 2, 1)],
+))
+def test_value_column_blocks_give_the_whole_output(context, H, fmt, nope, topk, dv_blocks, num_splits):
+    """Programs that each accumulate a block of the value columns (one past the last FP8 tile when nope is not a
+    power of two) write the same o and lse as one program for all of them, with and without key-list splits."""
+    q_dtype = FP32 if fmt == "float32" else BF16
+    sc = scenario(list(context), [2] + [1] * (len(context) - 1), H, nope, 64, fmt, q_dtype)
+    indices = random_indices(sc, topk)
+    base = schedule.tile_config(H, q_dtype, dense=False)
+    # two stages: with dv_blocks the BF16 tiles of three stages outgrow the H200's shared memory
+    config = schedule.TileConfig(base.block_h, 1, base.block_n, base.num_warps, min(base.num_stages, 2),
+                                 dv_blocks=dv_blocks)
+    got = run_sparse(sc, indices, nope, config=config, num_splits=num_splits)
+    assert_matches(got, sparse_reference(sc, indices, nope), q_dtype)
+    dense_config = schedule.TileConfig(base.block_h, 1, base.block_n, base.num_warps, min(base.num_stages, 2),
+                                       dv_blocks=dv_blocks)
+    assert_matches(run_dense(sc, nope, config=dense_config, num_splits=num_splits), dense_reference(sc, nope),
+                   q_dtype)
+
+
 def test_sparse_nothing_visible_gives_zero_and_neg_inf():
     """Tokens whose index row is all -1 (and a topk below one key block) attend to nothing."""
     sc = scenario([40, 10], [2, 1], 4, 64, 16, "bfloat16", BF16)

@@ -66,6 +66,30 @@ def _gather_latent_rows(cache, rows, row_ok, dtype: tl.constexpr, math_dtype: tl
 
 
 @triton.jit
+def _gather_value_rows(cache, rows, row_ok, dv_lo, dtype: tl.constexpr, math_dtype: tl.constexpr, ROW: tl.constexpr,
+                       DV: tl.constexpr, DVB: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr,
+                       TILE: tl.constexpr):
+    """Value columns [dv_lo, dv_lo + DVB) of flat physical rows [BLOCK_N] -> [BLOCK_N, DVB] in `dtype` (0 outside
+    row_ok): the slice of `_gather_latent_rows`'s nope part that a value-column block accumulates."""
+    base = cache + rows.to(tl.int64) * ROW
+    if FP8:
+        NB: tl.constexpr = DVB // TILE
+        t = dv_lo // TILE + tl.arange(0, NB)
+        c = tl.arange(0, TILE)
+        # a last block past DV (DV not a power of two) reads nothing: its columns are never stored
+        tile_ok = row_ok[:, None] & (t < DV // TILE)[None, :]
+        raw = tl.load(base[:, None, None] + (t * TILE)[None, :, None] + c[None, None, :], mask=tile_ok[:, :, None],
+                      other=0)
+        scale = tl.load((base + DV).to(tl.pointer_type(tl.float32))[:, None] + t[None, :], mask=tile_ok, other=0.0)
+        value = raw.to(tl.float8e4nv, bitcast=True).to(math_dtype) * scale.to(math_dtype)[:, :, None]
+        value = tl.reshape(value, (BLOCK_N, DVB)).to(dtype)
+    else:
+        v = dv_lo + tl.arange(0, DVB)
+        value = tl.load(base[:, None] + v[None, :], mask=row_ok[:, None] & (v < DV)[None, :], other=0.0).to(dtype)
+    return value
+
+
+@triton.jit
 def _resolve_rows_kernel(indices, block_table, token_seq, rows, num_slots, topk, stride_idx, stride_bt,
                          PAGE: tl.constexpr, BLOCK: tl.constexpr):
     """rows[t, k] = flat physical row of logical position indices[t, k] of token t's sequence, or -1;
@@ -114,11 +138,14 @@ def _mla_attention_kernel(
     ROW: tl.constexpr, DV: tl.constexpr, DR: tl.constexpr, DV_PAD: tl.constexpr, DR_PAD: tl.constexpr,
     FP8: tl.constexpr, DENSE: tl.constexpr, SPLIT: tl.constexpr, TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, TILE: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, DV_BLOCKS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
-    # the head blocks of one token block are neighbours in launch order, so its gathered rows are re-read from L2
+    # the value blocks and head blocks of one token block are neighbours in launch order, so its gathered rows are
+    # re-read from L2
+    dv_block = pid % DV_BLOCKS
+    pid = pid // DV_BLOCKS
     head_block = pid % num_head_blocks
     block = pid // num_head_blocks
     seq = tl.load(block_seq + block)
@@ -143,6 +170,9 @@ def _mla_attention_kernel(
 
     dtype = q.dtype.element_ty
     math_dtype = tl.float32 if UPCAST else dtype
+    # this program's value columns: all of them, or block dv_block of DV_BLOCKS
+    DVB: tl.constexpr = DV_PAD // DV_BLOCKS
+    dv_lo = dv_block * DVB
     v = tl.arange(0, DV_PAD)
     r = tl.arange(0, DR_PAD)
     q_row = q + tok.to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
@@ -153,7 +183,7 @@ def _mla_attention_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
+    acc = tl.zeros([BLOCK_M, DVB], tl.float32)
     row_base = rows + block.to(tl.int64) * stride_rows
     table_row = block_table + seq * stride_bt
     # each block's physical rows are fetched one block ahead, so the pipelined gather does not wait on them
@@ -178,21 +208,29 @@ def _mla_attention_kernel(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = _mma(p.to(dtype), k_nope, acc * alpha[:, None], PRECISION, UPCAST)
+        if DV_BLOCKS == 1:
+            values = k_nope
+        else:
+            values = _gather_value_rows(cache, row, key_ok, dv_lo, dtype, math_dtype, ROW, DV, DVB, BLOCK_N, FP8,
+                                        TILE)
+        acc = _mma(p.to(dtype), values, acc * alpha[:, None], PRECISION, UPCAST)
         m_i = m_new
 
     seen = l_i > 0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse_row = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
     flat = tok.to(tl.int64) * num_heads + head
-    out_ok = row_ok[:, None] & (v < DV)[None, :]
+    vo = dv_lo + tl.arange(0, DVB)
+    out_ok = row_ok[:, None] & (vo < DV)[None, :]
+    # every value block computes the same lse: the first one stores it
+    lse_ok = row_ok & (dv_block + head * 0 == 0)
     if SPLIT:
         flat += split.to(tl.int64) * num_tokens * num_heads
-        tl.store(o_part + flat[:, None] * DV + v[None, :], out, mask=out_ok)
-        tl.store(lse_part + flat, lse_row, mask=row_ok)
+        tl.store(o_part + flat[:, None] * DV + vo[None, :], out, mask=out_ok)
+        tl.store(lse_part + flat, lse_row, mask=lse_ok)
     else:
-        tl.store(o + flat[:, None] * DV + v[None, :], out.to(o.dtype.element_ty), mask=out_ok)
-        tl.store(lse + flat, lse_row, mask=row_ok)
+        tl.store(o + flat[:, None] * DV + vo[None, :], out.to(o.dtype.element_ty), mask=out_ok)
+        tl.store(lse + flat, lse_row, mask=lse_ok)
 
 
 # the Triton interpreter (3.9) does bf16 dots and arithmetic on the raw bits, so there bf16 math runs in fp32
@@ -257,7 +295,7 @@ def _launch_attention(q, cache, block_table, cu_seqlens, keys, sm_scale: float, 
         rows, num_slots = _resolve_rows(keys, block_table, block_seq, launch)
         block_first, positions = block_seq, block_seq
         key_hint = keys.shape[1]
-    programs = block_seq.shape[0] * head_blocks
+    programs = block_seq.shape[0] * head_blocks * config.dv_blocks
     if splits is None:
         splits = schedule.num_splits(programs, key_hint, config.block_n, q.device)
     o_part, lse_part = o, lse
@@ -273,7 +311,7 @@ def _launch_attention(q, cache, block_table, cu_seqlens, keys, sm_scale: float, 
         DR_PAD=_pow2_at_least_16(width - v_dim), FP8=is_quantized(cache), DENSE=dense, SPLIT=splits > 1,
         TOKENS=config.tokens_per_block, BLOCK_H=config.block_h, BLOCK_N=config.block_n, PAGE=PAGE_SIZE,
         TILE=FP8_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST=q.dtype == torch.bfloat16 and _INTERPRETED,
+        UPCAST=q.dtype == torch.bfloat16 and _INTERPRETED, DV_BLOCKS=config.dv_blocks,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if splits > 1:

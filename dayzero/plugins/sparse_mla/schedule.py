@@ -26,9 +26,12 @@ class TileConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    # programs sharing one query block, each accumulating 1/dv_blocks of the value columns (every one computes the
+    # whole score block): a [64, 512] fp32 accumulator next to the score operands spills at any warp count
+    dv_blocks: int = 1
 
     def __post_init__(self):
-        for name in ("block_h", "tokens_per_block", "block_n"):
+        for name in ("block_h", "tokens_per_block", "block_n", "dv_blocks"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
                 raise ValueError(f"TileConfig.{name} must be a power of two, got {value}")
