@@ -99,15 +99,18 @@ def _first_gate(g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc, i: t
 
 
 @triton.jit
-def _row_side(G, valid, g_n):
-    """e^{G_r - G_n} <= 1 for the rows of a sub-chunk; rows past eos (G loaded as 0) get 0, not e^{-G_n}."""
-    return tl.where(valid[:, None], tl.exp(tl.minimum(G - g_n[None, :], 0.0)), 0.0)
+def _scaled_rows(qi, ki, Gi, valid, g_n):
+    """Row sub-chunk i's q and k times e^{G_r - G_n} <= 1; rows past eos (G loaded as 0) get 0, not e^{-G_n}."""
+    row_side = tl.where(valid[:, None], tl.exp(tl.minimum(Gi - g_n[None, :], 0.0)), 0.0)
+    return qi * row_side, ki * row_side
 
 
 @triton.jit
-def _key_side(kj, Gj, g_n):
-    """Keys of an earlier sub-chunk scaled by e^{G_n - G_c} <= 1, transposed for the dot: [BK, BC]."""
-    return tl.trans(kj * tl.exp(tl.minimum(g_n[None, :] - Gj, 0.0)))
+def _accumulate(qr, kr, kj, Gj, g_n, acc_qk, acc_kk):
+    """Block (i, j) for one K tile: the row side (_scaled_rows) against the keys of the earlier sub-chunk j times
+    e^{G_n - G_c} <= 1."""
+    key = tl.trans(kj * tl.exp(tl.minimum(g_n[None, :] - Gj, 0.0)))
+    return acc_qk + dot(qr, key), acc_kk + dot(kr, key)
 
 
 @triton.jit
@@ -167,29 +170,17 @@ def offdiag_solve_kernel(
             q2, k2, G2, valid2 = _sub_chunk(q, k, g_cum, start, eos, h, H, K, kc, 2)
             q3, k3, G3, valid3 = _sub_chunk(q, k, g_cum, start, eos, h, H, K, kc, 3)
             n1 = _first_gate(g_cum, start, eos, h, H, K, kc, 1)
-            row1 = _row_side(G1, valid1, n1)
-            key = _key_side(k0, G0, n1)
-            qk10 += dot(q1 * row1, key)
-            kk10 += dot(k1 * row1, key)
+            q1r, k1r = _scaled_rows(q1, k1, G1, valid1, n1)
+            qk10, kk10 = _accumulate(q1r, k1r, k0, G0, n1, qk10, kk10)
             n2 = _first_gate(g_cum, start, eos, h, H, K, kc, 2)
-            q2r, k2r = q2 * _row_side(G2, valid2, n2), k2 * _row_side(G2, valid2, n2)
-            key = _key_side(k0, G0, n2)
-            qk20 += dot(q2r, key)
-            kk20 += dot(k2r, key)
-            key = _key_side(k1, G1, n2)
-            qk21 += dot(q2r, key)
-            kk21 += dot(k2r, key)
+            q2r, k2r = _scaled_rows(q2, k2, G2, valid2, n2)
+            qk20, kk20 = _accumulate(q2r, k2r, k0, G0, n2, qk20, kk20)
+            qk21, kk21 = _accumulate(q2r, k2r, k1, G1, n2, qk21, kk21)
             n3 = _first_gate(g_cum, start, eos, h, H, K, kc, 3)
-            q3r, k3r = q3 * _row_side(G3, valid3, n3), k3 * _row_side(G3, valid3, n3)
-            key = _key_side(k0, G0, n3)
-            qk30 += dot(q3r, key)
-            kk30 += dot(k3r, key)
-            key = _key_side(k1, G1, n3)
-            qk31 += dot(q3r, key)
-            kk31 += dot(k3r, key)
-            key = _key_side(k2, G2, n3)
-            qk32 += dot(q3r, key)
-            kk32 += dot(k3r, key)
+            q3r, k3r = _scaled_rows(q3, k3, G3, valid3, n3)
+            qk30, kk30 = _accumulate(q3r, k3r, k0, G0, n3, qk30, kk30)
+            qk31, kk31 = _accumulate(q3r, k3r, k1, G1, n3, qk31, kk31)
+            qk32, kk32 = _accumulate(q3r, k3r, k2, G2, n3, qk32, kk32)
         # L2 factors from diag_blocks_kernel: k_inv on every column; scale * q_inv on Aqk's rows, beta * k_inv on Akk's
         kinv0 = _row_values(k_inv, start, eos, h, H, 0)
         kinv1 = _row_values(k_inv, start, eos, h, H, 1)
