@@ -195,13 +195,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="ours and fla with a per-kernel breakdown, the pair and state kernel launch sweeps on "
                              "the first shape only; no WY sweep, no fp32 reference")
+    parser.add_argument("--first-shape-only", action="store_true", help="B1 T8192 H32 only (with --quick: its sweeps)")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = {"copy_GBps": round(copy_bandwidth_gbs()), "bf16_matmul_TFLOPs": round(matmul_tflops())}
     check = reference_check()
     rows = []
     with torch.inference_mode():
-        for B, T, H in SHAPES:
+        for B, T, H in SHAPES[:1] if args.first_shape_only else SHAPES:
             try:
                 rows.append(bench_shape(B, T, H, sweep=not args.quick, pair_sweep_only=args.quick and not rows))
             except Exception as err:
