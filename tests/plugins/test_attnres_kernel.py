@@ -55,6 +55,38 @@ def test_every_config_keeps_the_result(num_sources, tile, prefetch, num_warps, s
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
 
 
+@pytest.mark.parametrize("num_sources, tokens, dim, dtype, chunk", sizes(
+    cpu=[(1, 3, 40, torch.float32, 16), (2, 2, 100, torch.bfloat16, 32), (9, 2, 72, torch.float32, 16),
+         (16, 1, 24, torch.float32, 64)],
+    gpu=[(2, 8192, 7168, torch.bfloat16, 1024), (9, 4097, 2304, torch.bfloat16, 256),
+         (8, 333, 7168, torch.float32, 512), (3, 64, 1000, torch.bfloat16, 128)],
+))
+@pytest.mark.parametrize("emit_norm", [False, True], ids=["mix", "mix+norm"])
+def test_two_pass_matches_reference(num_sources, tokens, dim, dtype, chunk, emit_norm):
+    # chunks that do not divide D, one chunk wider than D, one source, the most listed sources
+    from dayzero.plugins.attnres.kernel import TwoPassConfig, attnres_mix_launcher
+
+    sources, query, rms_weight, norm_weight = _inputs(num_sources, tokens, dim, dtype)
+    config = TwoPassConfig(chunk=chunk, num_warps=4, stages=2)
+    out, normed = poisoned(tokens, dim, dtype=dtype), poisoned(tokens, dim, dtype=dtype)
+    got, got_normed = attnres_mix_launcher(query, sources, rms_weight, 1e-6, norm_weight if emit_norm else None,
+                                           1e-5, out=out, normed=normed if emit_norm else None, config=config)
+    mix, expected = reference.attnres_mix_norm(query, sources, rms_weight, 1e-6, norm_weight, 1e-5)
+    assert rel_err(got, mix) < TOLERANCE[dtype]
+    if emit_norm:
+        assert rel_err(got_normed, expected) < TOLERANCE[dtype]
+
+
+def test_two_pass_mixes_blocks_and_the_partial():
+    from dayzero.plugins.attnres.kernel import TwoPassConfig, attnres_mix_blocks_launcher
+
+    sources, query, rms_weight, _ = _inputs(5, 3, 48, torch.float32)
+    blocks = torch.stack(sources[:4] + [torch.randn_like(sources[0])])
+    got, _ = attnres_mix_blocks_launcher(query, blocks, 4, sources[4], rms_weight, 1e-6,
+                                         config=TwoPassConfig(chunk=16, num_warps=2))
+    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
+
+
 @pytest.mark.parametrize("tile", [1, 2, 4])
 def test_every_tile_mixes_blocks_and_the_partial(tile):
     # the block buffer's rows and the listed partial in one tile: the pointer vector mixes both kinds

@@ -18,46 +18,11 @@ import triton
 import triton.language as tl
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-MAX_LISTED_SOURCES = 16
+from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES, source_pointers
+from dayzero.plugins.attnres.two_pass_kernel import attnres_mix_two_pass_kernel
+
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
-
-
-@triton.jit
-def _pick_slot(i: tl.constexpr, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
-    # i is a compile-time constant, so the chain folds to a single pointer
-    p = s0
-    if i == 1:
-        p = s1
-    if i == 2:
-        p = s2
-    if i == 3:
-        p = s3
-    if i == 4:
-        p = s4
-    if i == 5:
-        p = s5
-    if i == 6:
-        p = s6
-    if i == 7:
-        p = s7
-    if i == 8:
-        p = s8
-    if i == 9:
-        p = s9
-    if i == 10:
-        p = s10
-    if i == 11:
-        p = s11
-    if i == 12:
-        p = s12
-    if i == 13:
-        p = s13
-    if i == 14:
-        p = s14
-    if i == 15:
-        p = s15
-    return p
 
 
 @triton.jit
@@ -65,17 +30,10 @@ def _load_tile(t: tl.constexpr, row, cols, mask, blocks, block_stride, TILE: tl.
                NUM_BLOCKS: tl.constexpr, NUM_SOURCES: tl.constexpr, STREAM: tl.constexpr,
                s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
     """Sources t*TILE .. t*TILE+TILE-1 of one token: [TILE, BLOCK_D], missing sources (past the last) read as 0."""
-    idx = t * TILE + tl.arange(0, TILE)
-    # one base pointer per tile row: a row of the block buffer, or a listed source's own pointer
-    ptrs = blocks + idx.to(tl.int64) * block_stride
-    for i in tl.static_range(NUM_SOURCES - NUM_BLOCKS):
-        if NUM_BLOCKS + i >= t * TILE:
-            if NUM_BLOCKS + i < t * TILE + TILE:
-                ptrs = tl.where(idx == NUM_BLOCKS + i,
-                                _pick_slot(i, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15),
-                                ptrs)
+    ptrs, valid = source_pointers(t * TILE, TILE, blocks, block_stride, NUM_BLOCKS, NUM_SOURCES,
+                                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     where = ptrs[:, None] + (row + cols)[None, :]
-    tile_mask = (idx < NUM_SOURCES)[:, None] & mask[None, :]
+    tile_mask = valid[:, None] & mask[None, :]
     if STREAM:
         # read once and larger than the L2: do not let it evict what the next kernels reuse
         return tl.load(where, mask=tile_mask, other=0.0, eviction_policy="evict_first")
@@ -166,6 +124,16 @@ class MixConfig:
     stream: bool
 
 
+@dataclass(frozen=True)
+class TwoPassConfig:
+    """The two-pass kernel (two_pass_kernel.py): `chunk` columns of every source per step (a power of two),
+    `stages` software-pipeline stages of the chunk loops, `num_warps` per token."""
+
+    chunk: int
+    num_warps: int
+    stages: int = 1
+
+
 def default_config(tokens, dim: int) -> MixConfig:
     """Decode sizes (few tokens, latency-bound): sources reduced in pairs, two pairs ahead. Larger: one source at a
     time, three ahead, loads marked evict-first (the sources outgrow the L2). `tokens` may be symbolic (exported
@@ -204,26 +172,33 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
         return out, normed
     slots = list(listed) + [like] * (MAX_LISTED_SOURCES - len(listed))
     config = config or default_config(tokens, dim)
+    common = (query, rms_weight, norm_weight if norm_weight is not None else rms_weight, out,
+              normed if normed is not None else out, blocks, blocks.stride(0) if num_blocks else 0, *slots, eps,
+              norm_eps)
+    if isinstance(config, TwoPassConfig):
+        assert config.chunk >= 16 and config.chunk & (config.chunk - 1) == 0, f"bad attnres config {config}"
+        kernel = launch(attnres_mix_two_pass_kernel) if launch else attnres_mix_two_pass_kernel
+        kernel[(tokens,)](*common, dim, min(config.chunk, triton.next_power_of_2(dim)),
+                          triton.next_power_of_2(num_blocks + len(listed)), num_blocks, len(listed),
+                          norm_weight is not None, config.stages, num_warps=config.num_warps)
+        return out, normed
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
-    kernel[(tokens,)](
-        query, rms_weight, norm_weight if norm_weight is not None else rms_weight,
-        out, normed if normed is not None else out, blocks, blocks.stride(0) if num_blocks else 0,
-        *slots, eps, norm_eps, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
-        config.tile, config.prefetch, config.stream, num_warps=config.num_warps)
+    kernel[(tokens,)](*common, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
+                      config.tile, config.prefetch, config.stream, num_warps=config.num_warps)
     return out, normed
 
 
 def attnres_mix_launcher(
     query: torch.Tensor, sources: Sequence[torch.Tensor], rms_weight: torch.Tensor, eps: float,
     norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6, out: torch.Tensor | None = None,
-    normed: torch.Tensor | None = None, launch=None, config: MixConfig | None = None,
+    normed: torch.Tensor | None = None, launch=None, config: MixConfig | TwoPassConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """query [D], 1..16 contiguous sources [..., D] of one dtype, rms_weight [D] -> (mix [..., D], normed or None).
 
     `normed` = RMSNorm(mix) * norm_weight, written only when norm_weight is given. `out` / `normed` may be given
     (preallocated, contiguous, the sources' shape and dtype); otherwise they are allocated. `config` overrides
-    default_config (the benchmark sweeps it).
+    default_config (the benchmark sweeps it); a TwoPassConfig runs two_pass_kernel.py instead.
     """
     assert 1 <= len(sources) <= MAX_LISTED_SOURCES, f"1..{MAX_LISTED_SOURCES} sources, got {len(sources)}"
     like = sources[0]
@@ -236,7 +211,8 @@ def attnres_mix_launcher(
 def attnres_mix_blocks_launcher(
     query: torch.Tensor, blocks: torch.Tensor, num_blocks: int, partial: torch.Tensor | None,
     rms_weight: torch.Tensor, eps: float, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
-    out: torch.Tensor | None = None, normed: torch.Tensor | None = None, launch=None, config: MixConfig | None = None,
+    out: torch.Tensor | None = None, normed: torch.Tensor | None = None, launch=None,
+    config: MixConfig | TwoPassConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Mix over blocks[:num_blocks] (blocks [max_blocks, ..., D], each block contiguous) and partial [..., D]."""
     assert 0 <= num_blocks <= blocks.shape[0], f"num_blocks {num_blocks} outside [0, {blocks.shape[0]}]"
