@@ -1,10 +1,11 @@
 """The export pipeline: checkpoint -> laid-out model -> traced steps -> per-rank engines in the compilation cache,
 and `load_engine`, which turns a cache entry back into a StepEngine.
 
-Entry layout: `engine.json` (the EngineManifest) and, for AOTInductor, `rank0/weights.safetensors` (the laid-out
-weights, shared by the rank's packages) + `rank0/prefill.pt2` + `rank0/decode.pt2`; for ONNX, `rank0/decode.onnx` (the
-interchange graph, one custom node per plugin op) with prefill served by the eager model.
-An eager entry records the checkpoint instead of compiled code (loading rebuilds the laid-out reference model).
+Entry layout: one folder per tensor-parallel rank, `rank{r}/`, holding the rank's `engine.json` (its EngineManifest)
+and, for AOTInductor, `weights.safetensors` (the rank's laid-out weights, shared by its
+packages) + `prefill.pt2` + `decode.pt2`; for ONNX (one rank), `decode.onnx` (the interchange graph, one custom
+node per plugin op) with prefill served by the eager model.
+An eager entry records the checkpoint instead of compiled code (loading rebuilds each rank's laid-out model).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from pathlib import Path
 import torch
 
 from dayzero.cache import CompilationCache, Entry, cache_key
+from dayzero.dist.collectives import unordered_collectives
+from dayzero.dist.rank_plan import RankPlan
+from dayzero.dist.world import compile_group
 from dayzero.errors import DayzeroError
 from dayzero.export import fingerprint
 from dayzero.export.aoti import AOTIEngine, compile_package
@@ -32,8 +36,8 @@ from dayzero.export.trace import trace_step
 from dayzero.model.hybrid import HybridModel
 from dayzero.plugins.paged_cache.formats import latent_cache_shape
 
-ENGINE_FILE = "engine.json"
-RANK_DIR = "rank0"
+ENGINE_FILE = "engine.json"  # in each rank's folder
+RANK_DIR = "rank0"  # rank 0's folder (the only one of a single-rank engine)
 WEIGHTS_FILE = "weights.safetensors"
 ONNX_FILE = "decode.onnx"
 
@@ -63,7 +67,7 @@ class Progress:
 
 def ingredients(checkpoint: Path, options: ExportOptions) -> dict:
     return {"config": fingerprint.config_fingerprint(checkpoint), "weights": fingerprint.weight_fingerprint(checkpoint),
-            "options": dataclasses.asdict(options), "rank": 0, "world": options.world,
+            "options": dataclasses.asdict(options), "ranks": options.tp, "world": options.world,
             "source": fingerprint.source_fingerprint(), "toolchain": fingerprint.toolchain(options.device)}
 
 
@@ -76,39 +80,52 @@ def _check_formats(model: HybridModel, options: ExportOptions) -> None:
             raise DayzeroError(f"--kv-cache fp8 does not fit this model ({err}); use --kv-cache bf16") from err
 
 
-def _load_laid_out(checkpoint: Path, options: ExportOptions) -> HybridModel:
+def rank_dir(rank: int) -> str:
+    return f"rank{rank}"
+
+
+def _load_laid_out(checkpoint: Path, options: ExportOptions, rank: int = 0) -> HybridModel:
     from dayzero.model import load
 
-    model = load(checkpoint, dtype=getattr(torch, options.dtype), device=options.device)
+    model = load(checkpoint, dtype=getattr(torch, options.dtype), device=options.rank_device(rank),
+                 plan=RankPlan(options.tp, rank))
     _check_formats(model, options)
     lay_out(model)
     return model.eval()
 
 
-def _manifest(model: HybridModel, options: ExportOptions) -> EngineManifest:
+def _manifest(model: HybridModel, options: ExportOptions, rank: int) -> EngineManifest:
     manifest = eager_manifest(model, options.cache_format, options.max_batch, options.max_len, options.num_draft)
-    return dataclasses.replace(manifest, backend=options.backend)
+    return dataclasses.replace(manifest, backend=options.backend, extra={"tp": options.tp, "rank": rank})
+
+
+def _check_collective_order(graph, step: str) -> None:
+    unordered = unordered_collectives(graph)
+    if unordered:
+        raise DayzeroError(f"the {step} step has collectives that do not depend on each other ({unordered[:2]}); "
+                           "compiled ranks could issue them in different orders and deadlock. This is a dayzero bug: "
+                           "please report it with the model config")
 
 
 def _build_aoti(model: HybridModel, manifest: EngineManifest, out: Path, progress: Progress) -> dict:
-    (out / RANK_DIR).mkdir()
     contiguous_weights_(model)
     ops, weights = {}, {}
     for step, decode in (("prefill", False), ("decode", True)):
         with progress.stage(f"trace {step}"):
             program = trace_step(model, manifest, decode)
             ops[step] = check_plugin_ops(program, set())
+            _check_collective_order(program.graph, step)
             weights.update(program_weights(program))
-        with progress.stage(f"compile {step} (AOTInductor)"):
-            compile_package(program, out / RANK_DIR / f"{step}.pt2", manifest.device)
+        with progress.stage(f"compile {step} (AOTInductor)"), compile_group():
+            compile_package(program, out / f"{step}.pt2", manifest.device)
     with progress.stage("write weights"):
-        save_engine_weights(weights, out / RANK_DIR / WEIGHTS_FILE)
+        save_engine_weights(weights, out / WEIGHTS_FILE)
     return {"plugin_ops": ops}
 
 
 def _build_onnx(model: HybridModel, manifest: EngineManifest, out: Path, progress: Progress) -> dict:
     with progress.stage("trace + write the ONNX decode graph"):
-        export_onnx(model, manifest, out / RANK_DIR / ONNX_FILE)
+        export_onnx(model, manifest, out / ONNX_FILE)
     return {}
 
 
@@ -116,15 +133,21 @@ BUILDERS: dict[str, Callable[[HybridModel, EngineManifest, Path, Progress], dict
     "eager": lambda *_: {}, "aoti": _build_aoti, "onnx": _build_onnx}
 
 
+def _build_rank(checkpoint: Path, options: ExportOptions, rank: int, out: Path, progress: Progress) -> dict:
+    prefix = f"rank {rank}: " if options.tp > 1 else ""
+    with progress.stage(f"{prefix}load + lay out weights"):
+        model = _load_laid_out(checkpoint, options, rank)
+    manifest = _manifest(model, options, rank)
+    (out / rank_dir(rank)).mkdir()
+    (out / rank_dir(rank) / ENGINE_FILE).write_text(json.dumps(manifest.to_json(), indent=1))
+    return {"model": model.config.model_type, **BUILDERS[options.backend](model, manifest, out / rank_dir(rank), progress)}
+
+
 def _builder(checkpoint: Path, options: ExportOptions, progress: Progress) -> Callable[[Path], dict]:
     def build(out: Path) -> dict:
-        with progress.stage("load + lay out weights"):
-            model = _load_laid_out(checkpoint, options)
-        manifest = _manifest(model, options)
-        (out / ENGINE_FILE).write_text(json.dumps(manifest.to_json(), indent=1))
-        extra = BUILDERS[options.backend](model, manifest, out, progress)
-        return {"model": model.config.model_type, "backend": options.backend, "checkpoint": str(checkpoint.resolve()),
-                "options": dataclasses.asdict(options), "stage_seconds": dict(progress.seconds), **extra}
+        ranks = [_build_rank(checkpoint, options, rank, out, progress) for rank in range(options.tp)]
+        return {"backend": options.backend, "checkpoint": str(checkpoint.resolve()),
+                "options": dataclasses.asdict(options), "stage_seconds": dict(progress.seconds), **ranks[0]}
 
     return build
 
@@ -155,29 +178,34 @@ def export_engine(checkpoint: str | Path, options: ExportOptions, cache: Compila
     return entry, False
 
 
-def _load_eager(entry: Entry, manifest: EngineManifest) -> StepEngine:
+def _load_eager(entry: Entry, manifest: EngineManifest, rank: int) -> StepEngine:
     options = ExportOptions(**entry.meta["options"])
     checkpoint = Path(entry.meta["checkpoint"])
     if not (checkpoint / "config.json").is_file():
         raise DayzeroError(f"the eager engine {entry.key[:16]} reads {checkpoint}, which is gone; export again")
-    return EagerEngine(_load_laid_out(checkpoint, options), manifest)
+    return EagerEngine(_load_laid_out(checkpoint, options, rank), manifest)
 
 
-def _load_aoti(entry: Entry, manifest: EngineManifest) -> StepEngine:
-    rank = f"{RANK_DIR}/"
-    return AOTIEngine(manifest, entry.file(rank + WEIGHTS_FILE), entry.file(rank + "prefill.pt2"),
-                      entry.file(rank + "decode.pt2"))
+def _load_aoti(entry: Entry, manifest: EngineManifest, rank: int) -> StepEngine:
+    folder = f"{rank_dir(rank)}/"
+    return AOTIEngine(manifest, entry.file(folder + WEIGHTS_FILE), entry.file(folder + "prefill.pt2"),
+                      entry.file(folder + "decode.pt2"))
 
 
-def _load_onnx(entry: Entry, manifest: EngineManifest) -> StepEngine:
-    return SplitEngine(manifest, prefill=_load_eager(entry, manifest),
-                       decode=OnnxEngine(entry.file(f"{RANK_DIR}/{ONNX_FILE}")))
+def _load_onnx(entry: Entry, manifest: EngineManifest, rank: int) -> StepEngine:
+    return SplitEngine(manifest, prefill=_load_eager(entry, manifest, rank),
+                       decode=OnnxEngine(entry.file(f"{rank_dir(rank)}/{ONNX_FILE}")))
 
 
-ENGINE_LOADERS: dict[str, Callable[[Entry, EngineManifest], StepEngine]] = {"eager": _load_eager,
-                                                                            "aoti": _load_aoti, "onnx": _load_onnx}
+ENGINE_LOADERS: dict[str, Callable[[Entry, EngineManifest, int], StepEngine]] = {
+    "eager": _load_eager, "aoti": _load_aoti, "onnx": _load_onnx}
 
 
-def load_engine(entry: Entry) -> StepEngine:
-    manifest = EngineManifest.from_json(json.loads(entry.file(ENGINE_FILE).read_text()))
-    return ENGINE_LOADERS[manifest.backend](entry, manifest)
+def engine_ranks(entry: Entry) -> int:
+    return ExportOptions(**entry.meta["options"]).tp
+
+
+def load_engine(entry: Entry, rank: int = 0) -> StepEngine:
+    """Rank `rank`'s engine of an entry (a multi-rank entry's engines run together: dayzero.dist.engine)."""
+    manifest = EngineManifest.from_json(json.loads(entry.file(f"{rank_dir(rank)}/{ENGINE_FILE}").read_text()))
+    return ENGINE_LOADERS[manifest.backend](entry, manifest, rank)

@@ -39,7 +39,7 @@ def weight_fingerprint(checkpoint: Path) -> str:
 
 
 # the code an engine is built from; the runtime, cache and CLI do not change what export compiles
-ENGINE_SOURCES = ("plugins", "model", "export")
+ENGINE_SOURCES = ("plugins", "model", "export", "dist")
 
 
 def source_fingerprint() -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from dayzero.errors import DayzeroError
 from dayzero.model.caches import CacheFormat
 
@@ -43,13 +45,22 @@ class ExportOptions:
                 raise DayzeroError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_draft < 0 or (self.max_len is not None and self.max_len < 1):
             raise DayzeroError("num_draft must be >= 0 and max_len >= 1")
-        if (self.tp, self.cp, self.ep) != (1, 1, 1):
-            raise DayzeroError("multi-rank engines (--tp/--cp/--ep > 1) are not built yet; export with "
-                               "--tp 1 --cp 1 --ep 1 (one engine, one GPU)")
+        if (self.cp, self.ep) != (1, 1):
+            raise DayzeroError("context and expert parallelism (--cp/--ep > 1) are not built yet; use --tp N, which "
+                               "splits the heads and every expert's intermediate dim over N ranks")
+        if self.tp > 1 and self.backend == "onnx":
+            raise DayzeroError("the ONNX interchange graph is single-rank; export it with --tp 1")
 
     @property
     def cache_format(self) -> CacheFormat:
         return CacheFormat(kv_fp8=self.kv_cache == "fp8", index_mxfp8=self.index_cache == "mxfp8")
+
+    def rank_device(self, rank: int) -> str:
+        """Rank r of a multi-GPU engine runs on GPU r of the host."""
+        device = torch.device(self.device)
+        if self.tp == 1 or device.type != "cuda":
+            return self.device
+        return f"cuda:{(device.index or 0) + rank}"
 
     @property
     def world(self) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dayzero.dist.collectives import reduce_partial
 from dayzero.model.config import KDAConfig
 from dayzero.model.norm import GatedRMSNorm, linear
 from dayzero.model.step import KDACache, StepMeta
@@ -39,6 +40,8 @@ class KDAttention(nn.Module):
             self.g_b_proj = linear(dim, width)
         self.o_norm = GatedRMSNorm(dim, rms_norm_eps)
         self.o_proj = linear(width, hidden_size)
+        # set on a rank that holds some of the heads: its output is a partial sum over them
+        self.tp_group: str | None = None
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(*x.shape[:-1], self.cfg.num_heads, self.cfg.head_dim)
@@ -93,4 +96,4 @@ class KDAttention(nn.Module):
         """x [T, D] -> [T, D]; updates the layer's state and conv slots in place."""
         p = self._project_inputs(x)
         o = self._decode(p, meta, cache) if decode else self._prefill(p, meta, cache)
-        return self.o_proj(self.o_norm(o, self._output_gate(p)).flatten(1))
+        return reduce_partial(self.o_proj(self.o_norm(o, self._output_gate(p)).flatten(1)), self.tp_group)

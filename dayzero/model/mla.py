@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dayzero.dist.collectives import reduce_partial
 from dayzero.model.config import IndexerConfig, MLAConfig
 from dayzero.model.indexer import Indexer
 from dayzero.model.norm import RMSNorm, linear
@@ -37,6 +38,8 @@ class MLAttention(nn.Module):
         if indexer is not None:
             self.indexer = Indexer(hidden_size, cfg.q_lora_rank or hidden_size, indexer)
         self.has_indexer = indexer is not None
+        # set on a rank that holds some of the heads (the latent cache and the indexer are whole on every rank)
+        self.tp_group: str | None = None
 
     def _query(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (q [T, H, qk_head_dim], indexer query input [T, q_lora_rank or D])."""
@@ -87,4 +90,4 @@ class MLAttention(nn.Module):
         o = torch.einsum("thc,hvc->thv", self._attend(q_abs, x, c_q, meta, cache), w_uv).flatten(1)
         if self.cfg.output_gate:
             o = o * torch.sigmoid(self.g_proj(x))
-        return self.o_proj(o)
+        return reduce_partial(self.o_proj(o), self.tp_group)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dayzero.dist.collectives import reduce_partial
 from dayzero.model.norm import linear
 from dayzero.plugins import moe as moe_ops
 
@@ -17,7 +18,10 @@ class GatedMLP(nn.Module):
         self.down_proj = linear(intermediate_size, hidden_size)
         self.activation = activation
         self.act_params = act_params
+        # set on a rank that holds part of the intermediate dim of a dense layer (shared experts: the MoE reduces)
+        self.tp_group: str | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return moe_ops.gated_mlp(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight,
-                                 self.activation, **self.act_params)
+        y = moe_ops.gated_mlp(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight, self.activation,
+                              **self.act_params)
+        return reduce_partial(y, self.tp_group)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dayzero.dist.collectives import reduce_partial
 from dayzero.model.config import MoEConfig
 from dayzero.model.mlp import GatedMLP
 from dayzero.model.norm import RMSNorm, linear
@@ -47,8 +48,11 @@ class MoE(nn.Module):
         if cfg.num_shared_experts:
             self.shared_experts = GatedMLP(hidden_size, cfg.intermediate_size * cfg.num_shared_experts,
                                            activation, act_params)
+        # set on a rank that holds part of every expert's intermediate dim: its expert outputs are partial sums
+        self.tp_group: str | None = None
 
-    def _routed(self, x: torch.Tensor, decode: bool) -> torch.Tensor:
+    def _experts(self, x: torch.Tensor, decode: bool) -> torch.Tensor:
+        """The routed experts' weighted sum, in the latent space when there is one (this rank's partial sum)."""
         cfg = self.cfg
         # the router GEMM kernel tiles 128 tokens: decode batches are too few tokens to fill the GPU with it
         logits = reference_router_logits(x, self.gate.weight) if decode else moe_ops.router_logits(x, self.gate.weight)
@@ -56,14 +60,30 @@ class MoE(nn.Module):
                                      cfg.topk_group, cfg.renormalize, cfg.scaling, cfg.router_activation)
         if cfg.latent_size is not None:
             x = self.routed_expert_down_proj(x)
-        y = moe_ops.moe_experts(x, weights, ids, self.experts.w1, self.experts.w3, self.experts.w2,
-                                self.activation, **self.act_params)
-        if cfg.latent_size is None:
-            return y
-        if cfg.latent_norm:
+        return moe_ops.moe_experts(x, weights, ids, self.experts.w1, self.experts.w3, self.experts.w2,
+                                   self.activation, **self.act_params)
+
+    def _leave_latent(self, y: torch.Tensor) -> torch.Tensor:
+        if self.cfg.latent_norm:
             y = self.routed_expert_norm(y)
         return self.routed_expert_up_proj(y)
 
+    def _reduce_both(self, y: torch.Tensor, shared: torch.Tensor | None):
+        """The latent and the shared partial sums in one all-reduce: two independent collectives could run in
+        different orders on different ranks (Inductor schedules each rank's graph on its own) and deadlock."""
+        if self.tp_group is None:
+            return y, shared
+        if shared is None:
+            return reduce_partial(y, self.tp_group), None
+        both = reduce_partial(torch.cat([y, shared], dim=-1), self.tp_group)
+        return both.split([y.shape[-1], shared.shape[-1]], dim=-1)
+
     def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
-        y = self._routed(x, decode)
-        return y + self.shared_experts(x) if self.cfg.num_shared_experts else y
+        y = self._experts(x, decode)
+        shared = self.shared_experts(x) if self.cfg.num_shared_experts else None
+        if self.cfg.latent_size is None:
+            return reduce_partial(y if shared is None else y + shared, self.tp_group)
+        # the latent norm needs the whole sum over the expert neurons
+        y, shared = self._reduce_both(y, shared)
+        y = self._leave_latent(y)
+        return y if shared is None else y + shared

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,6 +20,9 @@ from dayzero.errors import DayzeroError
 from dayzero.model.checkpoint import CheckpointReader
 from dayzero.model.config import ModelConfig
 from dayzero.model.hybrid import HybridModel
+
+if TYPE_CHECKING:
+    from dayzero.dist.rank_plan import RankPlan
 
 EXPERT_PARAM = re.compile(r"^(?P<base>.*\.experts)\.(?P<w>w[123])$")
 # kept in fp32 whatever the model dtype: tiny, and the gates and router are precision-sensitive
@@ -96,11 +100,24 @@ def _load_parameter(reader: CheckpointReader, name: str, param: torch.Tensor, cf
 
 
 @torch.no_grad()
-def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu") -> HybridModel:
-    """Load a HF-format checkpoint directory (config.json + *.safetensors) into the reference network."""
+def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu",
+         plan: RankPlan | None = None) -> HybridModel:
+    """Load a HF-format checkpoint directory (config.json + *.safetensors) into the reference network, or into the
+    part of it that one tensor-parallel rank runs."""
     cfg = ModelConfig.from_hf(path)
     reader = CheckpointReader(path)
-    model = build_empty(cfg, dtype, device)
+    if plan is None or plan.tp == 1:
+        model = build_empty(cfg, dtype, device)
+        for name, param in model.named_parameters():
+            _load_parameter(reader, name, param, cfg)
+        return model
+    model = build_empty(plan.local_config(cfg), dtype, device)
+    with torch.device("meta"):
+        full_shapes = {name: p.shape for name, p in HybridModel(cfg).named_parameters()}
     for name, param in model.named_parameters():
-        _load_parameter(reader, name, param, cfg)
+        # one whole tensor at a time in host memory: the reader maps the files, so only this rank's rows are kept
+        whole = torch.empty(full_shapes[name], dtype=param.dtype)
+        _load_parameter(reader, name, whole, cfg)
+        param.copy_(plan.shard(whole, param.shape))
+    plan.mark_reductions(model)
     return model

@@ -62,6 +62,18 @@ class LLM:
             self.engine.step()
         return [self._output(seq, prompt, start) for seq, prompt in zip(seqs, prompts)]
 
+    def close(self) -> None:
+        """Stop the engine's worker processes (a tensor-parallel engine's; nothing to do for one rank)."""
+        close = getattr(self.step_engine, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _output(self, seq: Sequence, prompt: str, start: float) -> RequestOutput:
         first = self.engine.stats.first_token_at.get(seq.request_id)
         return RequestOutput(seq.request_id, prompt, seq.prompt_ids, list(seq.output_ids),

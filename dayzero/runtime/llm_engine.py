@@ -66,12 +66,14 @@ class LLMEngine:
         self.caches = allocate_flat_caches(manifest, self.capacity.num_pages, self.capacity.num_slots)
         slot_tensors = [c for c, spec in zip(self.caches, manifest.cache_tensors) if spec.unit == SLOT]
         self.blocks = BlockManager(self.capacity.num_pages, manifest.page_size)
-        self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq, slot_tensors)
+        self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq, slot_tensors,
+                                getattr(engine, "on_slots_reset", None))
         self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, options.token_budget, manifest.max_len,
                                    manifest.num_draft)
         self.propose = PROPOSERS[options.draft_method]()
         self.max_pages = math.ceil(manifest.max_len / manifest.page_size)
-        self.decode = decode_runner(engine, self.caches, self.max_batch, self.max_pages, options.cuda_graphs)
+        self.decode = decode_runner(engine, self.caches, self.max_batch, self.max_pages,
+                                    options.cuda_graphs and getattr(engine, "graph_capturable", True))
         self.detokenize, self.stop_ids = detokenize, stop_ids
         self.stats = StepStats()
 

@@ -9,8 +9,12 @@ from dayzero.export.options import ExportOptions
 
 
 def load_step_engine(checkpoint: Path, options: ExportOptions) -> StepEngine:
-    """Export (or find in the compilation cache) and load the engine of a checkpoint."""
+    """Export (or find in the compilation cache) and load the engine of a checkpoint (all its ranks)."""
     from dayzero.export.build import export_engine, load_engine
 
     entry, _ = export_engine(checkpoint, options)
-    return load_engine(entry)
+    if options.tp == 1:
+        return load_engine(entry)
+    from dayzero.dist.engine import TensorParallelEngine
+
+    return TensorParallelEngine(entry, options.tp, [options.rank_device(rank) for rank in range(options.tp)])

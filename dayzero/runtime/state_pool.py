@@ -8,6 +8,8 @@ starts from slot `seq.num_accepted - 1`, so rolling back rejected drafts copies 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from dayzero.errors import DayzeroError
@@ -17,7 +19,8 @@ DUMMY_GROUP = 0
 
 
 class StatePool:
-    def __init__(self, num_slots: int, slots_per_seq: int, slot_tensors: list[torch.Tensor]):
+    def __init__(self, num_slots: int, slots_per_seq: int, slot_tensors: list[torch.Tensor],
+                 on_reset: Callable[[int, int], None] | None = None):
         self.slots_per_seq = slots_per_seq
         self.num_groups = num_slots // slots_per_seq
         if self.num_groups < 2:
@@ -26,6 +29,8 @@ class StatePool:
         self.free_groups = list(range(self.num_groups - 1, DUMMY_GROUP, -1))
         self.owner: dict[int, str] = {}
         self.slot_tensors = slot_tensors
+        # told (first slot, count) of every zeroed group: the other ranks of a tensor-parallel engine zero theirs
+        self.on_reset = on_reset
 
     @property
     def num_free(self) -> int:
@@ -48,6 +53,8 @@ class StatePool:
         start = self.first_slot(group)
         for tensor in self.slot_tensors:
             tensor[start : start + self.slots_per_seq].zero_()
+        if self.on_reset is not None:
+            self.on_reset(start, self.slots_per_seq)
 
     def free(self, seq: Sequence) -> None:
         if seq.slot is not None:
