@@ -66,6 +66,8 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
 @click.option("--backend", type=click.Choice(["eager", "aoti"]), default="eager", show_default=True,
               help="eager: the laid-out reference model; aoti: AOTInductor engines (compiled once, then cached).")
 @click.option("--device", default="cpu", show_default=True)
+@click.option("--tp", type=int, default=1, show_default=True,
+              help="Tensor-parallel ranks: one process each (on --device cuda, GPUs 0..tp-1).")
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
 @click.option("--memory-mb", type=int, default=None, help="Cache memory (default: --gpu-memory-fraction of free GPU "
               "memory, 256 MiB on CPU).")
@@ -74,8 +76,8 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
 @click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU.")
 @click.option("--num-draft", type=int, default=0, show_default=True,
               help="Speculative decoding: draft tokens (prompt lookup) verified per decode step; 0 = off.")
-def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, backend, device, dtype,
-        memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft) -> None:
+def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, backend, device, tp,
+        dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft) -> None:
     """Export (or find in the cache) the engine, then generate for the prompts with continuous batching."""
     from dayzero.export.options import ExportOptions
     from dayzero.runtime.llm import LLM
@@ -88,15 +90,18 @@ def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k,
         # before any package loads: on GPU images that need it, this restarts the command with the preload set
         reexec_with_libstdcxx()
     texts = [*prompts, *(line.rstrip("\n") for line in prompt_file or [])] or [DEFAULT_PROMPT]
-    export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max(16, batch), num_draft=num_draft)
-    llm = LLM(checkpoint, export,
-              RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
-                             gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs))
-    click.echo(f"[engine: {backend} on {device}, loaded in {llm.load_seconds:.1f} s; {llm.engine.capacity.describe()}]")
-    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    start = time.perf_counter()
-    outputs = llm.generate([t for t in texts for _ in range(batch)], params)
-    elapsed = time.perf_counter() - start
+    export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max(16, batch), num_draft=num_draft,
+                           tp=tp)
+    runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
+                             gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs)
+    with LLM(checkpoint, export, runtime) as llm:
+        ranks = f" x {tp} ranks" if tp > 1 else ""
+        click.echo(f"[engine: {backend} on {device}{ranks}, loaded in {llm.load_seconds:.1f} s; "
+                   f"{llm.engine.capacity.describe()}]")
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        start = time.perf_counter()
+        outputs = llm.generate([t for t in texts for _ in range(batch)], params)
+        elapsed = time.perf_counter() - start
     for out in outputs:
         click.echo(f"--- {out.request_id} ({out.finish_reason})\n{out.prompt}{_printable(out.text)}")
     _summary(outputs, elapsed, llm.engine.stats if num_draft else None)

@@ -44,3 +44,19 @@ def random_model(data: dict, dtype=torch.float32, seed: int = 0):
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def run_steps(engine, caches, prompts: list[list[int]], steps: list[list[list[int]]]) -> list[torch.Tensor]:
+    """Varlen prefill of the prompts, then decode steps of 2 tokens each (num_accepted all 2) through an engine."""
+    from dayzero.model.step import contiguous_meta
+
+    width, pages = 2, 2
+    lengths = [len(p) for p in prompts]
+    meta = contiguous_meta([0] * len(prompts), lengths, pages, slots_per_seq=width)
+    out = [engine.prefill(torch.tensor(sum(prompts, [])), meta, caches)]
+    done = lengths
+    for tokens in steps:
+        meta = contiguous_meta(done, [width] * len(prompts), pages, slots_per_seq=width, decode=True)
+        out.append(engine.decode(torch.tensor(tokens), meta, caches))
+        done = [d + width for d in done]
+    return out

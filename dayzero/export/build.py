@@ -138,9 +138,10 @@ def _build_rank(checkpoint: Path, options: ExportOptions, rank: int, out: Path, 
     with progress.stage(f"{prefix}load + lay out weights"):
         model = _load_laid_out(checkpoint, options, rank)
     manifest = _manifest(model, options, rank)
-    (out / rank_dir(rank)).mkdir()
-    (out / rank_dir(rank) / ENGINE_FILE).write_text(json.dumps(manifest.to_json(), indent=1))
-    return {"model": model.config.model_type, **BUILDERS[options.backend](model, manifest, out / rank_dir(rank), progress)}
+    folder = out / rank_dir(rank)
+    folder.mkdir()
+    (folder / ENGINE_FILE).write_text(json.dumps(manifest.to_json(), indent=1))
+    return {"model": model.config.model_type, **BUILDERS[options.backend](model, manifest, folder, progress)}
 
 
 def _builder(checkpoint: Path, options: ExportOptions, progress: Progress) -> Callable[[Path], dict]:

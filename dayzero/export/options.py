@@ -50,6 +50,11 @@ class ExportOptions:
                                "splits the heads and every expert's intermediate dim over N ranks")
         if self.tp > 1 and self.backend == "onnx":
             raise DayzeroError("the ONNX interchange graph is single-rank; export it with --tp 1")
+        if self.tp > 1 and self.backend == "aoti" and torch.device(self.device).type == "cpu":
+            # seen on torch 2.13: the compiled step holds the GIL while it waits on an all-reduce, and gloo's worker
+            # thread needs the GIL to free an earlier collective's buffers before it runs the next one
+            raise DayzeroError("compiled tensor-parallel engines need GPUs (NCCL); on CPUs (gloo) a compiled step "
+                               "deadlocks waiting on its all-reduce. Use --backend eager for CPU ranks")
 
     @property
     def cache_format(self) -> CacheFormat:

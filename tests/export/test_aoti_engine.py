@@ -17,9 +17,8 @@ from dayzero.export.engine import EagerEngine, allocate_flat_caches
 from dayzero.export.options import ExportOptions
 from dayzero.model import load
 from dayzero.model.checkpoint_writer import write_random_checkpoint
-from dayzero.model.step import contiguous_meta
 from dayzero.plugins.paged_cache import PAGE_SIZE
-from tests.helpers import TINY_CONFIG, rel_err
+from tests.helpers import TINY_CONFIG, rel_err, run_steps
 
 OPTIONS = ExportOptions(backend="aoti", max_batch=4, num_draft=1, device="cpu", dtype="float32")
 DECODE_OPS = {"fused_kda_decode", "write_latent", "write_index_keys", "index_topk_paged", "sparse_mla_paged",
@@ -62,20 +61,6 @@ def test_generated_code_has_the_plugin_ops_and_copies_no_cache(exported):
         assert whole_tensor_copies(entry.file(f"{RANK_DIR}/{step}.pt2")) == []
 
 
-def _run(engine, caches, prompts: list[list[int]], steps: list[list[list[int]]]) -> list[torch.Tensor]:
-    """Varlen prefill of the prompts, then decode steps of 1 + num_draft tokens each (num_accepted all 2)."""
-    width, pages = 2, 2
-    lengths = [len(p) for p in prompts]
-    meta = contiguous_meta([0] * len(prompts), lengths, pages, slots_per_seq=width)
-    out = [engine.prefill(torch.tensor(sum(prompts, [])), meta, caches)]
-    done = lengths
-    for tokens in steps:
-        meta = contiguous_meta(done, [width] * len(prompts), pages, slots_per_seq=width, decode=True)
-        out.append(engine.decode(torch.tensor(tokens), meta, caches))
-        done = [d + width for d in done]
-    return out
-
-
 def test_aoti_engine_matches_eager_reference(exported):
     root, _, entry = exported
     start = time.perf_counter()
@@ -90,8 +75,8 @@ def test_aoti_engine_matches_eager_reference(exported):
     caches = allocate_flat_caches(engine.manifest, pages, 4)
     expected_caches = allocate_flat_caches(engine.manifest, pages, 4)
     pointers = [c.data_ptr() for c in caches]
-    got = _run(engine, caches, prompts, steps)
-    expected = _run(reference, expected_caches, prompts, steps)
+    got = run_steps(engine, caches, prompts, steps)
+    expected = run_steps(reference, expected_caches, prompts, steps)
     for g, e in zip(got, expected):
         assert g.shape == e.shape and rel_err(g, e) < 1e-4
     assert [c.data_ptr() for c in caches] == pointers

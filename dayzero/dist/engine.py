@@ -1,0 +1,114 @@
+"""A tensor-parallel engine: rank 0's engine in this process and one worker process per other rank, stepped in
+lockstep.
+
+The runtime sees one StepEngine. Each step, rank 0 broadcasts the step's inputs (and the state slots its pool
+zeroed since the last step) to the workers, then every rank runs its own engine over its own caches; the engines'
+all-reduces meet inside the step. Rank 0's logits are the step's result (every rank computes the same ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from dayzero.cache import Entry
+from dayzero.dist.world import join_world, leave_world
+from dayzero.dist.worker import error_file, ready_file
+from dayzero.errors import DayzeroError
+from dayzero.export.engine import StepMeta
+
+WORKER_START_TIMEOUT_S = 600
+
+
+def meta_to(meta: StepMeta, device: torch.device | str) -> StepMeta:
+    return dataclasses.replace(meta, **{f.name: getattr(meta, f.name).to(device) for f in dataclasses.fields(meta)})
+
+
+class TensorParallelEngine:
+    # the per-step broadcast of inputs is host work that a CUDA graph cannot replay
+    graph_capturable = False
+
+    def __init__(self, entry: Entry, tp: int, devices: list[str]):
+        from dayzero.export.build import load_engine
+
+        self._folder = tempfile.TemporaryDirectory(prefix="dayzero-world-")
+        folder = Path(self._folder.name)
+        # separate processes rather than multiprocessing: a worker must not re-import the caller's main module
+        self.workers = [subprocess.Popen([sys.executable, "-m", "dayzero.dist.worker", "--entry", str(entry.path),
+                                          "--key", entry.key, "--folder", str(folder), "--device", devices[rank],
+                                          "--rank", str(rank), "--world", str(tp)]) for rank in range(1, tp)]
+        self.local = load_engine(entry, 0)
+        self.manifest = self.local.manifest
+        self._wait_ready(folder)
+        self._commands = join_world(0, tp, str(folder / "store"), devices[0])
+        self._resets: list[tuple[int, int]] = []
+
+    def _wait_ready(self, folder: Path) -> None:
+        deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+        for rank, process in enumerate(self.workers, start=1):
+            while not ready_file(folder, rank).exists():
+                failure = self._startup_failure(folder, rank, process, deadline)
+                if failure:
+                    self._stop_workers()
+                    raise DayzeroError(f"tensor-parallel rank {rank} could not load its engine: {failure}")
+                time.sleep(0.05)
+
+    @staticmethod
+    def _startup_failure(folder: Path, rank: int, process: subprocess.Popen, deadline: float) -> str | None:
+        if error_file(folder, rank).exists():
+            return error_file(folder, rank).read_text()
+        if process.poll() is not None:
+            return f"its process exited with status {process.returncode}"
+        if time.monotonic() > deadline:
+            return f"not loaded after {WORKER_START_TIMEOUT_S} s"
+        return None
+
+    def on_slots_reset(self, start: int, count: int) -> None:
+        """The runtime zeroed these state slots of rank 0's caches: the workers zero theirs before the next step."""
+        self._resets.append((start, count))
+
+    def _broadcast(self, kind: str, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> None:
+        command = {"kind": kind, "input_ids": input_ids.cpu(), "meta": meta_to(meta, "cpu"), "resets": self._resets,
+                   "counts": self._cache_counts(caches)}
+        self._resets = []
+        dist.broadcast_object_list([command], src=0, group=self._commands)
+
+    def _cache_counts(self, caches: list[torch.Tensor]) -> dict[str, int]:
+        return {spec.unit: tensor.shape[0] for tensor, spec in zip(caches, self.manifest.cache_tensors)}
+
+    def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
+        self._broadcast("prefill", input_ids, meta, caches)
+        return self.local.prefill(input_ids, meta, caches)
+
+    def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
+        self._broadcast("decode", input_ids, meta, caches)
+        return self.local.decode(input_ids, meta, caches)
+
+    def _stop_workers(self) -> None:
+        for process in self.workers:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+    def close(self) -> None:
+        if not self.workers:
+            return
+        if dist.is_initialized():
+            dist.broadcast_object_list([None], src=0, group=self._commands)
+        self._stop_workers()
+        self.workers = []
+        leave_world()
+        self._folder.cleanup()
+
+    def __del__(self):
+        # a caller that never closed: the workers must not outlive it
+        for process in getattr(self, "workers", []):
+            process.kill()

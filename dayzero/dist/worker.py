@@ -1,0 +1,91 @@
+"""A tensor-parallel worker process (`python -m dayzero.dist.worker`, started by TensorParallelEngine): loads its
+rank's engine, says so in the rendezvous folder, joins the world and runs every step rank 0 broadcasts over caches
+of its own, until rank 0 sends None."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from dayzero.cache.entry import load_entry
+from dayzero.dist.world import join_world, leave_world
+from dayzero.export.engine import PAGE, SLOT, StepEngine, allocate_flat_caches
+
+
+def ready_file(folder: Path, rank: int) -> Path:
+    return folder / f"rank{rank}.ready"
+
+
+def error_file(folder: Path, rank: int) -> Path:
+    return folder / f"rank{rank}.error"
+
+
+def _say(path: Path, text: str) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def _load(entry_path: Path, key: str, rank: int, device: str, folder: Path) -> StepEngine | None:
+    from dayzero.export.build import load_engine
+
+    try:
+        entry = load_entry(entry_path, key, deep=False)
+        if isinstance(entry, str):
+            raise RuntimeError(entry)
+        engine = load_engine(entry, rank)
+        torch.empty(0, device=device)  # a device this rank cannot use fails here, not inside the first collective
+    except Exception as err:  # noqa: BLE001 (rank 0 reports it)
+        _say(error_file(folder, rank), f"{type(err).__name__}: {err}")
+        return None
+    _say(ready_file(folder, rank), "")
+    return engine
+
+
+def _receive(commands: dist.ProcessGroup) -> dict | None:
+    box = [None]
+    dist.broadcast_object_list(box, src=0, group=commands)
+    return box[0]
+
+
+@torch.inference_mode()
+def _run(engine: StepEngine, device: str, commands: dist.ProcessGroup) -> None:
+    from dayzero.dist.engine import meta_to
+
+    caches = None
+    while (command := _receive(commands)) is not None:
+        if caches is None:
+            counts = command["counts"]
+            caches = allocate_flat_caches(engine.manifest, counts.get(PAGE, 0), counts.get(SLOT, 0), device)
+        slot_tensors = [c for c, spec in zip(caches, engine.manifest.cache_tensors) if spec.unit == SLOT]
+        for start, count in command["resets"]:
+            for tensor in slot_tensors:
+                tensor[start : start + count].zero_()
+        step = engine.prefill if command["kind"] == "prefill" else engine.decode
+        step(command["input_ids"].to(device), meta_to(command["meta"], device), caches)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    for name in ("entry", "key", "folder", "device"):
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world", type=int, required=True)
+    args = parser.parse_args()
+    folder = Path(args.folder)
+    engine = _load(Path(args.entry), args.key, args.rank, args.device, folder)
+    if engine is None:
+        raise SystemExit(1)
+    commands = join_world(args.rank, args.world, str(folder / "store"), args.device)
+    try:
+        _run(engine, args.device, commands)
+    finally:
+        leave_world()
+
+
+if __name__ == "__main__":
+    main()

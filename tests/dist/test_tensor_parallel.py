@@ -1,0 +1,116 @@
+"""Tensor-parallel engines on CPU (gloo, one worker process per extra rank) == the one-rank reference: step logits,
+greedy generation with speculation over reused state slots, startup failures; the traced steps' collective order."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from dayzero.cache import CompilationCache
+from dayzero.dist.engine import TensorParallelEngine
+from dayzero.errors import DayzeroError
+from dayzero.dist.collectives import unordered_collectives
+from dayzero.export.build import _load_laid_out, export_engine
+from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
+from dayzero.export.options import ExportOptions
+from dayzero.export.trace import trace_step
+from dayzero.model import load
+from dayzero.model.caches import PLAIN_CACHE
+from dayzero.model.checkpoint_writer import write_random_checkpoint
+from dayzero.plugins.paged_cache import PAGE_SIZE
+from dayzero.runtime.llm import LLM
+from dayzero.runtime.sampling import SamplingParams
+from tests.helpers import TINY_CONFIG, rel_err, run_steps, tiny_config_dict
+
+CPU_RANKS = ["cpu", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tp")
+    # tiny-hybrid (latent MoE: the latent and shared partial sums reduce together) and a plain-MoE variant
+    plain = root / "plain.json"
+    plain.write_text(json.dumps(tiny_config_dict(routed_expert_hidden_size=None)))
+    return {name: write_random_checkpoint(config, root / name, torch.float32, seed=3)
+            for name, config in (("latent", TINY_CONFIG), ("plain", plain))}
+
+
+def _inputs():
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (37, 70)]
+    steps = [torch.randint(0, 256, (2, 2), generator=gen).tolist() for _ in range(3)]
+    return prompts, steps
+
+
+def _compare_with_one_rank(engine, checkpoint, tolerance: float) -> None:
+    model = load(checkpoint, dtype=torch.float32)
+    reference = EagerEngine(model, eager_manifest(model, PLAIN_CACHE, 4))
+    pages = 2 * math.ceil(80 / PAGE_SIZE)
+    prompts, steps = _inputs()
+    got = run_steps(engine, allocate_flat_caches(engine.manifest, pages, 4), prompts, steps)
+    expected = run_steps(reference, allocate_flat_caches(reference.manifest, pages, 4), prompts, steps)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and rel_err(g, e) < tolerance
+
+
+@pytest.mark.parametrize("variant", ["latent", "plain"])
+def test_eager_ranks_match_one_rank(checkpoints, variant, tmp_path):
+    entry, _ = export_engine(checkpoints[variant], ExportOptions(backend="eager", tp=2, max_batch=4),
+                             CompilationCache(tmp_path))
+    engine = TensorParallelEngine(entry, 2, CPU_RANKS)
+    try:
+        kda_state = next(s for s in engine.manifest.cache_tensors if s.name == "state")
+        assert kda_state.unit_shape[0] == 1  # rank 0 holds one of tiny-hybrid's two KDA heads
+        _compare_with_one_rank(engine, checkpoints[variant], 1e-5)
+    finally:
+        workers = list(engine.workers)
+        engine.close()
+    assert [process.returncode for process in workers] == [0]
+
+
+def test_each_ranks_traced_step_orders_its_collectives(checkpoints):
+    """The compiled path (GPUs): every all-reduce of a rank's step depends on the one before, so that no compiler
+    can issue two in different orders on different ranks (tiny-hybrid's latent MoE has two partial sums)."""
+    options = ExportOptions(backend="eager", tp=2, max_batch=4, num_draft=1)
+    model = _load_laid_out(checkpoints["latent"], options, rank=1)
+    manifest = eager_manifest(model, PLAIN_CACHE, 4, num_draft=1)
+    for decode in (False, True):
+        graph = trace_step(model, manifest, decode).graph
+        reductions = [n for n in graph.nodes if "all_reduce" in str(n.target)]
+        assert len(reductions) == 2 * model.config.num_layers  # one per sublayer
+        assert unordered_collectives(graph) == []
+
+
+def _generate_twice(checkpoint, tp: int) -> list[list[int]]:
+    """Two rounds on one engine: the second round's sequences reuse the first round's state slots."""
+    params = SamplingParams(max_tokens=10, ignore_eos=True)
+    with LLM(checkpoint, ExportOptions(backend="eager", tp=tp, max_batch=4, num_draft=2)) as llm:
+        first = llm.generate(["one two three one two three one two", "tensor parallel"], params)
+        second = llm.generate(["a b a b a b a b", "a third prompt, longer than the others"], params)
+    return [out.token_ids for out in first + second]
+
+
+def test_greedy_generation_with_speculation_equals_one_rank(checkpoints, tmp_path, monkeypatch):
+    monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
+    assert _generate_twice(checkpoints["plain"], 2) == _generate_twice(checkpoints["plain"], 1)
+
+
+def test_a_rank_that_cannot_start_is_reported(checkpoints, tmp_path):
+    entry, _ = export_engine(checkpoints["plain"], ExportOptions(backend="eager", tp=2, max_batch=4),
+                             CompilationCache(tmp_path))
+    with pytest.raises(DayzeroError, match="tensor-parallel rank 1 could not load its engine"):
+        TensorParallelEngine(entry, 2, ["cpu", "no-such-device"])
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"tp": 2, "backend": "onnx"}, "single-rank"),
+    ({"tp": 2, "backend": "aoti"}, "need GPUs"),
+    ({"cp": 2}, "not built yet; use --tp N"),
+    ({"ep": 2}, "not built yet; use --tp N"),
+], ids=["onnx", "aoti-cpu", "cp", "ep"])
+def test_unsupported_layouts_are_refused(fields, message):
+    with pytest.raises(DayzeroError, match=message):
+        ExportOptions(**fields)
