@@ -41,7 +41,7 @@ def test_second_export_is_a_hit_and_loads(checkpoint, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"tp": 2}, "--tp 1 --cp 1 --ep 1"),
+    ({"tp": 0}, "tp must be >= 1"),
     ({"ep": 0}, "ep must be >= 1"),
     ({"kv_cache": "int4"}, "kv_cache must be one of bf16, fp8"),
     ({"backend": "tensorrt"}, "backend must be one of"),
