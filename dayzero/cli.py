@@ -68,6 +68,8 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--tp", type=int, default=1, show_default=True,
               help="Tensor-parallel ranks: one process each (on --device cuda, GPUs 0..tp-1).")
+@click.option("--ep", type=int, default=1, show_default=True,
+              help="1: every expert's neurons split over the --tp ranks; = --tp: whole experts split over them.")
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
 @click.option("--memory-mb", type=int, default=None, help="Cache memory (default: --gpu-memory-fraction of free GPU "
               "memory, 256 MiB on CPU).")
@@ -77,7 +79,7 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
 @click.option("--num-draft", type=int, default=0, show_default=True,
               help="Speculative decoding: draft tokens (prompt lookup) verified per decode step; 0 = off.")
 def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, backend, device, tp,
-        dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft) -> None:
+        ep, dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft) -> None:
     """Export (or find in the cache) the engine, then generate for the prompts with continuous batching."""
     from dayzero.export.options import ExportOptions
     from dayzero.runtime.llm import LLM
@@ -91,7 +93,7 @@ def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k,
         reexec_with_libstdcxx()
     texts = [*prompts, *(line.rstrip("\n") for line in prompt_file or [])] or [DEFAULT_PROMPT]
     export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max(16, batch), num_draft=num_draft,
-                           tp=tp)
+                           tp=tp, ep=ep)
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs)
     with LLM(checkpoint, export, runtime) as llm:

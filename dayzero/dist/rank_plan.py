@@ -1,8 +1,9 @@
-"""The rank plan of tensor parallelism: which heads and intermediate neurons a rank holds, and where its partial
+"""The rank plan of tensor parallelism: which heads, neurons and experts a rank holds, and where its partial
 outputs are summed.
 
 A rank holds a contiguous 1/tp of the KDA heads, of the MLA heads, of the dense MLP's and of every routed and shared
-expert's intermediate dim. Each such sublayer ends in one all-reduce. Everything else (embeddings, the LM head,
+expert's intermediate dim; with expert parallelism (ep = tp) it holds 1/tp of the routed experts whole instead of
+a slice of each. Each such sublayer ends in one all-reduce. Everything else (embeddings, the LM head,
 norms, AttnRes mixes, the router, the low-rank and latent projections, the MLA latent cache and the DSA indexer) is
 whole on every rank: every rank computes the same Top-K and writes the same latent rows.
 """
@@ -24,11 +25,14 @@ from dayzero.model.config import ModelConfig
 class RankPlan:
     tp: int
     rank: int
+    ep: int = 1  # 1, or tp: the routed experts are split whole over the tensor-parallel ranks
     group: str = WORLD_GROUP
 
     def __post_init__(self):
         if not 0 <= self.rank < self.tp:
             raise DayzeroError(f"rank {self.rank} is outside a tensor-parallel world of {self.tp}")
+        if self.ep not in (1, self.tp):
+            raise DayzeroError(f"--ep {self.ep} must be 1 or equal --tp {self.tp} (experts split over the same ranks)")
 
     def split_sizes(self, cfg: ModelConfig) -> dict[str, int]:
         """The sizes tp must divide, by the config field that holds them."""
@@ -37,8 +41,11 @@ class RankPlan:
             sizes["linear_attn_config.num_heads"] = cfg.kda.num_heads
         if cfg.mla is not None:
             sizes["num_attention_heads"] = cfg.mla.num_heads
-        if cfg.moe is not None:
+        if cfg.moe is not None and self.ep == 1:
             sizes["moe_intermediate_size"] = cfg.moe.intermediate_size
+        elif cfg.moe is not None:
+            sizes["num_experts"] = cfg.moe.num_experts
+            sizes["moe_intermediate_size x num_shared_experts"] = cfg.moe.shared_size
         return sizes
 
     def local_config(self, cfg: ModelConfig) -> ModelConfig:
@@ -54,8 +61,10 @@ class RankPlan:
             share["kda"] = dataclasses.replace(cfg.kda, num_heads=cfg.kda.num_heads // self.tp)
         if cfg.mla is not None:
             share["mla"] = dataclasses.replace(cfg.mla, num_heads=cfg.mla.num_heads // self.tp)
-        if cfg.moe is not None:
+        if cfg.moe is not None and self.ep == 1:
             share["moe"] = dataclasses.replace(cfg.moe, intermediate_size=cfg.moe.intermediate_size // self.tp)
+        elif cfg.moe is not None:
+            share["moe"] = dataclasses.replace(cfg.moe, expert_shards=self.ep)
         return dataclasses.replace(cfg, **share)
 
     def shard(self, full: torch.Tensor, local_shape: torch.Size) -> torch.Tensor:
@@ -85,3 +94,5 @@ class RankPlan:
             if isinstance(module, KDAttention | MLAttention | MoE) or (
                     isinstance(module, GatedMLP) and id(module) not in shared):
                 module.tp_group = self.group
+            if isinstance(module, MoE) and self.ep > 1:
+                module.first_expert = self.rank * module.cfg.local_experts

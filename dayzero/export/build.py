@@ -88,7 +88,7 @@ def _load_laid_out(checkpoint: Path, options: ExportOptions, rank: int = 0) -> H
     from dayzero.model import load
 
     model = load(checkpoint, dtype=getattr(torch, options.dtype), device=options.rank_device(rank),
-                 plan=RankPlan(options.tp, rank))
+                 plan=RankPlan(options.tp, rank, options.ep))
     _check_formats(model, options)
     lay_out(model)
     return model.eval()

@@ -45,9 +45,12 @@ class ExportOptions:
                 raise DayzeroError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_draft < 0 or (self.max_len is not None and self.max_len < 1):
             raise DayzeroError("num_draft must be >= 0 and max_len >= 1")
-        if (self.cp, self.ep) != (1, 1):
-            raise DayzeroError("context and expert parallelism (--cp/--ep > 1) are not built yet; use --tp N, which "
-                               "splits the heads and every expert's intermediate dim over N ranks")
+        if self.cp != 1:
+            raise DayzeroError("context parallelism (--cp > 1) is not built yet; use --tp N, which splits the heads "
+                               "and the experts over N ranks")
+        if self.ep not in (1, self.tp):
+            raise DayzeroError(f"--ep {self.ep} must be 1 (each expert's neurons split over the --tp ranks) or equal "
+                               f"--tp {self.tp} (whole experts split over them)")
         if self.tp > 1 and self.backend == "onnx":
             raise DayzeroError("the ONNX interchange graph is single-rank; export it with --tp 1")
         if self.tp > 1 and self.backend == "aoti" and torch.device(self.device).type == "cpu":

@@ -88,6 +88,17 @@ class MoEConfig:
     # latent MoE (K3): experts run in a `latent_size` space entered by routed_expert_down_proj
     latent_size: int | None = None
     latent_norm: bool = True
+    # expert parallelism (a rank's view, dayzero/dist/rank_plan.py): this many ranks share the routed experts (each
+    # holds whole experts) and the shared experts' neurons
+    expert_shards: int = 1
+
+    @property
+    def local_experts(self) -> int:
+        return self.num_experts // self.expert_shards
+
+    @property
+    def shared_size(self) -> int:
+        return self.intermediate_size * self.num_shared_experts // self.expert_shards
 
     def __post_init__(self):
         if self.top_k > self.num_experts:

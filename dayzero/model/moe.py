@@ -39,17 +39,18 @@ class MoE(nn.Module):
         self.activation, self.act_params = activation, act_params
         expert_dim = cfg.latent_size or hidden_size
         self.gate = Router(hidden_size, cfg.num_experts)
-        self.experts = ExpertBank(cfg.num_experts, expert_dim, cfg.intermediate_size)
+        self.experts = ExpertBank(cfg.local_experts, expert_dim, cfg.intermediate_size)
         if cfg.latent_size is not None:
             self.routed_expert_down_proj = linear(hidden_size, cfg.latent_size)
             if cfg.latent_norm:
                 self.routed_expert_norm = RMSNorm(cfg.latent_size, rms_norm_eps)
             self.routed_expert_up_proj = linear(cfg.latent_size, hidden_size)
         if cfg.num_shared_experts:
-            self.shared_experts = GatedMLP(hidden_size, cfg.intermediate_size * cfg.num_shared_experts,
-                                           activation, act_params)
+            self.shared_experts = GatedMLP(hidden_size, cfg.shared_size, activation, act_params)
         # set on a rank that holds part of every expert's intermediate dim: its expert outputs are partial sums
         self.tp_group: str | None = None
+        # set on a rank that holds experts first_expert .. + local_experts - 1 only (expert parallelism)
+        self.first_expert: int | None = None
 
     def _experts(self, x: torch.Tensor, decode: bool) -> torch.Tensor:
         """The routed experts' weighted sum, in the latent space when there is one (this rank's partial sum)."""
@@ -60,8 +61,11 @@ class MoE(nn.Module):
                                      cfg.topk_group, cfg.renormalize, cfg.scaling, cfg.router_activation)
         if cfg.latent_size is not None:
             x = self.routed_expert_down_proj(x)
-        return moe_ops.moe_experts(x, weights, ids, self.experts.w1, self.experts.w3, self.experts.w2,
-                                   self.activation, **self.act_params)
+        bank = self.experts
+        if self.first_expert is None:
+            return moe_ops.moe_experts(x, weights, ids, bank.w1, bank.w3, bank.w2, self.activation, **self.act_params)
+        return moe_ops.moe_local_experts(x, weights, ids, self.first_expert, bank.w1, bank.w3, bank.w2, self.activation,
+                                         **self.act_params)
 
     def _leave_latent(self, y: torch.Tensor) -> torch.Tensor:
         if self.cfg.latent_norm:

@@ -30,6 +30,22 @@ def test_local_config_holds_a_share_of_heads_and_neurons():
     assert local.indexer == cfg.indexer and local.mla.kv_lora_rank == cfg.mla.kv_lora_rank
 
 
+def test_expert_parallel_ranks_hold_whole_experts():
+    cfg = ModelConfig.from_dict(tiny_config_dict())
+    plan = RankPlan(2, 1, ep=2)
+    local = plan.local_config(cfg)
+    assert local.moe.intermediate_size == cfg.moe.intermediate_size
+    assert (local.moe.local_experts, local.moe.num_experts) == (cfg.moe.num_experts // 2, cfg.moe.num_experts)
+    assert local.moe.shared_size == cfg.moe.shared_size // 2
+    model = build_empty(local, torch.float32, "cpu")
+    plan.mark_reductions(model)
+    moes = [m for m in model.modules() if isinstance(m, MoE)]
+    assert moes and all(m.first_expert == cfg.moe.num_experts // 2 and m.experts.w1.shape[0] == 4 for m in moes)
+    assert all(m.gate.weight.shape[0] == cfg.moe.num_experts for m in moes)  # the router sees every expert
+    with pytest.raises(DayzeroError, match="--ep 2 must be 1 or equal --tp 4"):
+        RankPlan(4, 0, ep=2)
+
+
 def test_a_tp_that_does_not_divide_names_every_field():
     cfg = ModelConfig.from_dict(tiny_config_dict())
     with pytest.raises(DayzeroError, match=r"--tp 3 does not divide.*linear_attn_config.num_heads = 2.*"

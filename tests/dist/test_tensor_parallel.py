@@ -56,9 +56,10 @@ def _compare_with_one_rank(engine, checkpoint, tolerance: float) -> None:
         assert g.shape == e.shape and rel_err(g, e) < tolerance
 
 
-@pytest.mark.parametrize("variant", ["latent", "plain"])
-def test_eager_ranks_match_one_rank(checkpoints, variant, tmp_path):
-    entry, _ = export_engine(checkpoints[variant], ExportOptions(backend="eager", tp=2, max_batch=4),
+@pytest.mark.parametrize("variant, ep", [("latent", 1), ("plain", 1), ("latent", 2)],
+                         ids=["latent", "plain", "latent-ep2"])
+def test_eager_ranks_match_one_rank(checkpoints, variant, ep, tmp_path):
+    entry, _ = export_engine(checkpoints[variant], ExportOptions(backend="eager", tp=2, ep=ep, max_batch=4),
                              CompilationCache(tmp_path))
     engine = TensorParallelEngine(entry, 2, CPU_RANKS)
     try:
@@ -84,10 +85,10 @@ def test_each_ranks_traced_step_orders_its_collectives(checkpoints):
         assert unordered_collectives(graph) == []
 
 
-def _generate_twice(checkpoint, tp: int) -> list[list[int]]:
+def _generate_twice(checkpoint, tp: int, ep: int = 1) -> list[list[int]]:
     """Two rounds on one engine: the second round's sequences reuse the first round's state slots."""
     params = SamplingParams(max_tokens=10, ignore_eos=True)
-    with LLM(checkpoint, ExportOptions(backend="eager", tp=tp, max_batch=4, num_draft=2)) as llm:
+    with LLM(checkpoint, ExportOptions(backend="eager", tp=tp, ep=ep, max_batch=4, num_draft=2)) as llm:
         first = llm.generate(["one two three one two three one two", "tensor parallel"], params)
         second = llm.generate(["a b a b a b a b", "a third prompt, longer than the others"], params)
     return [out.token_ids for out in first + second]
@@ -95,7 +96,9 @@ def _generate_twice(checkpoint, tp: int) -> list[list[int]]:
 
 def test_greedy_generation_with_speculation_equals_one_rank(checkpoints, tmp_path, monkeypatch):
     monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
-    assert _generate_twice(checkpoints["plain"], 2) == _generate_twice(checkpoints["plain"], 1)
+    one_rank = _generate_twice(checkpoints["plain"], 1)
+    assert _generate_twice(checkpoints["plain"], 2) == one_rank
+    assert _generate_twice(checkpoints["plain"], 2, ep=2) == one_rank
 
 
 def test_a_rank_that_cannot_start_is_reported(checkpoints, tmp_path):
@@ -109,8 +112,9 @@ def test_a_rank_that_cannot_start_is_reported(checkpoints, tmp_path):
     ({"tp": 2, "backend": "onnx"}, "single-rank"),
     ({"tp": 2, "backend": "aoti"}, "need GPUs"),
     ({"cp": 2}, "not built yet; use --tp N"),
-    ({"ep": 2}, "not built yet; use --tp N"),
-], ids=["onnx", "aoti-cpu", "cp", "ep"])
+    ({"ep": 2}, "must be 1 .* or equal --tp 1"),
+    ({"tp": 4, "ep": 2}, "must be 1 .* or equal --tp 4"),
+], ids=["onnx", "aoti-cpu", "cp", "ep-without-tp", "ep-not-tp"])
 def test_unsupported_layouts_are_refused(fields, message):
     with pytest.raises(DayzeroError, match=message):
         ExportOptions(**fields)

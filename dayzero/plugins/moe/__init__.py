@@ -1,7 +1,17 @@
 from dayzero.plugins.moe.activation import gated_activation
 from dayzero.plugins.moe.layer import LatentProjection, MoEWeights, RouterSpec, moe_layer
-from dayzero.plugins.moe.op import gated_mlp, grouped_mlp, moe_experts, permute, route, router_logits, unpermute
+from dayzero.plugins.moe.op import (
+    gated_mlp,
+    grouped_mlp,
+    moe_experts,
+    moe_local_experts,
+    permute,
+    route,
+    router_logits,
+    unpermute,
+)
 from dayzero.plugins.moe.reference import expert_rank_offsets
 
 __all__ = ["LatentProjection", "MoEWeights", "RouterSpec", "expert_rank_offsets", "gated_activation", "gated_mlp",
-           "grouped_mlp", "moe_experts", "moe_layer", "permute", "route", "router_logits", "unpermute"]
+           "grouped_mlp", "moe_experts", "moe_layer", "moe_local_experts", "permute", "route", "router_logits",
+           "unpermute"]

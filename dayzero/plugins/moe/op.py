@@ -157,6 +157,24 @@ def moe_experts(
     return unpermute(grouped_mlp(x_sorted, offsets, w1, w3, w2, activation, **act_params), weights, positions)
 
 
+def moe_local_experts(
+    x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, first_expert: int, w1: torch.Tensor, w3: torch.Tensor,
+    w2: torch.Tensor, activation: str = "silu", **act_params,
+) -> torch.Tensor:
+    """Expert parallelism: this rank's share of the weighted sum, from its experts first_expert .. + w1.shape[0] - 1
+    only (ids are global); the ranks' shares sum to moe_experts.
+
+    Other ranks' assignments go to a sink group sorted last; the grouped MLP runs on the local groups alone and the
+    sink rows, which no kernel writes, are zeroed before the weighted sum."""
+    num_local = w1.shape[0]
+    local = (ids >= first_expert) & (ids < first_expert + num_local)
+    x_sorted, _, positions, offsets = permute(x, torch.where(local, ids - first_expert, num_local), num_local + 1)
+    y_sorted = grouped_mlp(x_sorted, offsets[: num_local + 1], w1, w3, w2, activation, **act_params)
+    rows = torch.arange(y_sorted.shape[0], device=y_sorted.device)[:, None]
+    y_sorted = torch.where(rows < offsets[num_local], y_sorted, 0)
+    return unpermute(y_sorted, weights, positions)
+
+
 def gated_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor, activation: str = "silu",
               **act_params) -> torch.Tensor:
     """One gated MLP: x [T, D], w1/w3 [I, D], w2 [D, I] -> [T, D] (fp32 activation, x's dtype out)."""
