@@ -80,6 +80,10 @@ class RankPlan:
                                f"{self.tp} ranks")
         return full.chunk(self.tp, dim=dims[0])[self.rank]
 
+    def first_expert(self, local_experts: int) -> int:
+        """The global index of this rank's first routed expert (every rank holds all of them without ep)."""
+        return self.rank * local_experts if self.ep > 1 else 0
+
     def mark_reductions(self, model: nn.Module) -> None:
         """Point every sublayer whose output is a partial sum at the group (shared experts: their MoE reduces)."""
         from dayzero.model.kda import KDAttention
@@ -95,4 +99,4 @@ class RankPlan:
                     isinstance(module, GatedMLP) and id(module) not in shared):
                 module.tp_group = self.group
             if isinstance(module, MoE) and self.ep > 1:
-                module.first_expert = self.rank * module.cfg.local_experts
+                module.first_expert = self.first_expert(module.cfg.local_experts)

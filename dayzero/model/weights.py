@@ -115,9 +115,21 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
     with torch.device("meta"):
         full_shapes = {name: p.shape for name, p in HybridModel(cfg).named_parameters()}
     for name, param in model.named_parameters():
-        # one whole tensor at a time in host memory: the reader maps the files, so only this rank's rows are kept
-        whole = torch.empty(full_shapes[name], dtype=param.dtype)
-        _load_parameter(reader, name, whole, cfg)
-        param.copy_(plan.shard(whole, param.shape))
+        _load_shard(reader, name, param, full_shapes[name], cfg, plan)
     plan.mark_reductions(model)
     return model
+
+
+def _load_shard(reader: CheckpointReader, name: str, param: torch.Tensor, full_shape: torch.Size, cfg: ModelConfig,
+                plan: RankPlan) -> None:
+    """This rank's part of one parameter. Host memory holds one whole stored tensor at a time: one expert of a
+    stacked bank, never the bank (a K3.1 bank is tens of GB)."""
+    if EXPERT_PARAM.match(name) is None:
+        whole = torch.empty(full_shape, dtype=param.dtype)
+        _load_parameter(reader, name, whole, cfg)
+        param.copy_(plan.shard(whole, param.shape))
+        return
+    parts = parameter_parts(name, tuple(full_shape))
+    first = plan.first_expert(param.shape[0])
+    for index in range(param.shape[0]):
+        param[index].copy_(plan.shard(_read_part(reader, parts[first + index], name), param[index].shape))
