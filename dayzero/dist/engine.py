@@ -2,13 +2,12 @@
 lockstep.
 
 The runtime sees one StepEngine. Each step, rank 0 broadcasts the step's inputs (and the state slots its pool
-zeroed since the last step) to the workers, then every rank runs its own engine over its own caches; the engines'
-all-reduces meet inside the step. Rank 0's logits are the step's result (every rank computes the same ones).
+zeroed since the last step) to the workers as two int64 tensors (step_message.py), then every rank runs its own
+engine over its own caches; the engines' all-reduces meet inside the step. Rank 0's logits are the step's result (every rank computes the same ones).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import tempfile
@@ -22,13 +21,10 @@ from dayzero.cache import Entry
 from dayzero.dist.world import join_world, leave_world
 from dayzero.dist.worker import error_file, ready_file
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import StepMeta
+from dayzero.dist.step_message import StepCommand, pack
+from dayzero.export.engine import PAGE, SLOT, StepMeta
 
 WORKER_START_TIMEOUT_S = 600
-
-
-def meta_to(meta: StepMeta, device: torch.device | str) -> StepMeta:
-    return dataclasses.replace(meta, **{f.name: getattr(meta, f.name).to(device) for f in dataclasses.fields(meta)})
 
 
 class TensorParallelEngine:
@@ -74,21 +70,23 @@ class TensorParallelEngine:
         """The runtime zeroed these state slots of rank 0's caches: the workers zero theirs before the next step."""
         self._resets.append((start, count))
 
-    def _broadcast(self, kind: str, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> None:
-        command = {"kind": kind, "input_ids": input_ids.cpu(), "meta": meta_to(meta, "cpu"), "resets": self._resets,
-                   "counts": self._cache_counts(caches)}
-        self._resets = []
-        dist.broadcast_object_list([command], src=0, group=self._commands)
+    def _broadcast(self, command: StepCommand) -> None:
+        header, payload = pack(command)
+        dist.broadcast(header, src=0, group=self._commands)
+        if payload.numel():
+            dist.broadcast(payload, src=0, group=self._commands)
 
-    def _cache_counts(self, caches: list[torch.Tensor]) -> dict[str, int]:
-        return {spec.unit: tensor.shape[0] for tensor, spec in zip(caches, self.manifest.cache_tensors)}
+    def _send_step(self, kind: str, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> None:
+        counts = {spec.unit: tensor.shape[0] for tensor, spec in zip(caches, self.manifest.cache_tensors)}
+        self._broadcast(StepCommand(kind, input_ids, meta, self._resets, counts.get(PAGE, 0), counts.get(SLOT, 0)))
+        self._resets = []
 
     def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
-        self._broadcast("prefill", input_ids, meta, caches)
+        self._send_step("prefill", input_ids, meta, caches)
         return self.local.prefill(input_ids, meta, caches)
 
     def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
-        self._broadcast("decode", input_ids, meta, caches)
+        self._send_step("decode", input_ids, meta, caches)
         return self.local.decode(input_ids, meta, caches)
 
     def _stop_workers(self) -> None:
@@ -102,7 +100,7 @@ class TensorParallelEngine:
         if not self.workers:
             return
         if dist.is_initialized():
-            dist.broadcast_object_list([None], src=0, group=self._commands)
+            self._broadcast(StepCommand("stop"))
         self._stop_workers()
         self.workers = []
         leave_world()

@@ -13,7 +13,8 @@ import torch.distributed as dist
 
 from dayzero.cache.entry import load_entry
 from dayzero.dist.world import join_world, leave_world
-from dayzero.export.engine import PAGE, SLOT, StepEngine, allocate_flat_caches
+from dayzero.dist.step_message import HEADER_SIZE, StepCommand, payload_size, unpack
+from dayzero.export.engine import SLOT, StepEngine, allocate_flat_caches
 
 
 def ready_file(folder: Path, rank: int) -> Path:
@@ -46,27 +47,27 @@ def _load(entry_path: Path, key: str, rank: int, device: str, folder: Path) -> S
     return engine
 
 
-def _receive(commands: dist.ProcessGroup) -> dict | None:
-    box = [None]
-    dist.broadcast_object_list(box, src=0, group=commands)
-    return box[0]
+def _receive(commands: dist.ProcessGroup, device: str) -> StepCommand:
+    header = torch.empty(HEADER_SIZE, dtype=torch.int64)
+    dist.broadcast(header, src=0, group=commands)
+    payload = torch.empty(payload_size(header), dtype=torch.int64)
+    if payload.numel():
+        dist.broadcast(payload, src=0, group=commands)
+    return unpack(header, payload, device)
 
 
 @torch.inference_mode()
 def _run(engine: StepEngine, device: str, commands: dist.ProcessGroup) -> None:
-    from dayzero.dist.engine import meta_to
-
     caches = None
-    while (command := _receive(commands)) is not None:
+    while (command := _receive(commands, device)).kind != "stop":
         if caches is None:
-            counts = command["counts"]
-            caches = allocate_flat_caches(engine.manifest, counts.get(PAGE, 0), counts.get(SLOT, 0), device)
+            caches = allocate_flat_caches(engine.manifest, command.num_pages, command.num_slots, device)
         slot_tensors = [c for c, spec in zip(caches, engine.manifest.cache_tensors) if spec.unit == SLOT]
-        for start, count in command["resets"]:
+        for start, count in command.resets:
             for tensor in slot_tensors:
                 tensor[start : start + count].zero_()
-        step = engine.prefill if command["kind"] == "prefill" else engine.decode
-        step(command["input_ids"].to(device), meta_to(command["meta"], device), caches)
+        step = engine.prefill if command.kind == "prefill" else engine.decode
+        step(command.input_ids, command.meta, caches)
 
 
 def main() -> None:
