@@ -202,10 +202,6 @@ ENGINE_LOADERS: dict[str, Callable[[Entry, EngineManifest, int], StepEngine]] = 
     "eager": _load_eager, "aoti": _load_aoti, "onnx": _load_onnx}
 
 
-def engine_ranks(entry: Entry) -> int:
-    return ExportOptions(**entry.meta["options"]).tp
-
-
 def load_engine(entry: Entry, rank: int = 0) -> StepEngine:
     """Rank `rank`'s engine of an entry (a multi-rank entry's engines run together: dayzero.dist.engine)."""
     manifest = EngineManifest.from_json(json.loads(entry.file(f"{rank_dir(rank)}/{ENGINE_FILE}").read_text()))
