@@ -40,9 +40,15 @@ class TensorParallelEngine:
         self.workers = [subprocess.Popen([sys.executable, "-m", "dayzero.dist.worker", "--entry", str(entry.path),
                                           "--key", entry.key, "--folder", str(folder), "--device", devices[rank],
                                           "--rank", str(rank), "--world", str(tp)]) for rank in range(1, tp)]
-        self.local = load_engine(entry, 0)
-        self.manifest = self.local.manifest
-        self._wait_ready(folder)
+        try:
+            self.local = load_engine(entry, 0)
+            self.manifest = self.local.manifest
+            self._wait_ready(folder)
+        except BaseException:
+            # ranks that did load would wait in the rendezvous until its timeout
+            self._kill_workers()
+            self._folder.cleanup()
+            raise
         self._commands = join_world(0, tp, str(folder / "store"), devices[0])
         self._resets: list[tuple[int, int]] = []
 
@@ -52,7 +58,6 @@ class TensorParallelEngine:
             while not ready_file(folder, rank).exists():
                 failure = self._startup_failure(folder, rank, process, deadline)
                 if failure:
-                    self._stop_workers()
                     raise DayzeroError(f"tensor-parallel rank {rank} could not load its engine: {failure}")
                 time.sleep(0.05)
 
@@ -105,6 +110,12 @@ class TensorParallelEngine:
         self.workers = []
         leave_world()
         self._folder.cleanup()
+
+    def _kill_workers(self) -> None:
+        for process in self.workers:
+            process.kill()
+            process.wait()
+        self.workers = []
 
     def __del__(self):
         # a caller that never closed: the workers must not outlive it

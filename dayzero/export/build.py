@@ -84,7 +84,8 @@ def rank_dir(rank: int) -> str:
     return f"rank{rank}"
 
 
-def _load_laid_out(checkpoint: Path, options: ExportOptions, rank: int = 0) -> HybridModel:
+def load_rank_model(checkpoint: Path, options: ExportOptions, rank: int = 0) -> HybridModel:
+    """The laid-out network one rank runs (the whole model on one rank), on the rank's device."""
     from dayzero.model import load
 
     model = load(checkpoint, dtype=getattr(torch, options.dtype), device=options.rank_device(rank),
@@ -136,7 +137,7 @@ BUILDERS: dict[str, Callable[[HybridModel, EngineManifest, Path, Progress], dict
 def _build_rank(checkpoint: Path, options: ExportOptions, rank: int, out: Path, progress: Progress) -> dict:
     prefix = f"rank {rank}: " if options.tp > 1 else ""
     with progress.stage(f"{prefix}load + lay out weights"):
-        model = _load_laid_out(checkpoint, options, rank)
+        model = load_rank_model(checkpoint, options, rank)
     manifest = _manifest(model, options, rank)
     folder = out / rank_dir(rank)
     folder.mkdir()
@@ -184,7 +185,7 @@ def _load_eager(entry: Entry, manifest: EngineManifest, rank: int) -> StepEngine
     checkpoint = Path(entry.meta["checkpoint"])
     if not (checkpoint / "config.json").is_file():
         raise DayzeroError(f"the eager engine {entry.key[:16]} reads {checkpoint}, which is gone; export again")
-    return EagerEngine(_load_laid_out(checkpoint, options, rank), manifest)
+    return EagerEngine(load_rank_model(checkpoint, options, rank), manifest)
 
 
 def _load_aoti(entry: Entry, manifest: EngineManifest, rank: int) -> StepEngine:

@@ -13,7 +13,7 @@ from dayzero.cache import CompilationCache
 from dayzero.dist.engine import TensorParallelEngine
 from dayzero.errors import DayzeroError
 from dayzero.dist.collectives import unordered_collectives
-from dayzero.export.build import _load_laid_out, export_engine
+from dayzero.export.build import load_rank_model, export_engine
 from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
 from dayzero.export.options import ExportOptions
 from dayzero.export.trace import trace_step
@@ -76,7 +76,7 @@ def test_each_ranks_traced_step_orders_its_collectives(checkpoints):
     """The compiled path (GPUs): every all-reduce of a rank's step depends on the one before, so that no compiler
     can issue two in different orders on different ranks (tiny-hybrid's latent MoE has two partial sums)."""
     options = ExportOptions(backend="eager", tp=2, max_batch=4, num_draft=1)
-    model = _load_laid_out(checkpoints["latent"], options, rank=1)
+    model = load_rank_model(checkpoints["latent"], options, rank=1)
     manifest = eager_manifest(model, PLAIN_CACHE, 4, num_draft=1)
     for decode in (False, True):
         graph = trace_step(model, manifest, decode).graph
