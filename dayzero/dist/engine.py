@@ -82,6 +82,10 @@ class TensorParallelEngine:
             dist.broadcast(payload, src=0, group=self._commands)
 
     def _send_step(self, kind: str, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> None:
+        for rank, process in enumerate(self.workers, start=1):
+            if process.poll() is not None:
+                raise DayzeroError(f"tensor-parallel rank {rank} exited (status {process.returncode}); its caches are "
+                                   "gone, so this engine cannot step again: restart it")
         counts = {spec.unit: tensor.shape[0] for tensor, spec in zip(caches, self.manifest.cache_tensors)}
         self._broadcast(StepCommand(kind, input_ids, meta, self._resets, counts.get(PAGE, 0), counts.get(SLOT, 0)))
         self._resets = []
@@ -102,12 +106,13 @@ class TensorParallelEngine:
                 process.kill()
 
     def close(self) -> None:
+        """Stop the workers (a dead one: kill the rest) and leave the world; a second call does nothing."""
         if not self.workers:
             return
-        if dist.is_initialized():
+        if all(process.poll() is None for process in self.workers):
             self._broadcast(StepCommand("stop"))
-        self._stop_workers()
-        self.workers = []
+            self._stop_workers()
+        self._kill_workers()
         leave_world()
         self._folder.cleanup()
 

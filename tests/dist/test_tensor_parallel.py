@@ -118,3 +118,19 @@ def test_a_rank_that_cannot_start_is_reported(checkpoints, tmp_path):
 def test_unsupported_layouts_are_refused(fields, message):
     with pytest.raises(DayzeroError, match=message):
         ExportOptions(**fields)
+
+
+def test_a_rank_that_died_is_reported_before_the_next_step(checkpoints, tmp_path):
+    entry, _ = export_engine(checkpoints["plain"], ExportOptions(backend="eager", tp=2, max_batch=4),
+                             CompilationCache(tmp_path))
+    engine = TensorParallelEngine(entry, 2, CPU_RANKS)
+    workers = list(engine.workers)
+    try:
+        workers[0].kill()
+        workers[0].wait()
+        caches = allocate_flat_caches(engine.manifest, 2, 4)
+        prompts, steps = _inputs()
+        with pytest.raises(DayzeroError, match="rank 1 exited"):
+            run_steps(engine, caches, prompts[:1], steps[:1])
+    finally:
+        engine.close()
