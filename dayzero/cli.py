@@ -11,7 +11,7 @@ import click
 import torch
 
 from dayzero.errors import DayzeroError
-from dayzero.paths import bundled_config
+from dayzero.paths import resolve_config
 
 if TYPE_CHECKING:
     from dayzero.runtime.llm_engine import StepStats
@@ -46,7 +46,7 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
     the name of a bundled config such as tiny-hybrid) to OUT."""
     from dayzero.model.checkpoint_writer import write_random_checkpoint
 
-    source = Path(config) if Path(config).exists() else bundled_config(config)
+    source = resolve_config(config)
     start = time.perf_counter()
     write_random_checkpoint(source, out, _dtype(dtype), seed, shard_size_mb << 20, overwrite)
     click.echo(f"wrote {out} in {time.perf_counter() - start:.1f} s")
@@ -107,6 +107,25 @@ def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k,
     for out in outputs:
         click.echo(f"--- {out.request_id} ({out.finish_reason})\n{out.prompt}{_printable(out.text)}")
     _summary(outputs, elapsed, llm.engine.stats if num_draft else None)
+
+
+@cli.command()
+@click.argument("config")
+@click.option("--tp", type=int, default=1, show_default=True)
+@click.option("--ep", type=int, default=1, show_default=True)
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="bfloat16", show_default=True)
+def plan(config: str, tp: int, ep: int, dtype: str) -> None:
+    """Weight bytes per rank of CONFIG (a config.json, a folder holding one, or a bundled name) over --tp ranks."""
+    from dayzero.dist.rank_plan import RankPlan
+    from dayzero.dist.sizing import rank_weights
+    from dayzero.model.config import ModelConfig
+
+    cfg = ModelConfig.from_hf(resolve_config(config))
+    whole = rank_weights(cfg, RankPlan(1, 0), _dtype(dtype))
+    share = rank_weights(cfg, RankPlan(tp, 0, ep), _dtype(dtype))
+    click.echo(f"{cfg.model_type}: {whole.params / 1e9:.2f} B parameters, {whole.bytes / 2**30:.1f} GiB in {dtype}")
+    click.echo(f"per rank (--tp {tp} --ep {ep}): {share.params / 1e9:.2f} B parameters, {share.bytes / 2**30:.1f} GiB, "
+               f"of which {share.replicated_bytes / 2**30:.1f} GiB are the same on every rank")
 
 
 def _summary(outputs, elapsed: float, speculation: StepStats | None = None) -> None:

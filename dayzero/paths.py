@@ -23,6 +23,11 @@ def bundled_config(name: str) -> Path:
     return path
 
 
+def resolve_config(config: str) -> Path:
+    """A config.json, a folder holding one, or the name of a bundled config."""
+    return Path(config) if Path(config).exists() else bundled_config(config)
+
+
 def cache_dir() -> Path:
     """$DAYZERO_CACHE_DIR, default ~/.cache/dayzero."""
     return Path(os.environ.get("DAYZERO_CACHE_DIR", Path.home() / ".cache" / "dayzero"))

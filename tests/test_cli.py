@@ -55,3 +55,11 @@ def test_unknown_bundled_config(tmp_path):
 def test_run_refuses_a_memory_fraction_outside_0_1(tmp_path):
     result = run_main("run", "--gpu-memory-fraction", "1.5", env={**os.environ, "DAYZERO_CACHE_DIR": str(tmp_path)})
     assert result.returncode == 2 and "--gpu-memory-fraction must be in (0, 1], got 1.5" in result.stderr
+
+
+def test_plan_prints_the_weights_each_rank_holds():
+    result = CliRunner().invoke(cli, ["plan", "kimi-k3.1", "--tp", "8", "--ep", "8"], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert "2779.66 B parameters" in result.output and "per rank (--tp 8 --ep 8): 354.70 B parameters" in result.output
+    refused = CliRunner().invoke(cli, ["plan", "tiny-hybrid", "--tp", "3"])
+    assert "does not divide this model" in str(refused.exception)

@@ -8,6 +8,7 @@ import torch.distributed._functional_collectives as funcol
 
 from dayzero.dist.collectives import unordered_collectives
 from dayzero.dist.rank_plan import RankPlan
+from dayzero.dist.sizing import rank_weights
 from dayzero.errors import DayzeroError
 from dayzero.model.config import ModelConfig
 from dayzero.model.kda import KDAttention
@@ -89,3 +90,14 @@ class _TwoIndependentReductions(torch.nn.Module):
 def test_independent_collectives_are_found():
     program = torch.export.export(_TwoIndependentReductions(), (torch.randn(3), torch.randn(3)))
     assert unordered_collectives(program.graph) == [("all_reduce", "all_reduce_1")]
+
+
+@pytest.mark.parametrize("ep", [1, 2])
+def test_rank_weights_add_up_to_the_model(ep):
+    cfg = ModelConfig.from_dict(tiny_config_dict())
+    whole = rank_weights(cfg, RankPlan(1, 0))
+    share = rank_weights(cfg, RankPlan(2, 1, ep))
+    assert whole.replicated_bytes == whole.bytes and share.bytes < whole.bytes
+    # the split parts of the two ranks plus one copy of what both hold make the model
+    assert 2 * (share.bytes - share.replicated_bytes) + share.replicated_bytes == whole.bytes
+    assert whole.params == sum(p.numel() for p in build_empty(cfg, torch.float32, "meta").parameters())
