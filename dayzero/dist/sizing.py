@@ -9,8 +9,7 @@ import torch
 
 from dayzero.dist.rank_plan import RankPlan
 from dayzero.model.config import ModelConfig
-from dayzero.model.hybrid import HybridModel
-from dayzero.model.weights import param_dtype
+from dayzero.model.weights import param_dtype, parameter_shapes
 
 
 @dataclass(frozen=True)
@@ -20,17 +19,12 @@ class RankWeights:
     replicated_bytes: int  # of which every rank holds the same (embeddings, norms, router, latent projections, ...)
 
 
-def _shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
-    with torch.device("meta"):
-        return {name: p.shape for name, p in HybridModel(cfg).named_parameters()}
-
-
 def rank_weights(cfg: ModelConfig, plan: RankPlan, dtype: torch.dtype = torch.bfloat16) -> RankWeights:
-    whole, local = _shapes(cfg), _shapes(plan.local_config(cfg))
+    whole, local = parameter_shapes(cfg), parameter_shapes(plan.local_config(cfg))
     params = total = replicated = 0
     for name, shape in local.items():
         size = shape.numel()
-        nbytes = size * torch.empty((), dtype=param_dtype(name, dtype)).element_size()
+        nbytes = size * param_dtype(name, dtype).itemsize
         params, total = params + size, total + nbytes
         if shape == whole[name]:
             replicated += nbytes

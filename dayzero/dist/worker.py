@@ -14,7 +14,8 @@ import torch.distributed as dist
 from dayzero.cache.entry import load_entry
 from dayzero.dist.world import join_world, leave_world
 from dayzero.dist.step_message import HEADER_SIZE, StepCommand, payload_size, unpack
-from dayzero.export.engine import SLOT, StepEngine, allocate_flat_caches
+from dayzero.export.engine import StepEngine, allocate_flat_caches, slot_tensors
+from dayzero.runtime.state_pool import zero_slots
 
 
 def ready_file(folder: Path, rank: int) -> Path:
@@ -58,14 +59,13 @@ def _receive(commands: dist.ProcessGroup, device: str) -> StepCommand:
 
 @torch.inference_mode()
 def _run(engine: StepEngine, device: str, commands: dist.ProcessGroup) -> None:
-    caches = None
+    caches = slots = None
     while (command := _receive(commands, device)).kind != "stop":
         if caches is None:
             caches = allocate_flat_caches(engine.manifest, command.num_pages, command.num_slots, device)
-        slot_tensors = [c for c, spec in zip(caches, engine.manifest.cache_tensors) if spec.unit == SLOT]
+            slots = slot_tensors(engine.manifest, caches)
         for start, count in command.resets:
-            for tensor in slot_tensors:
-                tensor[start : start + count].zero_()
+            zero_slots(slots, start, count)
         step = engine.prefill if command.kind == "prefill" else engine.decode
         step(command.input_ids, command.meta, caches)
 

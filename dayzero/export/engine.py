@@ -99,6 +99,11 @@ def allocate_flat_caches(manifest: EngineManifest, num_pages: int, num_slots: in
             for t in manifest.cache_tensors]
 
 
+def slot_tensors(manifest: EngineManifest, caches: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The caches indexed by state slot (KDA state and conv windows), in manifest order."""
+    return [tensor for tensor, spec in zip(caches, manifest.cache_tensors) if spec.unit == SLOT]
+
+
 def cache_tensor_specs(model: HybridModel, fmt: CacheFormat) -> tuple[CacheTensorSpec, ...]:
     """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) per page, KDA (state, conv) per slot."""
     specs = []

@@ -48,6 +48,12 @@ def parameter_parts(name: str, shape: tuple[int, ...]) -> list[TensorPart]:
     return [TensorPart((name,), shape)]
 
 
+def parameter_shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
+    """Every parameter's shape, from a network built on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        return {name: p.shape for name, p in HybridModel(cfg).named_parameters()}
+
+
 def param_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if FP32_PARAMS.search(name) else dtype
 
@@ -112,8 +118,7 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
             _load_parameter(reader, name, param, cfg)
         return model
     model = build_empty(plan.local_config(cfg), dtype, device)
-    with torch.device("meta"):
-        full_shapes = {name: p.shape for name, p in HybridModel(cfg).named_parameters()}
+    full_shapes = parameter_shapes(cfg)
     for name, param in model.named_parameters():
         _load_shard(reader, name, param, full_shapes[name], cfg, plan)
     plan.mark_reductions(model)

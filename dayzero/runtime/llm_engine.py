@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import SLOT, StepEngine, allocate_flat_caches
+from dayzero.export.engine import StepEngine, allocate_flat_caches, slot_tensors
 from dayzero.runtime.batch import decode_inputs, prefill_inputs
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
@@ -64,10 +64,9 @@ class LLMEngine:
         budget = memory_budget(manifest.device, options.gpu_memory_fraction, options.memory_bytes)
         self.capacity = plan_capacity(manifest, budget, self.max_batch)
         self.caches = allocate_flat_caches(manifest, self.capacity.num_pages, self.capacity.num_slots)
-        slot_tensors = [c for c, spec in zip(self.caches, manifest.cache_tensors) if spec.unit == SLOT]
         self.blocks = BlockManager(self.capacity.num_pages, manifest.page_size)
-        self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq, slot_tensors,
-                                getattr(engine, "on_slots_reset", None))
+        self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq,
+                                slot_tensors(manifest, self.caches), getattr(engine, "on_slots_reset", None))
         self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, options.token_budget, manifest.max_len,
                                    manifest.num_draft)
         self.propose = PROPOSERS[options.draft_method]()

@@ -18,6 +18,12 @@ from dayzero.runtime.sequence import Sequence
 DUMMY_GROUP = 0
 
 
+def zero_slots(tensors: list[torch.Tensor], start: int, count: int) -> None:
+    """Slots start .. start + count - 1 of every slot-indexed cache hold an empty sequence's state."""
+    for tensor in tensors:
+        tensor[start : start + count].zero_()
+
+
 class StatePool:
     def __init__(self, num_slots: int, slots_per_seq: int, slot_tensors: list[torch.Tensor],
                  on_reset: Callable[[int, int], None] | None = None):
@@ -51,8 +57,7 @@ class StatePool:
         seq.slot = group
         seq.num_accepted = 1
         start = self.first_slot(group)
-        for tensor in self.slot_tensors:
-            tensor[start : start + self.slots_per_seq].zero_()
+        zero_slots(self.slot_tensors, start, self.slots_per_seq)
         if self.on_reset is not None:
             self.on_reset(start, self.slots_per_seq)
 
