@@ -99,6 +99,39 @@ def test_every_tile_mixes_blocks_and_the_partial(tile):
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
 
 
+@pytest.mark.parametrize("config", [(2, 2, 4, False), (1, 3, 4, True), "two-pass"], ids=["tile2", "tile1", "two-pass"])
+def test_sources_off_16_byte_boundaries_load_unvectorized(config):
+    # the kernels assume 16-byte aligned sources only where the launcher proves it: a source viewed one element
+    # into its storage, and a block buffer whose rows are an odd number of elements apart
+    from dayzero.plugins.attnres.kernel import (
+        MixConfig,
+        TwoPassConfig,
+        attnres_mix_blocks_launcher,
+        attnres_mix_launcher,
+        sources_aligned,
+    )
+
+    dim = 2304 if ON_GPU else 40
+    config = TwoPassConfig(chunk=256 if ON_GPU else 16, num_warps=4) if config == "two-pass" else MixConfig(*config)
+    sources, query, rms_weight, _ = _inputs(3, 5, dim, torch.bfloat16)
+    shifted = torch.empty(5 * dim + 1, dtype=torch.bfloat16, device=DEVICE)[1:].view(5, dim)
+    shifted.copy_(sources[1])
+    listed = [sources[0], shifted, sources[2]]
+    expected = reference.attnres_mix(query, sources, rms_weight, 1e-6)
+    assert not sources_aligned(sources[0], 0, listed) and sources_aligned(sources[0], 0, sources)
+    got, _ = attnres_mix_launcher(query, listed, rms_weight, 1e-6, out=poisoned(5, dim, dtype=torch.bfloat16),
+                                  config=config)
+    assert rel_err(got, expected) < TOLERANCE[torch.bfloat16]
+    # rows 5 * dim + 1 elements apart: every other block starts off a 16-byte boundary
+    padded = torch.empty(3, 5 * dim + 1, dtype=torch.bfloat16, device=DEVICE)
+    blocks = padded.as_strided((3, 5, dim), (5 * dim + 1, dim, 1))
+    blocks.copy_(torch.stack(sources))
+    assert not sources_aligned(blocks, 3, [])
+    got, _ = attnres_mix_blocks_launcher(query, blocks, 3, None, rms_weight, 1e-6,
+                                         out=poisoned(5, dim, dtype=torch.bfloat16), config=config)
+    assert rel_err(got, expected) < TOLERANCE[torch.bfloat16]
+
+
 def test_one_source_is_returned_exactly():
     from dayzero.plugins.attnres.kernel import attnres_mix_launcher
 

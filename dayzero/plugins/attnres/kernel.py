@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from torch._subclasses.fake_tensor import is_fake
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES, source_pointers
@@ -27,10 +28,10 @@ DECODE_TOKENS = 64
 
 @triton.jit
 def _load_tile(t: tl.constexpr, row, cols, mask, blocks, block_stride, TILE: tl.constexpr,
-               NUM_BLOCKS: tl.constexpr, NUM_SOURCES: tl.constexpr, STREAM: tl.constexpr,
+               NUM_BLOCKS: tl.constexpr, NUM_SOURCES: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr,
                s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
     """Sources t*TILE .. t*TILE+TILE-1 of one token: [TILE, BLOCK_D], missing sources (past the last) read as 0."""
-    ptrs, valid = source_pointers(t * TILE, TILE, blocks, block_stride, NUM_BLOCKS, NUM_SOURCES,
+    ptrs, valid = source_pointers(t * TILE, TILE, blocks, block_stride, NUM_BLOCKS, NUM_SOURCES, ALIGNED,
                                   s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     where = ptrs[:, None] + (row + cols)[None, :]
     tile_mask = valid[:, None] & mask[None, :]
@@ -47,6 +48,7 @@ def _attnres_mix_kernel(
     eps, norm_eps,
     D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
     EMIT_NORM: tl.constexpr, TILE: tl.constexpr, PREFETCH: tl.constexpr, STREAM: tl.constexpr,
+    ALIGNED: tl.constexpr,
 ):
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
     NUM_TILES: tl.constexpr = (NUM_SOURCES + TILE - 1) // TILE
@@ -62,17 +64,17 @@ def _attnres_mix_kernel(
     w = tl.load(rms_weight + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
         query + cols, mask=mask, other=0.0).to(tl.float32)
     # a ring of up to three tiles in flight: a1 is consumed next, a2 and a3 follow
-    a1 = _load_tile(0, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+    a1 = _load_tile(0, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
                     s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     a2 = a1
     a3 = a1
     if PREFETCH >= 2:
         if NUM_TILES > 1:
-            a2 = _load_tile(1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+            a2 = _load_tile(1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
                             s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     if PREFETCH >= 3:
         if NUM_TILES > 2:
-            a3 = _load_tile(2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+            a3 = _load_tile(2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
                             s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     m = tl.full([], float("-inf"), tl.float32)
     total = tl.zeros([], tl.float32)
@@ -82,19 +84,22 @@ def _attnres_mix_kernel(
         # issue the next tile's loads before reducing this one
         if PREFETCH == 1:
             if t + 1 < NUM_TILES:
-                a1 = _load_tile(t + 1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
-                                s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+                a1 = _load_tile(t + 1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
+                                STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
+                                s15)
         elif PREFETCH == 2:
             a1 = a2
             if t + 2 < NUM_TILES:
-                a2 = _load_tile(t + 2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
-                                s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+                a2 = _load_tile(t + 2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
+                                STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
+                                s15)
         else:
             a1 = a2
             a2 = a3
             if t + 3 < NUM_TILES:
-                a3 = _load_tile(t + 3, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
-                                s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+                a3 = _load_tile(t + 3, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
+                                STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
+                                s15)
         # one reduction per tile for every source in it: scores [TILE], then the online softmax over depth
         score = tl.sum(v * w[None, :], axis=1) * tl.rsqrt(tl.sum(v * v, axis=1) / D + eps)
         score = tl.where(t * TILE + tl.arange(0, TILE) < NUM_SOURCES, score, float("-inf"))
@@ -158,6 +163,17 @@ def _output(given: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     return given
 
 
+def sources_aligned(blocks: torch.Tensor, num_blocks: int, listed: Sequence[torch.Tensor]) -> bool:
+    """Whether every source provably starts on a 16-byte boundary (the kernels then load 16 bytes at a time). Sizes may
+    be symbolic in an exported engine: element offsets are checked without adding a guard, addresses where real."""
+    starts = [(t, t.storage_offset()) for t in listed]
+    if num_blocks:
+        starts += [(blocks, blocks.storage_offset()), (blocks, blocks.stride(0))]
+    item = blocks.element_size()
+    return all(statically_known_true(offset * item % 16 == 0) and (is_fake(t) or t.data_ptr() % 16 == 0)
+               for t, offset in starts)
+
+
 def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weight, norm_eps, out, normed, launch,
             config):
     dim = like.shape[-1]
@@ -175,17 +191,18 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     common = (query, rms_weight, norm_weight if norm_weight is not None else rms_weight, out,
               normed if normed is not None else out, blocks, blocks.stride(0) if num_blocks else 0, *slots, eps,
               norm_eps)
+    aligned = sources_aligned(blocks, num_blocks, listed)
     if isinstance(config, TwoPassConfig):
         assert config.chunk >= 16 and config.chunk & (config.chunk - 1) == 0, f"bad attnres config {config}"
         kernel = launch(attnres_mix_two_pass_kernel) if launch else attnres_mix_two_pass_kernel
         kernel[(tokens,)](*common, dim, min(config.chunk, triton.next_power_of_2(dim)),
                           triton.next_power_of_2(num_blocks + len(listed)), num_blocks, len(listed),
-                          norm_weight is not None, config.stages, num_warps=config.num_warps)
+                          norm_weight is not None, config.stages, aligned, num_warps=config.num_warps)
         return out, normed
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
     kernel[(tokens,)](*common, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
-                      config.tile, config.prefetch, config.stream, num_warps=config.num_warps)
+                      config.tile, config.prefetch, config.stream, aligned, num_warps=config.num_warps)
     return out, normed
 
 

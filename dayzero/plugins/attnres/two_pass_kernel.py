@@ -35,7 +35,7 @@ def attnres_mix_two_pass_kernel(
     s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15,
     eps, norm_eps,
     D: tl.constexpr, CHUNK: tl.constexpr, SP: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
-    EMIT_NORM: tl.constexpr, STAGES: tl.constexpr,
+    EMIT_NORM: tl.constexpr, STAGES: tl.constexpr, ALIGNED: tl.constexpr,
 ):
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
     # AOTInductor passes Python floats as fp64 scalars: keep the mix in fp32
@@ -43,7 +43,7 @@ def attnres_mix_two_pass_kernel(
     norm_eps = tl.cast(norm_eps, tl.float32)
     row = tl.program_id(0).to(tl.int64) * D
     stride = row * 0 + block_stride
-    ptrs, valid = source_pointers(0, SP, blocks, stride, NUM_BLOCKS, NUM_SOURCES,
+    ptrs, valid = source_pointers(0, SP, blocks, stride, NUM_BLOCKS, NUM_SOURCES, ALIGNED,
                                   s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     dots = tl.zeros([SP], tl.float32)
     squares = tl.zeros([SP], tl.float32)
