@@ -180,8 +180,15 @@ def run_all(args) -> tuple[dict, list[dict]]:
         result["wall_s"] = time.time() - started
         results.append(result)
         print(json.dumps({k: v for k, v in result.items() if k not in ("check", "traceback")}), flush=True)
+        # after every case: a run cut short by its time slot keeps what it measured
+        write_report(args.out, ceilings, results)
         torch.cuda.empty_cache()
     return ceilings, results
+
+
+def write_report(out: Path, ceilings: dict, results: list[dict]) -> None:
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+    (out / "bench_indexer.json").write_text(json.dumps({**meta, "ceilings": ceilings, "results": results}, indent=1))
 
 
 def print_table(ceilings: dict, results: list[dict]) -> None:
@@ -205,10 +212,6 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ceilings, results = run_all(args)
-    device = torch.cuda.get_device_name()
-    meta = {"device": device, "torch": torch.__version__, "triton": triton.__version__}
-    (args.out / "bench_indexer.json").write_text(json.dumps({**meta, "ceilings": ceilings, "results": results},
-                                                            indent=1))
     print_table(ceilings, results)
 
 

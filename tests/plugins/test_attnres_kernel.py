@@ -55,38 +55,6 @@ def test_every_config_keeps_the_result(num_sources, tile, prefetch, num_warps, s
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
 
 
-@pytest.mark.parametrize("num_sources, tokens, dim, dtype, chunk", sizes(
-    cpu=[(1, 3, 40, torch.float32, 16), (2, 2, 100, torch.bfloat16, 32), (9, 2, 72, torch.float32, 16),
-         (16, 1, 24, torch.float32, 64)],
-    gpu=[(2, 8192, 7168, torch.bfloat16, 1024), (9, 4097, 2304, torch.bfloat16, 256),
-         (8, 333, 7168, torch.float32, 512), (3, 64, 1000, torch.bfloat16, 128)],
-))
-@pytest.mark.parametrize("emit_norm", [False, True], ids=["mix", "mix+norm"])
-def test_two_pass_matches_reference(num_sources, tokens, dim, dtype, chunk, emit_norm):
-    # chunks that do not divide D, one chunk wider than D, one source, the most listed sources
-    from dayzero.plugins.attnres.kernel import TwoPassConfig, attnres_mix_launcher
-
-    sources, query, rms_weight, norm_weight = _inputs(num_sources, tokens, dim, dtype)
-    config = TwoPassConfig(chunk=chunk, num_warps=4, stages=2)
-    out, normed = poisoned(tokens, dim, dtype=dtype), poisoned(tokens, dim, dtype=dtype)
-    got, got_normed = attnres_mix_launcher(query, sources, rms_weight, 1e-6, norm_weight if emit_norm else None,
-                                           1e-5, out=out, normed=normed if emit_norm else None, config=config)
-    mix, expected = reference.attnres_mix_norm(query, sources, rms_weight, 1e-6, norm_weight, 1e-5)
-    assert rel_err(got, mix) < TOLERANCE[dtype]
-    if emit_norm:
-        assert rel_err(got_normed, expected) < TOLERANCE[dtype]
-
-
-def test_two_pass_mixes_blocks_and_the_partial():
-    from dayzero.plugins.attnres.kernel import TwoPassConfig, attnres_mix_blocks_launcher
-
-    sources, query, rms_weight, _ = _inputs(5, 3, 48, torch.float32)
-    blocks = torch.stack(sources[:4] + [torch.randn_like(sources[0])])
-    got, _ = attnres_mix_blocks_launcher(query, blocks, 4, sources[4], rms_weight, 1e-6,
-                                         config=TwoPassConfig(chunk=16, num_warps=2))
-    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
-
-
 @pytest.mark.parametrize("tile", [1, 2, 4])
 def test_every_tile_mixes_blocks_and_the_partial(tile):
     # the block buffer's rows and the listed partial in one tile: the pointer vector mixes both kinds
@@ -99,20 +67,19 @@ def test_every_tile_mixes_blocks_and_the_partial(tile):
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
 
 
-@pytest.mark.parametrize("config", [(2, 2, 4, False), (1, 3, 4, True), "two-pass"], ids=["tile2", "tile1", "two-pass"])
+@pytest.mark.parametrize("config", [(2, 2, 4, False), (1, 3, 4, True), (4, 1, 2, True)], ids=["pairs", "one", "fours"])
 def test_sources_off_16_byte_boundaries_load_unvectorized(config):
     # the kernels assume 16-byte aligned sources only where the launcher proves it: a source viewed one element
     # into its storage, and a block buffer whose rows are an odd number of elements apart
     from dayzero.plugins.attnres.kernel import (
         MixConfig,
-        TwoPassConfig,
         attnres_mix_blocks_launcher,
         attnres_mix_launcher,
         sources_aligned,
     )
 
     dim = 2304 if ON_GPU else 40
-    config = TwoPassConfig(chunk=256 if ON_GPU else 16, num_warps=4) if config == "two-pass" else MixConfig(*config)
+    config = MixConfig(*config)
     sources, query, rms_weight, _ = _inputs(3, 5, dim, torch.bfloat16)
     shifted = torch.empty(5 * dim + 1, dtype=torch.bfloat16, device=DEVICE)[1:].view(5, dim)
     shifted.copy_(sources[1])

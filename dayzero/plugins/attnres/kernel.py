@@ -20,7 +20,6 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES, source_pointers
-from dayzero.plugins.attnres.two_pass_kernel import attnres_mix_two_pass_kernel
 
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
@@ -129,26 +128,21 @@ class MixConfig:
     stream: bool
 
 
-@dataclass(frozen=True)
-class TwoPassConfig:
-    """The two-pass kernel (two_pass_kernel.py): `chunk` columns of every source per step (a power of two),
-    `stages` software-pipeline stages of the chunk loops, `num_warps` per token."""
-
-    chunk: int
-    num_warps: int
-    stages: int = 1
-
-
-def default_config(tokens, dim: int) -> MixConfig:
-    """Decode sizes (few tokens, latency-bound): sources reduced in pairs, two pairs ahead. Larger: one source at a
-    time, three ahead, loads marked evict-first (the sources outgrow the L2). `tokens` may be symbolic (exported
-    engines): the choice is made only where the traced range proves it, so it adds no guard."""
+def default_config(tokens, dim: int, num_sources: int) -> MixConfig:
+    """Launch settings measured on the H200 (bench/README.md, AttnRes, run r): sources reduced in pairs, or in fours
+    for more than two sources on the widest rows. Decode sizes (few tokens, latency-bound): two tiles ahead, about 16
+    elements a thread. Larger calls (bandwidth-bound): evict-first loads (the sources outgrow the L2), and on rows of
+    up to 4096 elements 4 warps (9 x 8192 x 2304: 151 us against 292 us at 8 warps). `tokens` may be symbolic
+    (exported engines): the choice is made only where the traced range proves it, so it adds no guard."""
     block_d = triton.next_power_of_2(dim)
     # about 16 elements per thread per row: enough loads in flight without spilling the fp32 accumulator
     num_warps = max(1, min(16, block_d // 512))
     if statically_known_true(tokens <= DECODE_TOKENS):
         return MixConfig(tile=2, prefetch=2, num_warps=num_warps, stream=False)
-    return MixConfig(tile=1, prefetch=3, num_warps=num_warps, stream=True)
+    if block_d <= 4096:
+        return MixConfig(tile=2, prefetch=2, num_warps=max(1, block_d // 1024), stream=True)
+    # 2 x 8192 x 7168: 121 us (tile 2, one ahead); 8 sources: 357 us (tile 4) against 389-424 us for pairs
+    return MixConfig(tile=2 if num_sources <= 2 else 4, prefetch=1, num_warps=num_warps, stream=True)
 
 
 def _check_vector(name: str, t: torch.Tensor, dim: int) -> None:
@@ -187,18 +181,11 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     if tokens == 0:
         return out, normed
     slots = list(listed) + [like] * (MAX_LISTED_SOURCES - len(listed))
-    config = config or default_config(tokens, dim)
+    config = config or default_config(tokens, dim, num_blocks + len(listed))
     common = (query, rms_weight, norm_weight if norm_weight is not None else rms_weight, out,
               normed if normed is not None else out, blocks, blocks.stride(0) if num_blocks else 0, *slots, eps,
               norm_eps)
     aligned = sources_aligned(blocks, num_blocks, listed)
-    if isinstance(config, TwoPassConfig):
-        assert config.chunk >= 16 and config.chunk & (config.chunk - 1) == 0, f"bad attnres config {config}"
-        kernel = launch(attnres_mix_two_pass_kernel) if launch else attnres_mix_two_pass_kernel
-        kernel[(tokens,)](*common, dim, min(config.chunk, triton.next_power_of_2(dim)),
-                          triton.next_power_of_2(num_blocks + len(listed)), num_blocks, len(listed),
-                          norm_weight is not None, config.stages, aligned, num_warps=config.num_warps)
-        return out, normed
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
     kernel[(tokens,)](*common, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
@@ -209,13 +196,13 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
 def attnres_mix_launcher(
     query: torch.Tensor, sources: Sequence[torch.Tensor], rms_weight: torch.Tensor, eps: float,
     norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6, out: torch.Tensor | None = None,
-    normed: torch.Tensor | None = None, launch=None, config: MixConfig | TwoPassConfig | None = None,
+    normed: torch.Tensor | None = None, launch=None, config: MixConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """query [D], 1..16 contiguous sources [..., D] of one dtype, rms_weight [D] -> (mix [..., D], normed or None).
 
     `normed` = RMSNorm(mix) * norm_weight, written only when norm_weight is given. `out` / `normed` may be given
     (preallocated, contiguous, the sources' shape and dtype); otherwise they are allocated. `config` overrides
-    default_config (the benchmark sweeps it); a TwoPassConfig runs two_pass_kernel.py instead.
+    default_config (the benchmark sweeps it).
     """
     assert 1 <= len(sources) <= MAX_LISTED_SOURCES, f"1..{MAX_LISTED_SOURCES} sources, got {len(sources)}"
     like = sources[0]
@@ -229,7 +216,7 @@ def attnres_mix_blocks_launcher(
     query: torch.Tensor, blocks: torch.Tensor, num_blocks: int, partial: torch.Tensor | None,
     rms_weight: torch.Tensor, eps: float, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
     out: torch.Tensor | None = None, normed: torch.Tensor | None = None, launch=None,
-    config: MixConfig | TwoPassConfig | None = None,
+    config: MixConfig | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Mix over blocks[:num_blocks] (blocks [max_blocks, ..., D], each block contiguous) and partial [..., D]."""
     assert 0 <= num_blocks <= blocks.shape[0], f"num_blocks {num_blocks} outside [0, {blocks.shape[0]}]"

@@ -54,7 +54,7 @@ def source_pointers(first, COUNT: tl.constexpr, blocks, block_stride, NUM_BLOCKS
     """Base pointers of sources first .. first + COUNT - 1 ([COUNT], first a constexpr) and which of them exist.
     ALIGNED: every source starts 16-byte aligned (the launcher proves it), so a tile of gathered rows loads 16 bytes
     at a time; without the hint the compiler cannot see it through the per-row pointers and loads element by
-    element (and the two-pass kernel's chunks bypass cp.async)."""
+    element."""
     idx = first + tl.arange(0, COUNT)
     # one base pointer per row: a row of the block buffer, or a listed source's own pointer
     ptrs = blocks + idx.to(tl.int64) * block_stride

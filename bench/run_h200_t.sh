@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One device call for issues 4 and 5, nothing else on the GPU: the full indexer bench (128K contexts, T = 32K
+# prefill; never run before), then the AttnRes bench with the defaults set from run r and a narrower sweep.
+# Committed tree only (.snap/head, carried).
+# usage: bash bench/run_h200_t.sh [SECONDS] (default 560). Results in $OUT/results_t.tgz.
+. bench/h200.sh
+T=${1:-560}; start=$(date +%s); left() { echo $(( T - ($(date +%s) - start) - 15 )); }
+R=/tmp/results_t; mkdir -p $R
+rm -rf /tmp/head; cp -r .snap/head /tmp/head; cd /tmp/head; export PYTHONPATH=/tmp/site:/tmp/head
+save() { tar czf $OUT/results_t.tgz -C $R . 2>/dev/null; }
+timeout $(( T * 48 / 100 )) python3 bench/bench_indexer.py --out $R > $R/bench_indexer.log 2>&1
+echo "== indexer rc=$?"; save
+timeout $(left) python3 bench/bench_attnres.py --out $R > $R/bench_attnres.log 2>&1
+echo "== attnres rc=$?"; save
+grep -A30 "^ceilings" $R/bench_indexer.log | cut -c1-150 || grep '^{' $R/bench_indexer.log | cut -c1-200
+grep -A40 "^ N     T" $R/bench_attnres.log | cut -c1-160 | head -30
