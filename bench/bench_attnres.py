@@ -31,6 +31,7 @@ from triton.testing import do_bench
 from bench.common import graph_replay_ms
 from dayzero.plugins.attnres import reference
 from dayzero.plugins.attnres.kernel import (
+    DECODE_TOKENS,
     MixConfig,
     attnres_mix_blocks_launcher,
     attnres_mix_launcher,
@@ -93,12 +94,16 @@ SWEPT_CASES = {(2, 1, 2304), (2, 8192, 2304), (2, 8192, 7168), (8, 8192, 7168), 
 
 
 def sweep_configs(tokens: int, dim: int, num_sources: int) -> list[MixConfig]:
-    """The default and its neighbours: sources in pairs or fours, one or two tiles ahead, half / the same / twice the
-    warps, the other eviction policy."""
+    """The default and its neighbours. Decode sizes: sources in pairs or fours, one or two tiles ahead, the same or
+    half the warps. Larger calls: the persistent kernel (pairs or fours, the same or half the warps, 1, 2 or 4
+    programs per SM) against the default (run r swept the one-program-per-token kernel's neighbours)."""
     base = default_config(tokens, dim, num_sources)
-    warps = sorted({max(1, base.num_warps // 2), base.num_warps, min(16, base.num_warps * 2)})
-    configs = [MixConfig(tile, prefetch, w, base.stream) for tile in (2, 4) for prefetch in (1, 2) for w in warps]
-    configs.append(MixConfig(base.tile, base.prefetch, base.num_warps, not base.stream))
+    warps = sorted({max(1, base.num_warps // 2), base.num_warps})
+    if tokens <= DECODE_TOKENS:
+        configs = [MixConfig(tile, prefetch, w, base.stream) for tile in (2, 4) for prefetch in (1, 2) for w in warps]
+    else:
+        configs = [MixConfig(tile, 1, w, base.stream, persistent=per_sm) for tile in (2, 4) for w in warps
+                   for per_sm in (1, 2, 4)]
     return [base] + [c for c in dict.fromkeys(configs) if c != base]
 
 
@@ -206,7 +211,8 @@ def fmt(value, spec) -> str:
 def config_label(config: dict | None) -> str:
     if not config:
         return "-"
-    return (f"tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
+    kind = f"persistent{config['persistent']}/SM " if config.get("persistent") else ""
+    return (f"{kind}tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
             f"{' evict-first' if config['stream'] else ''}")
 
 

@@ -19,25 +19,12 @@ import triton.language as tl
 from torch._subclasses.fake_tensor import is_fake
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES, source_pointers
+from dayzero.plugins.attnres.persistent_kernel import attnres_mix_persistent_kernel
+from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES
+from dayzero.plugins.attnres.tiles import load_tile, mix_tile, score_vector, store_mix
 
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
-
-
-@triton.jit
-def _load_tile(t: tl.constexpr, row, cols, mask, blocks, block_stride, TILE: tl.constexpr,
-               NUM_BLOCKS: tl.constexpr, NUM_SOURCES: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr,
-               s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
-    """Sources t*TILE .. t*TILE+TILE-1 of one token: [TILE, BLOCK_D], missing sources (past the last) read as 0."""
-    ptrs, valid = source_pointers(t * TILE, TILE, blocks, block_stride, NUM_BLOCKS, NUM_SOURCES, ALIGNED,
-                                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
-    where = ptrs[:, None] + (row + cols)[None, :]
-    tile_mask = valid[:, None] & mask[None, :]
-    if STREAM:
-        # read once and larger than the L2: do not let it evict what the next kernels reuse
-        return tl.load(where, mask=tile_mask, other=0.0, eviction_policy="evict_first")
-    return tl.load(where, mask=tile_mask, other=0.0)
 
 
 @triton.jit
@@ -59,22 +46,20 @@ def _attnres_mix_kernel(
     mask = cols < D
     # int64 (row is) whether or not Triton specialized the integer argument into a constant
     stride = row * 0 + block_stride
-    # the fused score vector: <rms_norm(v) * rms_weight, query> = rstd(v) * <v, rms_weight * query>
-    w = tl.load(rms_weight + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
-        query + cols, mask=mask, other=0.0).to(tl.float32)
+    w = score_vector(query, rms_weight, cols, mask)
     # a ring of up to three tiles in flight: a1 is consumed next, a2 and a3 follow
-    a1 = _load_tile(0, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
-                    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    a1 = load_tile(0, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
+                   s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     a2 = a1
     a3 = a1
     if PREFETCH >= 2:
         if NUM_TILES > 1:
-            a2 = _load_tile(1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
-                            s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+            a2 = load_tile(1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
+                           s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     if PREFETCH >= 3:
         if NUM_TILES > 2:
-            a3 = _load_tile(2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
-                            s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+            a3 = load_tile(2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
+                           s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     m = tl.full([], float("-inf"), tl.float32)
     total = tl.zeros([], tl.float32)
     acc = tl.zeros([BLOCK_D], tl.float32)
@@ -83,49 +68,38 @@ def _attnres_mix_kernel(
         # issue the next tile's loads before reducing this one
         if PREFETCH == 1:
             if t + 1 < NUM_TILES:
-                a1 = _load_tile(t + 1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
-                                STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
-                                s15)
+                a1 = load_tile(t + 1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
+                               STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
+                               s15)
         elif PREFETCH == 2:
             a1 = a2
             if t + 2 < NUM_TILES:
-                a2 = _load_tile(t + 2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
-                                STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
-                                s15)
+                a2 = load_tile(t + 2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
+                               STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
+                               s15)
         else:
             a1 = a2
             a2 = a3
             if t + 3 < NUM_TILES:
-                a3 = _load_tile(t + 3, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
-                                STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
-                                s15)
-        # one reduction per tile for every source in it: scores [TILE], then the online softmax over depth
-        score = tl.sum(v * w[None, :], axis=1) * tl.rsqrt(tl.sum(v * v, axis=1) / D + eps)
-        score = tl.where(t * TILE + tl.arange(0, TILE) < NUM_SOURCES, score, float("-inf"))
-        m_new = tl.maximum(m, tl.max(score, axis=0))
-        decay = tl.exp(m - m_new)
-        p = tl.exp(score - m_new)
-        acc = acc * decay + tl.sum(p[:, None] * v, axis=0)
-        total = total * decay + tl.sum(p, axis=0)
-        m = m_new
-    mix = (acc / total).to(out.dtype.element_ty)
-    tl.store(out + row + cols, mix, mask=mask)
-    if EMIT_NORM:
-        y = mix.to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(y * y, axis=0) / D + norm_eps)
-        nw = tl.load(norm_weight + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(normed + row + cols, (y * rstd * nw).to(normed.dtype.element_ty), mask=mask)
+                a3 = load_tile(t + 3, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
+                               STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
+                               s15)
+        m, total, acc = mix_tile(v, w, t, m, total, acc, TILE, NUM_SOURCES, D, eps)
+    store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)
 
 
 @dataclass(frozen=True)
 class MixConfig:
     """How the kernel walks one token's sources: `tile` sources (a power of two) reduced together, `prefetch` tiles
-    (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads."""
+    (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads. `persistent`
+    > 0 runs persistent_kernel.py instead, with that many programs per SM walking the tokens, one tile ahead across
+    token boundaries (`prefetch` is then unused)."""
 
     tile: int
     prefetch: int
     num_warps: int
     stream: bool
+    persistent: int = 0
 
 
 def default_config(tokens, dim: int, num_sources: int) -> MixConfig:
@@ -168,6 +142,11 @@ def sources_aligned(blocks: torch.Tensor, num_blocks: int, listed: Sequence[torc
                for t, offset in starts)
 
 
+def _multiprocessors(device: torch.device) -> int:
+    # the interpreter has no SMs: a few programs still walk several tokens each
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+
+
 def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weight, norm_eps, out, normed, launch,
             config):
     dim = like.shape[-1]
@@ -187,6 +166,13 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
               norm_eps)
     aligned = sources_aligned(blocks, num_blocks, listed)
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
+    if config.persistent:
+        grid = torch.sym_min(tokens, _multiprocessors(like.device) * config.persistent)
+        kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel
+        kernel[(grid,)](*common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed),
+                        norm_weight is not None, config.tile, config.stream, aligned, num_warps=config.num_warps,
+                        num_stages=1)
+        return out, normed
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
     kernel[(tokens,)](*common, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
                       config.tile, config.prefetch, config.stream, aligned, num_warps=config.num_warps)

@@ -1,0 +1,58 @@
+"""AttnRes depth mix with persistent programs, for calls of thousands of tokens (bandwidth-bound).
+
+The one-program-per-token kernel (kernel.py) holds a whole row of every source in a tile in registers, so only one
+or two programs fit on an SM; while they reduce and store, no loads are in flight. Here a fixed grid of programs
+walks the tokens (token pid, pid + grid, ...) and loads the next tile before reducing the current one across token
+boundaries too: the first tile of the next token is in flight while the last tile of this one reduces and its mix is
+stored.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from dayzero.plugins.attnres.tiles import load_tile, mix_tile, score_vector, store_mix
+
+
+@triton.jit
+def attnres_mix_persistent_kernel(
+    query, rms_weight, norm_weight, out, normed, blocks, block_stride,
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15,
+    eps, norm_eps, num_tokens,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
+    EMIT_NORM: tl.constexpr, TILE: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr,
+):
+    NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
+    NUM_TILES: tl.constexpr = (NUM_SOURCES + TILE - 1) // TILE
+    # AOTInductor passes Python floats as fp64 scalars: keep the mix in fp32
+    eps = tl.cast(eps, tl.float32)
+    norm_eps = tl.cast(norm_eps, tl.float32)
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < D
+    stride = pid.to(tl.int64) * 0 + block_stride
+    w = score_vector(query, rms_weight, cols, mask)
+    # the grid never exceeds the token count: the first token is always there
+    a = load_tile(0, pid.to(tl.int64) * D, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+                  ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    for token in range(pid, num_tokens, grid):
+        # (a plain int under the interpreter: made a tensor first)
+        row = (pid * 0 + token).to(tl.int64) * D
+        m = tl.full([], float("-inf"), tl.float32)
+        total = tl.zeros([], tl.float32)
+        acc = tl.zeros([BLOCK_D], tl.float32)
+        for t in tl.static_range(NUM_TILES):
+            v = a.to(tl.float32)
+            if t + 1 < NUM_TILES:
+                a = load_tile(t + 1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+                              ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+            else:
+                # the next token's first tile (nothing past the last token: masked off)
+                following = pid * 0 + token + grid
+                a = load_tile(0, following.to(tl.int64) * D, cols, mask & (cols * 0 + following < num_tokens),
+                              blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
+                              s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+            m, total, acc = mix_tile(v, w, t, m, total, acc, TILE, NUM_SOURCES, D, eps)
+        store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)

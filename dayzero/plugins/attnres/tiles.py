@@ -1,0 +1,56 @@
+"""The steps both AttnRes kernels take on a token: load a tile of its sources, fold the tile into the online softmax
+over depth, store the mix (and its RMSNorm)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from dayzero.plugins.attnres.sources import source_pointers
+
+
+@triton.jit
+def load_tile(t: tl.constexpr, row, cols, mask, blocks, block_stride, TILE: tl.constexpr,
+              NUM_BLOCKS: tl.constexpr, NUM_SOURCES: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr,
+              s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
+    """Sources t*TILE .. t*TILE+TILE-1 of one token: [TILE, BLOCK_D], missing sources (past the last) read as 0."""
+    ptrs, valid = source_pointers(t * TILE, TILE, blocks, block_stride, NUM_BLOCKS, NUM_SOURCES, ALIGNED,
+                                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    where = ptrs[:, None] + (row + cols)[None, :]
+    tile_mask = valid[:, None] & mask[None, :]
+    if STREAM:
+        # read once and larger than the L2: do not let it evict what the next kernels reuse
+        return tl.load(where, mask=tile_mask, other=0.0, eviction_policy="evict_first")
+    return tl.load(where, mask=tile_mask, other=0.0)
+
+
+@triton.jit
+def score_vector(query, rms_weight, cols, mask):
+    """rms_weight * query [BLOCK_D] fp32: <rms_norm(v) * rms_weight, query> = rstd(v) * <v, rms_weight * query>."""
+    return tl.load(rms_weight + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
+        query + cols, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def mix_tile(v, w, t: tl.constexpr, m, total, acc, TILE: tl.constexpr, NUM_SOURCES: tl.constexpr,
+             D: tl.constexpr, eps):
+    """Fold tile t (v [TILE, BLOCK_D] fp32) into the running (max score, softmax sum, weighted sum): one reduction
+    for the scores of all its sources, <rms_norm(v) * rms_weight, query> = rstd(v) * <v, w>."""
+    score = tl.sum(v * w[None, :], axis=1) * tl.rsqrt(tl.sum(v * v, axis=1) / D + eps)
+    score = tl.where(t * TILE + tl.arange(0, TILE) < NUM_SOURCES, score, float("-inf"))
+    m_new = tl.maximum(m, tl.max(score, axis=0))
+    decay = tl.exp(m - m_new)
+    p = tl.exp(score - m_new)
+    return m_new, total * decay + tl.sum(p, axis=0), acc * decay + tl.sum(p[:, None] * v, axis=0)
+
+
+@triton.jit
+def store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D: tl.constexpr, norm_eps,
+              EMIT_NORM: tl.constexpr):
+    mix = (acc / total).to(out.dtype.element_ty)
+    tl.store(out + row + cols, mix, mask=mask)
+    if EMIT_NORM:
+        y = mix.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(y * y, axis=0) / D + norm_eps)
+        nw = tl.load(norm_weight + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(normed + row + cols, (y * rstd * nw).to(normed.dtype.element_ty), mask=mask)
