@@ -64,7 +64,8 @@ def test_every_config_keeps_the_result(num_sources, tile, prefetch, num_warps, s
 @pytest.mark.parametrize("emit_norm", [False, True], ids=["mix", "mix+norm"])
 def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, tile, per_sm, emit_norm):
     # programs walking several tokens each (the grid does not divide the token count on the interpreter's 2 "SMs"),
-    # tiles that split the sources unevenly or exceed them, the next token's tile loaded past the last token
+    # more programs than tokens (3 per "SM", 5 tokens), tiles that split the sources unevenly or exceed them, the
+    # next token's tile loaded past the last token
     from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
 
     sources, query, rms_weight, norm_weight = _inputs(num_sources, tokens, dim, dtype)

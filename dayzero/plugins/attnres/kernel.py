@@ -103,20 +103,24 @@ class MixConfig:
 
 
 def default_config(tokens, dim: int, num_sources: int) -> MixConfig:
-    """Launch settings measured on the H200 (bench/README.md, AttnRes, run r): sources reduced in pairs, or in fours
-    for more than two sources on the widest rows. Decode sizes (few tokens, latency-bound): two tiles ahead, about 16
-    elements a thread. Larger calls (bandwidth-bound): evict-first loads (the sources outgrow the L2), and on rows of
-    up to 4096 elements 4 warps (9 x 8192 x 2304: 151 us against 292 us at 8 warps). `tokens` may be symbolic
-    (exported engines): the choice is made only where the traced range proves it, so it adds no guard."""
+    """Launch settings measured on the H200 (bench/README.md, AttnRes, runs r and t). Decode sizes (few tokens,
+    latency-bound): one program per token, sources in pairs two tiles ahead, about 16 elements a thread. Larger calls
+    (bandwidth-bound): evict-first loads (the sources outgrow the L2) and persistent programs loading across token
+    boundaries: rows of up to 4096 elements in pairs, 2 warps, 4 programs per SM (9 x 8192 x 2304: 128 us against
+    152 us one program per token); wider rows in pairs, 16 warps, 2 per SM (2 x 8192 x 7168: 106 us against 121 us),
+    except a source count that fours divide, one program per token in fours (8 x 8192 x 7168: 325 us against 363 us).
+    `tokens` may be symbolic (exported engines): the choice is made only where the traced range proves it, so it adds
+    no guard."""
     block_d = triton.next_power_of_2(dim)
     # about 16 elements per thread per row: enough loads in flight without spilling the fp32 accumulator
     num_warps = max(1, min(16, block_d // 512))
     if statically_known_true(tokens <= DECODE_TOKENS):
         return MixConfig(tile=2, prefetch=2, num_warps=num_warps, stream=False)
     if block_d <= 4096:
-        return MixConfig(tile=2, prefetch=2, num_warps=max(1, block_d // 1024), stream=True)
-    # 2 x 8192 x 7168: 121 us (tile 2, one ahead); 8 sources: 357 us (tile 4) against 389-424 us for pairs
-    return MixConfig(tile=2 if num_sources <= 2 else 4, prefetch=1, num_warps=num_warps, stream=True)
+        return MixConfig(tile=2, prefetch=1, num_warps=max(1, block_d // 2048), stream=True, persistent=4)
+    if num_sources % 4 == 0:
+        return MixConfig(tile=4, prefetch=1, num_warps=num_warps, stream=True)
+    return MixConfig(tile=2, prefetch=1, num_warps=num_warps, stream=True, persistent=2)
 
 
 def _check_vector(name: str, t: torch.Tensor, dim: int) -> None:
@@ -167,11 +171,11 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     aligned = sources_aligned(blocks, num_blocks, listed)
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
     if config.persistent:
-        grid = torch.sym_min(tokens, _multiprocessors(like.device) * config.persistent)
         kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel
-        kernel[(grid,)](*common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed),
-                        norm_weight is not None, config.tile, config.stream, aligned, num_warps=config.num_warps,
-                        num_stages=1)
+        grid = (_multiprocessors(like.device) * config.persistent,)
+        kernel[grid](*common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed),
+                     norm_weight is not None, config.tile, config.stream, aligned, num_warps=config.num_warps,
+                     num_stages=1)
         return out, normed
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
     kernel[(tokens,)](*common, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,

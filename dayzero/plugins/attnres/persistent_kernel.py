@@ -34,9 +34,10 @@ def attnres_mix_persistent_kernel(
     mask = cols < D
     stride = pid.to(tl.int64) * 0 + block_stride
     w = score_vector(query, rms_weight, cols, mask)
-    # the grid never exceeds the token count: the first token is always there
-    a = load_tile(0, pid.to(tl.int64) * D, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
-                  ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    # a fixed grid (no symbolic size in an exported engine): programs past the last token load nothing, do nothing
+    a = load_tile(0, pid.to(tl.int64) * D, cols, mask & (cols * 0 + pid < num_tokens), blocks, stride, TILE,
+                  NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
+                  s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     for token in range(pid, num_tokens, grid):
         # (a plain int under the interpreter: made a tensor first)
         row = (pid * 0 + token).to(tl.int64) * D
