@@ -5,10 +5,7 @@
 # kernel's V-block sweep. Committed tree only (.snap/head, carried).
 # usage: bash bench/run_h200_p.sh [SECONDS] (default 580). Results in $OUT/results_p.tgz.
 . bench/h200.sh
-T=${1:-580}; start=$(date +%s); left() { echo $(( T - ($(date +%s) - start) - 15 )); }
-R=/tmp/results_p; mkdir -p $R
-rm -rf /tmp/head; cp -r .snap/head /tmp/head; cd /tmp/head; export PYTHONPATH=/tmp/site:/tmp/head
-save() { tar czf $OUT/results_p.tgz -C $R . 2>/dev/null; }
+. bench/h200_call.sh p ${1:-580}
 timeout $(( T * 50 / 100 )) python3 bench/bench_attnres.py --out $R > $R/bench_attnres.log 2>&1
 echo "== attnres rc=$?"; save
 timeout $(left) python3 bench/bench_kda_prefill.py --quick --first-shape-only --out $R > $R/kda_prefill.log 2>&1

@@ -5,10 +5,7 @@
 # value-block configs. Committed tree only (.snap/head, carried).
 # usage: bash bench/run_h200_q.sh [SECONDS] (default 580). Results in $OUT/results_q.tgz.
 . bench/h200.sh
-T=${1:-580}; start=$(date +%s); left() { echo $(( T - ($(date +%s) - start) - 15 )); }
-R=/tmp/results_q; mkdir -p $R
-rm -rf /tmp/head; cp -r .snap/head /tmp/head; cd /tmp/head; export PYTHONPATH=/tmp/site:/tmp/head
-save() { tar czf $OUT/results_q.tgz -C $R . 2>/dev/null; }
+. bench/h200_call.sh q ${1:-580}
 timeout $(( T * 40 / 100 )) python3 -m pytest -q -rf -p no:cacheprovider -m gpu tests/plugins/test_attnres_kernel.py \
   tests/plugins/test_kda_chunk_kernel.py tests/plugins/test_kda_recurrent_kernel.py \
   tests/plugins/test_sparse_mla_kernel.py > $R/gpu_tests.log 2>&1

@@ -4,10 +4,7 @@
 # 8-15 at low priority. The tests' short GPU bursts can only slow the benches down. Committed tree only (.snap/head).
 # usage: bash bench/run_h200_r.sh [SECONDS] (default 570). Results in $OUT/results_r.tgz.
 . bench/h200.sh
-T=${1:-570}; start=$(date +%s); left() { echo $(( T - ($(date +%s) - start) - 15 )); }
-R=/tmp/results_r; mkdir -p $R
-rm -rf /tmp/head; cp -r .snap/head /tmp/head; cd /tmp/head; export PYTHONPATH=/tmp/site:/tmp/head
-save() { tar czf $OUT/results_r.tgz -C $R . 2>/dev/null; }
+. bench/h200_call.sh r ${1:-570}
 (taskset -c 8-15 nice -n 10 timeout $(( T - 20 )) python3 -m pytest -q -rf -p no:cacheprovider -m gpu tests/plugins \
   > $R/gpu_plugins.log 2>&1; echo "rc=$?" >> $R/gpu_plugins.log) &
 tests=$!

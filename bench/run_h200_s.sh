@@ -4,10 +4,7 @@
 # MLA decode value-block configs. Committed tree only (.snap/head, carried).
 # usage: bash bench/run_h200_s.sh [SECONDS] (default 570). Results in $OUT/results_s.tgz.
 . bench/h200.sh
-T=${1:-570}; start=$(date +%s); left() { echo $(( T - ($(date +%s) - start) - 15 )); }
-R=/tmp/results_s; mkdir -p $R
-rm -rf /tmp/head; cp -r .snap/head /tmp/head; cd /tmp/head; export PYTHONPATH=/tmp/site:/tmp/head
-save() { tar czf $OUT/results_s.tgz -C $R . 2>/dev/null; }
+. bench/h200_call.sh s ${1:-570}
 timeout $(( T * 50 / 100 )) python3 bench/bench_kda_prefill.py --quick --out $R > $R/kda_prefill.log 2>&1
 echo "== kda prefill rc=$?"; save
 timeout $(( T * 30 / 100 )) python3 bench/bench_kda_decode.py --out $R > $R/kda_decode.log 2>&1

@@ -4,10 +4,7 @@
 # Committed tree only (.snap/head, carried).
 # usage: bash bench/run_h200_t.sh [SECONDS] (default 560). Results in $OUT/results_t.tgz.
 . bench/h200.sh
-T=${1:-560}; start=$(date +%s); left() { echo $(( T - ($(date +%s) - start) - 15 )); }
-R=/tmp/results_t; mkdir -p $R
-rm -rf /tmp/head; cp -r .snap/head /tmp/head; cd /tmp/head; export PYTHONPATH=/tmp/site:/tmp/head
-save() { tar czf $OUT/results_t.tgz -C $R . 2>/dev/null; }
+. bench/h200_call.sh t ${1:-560}
 timeout $(( T * 40 / 100 )) python3 bench/bench_indexer.py --out $R > $R/bench_indexer.log 2>&1
 echo "== indexer rc=$?"; save
 timeout 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_attnres_kernel.py > $R/gpu_attnres.log 2>&1

@@ -3,10 +3,7 @@
 # defaults set from run t, no sweep. Committed tree only (.snap/head, carried).
 # usage: bash bench/run_h200_u.sh [SECONDS] (default 220). Results in $OUT/results_u.tgz.
 . bench/h200.sh
-T=${1:-220}; start=$(date +%s); left() { echo $(( T - ($(date +%s) - start) - 10 )); }
-R=/tmp/results_u; mkdir -p $R
-rm -rf /tmp/head; cp -r .snap/head /tmp/head; cd /tmp/head; export PYTHONPATH=/tmp/site:/tmp/head
-save() { tar czf $OUT/results_u.tgz -C $R . 2>/dev/null; }
+. bench/h200_call.sh u ${1:-220}
 timeout 70 python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_attnres_kernel.py -k "persistent or boundaries" \
   > $R/gpu_attnres.log 2>&1
 echo "== attnres gpu tests rc=$?"; save
