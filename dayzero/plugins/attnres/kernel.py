@@ -19,6 +19,7 @@ import triton.language as tl
 from torch._subclasses.fake_tensor import is_fake
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dayzero.plugins import device as device_info
 from dayzero.plugins.attnres.persistent_kernel import attnres_mix_persistent_kernel
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES
 from dayzero.plugins.attnres.tiles import load_tile, mix_tile, score_vector, store_mix
@@ -146,11 +147,6 @@ def sources_aligned(blocks: torch.Tensor, num_blocks: int, listed: Sequence[torc
                for t, offset in starts)
 
 
-def _multiprocessors(device: torch.device) -> int:
-    # the interpreter has no SMs: a few programs still walk several tokens each
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-
-
 def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weight, norm_eps, out, normed, launch,
             config):
     dim = like.shape[-1]
@@ -172,7 +168,8 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
     if config.persistent:
         kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel
-        grid = (_multiprocessors(like.device) * config.persistent,)
+        # the interpreter has no SMs: 2 stand in, so that programs still walk several tokens each
+        grid = (device_info.num_sms(like.device, cpu_default=2) * config.persistent,)
         kernel[grid](*common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed),
                      norm_weight is not None, config.tile, config.stream, aligned, num_warps=config.num_warps,
                      num_stages=1)
