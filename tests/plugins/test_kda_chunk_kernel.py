@@ -69,6 +69,21 @@ def test_k3_bounded_gate(pairs):
     check((130,), 2, 16, 16, torch.float32, lower_bound=-5.0, pairs=pairs)
 
 
+@pytest.mark.parametrize("pairs", ["column", "subchunk"])
+def test_unwritten_intermediates_never_reach_the_output(monkeypatch, pairs):
+    # the pair and solve kernels leave the blocks above the diagonal of Aqk and X unwritten, and their readers load
+    # the rows whole: every intermediate buffer starts as NaN here, so anything read and not selected away shows
+    real_empty = torch.empty
+
+    def nan_empty(*shape, **kwargs):
+        out = real_empty(*shape, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    check((70, 5) if not ON_GPU else (4100, 77), 2 if not ON_GPU else 8, 16 if not ON_GPU else 128,
+          16 if not ON_GPU else 128, torch.float32, pairs=pairs)
+
+
 def test_registered_op_on_cpu_is_the_reference():
     from dayzero.plugins.kda import chunk_kda
 

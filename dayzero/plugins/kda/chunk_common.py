@@ -40,6 +40,18 @@ def load_rows(ptr, t, valid, h, H: tl.constexpr, D: tl.constexpr, cols):
 
 
 @triton.jit
+def load_lower(ptr, t, valid, h, H: tl.constexpr, rows):
+    """The lower triangle (with the diagonal) of a chunk's [BT, BT] matrix stored as [T, H, BT], zero above it.
+
+    The intra-chunk kernels write the blocks on and below the diagonal only, so the rest holds whatever the buffer
+    held (NaN too): the rows are loaded whole and the upper triangle is selected away after the load. A load masked
+    by the triangle cannot be vectorized (the sm_90 build issued 32 two-byte loads a thread for a 64 x 64 bf16 tile,
+    and the state kernel's software pipeline could not stage it with cp.async)."""
+    tile = tl.load(ptr + (t[:, None] * H + h) * BT + rows[None, :], mask=valid[:, None], other=0.0)
+    return tl.where(rows[None, :] <= rows[:, None], tile, 0.0)
+
+
+@triton.jit
 def inverse_norm(sum_sq, USE_L2NORM: tl.constexpr):
     """1 / ||x|| from the row sums of squares (1 without L2 normalization)."""
     if USE_L2NORM:

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_offsets
+from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_offsets, load_lower
 from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
 from dayzero.plugins.kda.subchunk_pairs_kernel import subchunk_pair_terms
@@ -58,9 +58,7 @@ def _state_kernel(
         W = tl.load(w + k_offs, mask=valid[:, None], other=0.0)
         Qg = tl.load(qg + k_offs, mask=valid[:, None], other=0.0)
         Kt_T = tl.load(kt + (t[None, :] * H + h) * K + ks[:, None], mask=valid[None, :], other=0.0)
-        # the pair kernel writes Aqk's blocks on and below the diagonal only
-        lower = valid[:, None] & (rows[None, :] <= rows[:, None])
-        A = tl.load(a + (t[:, None] * H + h) * BT + rows[None, :], mask=lower, other=0.0)
+        A = load_lower(a, t, valid, h, H, rows)
         U = tl.load(u + (t[:, None] * H + h) * V + vs[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
         dk = tl.load(decay + ((first + c) * H + h) * K + ks)
         S_lo = S.to(W.dtype)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BT, load_rows, locate_chunk, row_of
+from dayzero.plugins.kda.chunk_common import BT, load_lower, load_rows, locate_chunk, row_of
 from dayzero.plugins.triton_utils import dot
 
 
@@ -30,9 +30,8 @@ def wy_kernel(
         rows = tl.arange(0, BT)
         t = start + rows
         valid = t < eos
-        lower = valid[:, None] & (rows[None, :] <= rows[:, None])
         # the products are stored in the work dtype: bf16 operands (fp32 accumulation) lose nothing more
-        X = tl.load(x + (t[:, None] * H + h) * BT + rows[None, :], mask=lower, other=0.0).to(w_out.dtype.element_ty)
+        X = load_lower(x, t, valid, h, H, rows).to(w_out.dtype.element_ty)
         b = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
         if tile < K // BK:
             kc = tile * BK + tl.arange(0, BK)
