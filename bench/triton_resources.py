@@ -62,14 +62,15 @@ def _signature(fn, constexprs: dict, types: dict[str, str]) -> dict[str, str]:
 
 def compile_resources(fn, constexprs: dict, types: dict[str, str] | None = None, num_warps: int = 4,
                       num_stages: int = 1, arch: int = 90, align: bool = True,
-                      maxnreg: int | None = None) -> tuple[Resources, object]:
+                      maxnreg: int | None = None, divisible: tuple[str, ...] = ()) -> tuple[Resources, object]:
     """Compile `fn` (a @triton.jit function) for sm_`arch` with `constexprs`; `types` maps argument names to
-    Triton types ('*fp32', 'fp32', 'i64', ...); the others are '*bf16'."""
+    Triton types ('*fp32', 'fp32', 'i64', ...); the others are '*bf16'. `divisible` names integer arguments that
+    get the divisibility-by-16 hint (the launcher gives it to integers that are multiples of 16, e.g. strides)."""
     sig = _signature(fn, constexprs, types or {})
     attrs = {}
     if align:
         attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
-                 if sig[name].startswith("*")}
+                 if sig[name].startswith("*") or name in divisible}
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     target = GPUTarget("cuda", arch, 32)
     options = {"num_warps": num_warps, "num_stages": num_stages}
@@ -108,13 +109,15 @@ def main() -> None:
     parser.add_argument("--maxnreg", type=int, default=None)
     parser.add_argument("--no-align", action="store_true")
     parser.add_argument("--ptx", type=Path, default=None, help="also write the PTX here")
+    parser.add_argument("--divisible", default="", help="comma-separated integer arguments that are multiples of 16")
     args = parser.parse_args()
     module, name = args.kernel.split(":")
     fn = getattr(importlib.import_module(module), name)
     constexprs = {k: _value(v) for k, v in (a.split("=", 1) for a in args.args if "=" in a)}
     types = dict(a.split(":", 1) for a in args.args if "=" not in a)
     res, compiled = compile_resources(fn, constexprs, types, num_warps=args.num_warps, num_stages=args.num_stages,
-                                      arch=args.arch, align=not args.no_align, maxnreg=args.maxnreg)
+                                      arch=args.arch, align=not args.no_align, maxnreg=args.maxnreg,
+                                      divisible=tuple(filter(None, args.divisible.split(","))))
     print(res.line())
     if args.ptx:
         args.ptx.write_text(compiled.asm["ptx"])
