@@ -3,7 +3,8 @@ lockstep.
 
 The runtime sees one StepEngine. Each step, rank 0 broadcasts the step's inputs (and the state slots its pool
 zeroed since the last step) to the workers as two int64 tensors (step_message.py), then every rank runs its own
-engine over its own caches; the engines' all-reduces meet inside the step. Rank 0's logits are the step's result (every rank computes the same ones).
+engine over its own caches; the engines' all-reduces meet inside the step. Rank 0's logits are the step's result
+(every rank computes the same ones).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import torch
 import torch.distributed as dist
 
 from dayzero.cache import Entry
-from dayzero.dist.world import join_world, leave_world
-from dayzero.dist.worker import error_file, ready_file
-from dayzero.errors import DayzeroError
 from dayzero.dist.step_message import StepCommand, pack
+from dayzero.dist.worker import error_file, ready_file
+from dayzero.dist.world import join_world, leave_world
+from dayzero.errors import DayzeroError
 from dayzero.export.engine import PAGE, SLOT, StepMeta
 
 WORKER_START_TIMEOUT_S = 600

@@ -75,7 +75,8 @@ class RankPlan:
         if full.shape == local_shape:
             return full
         dims = [d for d, (a, b) in enumerate(zip(full.shape, local_shape)) if a != b]
-        if len(full.shape) != len(local_shape) or len(dims) != 1 or full.shape[dims[0]] != local_shape[dims[0]] * self.tp:
+        one_dim_split = len(full.shape) == len(local_shape) and len(dims) == 1
+        if not one_dim_split or full.shape[dims[0]] != local_shape[dims[0]] * self.tp:
             raise DayzeroError(f"cannot shard a tensor of shape {list(full.shape)} into {list(local_shape)} over "
                                f"{self.tp} ranks")
         return full.chunk(self.tp, dim=dims[0])[self.rank]

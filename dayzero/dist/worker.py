@@ -1,6 +1,6 @@
 """A tensor-parallel worker process (`python -m dayzero.dist.worker`, started by TensorParallelEngine): loads its
 rank's engine, says so in the rendezvous folder, joins the world and runs every step rank 0 broadcasts over caches
-of its own, until rank 0 sends None."""
+of its own, until rank 0 sends the stop command."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 
 from dayzero.cache.entry import load_entry
-from dayzero.dist.world import join_world, leave_world
 from dayzero.dist.step_message import HEADER_SIZE, StepCommand, payload_size, unpack
+from dayzero.dist.world import join_world, leave_world
 from dayzero.export.engine import StepEngine, allocate_flat_caches, slot_tensors
 from dayzero.runtime.state_pool import zero_slots
 

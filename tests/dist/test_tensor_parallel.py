@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from dayzero.cache import CompilationCache
+from dayzero.dist.collectives import unordered_collectives
 from dayzero.dist.engine import TensorParallelEngine
 from dayzero.errors import DayzeroError
-from dayzero.dist.collectives import unordered_collectives
-from dayzero.export.build import load_rank_model, export_engine
+from dayzero.export.build import export_engine, load_rank_model
 from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
 from dayzero.export.options import ExportOptions
 from dayzero.export.trace import trace_step
