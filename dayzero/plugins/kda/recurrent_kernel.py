@@ -216,19 +216,21 @@ def recurrent_kda_pool_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
-    num_warps: int = 4, stream: bool = False, launch=None,
+    num_warps: int = 1, stream: bool = False, launch=None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
     Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
-    gives the state reads and writes streaming cache hints (a tuning knob, swept by the benchmark)."""
+    gives the state reads and writes streaming cache hints (a tuning knob, swept by the benchmark).
+    One warp a program by default: the sums over K then stay inside the warp (no cross-warp barrier per step)."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
     strides = [_token_strides(x, heads, dim) for x, dim in ((q, dim_k), (k, dim_k), (v, dim_v), (g, dim_k))]
     strides.append(_token_strides(beta, heads))
     if block_v is None:
-        # measured on the H200 (bench/README.md): wide V blocks win once there are enough (row, head) programs
-        block_v = min(dim_v, 64 if batch * heads >= 1024 else 32)
+        # measured on the H200 with one warp a program (bench/README.md, run v): narrow V blocks (more programs)
+        # at small batch, 32-wide blocks once there are enough (row, head) programs
+        block_v = min(dim_v, 32 if batch * heads >= 1024 else 16)
     assert block_v <= dim_v and block_v & (block_v - 1) == 0, "block_v must be a power of two <= V"
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
     kernel = launch(_recurrent_kda_pool_kernel) if launch else _recurrent_kda_pool_kernel
