@@ -86,11 +86,13 @@ def _recurrent_kda_pool_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
     STREAM: tl.constexpr,
 ):
-    bh = tl.program_id(0)
+    # the V blocks of one head are neighbours in launch order, so the programs that run together read whole state
+    # rows (DRAM pages) rather than one BV-wide column strip of every head
+    bh = tl.program_id(0) // (V // BV)
     b = bh // H
     h = bh % H
     ok = tl.arange(0, K)
-    ov = tl.program_id(1) * BV + tl.arange(0, BV)
+    ov = tl.program_id(0) % (V // BV) * BV + tl.arange(0, BV)
     slots = state_slots + b * L
     if tl.load(slots) < 0:
         _zero_rows(o, (b * L * H + h).to(tl.int64) * V, L, H * V, ov, BV)
@@ -234,7 +236,7 @@ def recurrent_kda_pool_launcher(
     assert block_v <= dim_v and block_v & (block_v - 1) == 0, "block_v must be a power of two <= V"
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
     kernel = launch(_recurrent_kda_pool_kernel) if launch else _recurrent_kda_pool_kernel
-    kernel[(batch * heads, dim_v // block_v)](
+    kernel[(batch * heads * (dim_v // block_v),)](
         q, k, v, g, beta, o, state, state_slots, num_accepted, dim_k ** -0.5 if scale is None else scale, length,
         *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, stream,
         num_warps=num_warps,
