@@ -38,6 +38,9 @@ POOL_CONFIGS = [(16, 1, False), (32, 1, False), (16, 2, False), (32, 2, False), 
                 (64, 8, False), (64, 4, True)]
 FUSED_CONFIGS = [(16, 8, False), (32, 4, False), (32, 8, False), (32, 16, False), (64, 8, False), (32, 4, True),
                  (32, 8, True), (64, 8, True), (128, 8, True)]
+# --quick: the pool defaults' two candidates and the fused default
+QUICK_POOL_CONFIGS = [(16, 1, False), (32, 1, False)]
+QUICK_FUSED_CONFIGS = [(32, 4, False)]
 
 
 def config_name(kind: str, config) -> str:
@@ -153,7 +156,7 @@ def rotating(fns):
     return lambda: fns[next(calls) % len(fns)]()
 
 
-def bench_case(B: int, H: int, fla, copy_GBps: float) -> dict:
+def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False) -> dict:
     rounds, sets = make_sets(B, H)
     p = make_params(H, rounds * B)
     state_bytes = B * H * K * V * 4 * 2
@@ -221,13 +224,14 @@ def bench_case(B: int, H: int, fla, copy_GBps: float) -> dict:
                                           for u, s, o in list(zip(unfused, sets, outs))[:32]])
         add("fla_gate_in_kernel" if gate_in_kernel else "fla", ms, extra)
 
-    for config in POOL_CONFIGS:
+    for config in QUICK_POOL_CONFIGS if quick else POOL_CONFIGS:
         attempt(config_name("pool", config), lambda c=config: ours_pool(c))
-    for config in FUSED_CONFIGS:
+    for config in QUICK_FUSED_CONFIGS if quick else FUSED_CONFIGS:
         attempt(config_name("fused", config), lambda c=config: ours_fused(c))
     if fla is not None:
         attempt("fla", lambda: peer(False))
-        attempt("fla_gate_in_kernel", lambda: peer(True))
+        if not quick:
+            attempt("fla_gate_in_kernel", lambda: peer(True))
     return record
 
 
@@ -259,6 +263,7 @@ def print_table(rows: list[list[str]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--quick", action="store_true", help="the default launch configs and fla only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -271,7 +276,7 @@ def main() -> None:
                   "ceilings": ceiling, "fla": fla is not None, "cases": records}
         for B, H in CASES:
             try:
-                records.append(bench_case(B, H, fla, ceiling["copy_GBps"]))
+                records.append(bench_case(B, H, fla, ceiling["copy_GBps"], args.quick))
             except Exception as error:  # noqa: BLE001 - one failing case must not stop the run
                 traceback.print_exc()
                 records.append({"B": B, "H": H, "kernels": {"case": {"error": f"{type(error).__name__}: {error}"}}})
