@@ -24,6 +24,7 @@ from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.quant.reference import FP8_TILE
 from dayzero.plugins.sparse_mla import schedule
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
+from dayzero.plugins.sparse_mla.e4m3_bits import BITS_TO_SHIFTED, Q_SCALE, e4m3_bytes_as_bf16, e4m3_words_as_bf16
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -33,10 +34,12 @@ SUPPORTED_Q = (torch.bfloat16, torch.float16, torch.float32)
 @triton.jit
 def _gather_latent_rows(cache, rows, row_ok, dtype: tl.constexpr, math_dtype: tl.constexpr, ROW: tl.constexpr,
                         DV: tl.constexpr, DR: tl.constexpr, DV_PAD: tl.constexpr, DR_PAD: tl.constexpr,
-                        BLOCK_N: tl.constexpr, FP8: tl.constexpr, TILE: tl.constexpr):
+                        BLOCK_N: tl.constexpr, FP8: tl.constexpr, TILE: tl.constexpr, E4M3_BITS: tl.constexpr,
+                        INLINE_PTX: tl.constexpr):
     """Flat physical rows [BLOCK_N] -> (nope [BLOCK_N, DV_PAD], rope [BLOCK_N, DR_PAD]) in `dtype`, 0 outside row_ok.
 
-    FP8 tiles are scaled in `math_dtype` (the dot dtype; fp32 where bf16 arithmetic is emulated).
+    FP8 tiles are scaled in `math_dtype` (the dot dtype; fp32 where bf16 arithmetic is emulated); with E4M3_BITS
+    (bf16 only) they are decoded by bit placement and come out times 2**-Q_SHIFT (e4m3_bits.py).
     A plain row is ROW elements [nope | rope]; an FP8 record is ROW bytes [e4m3 nope | fp32 tile scales | bf16 rope].
     """
     base = cache + rows.to(tl.int64) * ROW
@@ -45,13 +48,27 @@ def _gather_latent_rows(cache, rows, row_ok, dtype: tl.constexpr, math_dtype: tl
     if FP8:
         NUM_TILES: tl.constexpr = DV // TILE
         t = tl.arange(0, DV_PAD // TILE)
-        c = tl.arange(0, TILE)
         tile_ok = row_ok[:, None] & (t < NUM_TILES)[None, :]
-        raw = tl.load(base[:, None, None] + (t * TILE)[None, :, None] + c[None, None, :], mask=tile_ok[:, :, None],
-                      other=0)
         scale = tl.load((base + DV).to(tl.pointer_type(tl.float32))[:, None] + t[None, :], mask=tile_ok, other=0.0)
-        # e4m3 * power-of-two scale rounds once, to the value the dot operand would get from fp32 math
-        nope = raw.to(tl.float8e4nv, bitcast=True).to(math_dtype) * scale.to(math_dtype)[:, :, None]
+        if E4M3_BITS and INLINE_PTX:
+            c = tl.arange(0, TILE)
+            raw = tl.load(base[:, None, None] + (t * TILE)[None, :, None] + c[None, None, :],
+                          mask=tile_ok[:, :, None], other=0)
+            bits = e4m3_bytes_as_bf16(raw)
+        elif E4M3_BITS:
+            w = tl.arange(0, TILE // 4)
+            words = tl.load(base.to(tl.pointer_type(tl.int32))[:, None, None] + (t * (TILE // 4))[None, :, None]
+                            + w[None, None, :], mask=tile_ok[:, :, None], other=0)
+            bits = tl.reshape(e4m3_words_as_bf16(words), (BLOCK_N, DV_PAD // TILE, TILE))
+        if E4M3_BITS:
+            factor = scale * BITS_TO_SHIFTED
+            nope = bits.to(math_dtype) * factor.to(math_dtype)[:, :, None]
+        else:
+            c = tl.arange(0, TILE)
+            raw = tl.load(base[:, None, None] + (t * TILE)[None, :, None] + c[None, None, :],
+                          mask=tile_ok[:, :, None], other=0)
+            # e4m3 * power-of-two scale rounds once, to the value the dot operand would get from fp32 math
+            nope = raw.to(tl.float8e4nv, bitcast=True).to(math_dtype) * scale.to(math_dtype)[:, :, None]
         nope = tl.reshape(nope, (BLOCK_N, DV_PAD)).to(dtype)
         rope_base = (base + DV + 4 * NUM_TILES).to(tl.pointer_type(tl.bfloat16))
         rope = tl.load(rope_base[:, None] + r[None, :], mask=rope_ok, other=0.0).to(dtype)
@@ -138,7 +155,7 @@ def _mla_attention_kernel(
     ROW: tl.constexpr, DV: tl.constexpr, DR: tl.constexpr, DV_PAD: tl.constexpr, DR_PAD: tl.constexpr,
     FP8: tl.constexpr, DENSE: tl.constexpr, SPLIT: tl.constexpr, TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, TILE: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, DV_BLOCKS: tl.constexpr,
+    UPCAST: tl.constexpr, DV_BLOCKS: tl.constexpr, E4M3_BITS: tl.constexpr, INLINE_PTX: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -178,6 +195,11 @@ def _mla_attention_kernel(
     q_row = q + tok.to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
     q_nope = tl.load(q_row[:, None] + v[None, :], mask=row_ok[:, None] & (v < DV)[None, :], other=0.0)
     q_pe = tl.load(q_row[:, None] + DV + r[None, :], mask=row_ok[:, None] & (r < DR)[None, :], other=0.0)
+    # FP8 keys decoded by bit placement arrive times 2**-Q_SHIFT: their scores and the output make up for it,
+    # exactly (powers of two); scaling q instead would keep it in registers as the dot operand (wgmma serializes)
+    out_factor = 1.0
+    if E4M3_BITS:
+        out_factor = Q_SCALE
     # AOTInductor passes Python floats as fp64 scalars: keep the online softmax in fp32
     qk_scale = tl.cast(sm_scale, tl.float32) * LOG2E
 
@@ -194,8 +216,10 @@ def _mla_attention_kernel(
         row_next = _key_rows(row_base, table_row, n + BLOCK_N, hi, DENSE, PAGE)
         key_ok = row >= 0
         k_nope, k_pe = _gather_latent_rows(cache, row, key_ok, dtype, math_dtype, ROW, DV, DR, DV_PAD, DR_PAD,
-                                           BLOCK_N, FP8, TILE)
+                                           BLOCK_N, FP8, TILE, E4M3_BITS, INLINE_PTX)
         s = _mma(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], tl.float32), PRECISION, UPCAST)
+        if E4M3_BITS:
+            s = s * Q_SCALE
         s = _mma(q_pe, tl.trans(k_pe), s, PRECISION, UPCAST)
         if DENSE:
             visible = (n[None, :] <= pos[:, None]) & key_ok[None, :]
@@ -217,7 +241,7 @@ def _mla_attention_kernel(
         m_i = m_new
 
     seen = l_i > 0
-    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    out = acc * (out_factor / tl.where(seen, l_i, 1.0))[:, None]
     lse_row = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
     flat = tok.to(tl.int64) * num_heads + head
     vo = dv_lo + tl.arange(0, DVB)
@@ -312,6 +336,8 @@ def _launch_attention(q, cache, block_table, cu_seqlens, keys, sm_scale: float, 
         TOKENS=config.tokens_per_block, BLOCK_H=config.block_h, BLOCK_N=config.block_n, PAGE=PAGE_SIZE,
         TILE=FP8_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=q.dtype == torch.bfloat16 and _INTERPRETED, DV_BLOCKS=config.dv_blocks,
+        E4M3_BITS=config.e4m3_bits and is_quantized(cache) and q.dtype == torch.bfloat16 and config.dv_blocks == 1,
+        INLINE_PTX=not _INTERPRETED,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if splits > 1:

@@ -29,6 +29,8 @@ class TileConfig:
     # programs sharing one query block, each accumulating 1/dv_blocks of the value columns (every one computes the
     # whole score block): a [64, 512] fp32 accumulator next to the score operands spills at any warp count
     dv_blocks: int = 1
+    # FP8 caches with bf16 queries: decode e4m3 by bit placement (e4m3_bits.py) instead of cvt instructions
+    e4m3_bits: bool = True
 
     def __post_init__(self):
         for name in ("block_h", "tokens_per_block", "block_n", "dv_blocks"):

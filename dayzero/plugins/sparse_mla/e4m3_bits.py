@@ -1,0 +1,72 @@
+"""e4m3 -> bf16 by moving bits, with no conversion instruction (Hopper's F2F runs at a quarter of the ALU rate).
+
+An e4m3 byte `s eeee mmm` placed as the bf16 `s 0000eeee mmm0000` is its value times 2**-120, exactly: normal
+numbers keep 1.mmm with the exponent rebased from bias 7 to bias 127, and e4m3 subnormals (0.mmm * 2**-6) land on
+bf16 subnormals (0.mmm * 2**-126). Multiplying by a power-of-two factor then only moves the exponent, so
+`bits * (tile_scale * 2**(120 - Q_SHIFT))` is the dequantized value times 2**-Q_SHIFT, rounded once (never: the
+product of two powers of two and a 4-bit significand is exact while it stays a bf16 normal). The caller multiplies
+the query by 2**Q_SHIFT (exact in bf16) so that the scores need no correction, and the output accumulator by it.
+
+Q_SHIFT = 64 keeps everything inside bf16's range: queries up to 2**63, tile scales from 2**-182 to 2**71, and
+dequantized values down to 2**-62 (an e4m3 subnormal at the smallest scale the quantizer writes is 2**-31) stay
+normal after the shift.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+Q_SHIFT = 64
+# 2**Q_SHIFT: the query's and the output's factor
+Q_SCALE = tl.constexpr(2.0 ** Q_SHIFT)
+# 2**(120 - Q_SHIFT): the factor that turns bit-placed bytes (value * 2**-120) into value * 2**-Q_SHIFT
+BITS_TO_SHIFTED = tl.constexpr(2.0 ** (120 - Q_SHIFT))
+
+
+# bytes 4k..4k+3 of one 32-bit register -> two registers of bf16 pairs: magnitudes to bits 4-10 / 20-26 of the
+# zero-filled halves (prmt picks bytes 0 and 1, then 2 and 3), signs to bits 15 / 31
+_E4M3X4_TO_BF16X4 = tl.constexpr("""
+{
+.reg .b32 m, s, t;
+and.b32 m, $2, 0x7f7f7f7f;
+and.b32 s, $2, 0x80808080;
+prmt.b32 t, m, 0, 0x1404;
+shr.b32 t, t, 4;
+prmt.b32 $0, s, 0, 0x1404;
+or.b32 $0, $0, t;
+prmt.b32 t, m, 0, 0x3424;
+shr.b32 t, t, 4;
+prmt.b32 $1, s, 0, 0x3424;
+or.b32 $1, $1, t;
+}
+""")
+
+
+@triton.jit
+def e4m3_bytes_as_bf16(raw):
+    """uint8 e4m3 bytes [...] -> bf16 [...] = each value * 2**-120 (PTX: the compiled path; same as the words
+    version below, which the interpreter runs)."""
+    return tl.inline_asm_elementwise(_E4M3X4_TO_BF16X4, "=r,=r,r", [raw], dtype=tl.bfloat16, is_pure=True, pack=4)
+
+
+@triton.jit
+def _place(word, byte: tl.constexpr):
+    """bf16 bits (as uint16) of byte `byte` of each uint32 word: magnitude << 4 and sign to bit 15."""
+    mag = (word >> (8 * byte)) & 0x7F
+    sign = (word >> (8 * byte + 7)) & 1
+    return ((mag << 4) | (sign << 15)).to(tl.uint16)
+
+
+@triton.jit
+def e4m3_words_as_bf16(words):
+    """int32 words [..., W], 4 e4m3 bytes each (little endian) -> bf16 [..., W, 2, 2] = each value * 2**-120,
+    in memory order once the last three dims are merged."""
+    w = words.to(tl.uint32, bitcast=True)
+    b0 = _place(w, 0)
+    b1 = _place(w, 1)
+    b2 = _place(w, 2)
+    b3 = _place(w, 3)
+    # join(join(b0, b2), join(b1, b3))[..., k, j] is byte 2k + j: the memory order after a reshape
+    bits = tl.join(tl.join(b0, b2), tl.join(b1, b3))
+    return bits.to(tl.bfloat16, bitcast=True)
