@@ -1,4 +1,5 @@
-"""The fused indexer kernels (paged decode split-N + merge, varlen prefill) vs the reference index_topk_paged.
+"""The fused indexer kernels (paged decode split-N + merge, both decode kernels; varlen prefill) vs the reference
+index_topk_paged.
 
 Random inputs: indices equal exactly (under the interpreter; on the GPU, where sums run in another order, rows may
 differ only between keys whose scores agree to fp32 rounding). Integer-valued inputs make exact ties, where the
@@ -18,10 +19,11 @@ from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned, siz
 
 pytestmark = needs_triton
 
-# tiny tiles under the interpreter so that a few hundred keys cross tiles, shrinks, splits and the merge
-CPU_DECODE = dict(block_keys=16, super_chunk=32, merge_chunk=16, num_splits=3, min_chunk=32)
+# tiny tiles under the interpreter so that a few hundred keys cross tiles, blocks, shrinks, splits and the merge
+CPU_DECODE = {"select": dict(block_keys=16, union_keys=64, num_splits=3, min_chunk=32),
+              "buffers": dict(block_keys=16, super_chunk=32, merge_chunk=16, num_splits=3, min_chunk=32)}
 CPU_PREFILL = dict(block_rows=16, block_keys=16, max_programs=2)
-OPTIONS = {"decode": {} if ON_GPU else CPU_DECODE, "prefill": {} if ON_GPU else CPU_PREFILL}
+DECODE_KERNELS = ["select", "buffers"]
 CACHE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "mxfp8": torch.uint8}
 
 
@@ -49,12 +51,17 @@ def build_case(lengths, new, num_heads, dim, cache_kind, q_dtype, integer=False,
     return {name: t.to(DEVICE) for name, t in case.items()}
 
 
-def run_kernel(case, topk, phase, q_scales=None, **extra):
+def run_kernel(case, topk, phase, q_scales=None, decode_kernel="select", **extra):
+    """The fused op of `phase` (decode: the kernel named decode_kernel) into a poisoned output."""
     from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
 
     out = poisoned(case["q"].shape[0], topk, dtype=torch.int32)
+    if phase == "prefill":
+        options = {} if ON_GPU else CPU_PREFILL
+    else:
+        options = {"decode_kernel": decode_kernel, **({} if ON_GPU else CPU_DECODE[decode_kernel])}
     return index_topk_paged_launcher(**case, topk=topk, q_scales=q_scales, phase=phase, out=out,
-                                     **OPTIONS[phase], **extra)
+                                     **{**options, **extra})
 
 
 def reference_scores(case, q=None):
@@ -104,10 +111,11 @@ def assert_rows_follow_the_rule(got, case, topk):
          ((16384, 3000), (2, 2), 64, 128, 2048, "bf16", torch.bfloat16),
          ((9000, 700), (1, 1), 32, 128, 512, "fp32", torch.float32)],
 ))
-def test_decode_matches_reference(lengths, new, num_heads, dim, topk, cache_kind, q_dtype):
+@pytest.mark.parametrize("decode_kernel", DECODE_KERNELS)
+def test_decode_matches_reference(lengths, new, num_heads, dim, topk, cache_kind, q_dtype, decode_kernel):
     """1 + d query tokens per sequence (speculative verify), contexts across page boundaries, topk > context."""
     case = build_case(lengths, new, num_heads, dim, cache_kind, q_dtype)
-    got = run_kernel(case, topk, "decode")
+    got = run_kernel(case, topk, "decode", decode_kernel=decode_kernel)
     assert_same_topk(got, reference.index_topk_paged(**case, topk=topk), case, exact=not ON_GPU)
     assert_rows_follow_the_rule(got, case, topk)
 
@@ -128,11 +136,12 @@ def test_prefill_matches_reference(lengths, new, num_heads, dim, topk, cache_kin
     assert_rows_follow_the_rule(got, case, topk)
 
 
-@pytest.mark.parametrize("phase", ["decode", "prefill"])
+@pytest.mark.parametrize("phase", ["decode", "prefill", "decode-buffers"])
 @pytest.mark.parametrize("cache_kind, q_dtype", [("bf16", torch.bfloat16), ("mxfp8", torch.bfloat16),
                                                  ("fp32", torch.float32)])
 def test_ties_go_to_the_earlier_position(phase, cache_kind, q_dtype):
     """Small integers: scores are exact, so many tie (relu zeros above all); the rule must hold exactly."""
+    phase, _, decode_kernel = phase.partition("-")
     new = (2, 3) if phase == "decode" else (60, 37)
     lengths = (260, 97) if ON_GPU or phase == "decode" else (60, 50)
     case = build_case(lengths, new, 2, 32, cache_kind, q_dtype, integer=True)
@@ -140,7 +149,8 @@ def test_ties_go_to_the_earlier_position(phase, cache_kind, q_dtype):
     expected = reference.index_topk_paged(**case, topk=topk)
     scores = reference_scores(case)
     assert any(r.unique().numel() < r.numel() for s in scores for r in s), "the case has no ties"
-    assert torch.equal(run_kernel(case, topk, phase).cpu(), expected.cpu())
+    got = run_kernel(case, topk, phase, decode_kernel=decode_kernel or "select")
+    assert torch.equal(got.cpu(), expected.cpu())
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])

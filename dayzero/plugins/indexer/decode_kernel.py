@@ -169,7 +169,7 @@ def _merge_kernel(buf, counts, floors, out, cu_seqlens, num_seqs, num_splits, to
 
 
 @functools.cache
-def _with_launch_config(kernel, num_warps: int, maxnreg: int | None):
+def with_launch_config(kernel, num_warps: int, maxnreg: int | None):
     """`kernel` under one fixed launch config. maxnreg goes through a single-config autotuner, the form in which
     torch.library.wrap_triton / AOTInductor carry it (it is not a plain launch option there)."""
     config = triton.Config({}, num_warps=num_warps, maxnreg=maxnreg)
@@ -219,7 +219,7 @@ def index_topk_decode_launcher(
         out = torch.empty(num_tokens, topk, dtype=torch.int32, device=q.device)
     if num_tokens == 0:
         return out
-    split_kernel = _with_launch_config(_decode_split_kernel, num_warps, maxnreg)
+    split_kernel = with_launch_config(_decode_split_kernel, num_warps, maxnreg)
     split_kernel = launch(split_kernel) if launch else split_kernel
     merge_kernel = launch(_merge_kernel) if launch else _merge_kernel
     if num_seqs > 0:

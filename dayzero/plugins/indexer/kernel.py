@@ -14,6 +14,7 @@ import triton
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins.indexer.decode_kernel import index_topk_decode_launcher
+from dayzero.plugins.indexer.decode_select_kernel import index_topk_decode_select_launcher
 from dayzero.plugins.indexer.prefill_kernel import index_topk_prefill_launcher
 from dayzero.plugins.paged_cache.formats import index_cache_shape, is_quantized
 from dayzero.plugins.quant.reference import MX_BLOCK
@@ -22,6 +23,8 @@ DECODE_MAX_ROWS = 8
 # q rows (tokens x heads) of one decode tl.dot; more tokens per sequence take several passes over the keys
 DECODE_MAX_DOT_ROWS = 256
 EXACT_BF16_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.uint8)
+# decode kernels by name: register-resident Top-K sets (decode_select_kernel.py), or streaming buffers with shrinks
+DECODE_LAUNCHERS = {"select": index_topk_decode_select_launcher, "buffers": index_topk_decode_launcher}
 
 
 def _check_inputs(q, w, cache, block_table, cu_seqlens, positions, topk, q_scales) -> None:
@@ -58,13 +61,14 @@ def _decode_rows(num_tokens: int, num_seqs: int, num_heads: int) -> int:
 def index_topk_paged_launcher(
     q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
     cu_seqlens: torch.Tensor, positions: torch.Tensor, topk: int, scale: float | None = None,
-    q_scales: torch.Tensor | None = None, launch=None, phase: str | None = None, **options,
+    q_scales: torch.Tensor | None = None, launch=None, phase: str | None = None, decode_kernel: str = "select",
+    **options,
 ) -> torch.Tensor:
     """The fused form of reference.index_topk_paged: q [T, HI, DI] (bf16 / fp32, or e4m3 with q_scales
     [T, HI, DI/32] E8M0), w [T, HI] -> indices [T, topk] int32.
 
-    phase "decode" / "prefill" overrides the choice by shape; `options` (block sizes, splits, out=) go to the
-    phase launcher."""
+    phase "decode" / "prefill" overrides the choice by shape; decode_kernel names the decode launcher
+    (DECODE_LAUNCHERS); `options` (block sizes, splits, out=) go to the phase launcher."""
     _check_inputs(q, w, index_cache, block_table, cu_seqlens, positions, topk, q_scales)
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
@@ -78,5 +82,5 @@ def index_topk_paged_launcher(
         phase = "decode" if statically_known_true(num_tokens <= DECODE_MAX_ROWS * num_seqs) else "prefill"
     if phase == "decode":
         rows = _decode_rows(num_tokens, num_seqs, num_heads)
-        return index_topk_decode_launcher(*args, rows_per_program=rows, **common, **options)
+        return DECODE_LAUNCHERS[decode_kernel](*args, rows_per_program=rows, **common, **options)
     return index_topk_prefill_launcher(*args, **common, **options)

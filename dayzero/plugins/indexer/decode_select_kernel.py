@@ -1,0 +1,260 @@
+"""Paged decode indexer with register-resident Top-K sets (select_kernel.py): split-N + merge.
+
+Kernel 1, grid (sequences, splits): a program scores one sequence's query rows (LP at a time, all heads in one
+tl.dot per key tile, so every key tile is read once for the 1 + d tokens) over one contiguous range of its keys,
+L = U - KP keys at a time. The scores of a block go, as 32-bit order keys, into a scratch right behind each row's
+set (program-private, reused); then each row keeps the K best of set + block (`keep_best`: one bitwise search, one
+scan, no sort). At the end a row's set is its split's candidates (at most K, position order), published with two
+floors: the set's K-th key and its ceil(K / (S - 1))-th key.
+
+Kernel 2, one program per query row, folds the splits' sets into the set of split 0 with the same `keep_best`,
+dropping every candidate below the best floor (below a split's K-th key there are K better keys in that split;
+below the smallest ceil(K / (S - 1))-th key of the first S - 1 splits there are at least K better keys in total),
+so that the merge mostly appends and searches once or twice; then sorts the final K. Memory: one set + block per
+program and row, never a [T, N] score matrix.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from dayzero.plugins import device as device_info
+from dayzero.plugins.indexer.decode_kernel import with_launch_config
+from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, load_set, score_keys, union_layout, write_sorted
+from dayzero.plugins.indexer.tiles_kernel import dot_kq, load_keys, load_query
+from dayzero.plugins.paged_cache.reference import PAGE_SIZE
+
+# splits whose floors the merge reads at once
+FLOOR_BLOCK = tl.constexpr(32)
+
+
+@triton.jit
+def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale,
+                 DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
+                 BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr):
+    """Score keys of the keys [block, end) into block_rows[l] + (s - block) for the LP rows (0: not visible).
+
+    The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
+    MMA rows, so the sum over heads stays within a thread quad."""
+    d = tl.arange(0, DP)
+    for start in range(block, end, BS):
+        s = start + tl.arange(0, BS)
+        s_ok = s < end
+        k = load_keys(cache, table_row, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
+        logits = dot_kq(k, q_rows, DOT_FP32)  # [BS, LP * HP]
+        weighted = tl.reshape(tl.maximum(logits, 0.0) * w_rows[None, :], (BS, LP, HP))
+        # AOTInductor passes Python floats as fp64 scalars: the keys need fp32 scores
+        scores = tl.sum(weighted, axis=2) * tl.cast(scale, tl.float32)  # [BS, LP]
+        keys = score_keys(scores, s[:, None] <= pos[None, :])
+        tl.store(block_rows[None, :] + (s - block)[:, None], keys.to(tl.int32, bitcast=True),
+                 mask=s_ok[:, None] & rows_ok[None, :])
+
+
+@triton.jit
+def _keep_block(set_keys, set_positions, count, lower, block, end, K, KP: tl.constexpr, U: tl.constexpr):
+    """One row: its set (count entries) + the block's score keys [block, end) at set_keys[KP:] -> (count, t)."""
+    lane = tl.arange(0, U)
+    in_set = lane < KP
+    ok = tl.where(in_set, lane < count, block + lane - KP < end)
+    # the block's keys were stored by other threads
+    tl.debug_barrier()
+    keys = tl.load(set_keys + lane, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+    positions = tl.load(set_positions + lane, mask=ok & in_set, other=0, cache_modifier=".cg")
+    positions = tl.where(in_set, positions, block + lane - KP)
+    return keep_best(keys, positions, set_keys, set_positions, K, lower)
+
+
+@triton.jit
+def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi, scale, K,
+                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
+                  BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr,
+                  DOT_FP32: tl.constexpr):
+    """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
+    (0: fewer than K entries)."""
+    lane = tl.arange(0, LP)
+    rows_ok = pos >= 0
+    count = tl.zeros([LP], dtype=tl.int32)
+    tau = tl.zeros([LP], dtype=tl.uint32)
+    for block in range(lo, hi, U - KP):
+        end = tl.minimum(block + U - KP, hi)
+        _score_block(q_rows, w_rows, set_keys + sets * U + KP, pos, rows_ok, cache, table_row, block, end, scale,
+                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32)
+        for r in range(LP):
+            here = lane == r
+            if tl.sum((here & rows_ok).to(tl.int32)) > 0:
+                n = tl.sum(tl.where(here, count, 0))
+                lower = tl.max(tl.where(here & (count >= K), tau, 0))
+                set_index = tl.sum(tl.where(here, sets, 0))
+                n, t = _keep_block(set_keys + set_index * U, set_positions + set_index * KP, n, lower, block, end, K,
+                                   KP, U)
+                count = tl.where(here, n, count)
+                tau = tl.where(here, t, tau)
+        # every row's selection has read the block before the next one overwrites it
+        tl.debug_barrier()
+    return count, tau
+
+
+@triton.jit
+def _quantiles(set_keys, sets, count, k_quantile, LP: tl.constexpr, KP: tl.constexpr, U: tl.constexpr):
+    """Per row, a key with k_quantile of its set's entries >= it; 0 where the set is smaller -> uint32 [LP]."""
+    lane = tl.arange(0, LP)
+    offs = tl.arange(0, KP)
+    quantiles = tl.zeros([LP], dtype=tl.uint32)
+    tl.debug_barrier()
+    for r in range(LP):
+        here = lane == r
+        n = tl.sum(tl.where(here, count, 0))
+        if n >= k_quantile:
+            row = set_keys + tl.sum(tl.where(here, sets, 0)) * U
+            keys = tl.load(row + offs, mask=offs < n, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+            quantiles = tl.where(here, kth_key(keys, k_quantile, 0), quantiles)
+    return quantiles
+
+
+@triton.jit
+def _decode_select_kernel(
+    q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, counts, floors,
+    num_splits_used, scale, num_splits, min_chunk, table_stride, K,
+    HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
+    BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
+    DOT_FP32: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    split = tl.program_id(1)
+    first = tl.load(cu_seqlens + seq)
+    end = tl.load(cu_seqlens + seq + 1)
+    table_row = block_table + seq.to(tl.int64) * table_stride
+    lane = tl.arange(0, LP)
+    m = tl.arange(0, LP * HP)
+    for row0 in range(first, end, LP):
+        rows = row0 + lane
+        row_ok = rows < end
+        pos = tl.load(positions + rows, mask=row_ok, other=-1).to(tl.int32)
+        m_ok = (row0 + m // HP < end) & (m % HP < HI)
+        q_rows = load_query(q, q_scales, row0 + m // HP, m % HP, m_ok, tl.arange(0, DP), HI, DI, Q_QUANT, DOT_FP32)
+        w_rows = tl.load(w + (row0 + m // HP).to(tl.int64) * HI + m % HP, mask=m_ok, other=0.0).to(tl.float32)
+        # the sequence's keys are cut in chunks of at least min_chunk (fewer splits for short contexts)
+        num_keys = tl.max(pos) + 1
+        chunk = tl.cdiv(tl.maximum(tl.cdiv(num_keys, num_splits), min_chunk), BS) * BS
+        used = tl.cdiv(num_keys, chunk)
+        lo = split * chunk
+        hi = tl.minimum(lo + chunk, num_keys)
+        sets = rows.to(tl.int64) * num_splits + split
+        count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi,
+                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32)
+        # enough keys above each of the first used - 1 splits' quantiles make K in all
+        quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
+        tl.store(counts + sets, count, mask=row_ok)
+        tl.store(floors + 2 * sets, tau.to(tl.int32, bitcast=True), mask=row_ok)
+        tl.store(floors + 2 * sets + 1, quantile.to(tl.int32, bitcast=True), mask=row_ok)
+        if split == 0:
+            tl.store(num_splits_used + rows, tl.zeros([LP], dtype=tl.int32) + used, mask=row_ok)
+
+
+@triton.jit
+def _merge_floor(floors, first, used):
+    """The largest key below which no candidate of the row can be in its Top-K (0: none known)."""
+    j = tl.arange(0, FLOOR_BLOCK)
+    kth = tl.zeros([], tl.uint32)
+    quantile = tl.full([], 0xFFFFFFFF, tl.uint32)
+    for j0 in range(0, used, FLOOR_BLOCK):
+        split = j0 + j
+        pair = floors + 2 * (first + split)
+        kth_keys = tl.load(pair, mask=split < used, other=0).to(tl.uint32, bitcast=True)
+        quantile_keys = tl.load(pair + 1, mask=split < used - 1, other=-1).to(tl.uint32, bitcast=True)
+        kth = tl.maximum(kth, tl.max(kth_keys))
+        quantile = tl.minimum(quantile, tl.min(quantile_keys))
+    quantile = tl.where(used > 1, quantile, 0)
+    return tl.maximum(kth, quantile)
+
+
+@triton.jit
+def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_used, out, cu_seqlens, num_seqs,
+                         num_splits, topk, KP: tl.constexpr, U: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    out_row = out + row * topk
+    offs = tl.arange(0, KP)
+    if row >= tl.load(cu_seqlens + num_seqs):
+        tl.store(out_row + offs, tl.full([KP], -1, dtype=tl.int32), mask=offs < topk)
+        return
+    first = row * num_splits
+    used = tl.load(num_splits_used + row)
+    floor = _merge_floor(floors, first, used)
+    base_keys = set_keys + first * U
+    base_positions = set_positions + first * KP
+    count = tl.load(counts + first)
+    lower = tl.zeros([], tl.uint32)
+    lane = tl.arange(0, 2 * KP)
+    in_base = lane < KP
+    for j in range(1, used):
+        n = tl.load(counts + first + j)
+        ok = tl.where(in_base, lane < count, lane - KP < n)
+        key_ptrs = tl.where(in_base, base_keys + lane, base_keys + j * U + lane - KP)
+        position_ptrs = tl.where(in_base, base_positions + lane, base_positions + j * KP + lane - KP)
+        tl.debug_barrier()
+        keys = tl.load(key_ptrs, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+        keys = tl.where(keys >= floor, keys, 0)
+        positions = tl.load(position_ptrs, mask=ok, other=0, cache_modifier=".cg")
+        count, lower = keep_best(keys, positions, base_keys, base_positions, topk, lower)
+    tl.debug_barrier()
+    keys, positions = load_set(base_keys, base_positions, count, floor, KP)
+    write_sorted(keys, positions, out_row, topk, KP)
+
+
+def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device) -> int:
+    """Splits per sequence: as many programs as fit in one wave (two per SM), each split at least min_chunk keys;
+    a second, partial wave would double the time of the last programs."""
+    sms = device_info.num_sms(device, cpu_default=2)
+    by_sms = (2 * sms) // torch.sym_max(num_seqs, 1)
+    return torch.sym_max(1, torch.sym_min(by_sms, triton.cdiv(max_keys, min_chunk)))
+
+
+def index_topk_decode_select_launcher(
+    q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
+    positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
+    dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
+    block_keys: int = 64, union_keys: int = 4096, num_warps: int = 8, merge_warps: int = 8,
+    maxnreg: int | None | str = "auto", out: torch.Tensor | None = None, launch=None,
+) -> torch.Tensor:
+    """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
+    when given).
+
+    rows_per_program: query rows sharing each key tile (power of two); union_keys: a row's set + block length
+    (power of two; the block, union_keys - next_pow2(topk) keys, a multiple of block_keys); min_chunk: the fewest
+    keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap ("auto": 128, two
+    8-warp programs per SM, for one query row per program and a logits tile of at most 64 x 64)."""
+    num_tokens, num_heads, dim = q.shape
+    num_seqs = cu_seqlens.shape[0] - 1
+    lp, hp = rows_per_program, triton.next_power_of_2(num_heads)
+    lp = max(lp, triton.cdiv(16, hp))  # tl.dot needs at least 16 rows
+    kp, union = union_layout(topk, union_keys)
+    assert (union - kp) % block_keys == 0, f"the block ({union - kp} keys) must be a multiple of block_keys"
+    if maxnreg == "auto":
+        maxnreg = 128 if lp == 1 and hp * block_keys <= 64 * 64 else None
+    min_chunk = 2 * kp if min_chunk is None else min_chunk
+    if num_splits is None:
+        num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device)
+    num_sets = num_tokens * num_splits
+    set_keys = torch.empty(num_sets * union, dtype=torch.int32, device=q.device)
+    set_positions = torch.empty(num_sets * kp, dtype=torch.int32, device=q.device)
+    counts = torch.empty(num_sets, dtype=torch.int32, device=q.device)
+    floors = torch.empty(2 * num_sets, dtype=torch.int32, device=q.device)
+    used = torch.empty(num_tokens, dtype=torch.int32, device=q.device)
+    if out is None:
+        out = torch.empty(num_tokens, topk, dtype=torch.int32, device=q.device)
+    if num_tokens == 0:
+        return out
+    split_kernel = with_launch_config(_decode_select_kernel, num_warps, maxnreg)
+    split_kernel = launch(split_kernel) if launch else split_kernel
+    merge_kernel = launch(_merge_select_kernel) if launch else _merge_select_kernel
+    if num_seqs > 0:
+        split_kernel[(num_seqs, num_splits)](
+            q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
+            set_positions, counts, floors, used, scale, num_splits, min_chunk, block_table.stride(0), topk,
+            HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
+            BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32)
+    merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
+                                topk, KP=kp, U=union, num_warps=merge_warps)
+    return out
