@@ -1,13 +1,14 @@
 """DSA indexer kernels on the GPU: paged decode (split-N + merge) and prefill, against the machine's ceilings.
 
-    PYTHONPATH=. python bench/bench_indexer.py --out DIR [--quick] [--sweep]
+    PYTHONPATH=. python bench/bench_indexer.py --out DIR [--quick] [--sweep] [--decode-only]
+        [--decode-kernels select,buffers] [--contexts 8192,32768] [--heads 64]
 
 Ceilings first (device-to-device copy counting bytes read + written, bf16 8192^3 matmul), then per case: a
 correctness check of the kernel against the reference on the bench inputs (a few sequences / rows of them), then
 the median time (triton.testing.do_bench, which flushes the L2 before every run). Decode bytes: every cached key
 byte of every sequence once + q, w and the output; prefill FLOPs: 2 * HI * DI * T * T / 2 (the causal dots).
---sweep also times a few launch configurations of each phase. Results go to DIR/bench_indexer.json; a table is
-printed last.
+--sweep also times a few launch configurations of each phase; --decode-kernels names the decode kernels to time
+(kernel.DECODE_LAUNCHERS; each case once per kernel). Results go to DIR/bench_indexer.json; a table is printed last.
 """
 
 from __future__ import annotations
@@ -144,14 +145,25 @@ def run_prefill(length: int, context: int, heads: int, quantized: bool, options:
             "fraction": tflops / ceilings["matmul_bf16_TFLOPs"], "check": [check], "ok": check["ok"]}
 
 
-def decode_cases(quick: bool, sweep: bool) -> list[tuple]:
-    contexts = [8192, 32768] if quick else [8192, 32768, 131072]
-    cases = [(c, h, q, 1, {}) for c in contexts for h in (32, 64) for q in (True, False)]
-    cases += [(32768, 64, True, 2, {}), (32768, 64, True, 4, {})]
-    if sweep:
-        cases += [(32768, 64, True, 1, o) for o in (
-            dict(block_keys=128), dict(block_keys=128, maxnreg=128), dict(maxnreg=None), dict(super_chunk=512),
-            dict(super_chunk=2048), dict(num_warps=4, maxnreg=None), dict(min_chunk=4096), dict(merge_chunk=512))]
+SWEEPS = {
+    "select": (dict(block_keys=128), dict(block_keys=128, maxnreg=128), dict(maxnreg=None), dict(union_keys=8192),
+               dict(min_chunk=2048), dict(min_chunk=8192), dict(num_warps=4, maxnreg=None), dict(merge_warps=4)),
+    "buffers": (dict(block_keys=128), dict(block_keys=128, maxnreg=128), dict(maxnreg=None), dict(super_chunk=512),
+                dict(super_chunk=2048), dict(num_warps=4, maxnreg=None), dict(min_chunk=4096),
+                dict(merge_chunk=512)),
+}
+
+
+def decode_cases(args) -> list[tuple]:
+    contexts = args.contexts or ([8192, 32768] if args.quick else [8192, 32768, 131072])
+    cases = []
+    for kernel in args.decode_kernels:
+        named = {"decode_kernel": kernel}
+        cases += [(c, h, q, 1, named) for c in contexts for h in args.heads for q in (True, False)]
+        if not args.contexts:
+            cases += [(32768, 64, True, 2, named), (32768, 64, True, 4, named)]
+        if args.sweep:
+            cases += [(32768, 64, True, 1, {**named, **o}) for o in SWEEPS[kernel]]
     return cases
 
 
@@ -168,8 +180,9 @@ def run_all(args) -> tuple[dict, list[dict]]:
     torch.manual_seed(0)
     ceilings = measure_ceilings()
     results = []
-    jobs = [("decode", c) for c in decode_cases(args.quick, args.sweep)]
-    jobs += [("prefill", c) for c in prefill_cases(args.quick, args.sweep)]
+    jobs = [("decode", c) for c in decode_cases(args)]
+    if not args.decode_only:
+        jobs += [("prefill", c) for c in prefill_cases(args.quick, args.sweep)]
     for phase, params in jobs:
         started = time.time()
         try:
@@ -204,11 +217,23 @@ def print_table(ceilings: dict, results: list[dict]) -> None:
               f"{rate:>14} {r['fraction']:6.1%} {'yes' if r['ok'] else 'NO':>4}")
 
 
+def _names(text: str) -> list[str]:
+    return [name for name in text.split(",") if name]
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(name) for name in _names(text)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="fewer, smaller cases")
     parser.add_argument("--sweep", action="store_true", help="also time a few launch configurations")
+    parser.add_argument("--decode-only", action="store_true", help="no prefill cases")
+    parser.add_argument("--decode-kernels", type=_names, default=["select"], help="comma-separated decode kernels")
+    parser.add_argument("--contexts", type=_numbers, default=None, help="comma-separated decode contexts")
+    parser.add_argument("--heads", type=_numbers, default=[32, 64], help="comma-separated decode head counts")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ceilings, results = run_all(args)
