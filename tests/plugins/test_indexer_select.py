@@ -1,0 +1,123 @@
+"""The register-resident Top-K sets of the decode indexer (select_kernel.py, decode_select_kernel.py).
+
+keep_best against a sort by (key descending, position ascending) on keys with many ties and the full unsigned range;
+the decode kernel on cases that stress the merge floors: scores sorted along the context (every split's candidates
+are the best, or none but one split's are), many splits, contexts shorter than K, 1 + d rows per sequence.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from dayzero.plugins.indexer import reference
+from dayzero.plugins.indexer.select_kernel import keep_best
+from dayzero.plugins.paged_cache.formats import index_cache_shape, write_index_keys
+from tests.plugins.test_indexer_kernel import assert_rows_follow_the_rule, build_case, run_kernel
+from tests.plugins.test_indexer_sparse_mla_reference import paged_layout
+from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned
+
+pytestmark = needs_triton
+
+
+@triton.jit
+def _keep_best_kernel(keys_in, positions_in, set_keys, set_positions, result, K, lower, U: tl.constexpr):
+    lane = tl.arange(0, U)
+    keys = tl.load(keys_in + lane).to(tl.uint32, bitcast=True)
+    kept, t = keep_best(keys, tl.load(positions_in + lane), set_keys, set_positions, K,
+                        tl.zeros([], tl.uint32) + lower.to(tl.uint32, bitcast=True))
+    tl.store(result, kept)
+    tl.store(result + 1, t.to(tl.int32, bitcast=True))
+
+
+def expected_best(keys: torch.Tensor, positions: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k best entries (unsigned key descending, position ascending; key 0: none), position order."""
+    unsigned = keys.long() & 0xFFFFFFFF
+    valid = (unsigned > 0).nonzero().flatten().tolist()
+    best = sorted(valid, key=lambda i: (-int(unsigned[i]), int(positions[i])))[:k]
+    return torch.tensor(sorted(best, key=lambda i: int(positions[i])), dtype=torch.long)
+
+
+@pytest.mark.parametrize("key_range, k, with_lower", [
+    ("ties", 10, False), ("ties", 10, True), ("full", 7, False), ("full", 7, True), ("ties", 100, False)])
+def test_keep_best_keeps_the_k_best_in_position_order(key_range, k, with_lower):
+    gen = torch.Generator().manual_seed(3)
+    union = 64
+    if key_range == "ties":
+        keys = torch.randint(0, 5, (union,), generator=gen, dtype=torch.int32)
+    else:
+        keys = torch.randint(-2**31, 2**31 - 1, (union,), generator=gen, dtype=torch.int32)
+        keys[::9] = 0
+    positions = torch.randint(1, 4, (union,), generator=gen).cumsum(0).int()
+    wanted = expected_best(keys, positions, k)
+    lower = 0
+    if with_lower and len(wanted) == k:
+        # any key with at least K entries above it: the smallest kept one, lowered a little
+        lower = int(min(int(keys[i]) & 0xFFFFFFFF for i in wanted)) // 2
+    set_keys, set_positions = poisoned(union, dtype=torch.int32), poisoned(union, dtype=torch.int32)
+    result = poisoned(2, dtype=torch.int32)
+    as_int32 = lower - 2**32 if lower >= 2**31 else lower
+    _keep_best_kernel[(1,)](keys.to(DEVICE), positions.to(DEVICE), set_keys, set_positions, result, k, as_int32,
+                            U=union)
+    kept = int(result[0])
+    assert kept == len(wanted)
+    assert torch.equal(set_positions[:kept].cpu(), positions[wanted])
+    assert torch.equal(set_keys[:kept].cpu(), keys[wanted])
+    if kept == k:
+        t = int(result[1]) & 0xFFFFFFFF
+        assert sum(int(key) & 0xFFFFFFFF >= t for key in keys[wanted]) == k
+
+
+def sorted_scores_case(length: int, order: str, cache_kind: str, num_heads: int = 2, dim: int = 32):
+    """One sequence of `length` keys whose single query's scores rise (or fall) along the context."""
+    gen = torch.Generator().manual_seed(5)
+    dtype = torch.float32 if cache_kind == "fp32" else torch.bfloat16
+    keys = torch.randn(length, dim, generator=gen).to(dtype)
+    q = torch.randn(1, num_heads, dim, generator=gen).to(dtype)
+    w = torch.rand(1, num_heads, generator=gen) + 0.1
+    scores = reference.index_scores(q, keys, w)[0]
+    keys = keys[scores.argsort(descending=order == "falling", stable=True)]
+    num_pages = -(-length // 64) + 2
+    table, rows = paged_layout([length], num_pages, 5)
+    cache = torch.randn(index_cache_shape(num_pages, dim, False)).to(dtype)
+    write_index_keys(cache, keys, rows)
+    case = dict(q=q, w=w, index_cache=cache, block_table=table, cu_seqlens=torch.tensor([0, 1], dtype=torch.int32),
+                positions=torch.tensor([length - 1]))
+    return {name: t.to(DEVICE) for name, t in case.items()}
+
+
+SMALL = {} if ON_GPU else dict(block_keys=16, union_keys=64, min_chunk=48)
+
+
+@pytest.mark.parametrize("order", ["rising", "falling"])
+@pytest.mark.parametrize("cache_kind", ["fp32", "bf16"])
+def test_sorted_scores_across_many_splits(order, cache_kind):
+    """Rising scores: the last split holds the whole Top-K (the quantile floor of the others is useless); falling:
+    the first does (its K-th key drops every other split's candidates)."""
+    length, topk = (300, 20) if not ON_GPU else (20000, 2048)
+    case = sorted_scores_case(length, order, cache_kind)
+    got = run_kernel(case, topk, "decode", num_splits=6, **SMALL)
+    assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=topk).cpu())
+
+
+@pytest.mark.parametrize("lengths, new, topk, splits", [
+    ((5, 40, 130), (1, 2, 1), 64, 4),
+    ((200, 97, 64), (4, 3, 4), 16, 5),
+    ((500,), (2,), 24, 8),
+])
+def test_short_contexts_rows_per_sequence_and_many_splits(lengths, new, topk, splits):
+    """Contexts shorter than K (every key kept, -1 padded), 1 + d rows per sequence of different lengths, splits
+    whose sets never fill, and merges of many splits."""
+    case = build_case(lengths, new, 3, 32, "fp32", torch.float32, seed=7)
+    got = run_kernel(case, topk, "decode", num_splits=splits, **{**SMALL, "min_chunk": 16})
+    assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=topk).cpu())
+    assert_rows_follow_the_rule(got, case, topk)
+
+
+def test_integer_ties_across_splits_and_blocks():
+    """Scores from small integers tie in long runs that cross blocks and splits; the earlier position wins."""
+    case = build_case((400, 150), (2, 1), 2, 16, "fp32", torch.float32, integer=True, seed=11)
+    got = run_kernel(case, 40, "decode", num_splits=4, **{**SMALL, "min_chunk": 32})
+    assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=40).cpu())
