@@ -45,23 +45,24 @@ or.b32 $1, $1, t;
 
 @triton.jit
 def e4m3_bytes_as_bf16(raw):
-    """uint8 e4m3 bytes [...] -> bf16 [...] = each value * 2**-120 (PTX: the compiled path; same as the words
-    version below, which the interpreter runs)."""
+    """uint8 e4m3 bytes [...] -> bf16 [...] = each value * 2**-120 (inline PTX: compiled kernels only)."""
     return tl.inline_asm_elementwise(_E4M3X4_TO_BF16X4, "=r,=r,r", [raw], dtype=tl.bfloat16, is_pure=True, pack=4)
 
 
 @triton.jit
 def _place(word, byte: tl.constexpr):
-    """bf16 bits (as uint16) of byte `byte` of each uint32 word: magnitude << 4 and sign to bit 15."""
+    """fp32 bits of byte `byte` of each uint32 word: magnitude << 20 and sign to bit 31 (the bf16 placement, 16 bits
+    up)."""
     mag = (word >> (8 * byte)) & 0x7F
     sign = (word >> (8 * byte + 7)) & 1
-    return ((mag << 4) | (sign << 15)).to(tl.uint16)
+    return (mag << 20) | (sign << 31)
 
 
 @triton.jit
-def e4m3_words_as_bf16(words):
-    """int32 words [..., W], 4 e4m3 bytes each (little endian) -> bf16 [..., W, 2, 2] = each value * 2**-120,
-    in memory order once the last three dims are merged."""
+def e4m3_words_as_fp32(words):
+    """int32 words [..., W], 4 e4m3 bytes each (little endian) -> fp32 [..., W, 2, 2] = each value * 2**-120, in
+    memory order once the last three dims are merged. The interpreter's version of `e4m3_bytes_as_bf16`: fp32, as
+    its bf16 conversions lose subnormals."""
     w = words.to(tl.uint32, bitcast=True)
     b0 = _place(w, 0)
     b1 = _place(w, 1)
@@ -69,4 +70,4 @@ def e4m3_words_as_bf16(words):
     b3 = _place(w, 3)
     # join(join(b0, b2), join(b1, b3))[..., k, j] is byte 2k + j: the memory order after a reshape
     bits = tl.join(tl.join(b0, b2), tl.join(b1, b3))
-    return bits.to(tl.bfloat16, bitcast=True)
+    return bits.to(tl.float32, bitcast=True)

@@ -24,11 +24,34 @@ from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.quant.reference import FP8_TILE
 from dayzero.plugins.sparse_mla import schedule
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
-from dayzero.plugins.sparse_mla.e4m3_bits import BITS_TO_SHIFTED, Q_SCALE, e4m3_bytes_as_bf16, e4m3_words_as_bf16
+from dayzero.plugins.sparse_mla.e4m3_bits import BITS_TO_SHIFTED, Q_SCALE, e4m3_bytes_as_bf16, e4m3_words_as_fp32
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 SUPPORTED_Q = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit
+def _fp8_tiles(base, row_ok, math_dtype: tl.constexpr, DV: tl.constexpr, DV_PAD: tl.constexpr,
+               BLOCK_N: tl.constexpr, TILE: tl.constexpr, E4M3_BITS: tl.constexpr, INLINE_PTX: tl.constexpr):
+    """e4m3 nope of FP8 records at `base` [BLOCK_N] -> [BLOCK_N, DV_PAD // TILE, TILE] in math_dtype, scaled by the
+    tile scales (times 2**-Q_SHIFT with E4M3_BITS), 0 outside row_ok and past DV."""
+    t = tl.arange(0, DV_PAD // TILE)
+    tile_ok = row_ok[:, None] & (t < DV // TILE)[None, :]
+    scale = tl.load((base + DV).to(tl.pointer_type(tl.float32))[:, None] + t[None, :], mask=tile_ok, other=0.0)
+    if E4M3_BITS and not INLINE_PTX:
+        w = tl.arange(0, TILE // 4)
+        words = tl.load(base.to(tl.pointer_type(tl.int32))[:, None, None] + (t * (TILE // 4))[None, :, None]
+                        + w[None, None, :], mask=tile_ok[:, :, None], other=0)
+        bits = tl.reshape(e4m3_words_as_fp32(words), (BLOCK_N, DV_PAD // TILE, TILE))
+        return bits * (scale * BITS_TO_SHIFTED)[:, :, None]
+    c = tl.arange(0, TILE)
+    raw = tl.load(base[:, None, None] + (t * TILE)[None, :, None] + c[None, None, :], mask=tile_ok[:, :, None],
+                  other=0)
+    if E4M3_BITS:
+        return e4m3_bytes_as_bf16(raw).to(math_dtype) * (scale * BITS_TO_SHIFTED).to(math_dtype)[:, :, None]
+    # e4m3 * power-of-two scale rounds once, to the value the dot operand would get from fp32 math
+    return raw.to(tl.float8e4nv, bitcast=True).to(math_dtype) * scale.to(math_dtype)[:, :, None]
 
 
 @triton.jit
@@ -47,28 +70,7 @@ def _gather_latent_rows(cache, rows, row_ok, dtype: tl.constexpr, math_dtype: tl
     rope_ok = row_ok[:, None] & (r < DR)[None, :]
     if FP8:
         NUM_TILES: tl.constexpr = DV // TILE
-        t = tl.arange(0, DV_PAD // TILE)
-        tile_ok = row_ok[:, None] & (t < NUM_TILES)[None, :]
-        scale = tl.load((base + DV).to(tl.pointer_type(tl.float32))[:, None] + t[None, :], mask=tile_ok, other=0.0)
-        if E4M3_BITS and INLINE_PTX:
-            c = tl.arange(0, TILE)
-            raw = tl.load(base[:, None, None] + (t * TILE)[None, :, None] + c[None, None, :],
-                          mask=tile_ok[:, :, None], other=0)
-            bits = e4m3_bytes_as_bf16(raw)
-        elif E4M3_BITS:
-            w = tl.arange(0, TILE // 4)
-            words = tl.load(base.to(tl.pointer_type(tl.int32))[:, None, None] + (t * (TILE // 4))[None, :, None]
-                            + w[None, None, :], mask=tile_ok[:, :, None], other=0)
-            bits = tl.reshape(e4m3_words_as_bf16(words), (BLOCK_N, DV_PAD // TILE, TILE))
-        if E4M3_BITS:
-            factor = scale * BITS_TO_SHIFTED
-            nope = bits.to(math_dtype) * factor.to(math_dtype)[:, :, None]
-        else:
-            c = tl.arange(0, TILE)
-            raw = tl.load(base[:, None, None] + (t * TILE)[None, :, None] + c[None, None, :],
-                          mask=tile_ok[:, :, None], other=0)
-            # e4m3 * power-of-two scale rounds once, to the value the dot operand would get from fp32 math
-            nope = raw.to(tl.float8e4nv, bitcast=True).to(math_dtype) * scale.to(math_dtype)[:, :, None]
+        nope = _fp8_tiles(base, row_ok, math_dtype, DV, DV_PAD, BLOCK_N, TILE, E4M3_BITS, INLINE_PTX)
         nope = tl.reshape(nope, (BLOCK_N, DV_PAD)).to(dtype)
         rope_base = (base + DV + 4 * NUM_TILES).to(tl.pointer_type(tl.bfloat16))
         rope = tl.load(rope_base[:, None] + r[None, :], mask=rope_ok, other=0.0).to(dtype)

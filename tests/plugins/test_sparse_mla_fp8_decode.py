@@ -1,0 +1,87 @@
+"""The two FP8 decodes of the MLA attention kernel (bit placement, e4m3_bits.py; conversion instructions) vs the
+reference: every e4m3 byte at extreme tile scales exactly, and whole attentions with -1 indices, empty index rows,
+a value width that is not a power of two, and key-list splits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, unpack_fp8_latent
+from dayzero.plugins.paged_cache.reference import PAGE_SIZE
+from dayzero.plugins.sparse_mla import schedule
+from tests.plugins.test_sparse_mla_kernel import (
+    BF16,
+    assert_matches,
+    random_indices,
+    run_sparse,
+    scenario,
+    sparse_reference,
+)
+from tests.plugins.triton_env import DEVICE, needs_triton, poisoned
+
+pytestmark = needs_triton
+
+NOPE, ROPE = 256, 16
+# tile scales the quantizer can write (2**ceil(log2(amax / 448)), amax >= 1e-4) and far past them
+SCALE_EXPONENTS = (-22, -9, -1, 0, 3, 15, 40)
+
+
+def every_byte_records() -> torch.Tensor:
+    """One record per scale exponent (both tiles), its nope bytes every e4m3 value (NaN bytes written as +-0)."""
+    values = torch.arange(256, dtype=torch.int32)
+    values[values == 0x7F], values[values == 0xFF] = 0x00, 0x80
+    records = []
+    for e in SCALE_EXPONENTS:
+        raw = values.to(torch.uint8)[torch.randperm(256)][:NOPE]
+        scales = torch.full((NOPE // 128,), 2.0**e).view(torch.uint8)
+        rope = torch.randn(ROPE).to(torch.bfloat16).view(torch.uint8)
+        records.append(torch.cat([raw, scales, rope]))
+    return torch.stack(records)
+
+
+def config(e4m3_bits: bool, heads: int) -> schedule.TileConfig:
+    base = schedule.tile_config(heads, BF16, dense=False)
+    return schedule.TileConfig(base.block_h, 1, base.block_n, base.num_warps, base.num_stages, e4m3_bits=e4m3_bits)
+
+
+@pytest.mark.parametrize("e4m3_bits", [True, False], ids=["bits", "cvt"])
+def test_one_visible_key_returns_its_dequantized_row_exactly(e4m3_bits):
+    """With one key the output is the value row itself: any decode error (a flushed subnormal, a scale off by a
+    power of two) shows as an exact mismatch."""
+    from dayzero.plugins.sparse_mla.kernel import sparse_mla_launcher
+
+    records = every_byte_records()
+    rows = records.shape[0]
+    cache = torch.full((1, PAGE_SIZE, fp8_latent_record_bytes(NOPE, ROPE)), 255, dtype=torch.uint8)
+    cache[0, :rows] = records
+    heads, topk = 3, 5
+    indices = torch.full((rows, topk), -1, dtype=torch.int32)
+    indices[torch.arange(rows), torch.arange(rows) % topk] = torch.arange(rows, dtype=torch.int32)
+    q = torch.randn(rows, heads, NOPE + ROPE).to(BF16)
+    out = (poisoned(rows, heads, NOPE, dtype=BF16), poisoned(rows, heads))
+    table = torch.zeros(1, 1, dtype=torch.int32)
+    cu = torch.tensor([0, rows], dtype=torch.int32)
+    o, lse = sparse_mla_launcher(*(t.to(DEVICE) for t in (q, cache, table, cu, indices)), sm_scale=0.1, v_dim=NOPE,
+                                 out=out, config=config(e4m3_bits, heads))
+    expected = unpack_fp8_latent(records, ROPE)[:, :NOPE]
+    assert torch.equal(o.cpu().float(), expected[:, None, :].expand(rows, heads, NOPE))
+    assert torch.isfinite(lse).all()
+
+
+# (context per sequence, new tokens per sequence, H, nope, topk, blank tokens, num_splits)
+CASES = [
+    ((150, 70, 5), (2, 1, 3), 20, 384, 64, (1,), None),
+    ((90, 260), (1, 2), 5, 128, 96, (0, 2), 3),
+    ((40,), (3,), 64, 256, 48, (), 2),
+]
+
+
+@pytest.mark.parametrize("e4m3_bits", [True, False], ids=["bits", "cvt"])
+@pytest.mark.parametrize("context, new, H, nope, topk, blank, num_splits", CASES,
+                         ids=["-".join(map(str, c[:5])) for c in CASES])
+def test_fp8_decodes_match_reference(e4m3_bits, context, new, H, nope, topk, blank, num_splits):
+    sc = scenario(list(context), list(new), H, nope, 64, "fp8", BF16)
+    indices = random_indices(sc, topk, blank_tokens=blank)
+    got = run_sparse(sc, indices, nope, config=config(e4m3_bits, H), num_splits=num_splits)
+    assert_matches(got, sparse_reference(sc, indices, nope), BF16)
