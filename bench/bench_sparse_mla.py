@@ -1,6 +1,7 @@
 """Benchmark of the Triton MLA attention kernels (sparse Top-K decode / prefill, dense causal) on one GPU.
 
     PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR [--prefill-tokens 32768] [--no-sweep]
+    PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR --quick-decode   # the four B64 decode cases, new vs old
 
 Measures the ceilings first (device-to-device copy, bytes read + written; bf16 8192^3 matmul), checks every
 benchmarked kernel against a vectorized torch equivalent of the reference on sampled tokens of the bench inputs,
@@ -17,6 +18,7 @@ import math
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -117,16 +119,24 @@ def sparse_case(name, tokens_per_seq, num_seqs, heads, context, fmt, configs, ro
                random_indices(positions, TOPK, context)) for _ in range(sets)]
     seq = torch.arange(num_seqs, device="cuda").repeat_interleave(tokens_per_seq)
     q, idx = inputs[0]
-    o, lse = sparse_mla_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     picked = sample(min(16, tokens), tokens)
     rows = gathered_rows(cache, table, seq[picked], idx[picked].long())
-    check = check_tokens(o[picked], lse[picked], q[picked], rows, torch.ones_like(idx[picked], dtype=torch.bool))
     base = {"case": name, "kind": "sparse", "T": tokens, "H": heads, "topk": TOPK, "context": context, "cache": fmt,
-            "input_sets": sets, **check,
+            "input_sets": sets,
             "bytes": tokens * TOPK * row_bytes + q.numel() * 2 + tokens * heads * NOPE * 2,
             "flops": 2 * tokens * heads * TOPK * (NOPE + ROPE + NOPE)}
-    return [timed(base, lambda cfg, i: sparse_mla_launcher(*_rotated(inputs, i, cache, table, cu), SM_SCALE, NOPE,
-                                                            config=cfg), cfg, sets) for cfg in configs]
+    records = []
+    for cfg in configs:
+        # every config is checked on the bench inputs, not only the default
+        try:
+            o, lse = sparse_mla_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, config=cfg)
+        except Exception as exc:  # a config over the shared memory limit must not stop the others
+            records.append({**base, "config": vars(cfg), "error": f"{type(exc).__name__}: {exc}"[:500]})
+            continue
+        check = check_tokens(o[picked], lse[picked], q[picked], rows, torch.ones_like(idx[picked], dtype=torch.bool))
+        records.append(timed({**base, **check}, lambda c, i: sparse_mla_launcher(
+            *_rotated(inputs, i, cache, table, cu), SM_SCALE, NOPE, config=c), cfg, sets))
+    return records
 
 
 def _rotated(inputs, i, cache, table, cu):
@@ -218,8 +228,25 @@ def value_block_configs(heads: int, fmt: str) -> list:
             for block_n, stages, dv_blocks in VALUE_BLOCK_SWEEP if not (fmt == "bf16" and stages > 2)]
 
 
+def quick_decode_configs(heads: int, fmt: str) -> list:
+    """The default next to the FP8 decode by conversion instructions (the old one) and 64-key blocks."""
+    base = schedule.tile_config(heads, torch.bfloat16, dense=False)
+    wide = replace(base, block_n=64, num_stages=2)
+    if fmt == "bf16":
+        return [None, wide]
+    return [None, replace(base, e4m3_bits=False), wide]
+
+
+def quick_decode_cases() -> list:
+    return [(f"decode B64 H{h} {f}", lambda h=h, f=f: sparse_case(f"decode B64 H{h} {f}", 1, 64, h, 32768, f,
+                                                                   quick_decode_configs(h, f)))
+            for h in (128, 64) for f in ("fp8", "bf16")]
+
+
 def cases(args) -> list:
     """(name, builder) pairs; builders return lists of records."""
+    if args.quick_decode:
+        return quick_decode_cases()
     sweep = not args.no_sweep
     prefill = args.prefill_tokens
     out = []
@@ -269,7 +296,8 @@ def print_table(ceil: dict, records: list) -> None:
     for r in records:
         c = r["config"]
         cfg = c if c == "default" else (f"h{c['block_h']} n{c['block_n']} s{c['num_stages']} w{c['num_warps']}"
-                                        f"{' dv' + str(c['dv_blocks']) if c.get('dv_blocks', 1) > 1 else ''}")
+                                        f"{' dv' + str(c['dv_blocks']) if c.get('dv_blocks', 1) > 1 else ''}"
+                                        f"{' cvt' if not c.get('e4m3_bits', True) and 'fp8' in r['case'] else ''}")
         if "ms" not in r:
             print(f"{r['case']:34} {cfg:>18} ERROR {r.get('error', '')[:60]}")
             continue
@@ -286,6 +314,8 @@ def main() -> int:
     parser.add_argument("--value-blocks", action="store_true",
                         help="with --no-sweep: still time the value-column-block configs of the decode cases")
     parser.add_argument("--decode-only", action="store_true", help="the decode cases only")
+    parser.add_argument("--quick-decode", action="store_true",
+                        help="B64 decode only (H128/H64, FP8/BF16): default, old FP8 decode, 64-key blocks")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -304,7 +334,7 @@ def main() -> int:
         print(f"[{time.time() - start:6.1f}s] {name}", file=sys.stderr, flush=True)
         # after every case: a run cut short by its time slot keeps what it measured
         (args.out / "sparse_mla.json").write_text(json.dumps({"ceilings": ceil, "records": records}, indent=1))
-    stats = compile_stats()
+    stats = {} if args.quick_decode else compile_stats()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "ceilings": ceil, "records": records, "compiled_kernels": stats,
               "wall_s": time.time() - start}
