@@ -265,13 +265,17 @@ def cases(args) -> list:
                                                                  "fp8", [None])))
     if args.decode_only:
         return out
+    if args.prefill_only:
+        out = []
     for heads in (128, 64):
         configs = sweep_configs(heads) if sweep and heads == 128 else [None]
         out.append((f"prefill T{prefill} H{heads} bf16",
                     lambda h=heads, c=configs: sparse_case(f"prefill T{prefill} H{h} bf16", prefill, 1, h,
                                                            prefill + TOPK, "bf16", c, rotate=False)))
+    old_fp8 = replace(schedule.tile_config(128, torch.bfloat16, dense=False), e4m3_bits=False)
     out.append((f"prefill T{prefill} H128 fp8", lambda: sparse_case(f"prefill T{prefill} H128 fp8", prefill, 1, 128,
-                                                                     prefill + TOPK, "fp8", [None], rotate=False)))
+                                                                     prefill + TOPK, "fp8", [None, old_fp8],
+                                                                     rotate=False)))
     out.append(("dense decode B64 H32 ctx8192 bf16",
                 lambda: dense_case("dense decode B64 H32 ctx8192 bf16", 1, 64, 32, 8192, "bf16", [None])))
     out.append(("dense prefill T8192 H32 bf16",
@@ -314,6 +318,7 @@ def main() -> int:
     parser.add_argument("--value-blocks", action="store_true",
                         help="with --no-sweep: still time the value-column-block configs of the decode cases")
     parser.add_argument("--decode-only", action="store_true", help="the decode cases only")
+    parser.add_argument("--prefill-only", action="store_true", help="the prefill and dense cases only")
     parser.add_argument("--quick-decode", action="store_true",
                         help="B64 decode only (H128/H64, FP8/BF16): default, old FP8 decode, 64-key blocks")
     args = parser.parse_args()
