@@ -48,8 +48,8 @@ def _attnres_mix_kernel(
     mask = cols < D
     # int64 (row is) whether or not Triton specialized the integer argument into a constant
     stride = row * 0 + block_stride
-    w = score_vector(query, rms_weight, cols, mask)
-    # a ring of up to three tiles in flight: a1 is consumed next, a2 and a3 follow
+    # a ring of up to three tiles in flight: a1 is consumed next, a2 and a3 follow (issued before the score vector's
+    # loads: at decode sizes the first source load starts the critical path)
     a1 = load_tile(0, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
                    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     a2 = a1
@@ -62,6 +62,7 @@ def _attnres_mix_kernel(
         if NUM_TILES > 2:
             a3 = load_tile(2, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
                            s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    w = score_vector(query, rms_weight, cols, mask)
     m = tl.full([], float("-inf"), tl.float32)
     total = tl.zeros([], tl.float32)
     acc = tl.zeros([BLOCK_D], tl.float32)
@@ -94,8 +95,8 @@ def _attnres_mix_kernel(
 class MixConfig:
     """How the kernel walks one token's sources: `tile` sources (a power of two) reduced together, `prefetch` tiles
     (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads. `persistent`
-    > 0 runs persistent_kernel.py instead, with that many programs per SM walking the tokens, one tile ahead across
-    token boundaries (`prefetch` is then unused)."""
+    > 0 runs persistent_kernel.py instead, with that many programs per SM walking the tokens, `prefetch` tiles ahead
+    across token boundaries too."""
 
     tile: int
     prefetch: int
@@ -172,8 +173,8 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
         # the interpreter has no SMs: 2 stand in, so that programs still walk several tokens each
         grid = (device_info.num_sms(like.device, cpu_default=2) * config.persistent,)
         kernel[grid](*common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed),
-                     norm_weight is not None, config.tile, config.stream, aligned, num_warps=config.num_warps,
-                     num_stages=1)
+                     norm_weight is not None, config.tile, config.prefetch, config.stream, aligned,
+                     num_warps=config.num_warps, num_stages=1)
         return out, normed
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
     kernel[(tokens,)](*common, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
