@@ -10,6 +10,8 @@ from tests.helpers import rel_err
 from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned, sizes
 
 pytestmark = needs_triton
+# every pair-terms implementation (chunk_kernel.PAIR_PATHS and FUSED_PAIR_PATHS)
+ALL_PAIRS = ["column", "subchunk", "fused", "fused_pairs"]
 
 
 def inputs(lengths, H, K, V, dtype, decay_scale=1.0, lower_bound=None):
@@ -47,7 +49,7 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs="co
     gpu=[((8192,), 32, 128, 128), ((1000, 77, 4096, 1), 8, 128, 128), ((333,), 96, 128, 128)],
 ))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("pairs", ["column", "subchunk"])
+@pytest.mark.parametrize("pairs", ALL_PAIRS)
 def test_matches_reference(lengths, H, K, V, dtype, pairs):
     check(lengths, H, K, V, dtype, pairs=pairs)
 
@@ -57,19 +59,19 @@ def test_zero_initial_state_and_no_l2norm():
           torch.float32, with_state=False, l2=False)
 
 
-@pytest.mark.parametrize("pairs", ["column", "subchunk"])
+@pytest.mark.parametrize("pairs", ALL_PAIRS)
 @pytest.mark.parametrize("decay_scale", [30.0, 300.0])
 def test_strong_decay_uses_exact_diagonal(decay_scale, pairs):
     """Per-channel decays of tens of nats per token overflow a factored form; exact terms must take over."""
     check((70,), 2, 16, 16, torch.float32, decay_scale=decay_scale, tol=1e-4 if not ON_GPU else 5e-3, pairs=pairs)
 
 
-@pytest.mark.parametrize("pairs", ["column", "subchunk"])
+@pytest.mark.parametrize("pairs", ALL_PAIRS)
 def test_k3_bounded_gate(pairs):
     check((130,), 2, 16, 16, torch.float32, lower_bound=-5.0, pairs=pairs)
 
 
-@pytest.mark.parametrize("pairs", ["column", "subchunk"])
+@pytest.mark.parametrize("pairs", ALL_PAIRS)
 def test_unwritten_intermediates_never_reach_the_output(monkeypatch, pairs):
     # the pair and solve kernels leave the blocks above the diagonal of Aqk and X unwritten, and their readers load
     # the rows whole: every intermediate buffer starts as NaN here, so anything read and not selected away shows
@@ -165,4 +167,34 @@ def test_pair_kernel_scores_and_inverse(decay_scale, pairs):
     for got, ref in ((aqk, ref_aqk), (x, ref_x)):
         got = torch.where(mask, got.cpu(), 0.0)
         assert rel_err(got, torch.where(mask, ref, 0.0)) < (1e-4 if not ON_GPU else 5e-3)
+    assert rel_err(k_inv.cpu(), 1 / k.norm(dim=-1).clamp_min(1e-3)) < 1e-4
+
+
+@pytest.mark.parametrize("pairs", ["fused", "fused_pairs"])
+@pytest.mark.parametrize("decay_scale", [1.0, 5.0, 300.0], ids=["mild", "mixed", "strong"])
+def test_fused_pair_kernel_gates_scores_and_inverse(decay_scale, pairs):
+    """The fused paths alone, from the raw gate: G (the in-chunk cumsum, for the WY kernel), Aqk and X on and below
+    the diagonal, the inverse norms; a partial last chunk with a partial sub-chunk, two sequences, K over two K
+    tiles. 'mixed' decays send some diagonal blocks to the exact fallback, 'strong' ones underflow every factor."""
+    from dayzero.plugins.kda.chunk_common import chunk_offsets
+    from dayzero.plugins.kda.chunk_kernel import FUSED_PAIR_PATHS
+
+    lengths, H, K = (70, 37), 2, 32
+    (q, k, _), g, beta, cu = inputs(lengths, H, K, 16, torch.float32, decay_scale=decay_scale)
+    T = sum(lengths)
+    ref_g_cum = torch.cat([g[s:min(s + 64, s0 + n)].cumsum(0) for s0, n in zip((0, 70), lengths)
+                           for s in range(s0, s0 + n, 64)])
+    cu = cu.to(DEVICE)
+    g_cum, aqk, x = poisoned(T, H, K), poisoned(T, H, 64), poisoned(T, H, 64)
+    q_inv, k_inv = poisoned(T, H), poisoned(T, H)
+    FUSED_PAIR_PATHS[pairs](q.to(DEVICE), k.to(DEVICE), g.to(DEVICE), beta.to(DEVICE), K ** -0.5, cu,
+                            chunk_offsets(cu), 4, True, g_cum, x, aqk, q_inv, k_inv, block_k=16, block_k_diagonal=16)
+    assert rel_err(g_cum.cpu(), ref_g_cum) < 1e-6
+    ref_aqk, ref_x = pair_terms_reference(q, k, g, beta, lengths, K ** -0.5)
+    lower = torch.ones(64, 64).tril().bool()
+    rows = torch.cat([torch.arange(n) % 64 for n in lengths])
+    mask = lower[rows][:, None, :].expand(T, H, 64)
+    for got, ref in ((aqk, ref_aqk), (x, ref_x)):
+        assert rel_err(torch.where(mask, got.cpu(), 0.0), torch.where(mask, ref, 0.0)) < (1e-4 if not ON_GPU else 5e-3)
+    assert rel_err(q_inv.cpu(), 1 / q.norm(dim=-1).clamp_min(1e-3)) < 1e-4
     assert rel_err(k_inv.cpu(), 1 / k.norm(dim=-1).clamp_min(1e-3)) < 1e-4

@@ -17,6 +17,7 @@ are found on the device from cu_seqlens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import triton
@@ -24,6 +25,7 @@ import triton.language as tl
 
 from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_offsets, load_lower
 from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
+from dayzero.plugins.kda.fused_pairs_kernel import fused_pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
 from dayzero.plugins.kda.subchunk_pairs_kernel import subchunk_pair_terms
 from dayzero.plugins.kda.wy_kernel import wy_kernel
@@ -84,16 +86,20 @@ class ChunkTerms:
     offsets: torch.Tensor  # [N] first chunk id of each sequence
 
 
-# the two implementations of the pair terms + solve (same outputs): column-block passes then a solve launch, or
-# sub-chunk blocks (exact diagonal blocks, then the off-diagonal blocks and the solve in one launch)
+# the implementations of the pair terms + solve on the cumulative gate (same outputs): column-block passes then a
+# solve launch, or sub-chunk blocks (exact diagonal blocks, then the off-diagonal blocks and the solve in one launch)
 PAIR_PATHS = {"column": pair_terms, "subchunk": subchunk_pair_terms}
+# the paths that also do the gate cumsum (they read the raw g and write G): one pass over the chunk by sub-chunks,
+# with the solve in the same launch or in solve_kernel
+FUSED_PAIR_PATHS = {"fused": partial(fused_pair_terms, solve=True),
+                    "fused_pairs": partial(fused_pair_terms, solve=False)}
 
 
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
-                pair_warps: int = 4, pair_block_k: int | None = None, pair_stages: int = 1, wy_warps: int = 4,
+                pair_warps: int | None = None, pair_block_k: int | None = None, pair_stages: int = 1, wy_warps: int = 4,
                 block_k: int = 32, pairs: str = "column") -> ChunkTerms:
-    """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve (`pairs`: a PAIR_PATHS key),
-    WY products."""
+    """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve (`pairs`: a PAIR_PATHS or
+    FUSED_PAIR_PATHS key; pair_warps None: the path's default), WY products."""
     T, H, K = k.shape
     V = v.shape[-1]
     N = cu_seqlens.shape[0] - 1
@@ -107,13 +113,19 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
     x = empty(T, H, CHUNK)
     q_inv, k_inv = empty(T, H, dtype=torch.float32), empty(T, H, dtype=torch.float32)
     g_cum = empty(T, H, K, dtype=torch.float32)
-    launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, cu_seqlens, terms.offsets, N, H=H, K=K,
-                                                             BK=min(K, 32), num_warps=4)
-    pair_options = dict(num_warps=pair_warps, num_stages=pair_stages)
+    pair_options = dict(num_stages=pair_stages)
+    if pair_warps is not None:
+        pair_options["num_warps"] = pair_warps
     if pair_block_k is not None:
         pair_options["block_k"] = pair_block_k
-    PAIR_PATHS[pairs](q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a, q_inv,
-                      k_inv, launch, **pair_options)
+    if pairs in FUSED_PAIR_PATHS:
+        FUSED_PAIR_PATHS[pairs](q, k, g, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, g_cum, x,
+                                terms.a, q_inv, k_inv, launch, **pair_options)
+    else:
+        launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, cu_seqlens, terms.offsets, N, H=H, K=K,
+                                                                 BK=min(K, 32), num_warps=4)
+        PAIR_PATHS[pairs](q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a,
+                          q_inv, k_inv, launch, **pair_options)
     block_k, block_v = min(K, block_k), min(V, block_k)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
         q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,
