@@ -16,6 +16,12 @@ configuration (what the engine runs); the cases in SWEPT_CASES also time a sweep
 tile, tiles in flight, warps, evict-first) and report the fastest, the data for tuning `default_config`. Then the
 K3.1-size variants (blocks + partial form, emitted norm). JSON goes to DIR/bench_attnres.json; tables last.
 `--no-sweep` skips the sweep.
+
+    PYTHONPATH=. python bench/bench_attnres.py --sweep-cases --out DIR
+
+times only the cases of FOCUSED_CONFIGS (those that missed a target), each under its default and a handful of
+candidate configurations, by graph replay (fla's too at decode sizes); every configuration is compiled first in
+parallel worker processes. JSON goes to DIR/bench_attnres_focused.json; one table row per configuration.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import argparse
 import itertools
 import json
 import math
+import multiprocessing
 import traceback
 from pathlib import Path
 
@@ -109,9 +116,9 @@ def sweep_configs(tokens: int, dim: int, num_sources: int) -> list[MixConfig]:
     return [base] + [c for c in dict.fromkeys(configs) if c != base]
 
 
-def sweep(query, rms_weight, sets, tokens, dim, timer, expected) -> list[dict]:
+def sweep(query, rms_weight, sets, tokens, dim, timer, expected, configs=None) -> list[dict]:
     rows = []
-    for config in sweep_configs(tokens, dim, len(sets[0])):
+    for config in configs or sweep_configs(tokens, dim, len(sets[0])):
         got = attnres_mix_launcher(query, sets[0], rms_weight, 1e-6, config=config)[0]
         row = {**config.__dict__, "rel_err": rel_err(got, expected)}
         if row["rel_err"] > 1e-2:
@@ -119,6 +126,95 @@ def sweep(query, rms_weight, sets, tokens, dim, timer, expected) -> list[dict]:
         timed("us", lambda config=config: timer(ours_calls(query, rms_weight, sets, config)), row)
         rows.append(row)
     return rows
+
+
+def _streamed(tile: int, prefetch: int, num_warps: int, per_sm: int) -> MixConfig:
+    return MixConfig(tile, prefetch, num_warps, True, per_sm)
+
+
+# persistent candidates for rows of 2304 (BLOCK_D 4096): 2-16 warps, as many programs per SM as the sm_90 build's
+# registers let stay resident, 1-3 tiles in flight (registers from bench/triton_resources.py, bench/README.md)
+_NARROW = [_streamed(2, 2, 4, 2), _streamed(2, 3, 8, 2), _streamed(2, 3, 16, 1), _streamed(4, 2, 16, 1),
+           _streamed(4, 3, 16, 1), _streamed(1, 3, 8, 2)]
+# rows of 7168 (BLOCK_D 8192): one 16- or 32-warp program per SM (128 / 64 registers a thread at most), 1-3 tiles
+# in flight
+_WIDE = [_streamed(2, 2, 16, 1), _streamed(2, 3, 16, 1), _streamed(1, 2, 16, 1), _streamed(1, 3, 16, 1),
+         _streamed(2, 2, 32, 1)]
+# --sweep-cases: the cases that missed a target in run v (85% of copy at 8192 tokens; level with fla at two sources
+# and decode sizes), each with its default first and then these candidates
+FOCUSED_CONFIGS = {
+    (2, 1, 2304): [MixConfig(2, 2, w, False) for w in (2, 4, 16)],
+    (2, 64, 2304): [MixConfig(2, 2, w, False) for w in (2, 4, 16)],
+    (2, 64, 7168): [MixConfig(2, 2, w, False) for w in (4, 8, 32)],
+    (2, 8192, 2304): [_streamed(2, 2, 2, 4), _streamed(2, 3, 4, 3), _streamed(2, 2, 8, 2), _streamed(2, 3, 8, 2),
+                      _streamed(2, 2, 16, 2), _streamed(2, 3, 16, 1)],
+    (2, 8192, 7168): [_streamed(2, 2, 16, 1), _streamed(2, 3, 16, 1), _streamed(2, 2, 32, 1), _streamed(2, 3, 32, 1),
+                      _streamed(1, 3, 16, 1)],
+    (8, 8192, 2304): _NARROW,
+    (9, 8192, 2304): _NARROW,
+    (8, 8192, 7168): [_streamed(2, 1, 16, 1)] + _WIDE,
+    (9, 8192, 7168): _WIDE,
+}
+
+
+def focused_configs(num_sources: int, tokens: int, dim: int) -> list[MixConfig]:
+    base = default_config(tokens, dim, num_sources)
+    return [base] + [c for c in FOCUSED_CONFIGS[(num_sources, tokens, dim)] if c != base]
+
+
+def _compile_one(job) -> None:
+    """Run one configuration (None: fla) once on a few tokens, so that its binary lands in the Triton disk cache. A
+    persistent call on 16 tokens compiles the kernel that 8192 tokens run (the count only has to be a multiple of
+    16); fla specializes on its token count, so it runs the case's own."""
+    num_sources, tokens, dim, config = job
+    query, rms_weight, sets = make_sets(num_sources, tokens if config is None else min(tokens, 16), dim, 1)
+    with torch.inference_mode():
+        if config is None:
+            fused_attnres(query, sets[0], rms_weight, rms_eps=1e-6)
+        else:
+            attnres_mix_launcher(query, sets[0], rms_weight, 1e-6, config=config)
+    torch.cuda.synchronize()
+
+
+def warm_compile_cache(jobs, processes: int = 12) -> None:
+    """Compile every configuration in parallel worker processes (each swept config takes ~1-2 s to compile, one after
+    another in this process); the timing loop then loads them from the cache."""
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        pool.map(_compile_one, jobs, chunksize=1)
+
+
+def run_focused(num_sources, tokens, dim, ceiling) -> dict:
+    """Graph times of the default and the candidates of FOCUSED_CONFIGS (fla's too at decode sizes)."""
+    bytes_per_call = (num_sources + 1) * tokens * dim * 2
+    query, rms_weight, sets = make_sets(num_sources, tokens, dim, rotations(bytes_per_call))
+    result = {"sources": num_sources, "tokens": tokens, "dim": dim, "bytes": bytes_per_call}
+    if fused_attnres is not None and tokens <= DECODE_TOKENS:
+        with torch.inference_mode():
+            timed("fla_graph_us", lambda: graph_ms(fla_calls(query, rms_weight, sets)), result)
+    expected = reference.attnres_mix(query, sets[0], rms_weight, 1e-6)
+    result["sweep"] = sweep(query, rms_weight, sets, tokens, dim, graph_ms, expected,
+                            focused_configs(num_sources, tokens, dim))
+    for row in result["sweep"]:
+        if "us" in row:
+            row["copy_fraction"] = bytes_per_call / row["us"] / 1e3 / ceiling
+    return result
+
+
+def print_focused(cases) -> None:
+    print(f"\n{'N':>2} {'T':>5} {'D':>5}  {'us':>7} {'of copy':>7} {'vs fla':>7} {'vs default':>10}  config")
+    for c in cases:
+        if "error" in c:
+            print(f"{c['sources']:>2} {c['tokens']:>5} {c['dim']:>5}  ERROR {c['error'][:100]}")
+            continue
+        default_us = c["sweep"][0].get("us") if c["sweep"] else None
+        for i, row in enumerate(c["sweep"]):
+            us = row.get("us")
+            vs_fla = c["fla_graph_us"] / us if us and c.get("fla_graph_us") else None
+            vs_default = default_us / us if us and default_us else None
+            label = ("default " if i == 0 else "") + config_label(row)
+            print(f"{c['sources']:>2} {c['tokens']:>5} {c['dim']:>5}  {fmt(us, '7.1f')} "
+                  f"{fmt(row.get('copy_fraction'), '7.1%')} {fmt(vs_fla, '6.2f')}{'x' if vs_fla else ' '} "
+                  f"{fmt(vs_default, '9.2f')}{'x' if vs_default else ' '}  {label}{row.get('us_error', '')[:80]}")
 
 
 def fla_calls(query, rms_weight, sets, **kwargs):
@@ -214,7 +310,7 @@ def fmt(value, spec) -> str:
 def config_label(config: dict | None) -> str:
     if not config:
         return "-"
-    kind = f"persistent{config['persistent']}/SM " if config.get("persistent") else ""
+    kind = f"persistent{config['persistent']}/SM " if config.get("persistent") else "per-token "
     return (f"{kind}tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
             f"{' evict-first' if config['stream'] else ''}")
 
@@ -244,13 +340,38 @@ def print_tables(cases, variants, ceiling) -> None:
               f"{fmt(v.get('gbs'), '7.0f')} {fmt(v.get('copy_fraction'), '7.1%')}")
 
 
+def main_focused(out: Path) -> None:
+    cases = sorted(FOCUSED_CONFIGS)
+    jobs = [(*case, config) for case in cases for config in focused_configs(*case)]
+    jobs += [(*case, None) for case in cases if fused_attnres is not None and case[1] <= DECODE_TOKENS]
+    warm_compile_cache(jobs)
+    ceiling = copy_ceiling_gbs()
+    report = {"copy_ceiling_gbs": ceiling, "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": [],
+              "device": torch.cuda.get_device_name()}
+    for case in cases:
+        try:
+            report["cases"].append(run_focused(*case, ceiling))
+        except Exception as exc:  # noqa: BLE001 (one failing case must not stop the rest)
+            report["cases"].append({"sources": case[0], "tokens": case[1], "dim": case[2], "error": repr(exc),
+                                    "traceback": traceback.format_exc()})
+        (out / "bench_attnres_focused.json").write_text(json.dumps(report, indent=1))
+        torch.cuda.empty_cache()
+    print(f"copy ceiling {ceiling:.0f} GB/s (read + write); graph replay times; {report['peer']}")
+    print_focused(report["cases"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-sweep", action="store_true", help="time the default configuration only")
+    parser.add_argument("--sweep-cases", action="store_true",
+                        help="only the cases of FOCUSED_CONFIGS, the default and candidates each, graph times (~2 min)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
+    if args.sweep_cases:
+        main_focused(args.out)
+        return
     ceiling = copy_ceiling_gbs()
     report = {"copy_ceiling_gbs": ceiling, "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": [],
               "variants": [], "device": torch.cuda.get_device_name()}
