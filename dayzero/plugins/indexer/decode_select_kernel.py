@@ -222,15 +222,14 @@ def index_topk_decode_select_launcher(
     when given).
 
     rows_per_program: query rows sharing each key tile (power of two); union_keys: a row's set + block length
-    (power of two; the block, union_keys - next_pow2(topk) keys, a multiple of block_keys); min_chunk: the fewest
+    (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: a power of two; min_chunk: the fewest
     keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap ("auto": 128, two
     8-warp programs per SM, for one query row per program and a logits tile of at most 64 x 64)."""
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
     lp, hp = rows_per_program, triton.next_power_of_2(num_heads)
     lp = max(lp, triton.cdiv(16, hp))  # tl.dot needs at least 16 rows
-    kp, union = union_layout(topk, union_keys)
-    assert (union - kp) % block_keys == 0, f"the block ({union - kp} keys) must be a multiple of block_keys"
+    kp, union = union_layout(topk, union_keys, block_keys)
     if maxnreg == "auto":
         maxnreg = 128 if lp == 1 and hp * block_keys <= 64 * 64 else None
     min_chunk = 2 * kp if min_chunk is None else min_chunk

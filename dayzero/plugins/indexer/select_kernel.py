@@ -106,10 +106,10 @@ def write_sorted(keys, positions, out_row, topk, KP: tl.constexpr):
     tl.store(out_row + offs, best, mask=offs < topk)
 
 
-def union_layout(topk: int, union_keys: int) -> tuple[int, int]:
-    """(KP, U): KP the set length (power of two >= topk), U the union length of a set and a block of new keys
-    (power of two, > KP)."""
-    kp = max(16, triton.next_power_of_2(topk))
+def union_layout(topk: int, union_keys: int, block_keys: int) -> tuple[int, int]:
+    """(KP, U): KP the set length (power of two >= topk, block_keys), U the union length of a set and a block of
+    new keys (power of two, > KP; the block a multiple of block_keys)."""
+    kp = max(16, triton.next_power_of_2(topk), block_keys)
     union = max(triton.next_power_of_2(union_keys), 2 * kp)
     assert union <= MAX_UNION, f"a union of {union} keys is over {MAX_UNION}: topk {topk} too large"
     return kp, union
