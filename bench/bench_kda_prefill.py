@@ -15,7 +15,7 @@ from functools import partial
 import torch
 
 from bench.common import copy_bandwidth_gbs, graph_replay_ms, matmul_tflops, median_ms, rel_err, table, write_results
-from dayzero.plugins.kda.chunk_kernel import PAIR_PATHS, chunk_kda_launcher, chunk_states, intra_chunk
+from dayzero.plugins.kda.chunk_kernel import FUSED_PAIR_PATHS, PAIR_PATHS, chunk_kda_launcher, chunk_states, intra_chunk
 
 SHAPES = [(1, 8192, 32), (8, 4096, 96), (1, 32768, 96)]
 K = V = 128
@@ -30,8 +30,8 @@ def make_inputs(B, T, H):
     return q, k, v, g, beta, cu
 
 
-def ours(q, k, v, g, beta, cu, block_v):
-    return chunk_kda_launcher(q, k, v, g, beta, K ** -0.5, None, cu, True, True, state_block_v=block_v)
+def ours(q, k, v, g, beta, cu, block_v, pairs="column"):
+    return chunk_kda_launcher(q, k, v, g, beta, K ** -0.5, None, cu, True, True, state_block_v=block_v, pairs=pairs)
 
 
 def fla_chunk(q, k, v, g, beta, cu, B, T):
@@ -54,8 +54,8 @@ PAIR_CONFIGS = [("column", 16, 4, 1), ("column", 16, 4, 2), ("column", 16, 4, 3)
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
-KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "solve_kernel_ms", "wy_kernel_ms",
-                  "_state_kernel_ms"]
+KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "fused_pairs_kernel_ms", "solve_kernel_ms",
+                  "wy_kernel_ms", "_state_kernel_ms"]
 
 
 def kernel_ms(fn, iters: int = 5) -> dict:
@@ -117,6 +117,16 @@ def quick_times(B, T, H, q, k, v, g, beta, cu, with_pair_sweep: bool) -> dict:
     return {**times, **kernel_ms(lambda: ours(q, k, v, g, beta, cu, None))}
 
 
+def path_times(q, k, v, g, beta, cu, paths: list[str]) -> dict:
+    """ours end to end with each pair path (`--pairs`), and each path's per-kernel profile: old vs new in one run."""
+    times = {}
+    for pairs in paths:
+        times[f"ours_{pairs}_ms"] = round(median_ms(lambda p=pairs: ours(q, k, v, g, beta, cu, None, p)), 3)
+        profile = kernel_ms(lambda p=pairs: ours(q, k, v, g, beta, cu, None, p))
+        times.update({f"{pairs}:{name}": value for name, value in profile.items()})
+    return times
+
+
 def best_pair_config(row: dict) -> str:
     """The fastest pair-kernel setting of a row's sweep, e.g. 'column_pk32w4s1 1.234' (empty without a sweep)."""
     swept = {key[len("intra_"):-len("_ms")]: value for key, value in row.items()
@@ -124,19 +134,25 @@ def best_pair_config(row: dict) -> str:
     return "" if not swept else min(((v, key) for key, v in swept.items()))[1] + f" {min(swept.values())}"
 
 
-def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False) -> dict:
+def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False, paths: list[str] | None = None) -> dict:
+    """One shape; with `paths`, each pair path timed end to end (no sweeps) and `ours` is the first of them."""
     q, k, v, g, beta, cu = make_inputs(B, T, H)
     row = {"shape": f"B{B} T{T} H{H}", "B": B, "T": T, "H": H}
-    row.update(stage_times(q, k, v, g, beta, cu) if sweep else
-               quick_times(B, T, H, q, k, v, g, beta, cu, pair_sweep_only))
+    if paths:
+        row.update(path_times(q, k, v, g, beta, cu, paths))
+    else:
+        row.update(stage_times(q, k, v, g, beta, cu) if sweep else
+                   quick_times(B, T, H, q, k, v, g, beta, cu, pair_sweep_only))
     row["best_pair_config"] = best_pair_config(row)
-    o, s = ours(q, k, v, g, beta, cu, None)
-    row["ours_ms"] = round(median_ms(lambda: ours(q, k, v, g, beta, cu, None)), 3)
+    pairs = paths[0] if paths else "column"
+    row["pairs"] = pairs
+    o, s = ours(q, k, v, g, beta, cu, None, pairs)
+    row["ours_ms"] = row.get(f"ours_{pairs}_ms") or round(median_ms(lambda: ours(q, k, v, g, beta, cu, None, pairs)), 3)
     try:
         fo, fs = fla_chunk(q, k, v, g, beta, cu, B, T)
         row["fla_ms"] = round(median_ms(lambda: fla_chunk(q, k, v, g, beta, cu, B, T)), 3)
         row["speedup"] = round(row["fla_ms"] / row["ours_ms"], 2)
-        row.update(graph_times(q, k, v, g, beta, cu, B, T))
+        row.update(graph_times(q, k, v, g, beta, cu, B, T, pairs))
         row["err_o_vs_fla"] = f"{rel_err(o.float(), fo.reshape(o.shape).float()):.1e}"
         row["err_S_vs_fla"] = f"{rel_err(s, fs.float()):.1e}"
     except Exception as err:  # the peer is optional on this machine
@@ -147,10 +163,10 @@ def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False) -> dict:
     return row
 
 
-def graph_times(q, k, v, g, beta, cu, B, T) -> dict:
+def graph_times(q, k, v, g, beta, cu, B, T, pairs="column") -> dict:
     """GPU time alone (CUDA-graph replay): a plain call also counts each side's Python launch path."""
     try:
-        ours_ms = graph_replay_ms([lambda: ours(q, k, v, g, beta, cu, None)])
+        ours_ms = graph_replay_ms([lambda: ours(q, k, v, g, beta, cu, None, pairs)])
         fla_ms = graph_replay_ms([lambda: fla_chunk(q, k, v, g, beta, cu, B, T)])
     except Exception as err:  # a capture failure must not lose the plain timings
         return {"graph_error": f"{type(err).__name__}: {err}"[:200]}
@@ -170,8 +186,8 @@ def fp32_errors(q, k, v, g, beta, cu, o, fla_o) -> dict:
     return errors
 
 
-def reference_check() -> dict:
-    """ours vs the fp32 reference on a small varlen problem (fla-independent)."""
+def reference_check(paths=None) -> dict:
+    """ours vs the fp32 reference on a small varlen problem (fla-independent), for every pair path (or `paths`)."""
     from dayzero.plugins.kda import reference as R
 
     lengths = [1000, 77, 1]
@@ -181,7 +197,7 @@ def reference_check() -> dict:
     ro, rs = R.chunk_kda(*(x.float()[None] for x in (q, k, v, g, beta)), initial_state=S0, output_final_state=True,
                          use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
     errors = {}
-    for pairs in PAIR_PATHS:
+    for pairs in paths or [*PAIR_PATHS, *FUSED_PAIR_PATHS]:
         o, s = chunk_kda_launcher(q, k, v, g, beta, K ** -0.5, S0, cu, True, True, pairs=pairs)
         suffix = "" if pairs == "column" else f"_{pairs}"
         errors |= {f"err_o_vs_reference{suffix}": rel_err(o.float(), ro[0]),
@@ -196,15 +212,22 @@ def main() -> None:
                         help="ours and fla with a per-kernel breakdown, the pair and state kernel launch sweeps on "
                              "the first shape only; no WY sweep, no fp32 reference")
     parser.add_argument("--first-shape-only", action="store_true", help="B1 T8192 H32 only (with --quick: its sweeps)")
+    parser.add_argument("--pairs", default="", help="comma-separated pair paths (chunk_kernel.PAIR_PATHS / "
+                        "FUSED_PAIR_PATHS keys, e.g. fused,column): time ours end to end with each on every shape, "
+                        "with per-kernel profiles, instead of the sweeps; the first one is compared with fla")
+    parser.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = {"copy_GBps": round(copy_bandwidth_gbs()), "bf16_matmul_TFLOPs": round(matmul_tflops())}
-    check = reference_check()
+    paths = [p for p in args.pairs.split(",") if p]
+    check = reference_check(paths)
+    shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     rows = []
     with torch.inference_mode():
-        for B, T, H in SHAPES[:1] if args.first_shape_only else SHAPES:
+        for B, T, H in shapes[:1] if args.first_shape_only else shapes:
             try:
-                rows.append(bench_shape(B, T, H, sweep=not args.quick, pair_sweep_only=args.quick and not rows))
+                rows.append(bench_shape(B, T, H, sweep=not args.quick, pair_sweep_only=args.quick and not rows,
+                                        paths=paths))
             except Exception as err:
                 rows.append({"shape": f"B{B} T{T} H{H}", "error": f"{type(err).__name__}: {err}"[:300]})
                 traceback.print_exc()
@@ -215,8 +238,9 @@ def main() -> None:
     print("ceilings", ceilings, "| reference check", {k: f"{v:.1e}" for k, v in check.items()})
     for row in rows:
         print(row["shape"], {key: value for key, value in row.items() if key.endswith("_ms") and "ours" not in key})
-    print(table(rows, ["shape", "ours_ms", "fla_ms", "speedup", "ours_graph_ms", "fla_graph_ms", "speedup_graph",
-                       *KERNEL_COLUMNS, "best_pair_config",
+    per_path = [f"ours_{p}_ms" for p in paths] + [f"{p}:{name}" for p in paths for name in KERNEL_COLUMNS]
+    print(table(rows, ["shape", "pairs", *per_path, "ours_ms", "fla_ms", "speedup", "ours_graph_ms", "fla_graph_ms",
+                       "speedup_graph", *KERNEL_COLUMNS, "best_pair_config",
                        "err_o_vs_fla", "err_S_vs_fla", "err_o_vs_ref32", "fla_err_o_vs_ref32", "fla_error", "error"]))
 
 
