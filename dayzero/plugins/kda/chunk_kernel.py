@@ -3,8 +3,9 @@
 Per chunk of BT = 64 tokens and head (MODEL.md section 2, WY form), with G = cumsum(g) inside the chunk
 (gate_cumsum_kernel.py):
     pair_terms (chunk_intra_kernel.py,          Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors and
-    or subchunk_pairs_kernel.py):               Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}), then
-                                                X = (I + Akk)^{-1} (solve_kernel.py)
+    or subchunk_pairs_kernel.py;                Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}), then
+    fused_pairs_kernel.py also does the         X = (I + Akk)^{-1} (solve_kernel.py)
+    gate cumsum, from the raw g):
     wy_kernel (wy_kernel.py):                   W = X (beta e^G k), U = X (beta v), qg = scale q e^G,
                                                 kt = k e^{G_C - G}, decay = e^{G_C}
 and `_state_kernel` walks each sequence's chunks with the state S [K, BV] in registers:
