@@ -200,21 +200,24 @@ def run_focused(num_sources, tokens, dim, ceiling) -> dict:
     return result
 
 
-def print_focused(cases) -> None:
-    print(f"\n{'N':>2} {'T':>5} {'D':>5}  {'us':>7} {'of copy':>7} {'vs fla':>7} {'vs default':>10}  config")
-    for c in cases:
-        if "error" in c:
-            print(f"{c['sources']:>2} {c['tokens']:>5} {c['dim']:>5}  ERROR {c['error'][:100]}")
-            continue
-        default_us = c["sweep"][0].get("us") if c["sweep"] else None
-        for i, row in enumerate(c["sweep"]):
-            us = row.get("us")
-            vs_fla = c["fla_graph_us"] / us if us and c.get("fla_graph_us") else None
-            vs_default = default_us / us if us and default_us else None
-            label = ("default " if i == 0 else "") + config_label(row)
-            print(f"{c['sources']:>2} {c['tokens']:>5} {c['dim']:>5}  {fmt(us, '7.1f')} "
-                  f"{fmt(row.get('copy_fraction'), '7.1%')} {fmt(vs_fla, '6.2f')}{'x' if vs_fla else ' '} "
-                  f"{fmt(vs_default, '9.2f')}{'x' if vs_default else ' '}  {label}{row.get('us_error', '')[:80]}")
+FOCUSED_HEADER = f"{'N':>2} {'T':>5} {'D':>5}  {'us':>7} {'of copy':>7} {'vs fla':>7} {'vs default':>10}  config"
+
+
+def print_focused(c: dict) -> None:
+    """One case's rows (printed as soon as it is measured: a run cut short keeps what it printed)."""
+    if "error" in c:
+        print(f"{c['sources']:>2} {c['tokens']:>5} {c['dim']:>5}  ERROR {c['error'][:100]}", flush=True)
+        return
+    default_us = c["sweep"][0].get("us") if c["sweep"] else None
+    for i, row in enumerate(c["sweep"]):
+        us = row.get("us")
+        vs_fla = c["fla_graph_us"] / us if us and c.get("fla_graph_us") else None
+        vs_default = default_us / us if us and default_us else None
+        label = ("default " if i == 0 else "") + config_label(row)
+        print(f"{c['sources']:>2} {c['tokens']:>5} {c['dim']:>5}  {fmt(us, '7.1f')} "
+              f"{fmt(row.get('copy_fraction'), '7.1%')} {fmt(vs_fla, '6.2f')}{'x' if vs_fla else ' '} "
+              f"{fmt(vs_default, '9.2f')}{'x' if vs_default else ' '}  {label}{row.get('us_error', '')[:80]}",
+              flush=True)
 
 
 def fla_calls(query, rms_weight, sets, **kwargs):
@@ -348,6 +351,8 @@ def main_focused(out: Path) -> None:
     ceiling = copy_ceiling_gbs()
     report = {"copy_ceiling_gbs": ceiling, "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": [],
               "device": torch.cuda.get_device_name()}
+    print(f"copy ceiling {ceiling:.0f} GB/s (read + write); graph replay times; {report['peer']}\n{FOCUSED_HEADER}",
+          flush=True)
     for case in cases:
         try:
             report["cases"].append(run_focused(*case, ceiling))
@@ -355,9 +360,8 @@ def main_focused(out: Path) -> None:
             report["cases"].append({"sources": case[0], "tokens": case[1], "dim": case[2], "error": repr(exc),
                                     "traceback": traceback.format_exc()})
         (out / "bench_attnres_focused.json").write_text(json.dumps(report, indent=1))
+        print_focused(report["cases"][-1])
         torch.cuda.empty_cache()
-    print(f"copy ceiling {ceiling:.0f} GB/s (read + write); graph replay times; {report['peer']}")
-    print_focused(report["cases"])
 
 
 def main() -> None:
