@@ -13,7 +13,7 @@ timeout 110 python3 bench/bench_indexer.py --decode-only --decode-kernels select
 echo "== indexer rc=$?"; save
 timeout 100 python3 bench/bench_kda_prefill.py --pairs fused,fused_pairs,column --shapes 2 --out $R > $R/kda_prefill.log 2>&1
 echo "== kda prefill rc=$?"; save
-timeout 100 python3 bench/bench_attnres.py --sweep-cases --out $R > $R/attnres.log 2>&1
+timeout 150 python3 bench/bench_attnres.py --sweep-cases --out $R > $R/attnres.log 2>&1
 echo "== attnres rc=$?"; save
 timeout 40 python3 bench/bench_kda_decode.py --quick --out $R > $R/kda_decode.log 2>&1
 echo "== kda decode rc=$?"; save
@@ -25,5 +25,5 @@ grep -E "FAILED|Error" $R/gpu_tests.log | head -8 | cut -c1-200
 tail -14 $R/sparse_mla.log | cut -c1-150
 grep -E "^(case|decode|ctx)|select|buffers" $R/indexer.log | tail -12 | cut -c1-150
 grep -E "^\{|fused|column" $R/kda_prefill.log | tail -4 | cut -c1-400
-tail -30 $R/attnres.log | cut -c1-140
+tail -60 $R/attnres.log | cut -c1-140
 grep -E "^B" $R/kda_decode.log | cut -c1-110
