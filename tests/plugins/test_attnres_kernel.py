@@ -79,39 +79,6 @@ def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, ti
         assert rel_err(got_normed, expected) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("num_sources, tokens, dim, dtype", sizes(
-    cpu=[(1, 7, 40, torch.float32), (3, 5, 37, torch.bfloat16), (9, 9, 24, torch.float32)],
-    gpu=[(2, 8192, 7168, torch.bfloat16), (9, 4097, 2304, torch.bfloat16), (1, 333, 1000, torch.float32)],
-))
-@pytest.mark.parametrize("tile, prefetch, per_sm", [(1, 2, 1), (1, 3, 2), (2, 2, 1), (2, 3, 3), (4, 3, 1)])
-def test_persistent_prefetch_ring_matches_reference(num_sources, tokens, dim, dtype, tile, prefetch, per_sm):
-    # two or three tiles in flight across token boundaries: rings longer than a token's tiles (one source: the ring
-    # reaches three tokens ahead), programs that walk one token or none (3 per "SM"), the last token's loads past
-    # the end masked off
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
-
-    sources, query, rms_weight, norm_weight = _inputs(num_sources, tokens, dim, dtype)
-    config = MixConfig(tile=tile, prefetch=prefetch, num_warps=4, stream=True, persistent=per_sm)
-    out, normed = poisoned(tokens, dim, dtype=dtype), poisoned(tokens, dim, dtype=dtype)
-    got, got_normed = attnres_mix_launcher(query, sources, rms_weight, 1e-6, norm_weight, 1e-5, out=out,
-                                           normed=normed, config=config)
-    mix, expected = reference.attnres_mix_norm(query, sources, rms_weight, 1e-6, norm_weight, 1e-5)
-    assert rel_err(got, mix) < TOLERANCE[dtype]
-    assert rel_err(got_normed, expected) < TOLERANCE[dtype]
-
-
-@pytest.mark.parametrize("prefetch", [2, 3])
-def test_persistent_prefetch_ring_mixes_blocks_and_the_partial(prefetch):
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_blocks_launcher
-
-    sources, query, rms_weight, _ = _inputs(6, 5, 40, torch.float32)
-    blocks = torch.stack(sources[:5] + [torch.randn_like(sources[0])])
-    config = MixConfig(tile=2, prefetch=prefetch, num_warps=2, stream=False, persistent=1)
-    got, _ = attnres_mix_blocks_launcher(query, blocks, 5, sources[5], rms_weight, 1e-6, out=poisoned(5, 40),
-                                         config=config)
-    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
-
-
 def test_persistent_programs_mix_blocks_and_the_partial():
     from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_blocks_launcher
 

@@ -32,18 +32,11 @@ def score_vector(query, rms_weight, cols, mask):
 
 
 @triton.jit
-def _add_pairs(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1
-
-
-@triton.jit
 def mix_tile(v, w, t: tl.constexpr, m, total, acc, TILE: tl.constexpr, NUM_SOURCES: tl.constexpr,
              D: tl.constexpr, eps):
     """Fold tile t (v [TILE, BLOCK_D] fp32) into the running (max score, softmax sum, weighted sum): one reduction
     for the scores of all its sources, <rms_norm(v) * rms_weight, query> = rstd(v) * <v, w>."""
-    # both sums in one reduction: one pass through shared memory (two barriers) instead of two
-    dots, squares = tl.reduce((v * w[None, :], v * v), 1, _add_pairs)
-    score = dots * tl.rsqrt(squares / D + eps)
+    score = tl.sum(v * w[None, :], axis=1) * tl.rsqrt(tl.sum(v * v, axis=1) / D + eps)
     score = tl.where(t * TILE + tl.arange(0, TILE) < NUM_SOURCES, score, float("-inf"))
     m_new = tl.maximum(m, tl.max(score, axis=0))
     decay = tl.exp(m - m_new)
@@ -54,8 +47,7 @@ def mix_tile(v, w, t: tl.constexpr, m, total, acc, TILE: tl.constexpr, NUM_SOURC
 @triton.jit
 def store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D: tl.constexpr, norm_eps,
               EMIT_NORM: tl.constexpr):
-    # one reciprocal a token instead of a division an element (on the decode path's critical chain)
-    mix = (acc * (1.0 / total)).to(out.dtype.element_ty)
+    mix = (acc / total).to(out.dtype.element_ty)
     tl.store(out + row + cols, mix, mask=mask)
     if EMIT_NORM:
         y = mix.to(tl.float32)
