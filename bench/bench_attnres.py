@@ -339,8 +339,8 @@ def print_tables(cases, variants, ceiling) -> None:
               f"{fmt(v.get('gbs'), '7.0f')} {fmt(v.get('copy_fraction'), '7.1%')}")
 
 
-def main_focused(out: Path) -> None:
-    cases = sorted(FOCUSED_CONFIGS)
+def main_focused(out: Path, max_tokens: int | None = None) -> None:
+    cases = sorted(c for c in FOCUSED_CONFIGS if max_tokens is None or c[1] <= max_tokens)
     jobs = [(*case, config) for case in cases for config in focused_configs(*case)]
     jobs += [(*case, None) for case in cases if fused_attnres is not None and case[1] <= DECODE_TOKENS]
     warm_compile_cache(jobs)
@@ -366,11 +366,12 @@ def main() -> None:
     parser.add_argument("--no-sweep", action="store_true", help="time the default configuration only")
     parser.add_argument("--sweep-cases", action="store_true",
                         help="only the cases of FOCUSED_CONFIGS, the default and candidates each, graph times (~2 min)")
+    parser.add_argument("--decode-cases", action="store_true", help="with --sweep-cases: the decode-size cases only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     if args.sweep_cases:
-        main_focused(args.out)
+        main_focused(args.out, DECODE_TOKENS if args.decode_cases else None)
         return
     ceiling = copy_ceiling_gbs()
     report = {"copy_ceiling_gbs": ceiling, "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": [],
