@@ -1,14 +1,16 @@
 """DSA indexer kernels on the GPU: paged decode (split-N + merge) and prefill, against the machine's ceilings.
 
     PYTHONPATH=. python bench/bench_indexer.py --out DIR [--quick] [--sweep] [--decode-only]
-        [--decode-kernels select,buffers] [--contexts 8192,32768] [--heads 64]
+        [--decode-kernels select,buffers] [--contexts 8192,32768] [--heads 64] [--caches mxfp8,bf16]
 
 Ceilings first (device-to-device copy counting bytes read + written, bf16 8192^3 matmul), then per case: a
 correctness check of the kernel against the reference on the bench inputs (a few sequences / rows of them), then
 the median time (triton.testing.do_bench, which flushes the L2 before every run). Decode bytes: every cached key
 byte of every sequence once + q, w and the output; prefill FLOPs: 2 * HI * DI * T * T / 2 (the causal dots).
 --sweep also times a few launch configurations of each phase; --decode-kernels names the decode kernels to time
-(kernel.DECODE_LAUNCHERS; each case once per kernel). Results go to DIR/bench_indexer.json; a table is printed last.
+(kernel.DECODE_LAUNCHERS, e.g. select-dequant: the select kernel with MXFP8 keys dequantized in the key loop; each
+case once per kernel); --caches the decode index-cache formats. Results go to DIR/bench_indexer.json; a table is
+printed last.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ def decode_cases(args) -> list[tuple]:
     cases = []
     for kernel in args.decode_kernels:
         named = {"decode_kernel": kernel}
-        cases += [(c, h, q, 1, named) for c in contexts for h in args.heads for q in (True, False)]
+        cases += [(c, h, cache == "mxfp8", 1, named) for c in contexts for h in args.heads for cache in args.caches]
         if not args.contexts:
             cases += [(32768, 64, True, 2, named), (32768, 64, True, 4, named)]
         if args.sweep:
@@ -234,6 +236,7 @@ def main() -> None:
     parser.add_argument("--decode-kernels", type=_names, default=["select"], help="comma-separated decode kernels")
     parser.add_argument("--contexts", type=_numbers, default=None, help="comma-separated decode contexts")
     parser.add_argument("--heads", type=_numbers, default=[32, 64], help="comma-separated decode head counts")
+    parser.add_argument("--caches", type=_names, default=["mxfp8", "bf16"], help="decode index caches: mxfp8,bf16")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ceilings, results = run_all(args)

@@ -22,31 +22,41 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import with_launch_config
+from dayzero.plugins.indexer.f16_tiles_kernel import dot_kq_f16, f16_query_rows, load_keys_f16, unscale_scores
 from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, load_set, score_keys, union_layout, write_sorted
 from dayzero.plugins.indexer.tiles_kernel import dot_kq, load_keys, load_query
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 
 # splits whose floors the merge reads at once
 FLOOR_BLOCK = tl.constexpr(32)
+# queries whose values f16_query_rows keeps exact (uint8: the e4m3 bytes of an MXFP8 q)
+F16_EXACT_QUERY_DTYPES = (torch.bfloat16, torch.uint8)
 
 
 @triton.jit
 def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale,
                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
-                 BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr):
+                 BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr):
     """Score keys of the keys [block, end) into block_rows[l] + (s - block) for the LP rows (0: not visible).
 
     The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
-    MMA rows, so the sum over heads stays within a thread quad."""
+    MMA rows, so the sum over heads stays within a thread quad. KEY_F16: MXFP8 keys through f16_tiles_kernel.py
+    (q_rows f16, w_rows with its factors), each key's top scale applied to its scores."""
     d = tl.arange(0, DP)
     for start in range(block, end, BS):
         s = start + tl.arange(0, BS)
         s_ok = s < end
-        k = load_keys(cache, table_row, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
-        logits = dot_kq(k, q_rows, DOT_FP32)  # [BS, LP * HP]
+        if KEY_F16:
+            k, tops = load_keys_f16(cache, table_row, s, s_ok, DI, PAGE, DP)
+            logits = dot_kq_f16(k, q_rows)  # [BS, LP * HP]
+        else:
+            k = load_keys(cache, table_row, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
+            logits = dot_kq(k, q_rows, DOT_FP32)  # [BS, LP * HP]
         weighted = tl.reshape(tl.maximum(logits, 0.0) * w_rows[None, :], (BS, LP, HP))
         # AOTInductor passes Python floats as fp64 scalars: the keys need fp32 scores
         scores = tl.sum(weighted, axis=2) * tl.cast(scale, tl.float32)  # [BS, LP]
+        if KEY_F16:
+            scores = unscale_scores(scores, tops)
         keys = score_keys(scores, s[:, None] <= pos[None, :])
         tl.store(block_rows[None, :] + (s - block)[:, None], keys.to(tl.int32, bitcast=True),
                  mask=s_ok[:, None] & rows_ok[None, :])
@@ -70,7 +80,7 @@ def _keep_block(set_keys, set_positions, count, lower, block, end, K, KP: tl.con
 def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi, scale, K,
                   DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                   BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr,
-                  DOT_FP32: tl.constexpr):
+                  DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr):
     """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
     (0: fewer than K entries)."""
     lane = tl.arange(0, LP)
@@ -80,7 +90,7 @@ def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_pos
     for block in range(lo, hi, U - KP):
         end = tl.minimum(block + U - KP, hi)
         _score_block(q_rows, w_rows, set_keys + sets * U + KP, pos, rows_ok, cache, table_row, block, end, scale,
-                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32)
+                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_F16)
         for r in range(LP):
             here = lane == r
             if tl.sum((here & rows_ok).to(tl.int32)) > 0:
@@ -119,7 +129,7 @@ def _decode_select_kernel(
     num_splits_used, scale, num_splits, min_chunk, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
-    DOT_FP32: tl.constexpr,
+    DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
@@ -133,8 +143,11 @@ def _decode_select_kernel(
         row_ok = rows < end
         pos = tl.load(positions + rows, mask=row_ok, other=-1).to(tl.int32)
         m_ok = (row0 + m // HP < end) & (m % HP < HI)
-        q_rows = load_query(q, q_scales, row0 + m // HP, m % HP, m_ok, tl.arange(0, DP), HI, DI, Q_QUANT, DOT_FP32)
+        q_rows = load_query(q, q_scales, row0 + m // HP, m % HP, m_ok, tl.arange(0, DP), HI, DI, Q_QUANT,
+                            DOT_FP32 or KEY_F16)
         w_rows = tl.load(w + (row0 + m // HP).to(tl.int64) * HI + m % HP, mask=m_ok, other=0.0).to(tl.float32)
+        if KEY_F16:
+            q_rows, w_rows = f16_query_rows(q_rows, w_rows)
         # the sequence's keys are cut in chunks of at least min_chunk (fewer splits for short contexts)
         num_keys = tl.max(pos) + 1
         chunk = tl.cdiv(tl.maximum(tl.cdiv(num_keys, num_splits), min_chunk), BS) * BS
@@ -143,7 +156,7 @@ def _decode_select_kernel(
         hi = tl.minimum(lo + chunk, num_keys)
         sets = rows.to(tl.int64) * num_splits + split
         count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi,
-                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32)
+                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_F16)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
@@ -216,7 +229,7 @@ def index_topk_decode_select_launcher(
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int = 64, union_keys: int = 4096, num_warps: int = 8, merge_warps: int = 8,
-    maxnreg: int | None | str = "auto", out: torch.Tensor | None = None, launch=None,
+    maxnreg: int | None | str = "auto", f16_keys: bool | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -224,9 +237,14 @@ def index_topk_decode_select_launcher(
     rows_per_program: query rows sharing each key tile (power of two); union_keys: a row's set + block length
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: a power of two; min_chunk: the fewest
     keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap ("auto": 128, two
-    8-warp programs per SM, for one query row per program and a logits tile of at most 64 x 64)."""
+    8-warp programs per SM, for one query row per program and a logits tile of at most 64 x 64); f16_keys: MXFP8 keys
+    through an f16 dot (f16_tiles_kernel.py; default: for MXFP8 keys and a bf16 or e4m3 q) instead of dequantized
+    to the dot type."""
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
+    if f16_keys is None:
+        f16_keys = key_quant and q.dtype in F16_EXACT_QUERY_DTYPES
+    assert key_quant or not f16_keys, "f16_keys needs an MXFP8 cache"
     lp, hp = rows_per_program, triton.next_power_of_2(num_heads)
     lp = max(lp, triton.cdiv(16, hp))  # tl.dot needs at least 16 rows
     kp, union = union_layout(topk, union_keys, block_keys)
@@ -253,7 +271,8 @@ def index_topk_decode_select_launcher(
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
             set_positions, counts, floors, used, scale, num_splits, min_chunk, block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
-            BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32)
+            BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
+            KEY_F16=f16_keys)
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
                                 topk, KP=kp, U=union, num_warps=merge_warps)
     return out

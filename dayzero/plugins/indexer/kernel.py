@@ -7,6 +7,7 @@ varlen batch exactly; the choice only decides which is efficient.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -23,8 +24,10 @@ DECODE_MAX_ROWS = 8
 # q rows (tokens x heads) of one decode tl.dot; more tokens per sequence take several passes over the keys
 DECODE_MAX_DOT_ROWS = 256
 EXACT_BF16_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.uint8)
-# decode kernels by name: register-resident Top-K sets (decode_select_kernel.py), or streaming buffers with shrinks
-DECODE_LAUNCHERS = {"select": index_topk_decode_select_launcher, "buffers": index_topk_decode_launcher}
+# decode kernels by name: register-resident Top-K sets (decode_select_kernel.py), or streaming buffers with shrinks;
+# "select-dequant": the select kernel with MXFP8 keys dequantized to the dot type (its f16 key dot off), for benches
+DECODE_LAUNCHERS = {"select": index_topk_decode_select_launcher, "buffers": index_topk_decode_launcher,
+                    "select-dequant": functools.partial(index_topk_decode_select_launcher, f16_keys=False)}
 
 
 def _check_inputs(q, w, cache, block_table, cu_seqlens, positions, topk, q_scales) -> None:

@@ -53,28 +53,39 @@ def load_keys(cache, table_row, s, ok, d, DI: tl.constexpr, PAGE: tl.constexpr, 
     """Index keys of logical positions s [BS] of one sequence (its block-table row) -> [BS, DP] dot operand.
 
     Plain cache [P, PAGE, DI]; MXFP8 cache uint8 [P, PAGE * (DI + DI / 32)], page-major (values, then scales)."""
-    page = tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)
-    offset = (s % PAGE).to(tl.int64)
     if KEY_QUANT:
-        k = _load_mxfp8_keys(cache, page * (PAGE * (DI + DI // 32)), offset, ok, d.shape[0], DI, PAGE, DOT_FP32)
+        k = _dequantize_mxfp8_keys(cache, table_row, s, ok, DI, PAGE, d.shape[0], DOT_FP32)
     else:
+        page = tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)
+        offset = (s % PAGE).to(tl.int64)
         mask = ok[:, None] & (d < DI)[None, :]
         k = tl.load(cache + ((page * PAGE + offset) * DI)[:, None] + d[None, :], mask=mask, other=0.0)
     return dot_operand(k, DOT_FP32)
 
 
 @triton.jit
-def _load_mxfp8_keys(cache, page_base, offset, ok, DP: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr,
-                     DOT_FP32: tl.constexpr):
-    """MXFP8 keys [BS, DP] dequantized, loaded as [BS, DP / 32, 32] blocks so that each scale byte is loaded once
-    per thread and block and broadcast over its 32 values (a per-value scale gather cost more than the keys)."""
+def mxfp8_key_blocks(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr):
+    """MXFP8 keys of positions s [BS] as (e4m3 codes [BS, DP / 32, 32], E8M0 codes [BS, DP / 32]), uint8; 0 outside
+    DI and where not ok. Blocks, so that each scale byte is loaded once per thread and block and broadcast over its
+    32 values (a per-value scale gather cost more than the keys)."""
+    page = tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)
+    offset = (s % PAGE).to(tl.int64)
+    page_base = page * (PAGE * (DI + DI // 32))
     NB: tl.constexpr = DP // 32
     block = tl.arange(0, NB)
     col = block[:, None] * 32 + tl.arange(0, 32)[None, :]
     codes = tl.load(cache + (page_base + offset * DI)[:, None, None] + col[None, :, :],
                     mask=ok[:, None, None] & (col < DI)[None, :, :], other=0)
     scales = tl.load(cache + (page_base + PAGE * DI + offset * (DI // 32))[:, None] + block[None, :],
-                     mask=ok[:, None] & (block < DI // 32)[None, :], other=127)
+                     mask=ok[:, None] & (block < DI // 32)[None, :], other=0)
+    return codes, scales
+
+
+@triton.jit
+def _dequantize_mxfp8_keys(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr,
+                           DOT_FP32: tl.constexpr):
+    """MXFP8 keys [BS, DP] dequantized (fp32 or bf16)."""
+    codes, scales = mxfp8_key_blocks(cache, table_row, s, ok, DI, PAGE, DP)
     if DOT_FP32:
         k = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e8m0_scale(scales)[:, :, None]
     else:
