@@ -229,7 +229,7 @@ def index_topk_decode_select_launcher(
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int = 64, union_keys: int = 4096, num_warps: int = 8, merge_warps: int = 8,
-    maxnreg: int | None | str = "auto", f16_keys: bool | None = None, out: torch.Tensor | None = None, launch=None,
+    maxnreg: int | None | str = "auto", f16_keys: bool = False, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -238,13 +238,12 @@ def index_topk_decode_select_launcher(
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: a power of two; min_chunk: the fewest
     keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap ("auto": 128, two
     8-warp programs per SM, for one query row per program and a logits tile of at most 64 x 64); f16_keys: MXFP8 keys
-    through an f16 dot (f16_tiles_kernel.py; default: for MXFP8 keys and a bf16 or e4m3 q) instead of dequantized
-    to the dot type."""
+    through an f16 dot (f16_tiles_kernel.py; a bf16 or e4m3 q) instead of dequantized to the dot type: off by default
+    until it has been checked and timed on the H200 (bench/README.md)."""
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
-    if f16_keys is None:
-        f16_keys = key_quant and q.dtype in F16_EXACT_QUERY_DTYPES
-    assert key_quant or not f16_keys, "f16_keys needs an MXFP8 cache"
+    assert not f16_keys or (key_quant and q.dtype in F16_EXACT_QUERY_DTYPES), (
+        "f16_keys needs an MXFP8 cache and a bf16 or e4m3 query")
     lp, hp = rows_per_program, triton.next_power_of_2(num_heads)
     lp = max(lp, triton.cdiv(16, hp))  # tl.dot needs at least 16 rows
     kp, union = union_layout(topk, union_keys, block_keys)
