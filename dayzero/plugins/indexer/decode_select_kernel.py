@@ -24,7 +24,7 @@ from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import with_launch_config
 from dayzero.plugins.indexer.f16_tiles_kernel import dot_kq_f16, f16_query_rows, load_keys_f16, unscale_scores
 from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, load_set, score_keys, union_layout, write_sorted
-from dayzero.plugins.indexer.tiles_kernel import dot_kq, load_keys, load_query
+from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, split_chunk
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 
 # splits whose floors the merge reads at once
@@ -136,21 +136,12 @@ def _decode_select_kernel(
     first = tl.load(cu_seqlens + seq)
     end = tl.load(cu_seqlens + seq + 1)
     table_row = block_table + seq.to(tl.int64) * table_stride
-    lane = tl.arange(0, LP)
-    m = tl.arange(0, LP * HP)
     for row0 in range(first, end, LP):
-        rows = row0 + lane
-        row_ok = rows < end
-        pos = tl.load(positions + rows, mask=row_ok, other=-1).to(tl.int32)
-        m_ok = (row0 + m // HP < end) & (m % HP < HI)
-        q_rows = load_query(q, q_scales, row0 + m // HP, m % HP, m_ok, tl.arange(0, DP), HI, DI, Q_QUANT,
-                            DOT_FP32 or KEY_F16)
-        w_rows = tl.load(w + (row0 + m // HP).to(tl.int64) * HI + m % HP, mask=m_ok, other=0.0).to(tl.float32)
+        rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
+                                                             Q_QUANT, DOT_FP32 or KEY_F16)
         if KEY_F16:
             q_rows, w_rows = f16_query_rows(q_rows, w_rows)
-        # the sequence's keys are cut in chunks of at least min_chunk (fewer splits for short contexts)
-        num_keys = tl.max(pos) + 1
-        chunk = tl.cdiv(tl.maximum(tl.cdiv(num_keys, num_splits), min_chunk), BS) * BS
+        num_keys, chunk = split_chunk(pos, num_splits, min_chunk, BS)
         used = tl.cdiv(num_keys, chunk)
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)

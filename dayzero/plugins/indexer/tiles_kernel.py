@@ -112,3 +112,26 @@ def dot_kq(k, q, DOT_FP32: tl.constexpr):
     else:
         logits = tl.dot(k, tl.trans(q))
     return logits
+
+
+@triton.jit
+def decode_row_group(q, q_scales, w, positions, row0, end, HI: tl.constexpr, DI: tl.constexpr, LP: tl.constexpr,
+                     HP: tl.constexpr, DP: tl.constexpr, Q_QUANT: tl.constexpr, DOT_FP32: tl.constexpr):
+    """The LP query rows from row0 of a decode program -> (rows, row_ok, pos (-1 past the sequence), q_rows
+    [LP * HP, DP] dot operand, w_rows [LP * HP] fp32): all heads of a row side by side on the dot's N axis."""
+    rows = row0 + tl.arange(0, LP)
+    row_ok = rows < end
+    pos = tl.load(positions + rows, mask=row_ok, other=-1).to(tl.int32)
+    m = tl.arange(0, LP * HP)
+    m_ok = (row0 + m // HP < end) & (m % HP < HI)
+    q_rows = load_query(q, q_scales, row0 + m // HP, m % HP, m_ok, tl.arange(0, DP), HI, DI, Q_QUANT, DOT_FP32)
+    w_rows = tl.load(w + (row0 + m // HP).to(tl.int64) * HI + m % HP, mask=m_ok, other=0.0).to(tl.float32)
+    return rows, row_ok, pos, q_rows, w_rows
+
+
+@triton.jit
+def split_chunk(pos, num_splits, min_chunk, BS: tl.constexpr):
+    """Keys per split of the rows' sequence: num_splits chunks of at least min_chunk keys, whole BS-key tiles (fewer
+    splits for short contexts) -> (num_keys, chunk)."""
+    num_keys = tl.max(pos) + 1
+    return num_keys, tl.cdiv(tl.maximum(tl.cdiv(num_keys, num_splits), min_chunk), BS) * BS
