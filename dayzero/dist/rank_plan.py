@@ -21,6 +21,13 @@ from dayzero.errors import DayzeroError
 from dayzero.model.config import ModelConfig
 
 
+def check_expert_split(ep: int, tp: int) -> None:
+    """The expert-parallel degrees dayzero builds: none, or every tensor-parallel rank owning whole experts."""
+    if ep not in (1, tp):
+        raise DayzeroError(f"--ep {ep} must be 1 (each expert's neurons split over the --tp ranks) or equal --tp {tp} "
+                           "(whole experts split over them)")
+
+
 @dataclass(frozen=True)
 class RankPlan:
     tp: int
@@ -31,8 +38,7 @@ class RankPlan:
     def __post_init__(self):
         if not 0 <= self.rank < self.tp:
             raise DayzeroError(f"rank {self.rank} is outside a tensor-parallel world of {self.tp}")
-        if self.ep not in (1, self.tp):
-            raise DayzeroError(f"--ep {self.ep} must be 1 or equal --tp {self.tp} (experts split over the same ranks)")
+        check_expert_split(self.ep, self.tp)
 
     def split_sizes(self, cfg: ModelConfig) -> dict[str, int]:
         """The sizes tp must divide, by the config field that holds them."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from dayzero.dist.rank_plan import check_expert_split
 from dayzero.errors import DayzeroError
 from dayzero.model.caches import CacheFormat
 
@@ -48,9 +49,7 @@ class ExportOptions:
         if self.cp != 1:
             raise DayzeroError("context parallelism (--cp > 1) is not built yet; use --tp N, which splits the heads "
                                "and the experts over N ranks")
-        if self.ep not in (1, self.tp):
-            raise DayzeroError(f"--ep {self.ep} must be 1 (each expert's neurons split over the --tp ranks) or equal "
-                               f"--tp {self.tp} (whole experts split over them)")
+        check_expert_split(self.ep, self.tp)
         if self.tp > 1 and self.backend == "onnx":
             raise DayzeroError("the ONNX interchange graph is single-rank; export it with --tp 1")
         if self.tp > 1 and self.backend == "aoti" and torch.device(self.device).type == "cpu":

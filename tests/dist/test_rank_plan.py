@@ -43,7 +43,7 @@ def test_expert_parallel_ranks_hold_whole_experts():
     moes = [m for m in model.modules() if isinstance(m, MoE)]
     assert moes and all(m.first_expert == cfg.moe.num_experts // 2 and m.experts.w1.shape[0] == 4 for m in moes)
     assert all(m.gate.weight.shape[0] == cfg.moe.num_experts for m in moes)  # the router sees every expert
-    with pytest.raises(DayzeroError, match="--ep 2 must be 1 or equal --tp 4"):
+    with pytest.raises(DayzeroError, match=r"--ep 2 must be 1 \(each expert's neurons split .* or equal --tp 4"):
         RankPlan(4, 0, ep=2)
 
 
