@@ -168,6 +168,18 @@ def with_launch_config(kernel, num_warps: int, maxnreg: int | None):
     return triton.autotune(configs=[config], key=[])(kernel)
 
 
+def decode_row_tiles(rows_per_program: int, num_heads: int, block_keys: int,
+                     maxnreg: int | None | str) -> tuple[int, int, int | None]:
+    """(LP, HP, maxnreg) of a decode split kernel: LP query rows of HP (padded) heads share a key tile, at least 16
+    dot rows; maxnreg "auto" caps one row's program with a logits tile of at most 64 x 64 at 128 registers (two 8-warp
+    programs per SM; its key loop does not spill under it in the sm_90 SASS, ptxas otherwise takes ~170)."""
+    hp = triton.next_power_of_2(num_heads)
+    lp = max(rows_per_program, triton.cdiv(16, hp))  # tl.dot needs at least 16 rows
+    if maxnreg == "auto":
+        maxnreg = 128 if lp == 1 and hp * block_keys <= 64 * 64 else None
+    return lp, hp, maxnreg
+
+
 def decode_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device) -> int:
     """Splits per sequence: enough programs for two waves over the SMs, each split at least min_chunk keys."""
     sms = device_info.num_sms(device, cpu_default=2)
@@ -187,16 +199,11 @@ def index_topk_decode_launcher(
 
     rows_per_program: query rows sharing each key tile (power of two, >= the tokens of a sequence for one pass);
     super_chunk: keys appended between two shrinks of a buffer (a multiple of block_keys); maxnreg: the register
-    cap of the split kernel ("auto": 128, two 8-warp programs per SM, for one query row per program with a logits
-    tile of at most 64 x 64, where the key loop does not spill under it (checked in the sm_90 SASS); ptxas otherwise
-    takes ~170 without needing them)."""
+    cap of the split kernel (see decode_row_tiles)."""
     assert super_chunk % block_keys == 0, "super_chunk must be a multiple of block_keys"
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
-    lp, hp = rows_per_program, triton.next_power_of_2(num_heads)
-    lp = max(lp, triton.cdiv(16, hp))  # tl.dot needs at least 16 rows
-    if maxnreg == "auto":
-        maxnreg = 128 if lp == 1 and hp * block_keys <= 64 * 64 else None
+    lp, hp, maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)
     kp = max(16, triton.next_power_of_2(topk))
     merge_chunk = min(merge_chunk, kp)
     kp, cap, _ = buffer_layout(topk, max(super_chunk, merge_chunk))

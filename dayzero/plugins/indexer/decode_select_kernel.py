@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins import device as device_info
-from dayzero.plugins.indexer.decode_kernel import with_launch_config
+from dayzero.plugins.indexer.decode_kernel import decode_row_tiles, with_launch_config
 from dayzero.plugins.indexer.f16_tiles_kernel import dot_kq_f16, f16_query_rows, load_keys_f16, unscale_scores
 from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, load_set, score_keys, union_layout, write_sorted
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, split_chunk
@@ -227,19 +227,16 @@ def index_topk_decode_select_launcher(
 
     rows_per_program: query rows sharing each key tile (power of two); union_keys: a row's set + block length
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: a power of two; min_chunk: the fewest
-    keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap ("auto": 128, two
-    8-warp programs per SM, for one query row per program and a logits tile of at most 64 x 64); f16_keys: MXFP8 keys
-    through an f16 dot (f16_tiles_kernel.py; a bf16 or e4m3 q) instead of dequantized to the dot type: off by default
-    until it has been checked and timed on the H200 (bench/README.md)."""
+    keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap (see
+    decode_kernel.decode_row_tiles); f16_keys: MXFP8 keys through an f16 dot (f16_tiles_kernel.py; a bf16 or e4m3 q)
+    instead of dequantized to the dot type: off by default until it has been checked and timed on the H200
+    (bench/README.md)."""
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
     assert not f16_keys or (key_quant and q.dtype in F16_EXACT_QUERY_DTYPES), (
         "f16_keys needs an MXFP8 cache and a bf16 or e4m3 query")
-    lp, hp = rows_per_program, triton.next_power_of_2(num_heads)
-    lp = max(lp, triton.cdiv(16, hp))  # tl.dot needs at least 16 rows
+    lp, hp, maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)
     kp, union = union_layout(topk, union_keys, block_keys)
-    if maxnreg == "auto":
-        maxnreg = 128 if lp == 1 and hp * block_keys <= 64 * 64 else None
     min_chunk = 2 * kp if min_chunk is None else min_chunk
     if num_splits is None:
         num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device)
