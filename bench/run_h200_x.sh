@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The session's last device call, nothing else on the GPU: the KDA fused pair kernel against the column path and fla
 # on B1 T32768 H96, the AttnRes decode-size cases under the new two-source warps (run v's kernels), the indexer's MXFP8
-# f16 key path, then the GPU tests of every kernel changed this session spread over 14 processes (pytest-xdist).
-# Committed tree only (.snap/head, carried). usage: bash bench/run_h200_x.sh [SECONDS] (default 330).
+# f16 key path against the default select kernel, then the GPU tests of every kernel changed this session spread over 14 processes (pytest-xdist).
+# Committed tree only (.snap/head, carried). usage: bash bench/run_h200_x.sh [SECONDS] (default 360).
 . bench/h200.sh
-. bench/h200_call.sh x ${1:-330}
-timeout 60 python3 bench/bench_indexer.py --decode-only --decode-kernels select --contexts 32768,131072 --heads 64 \
+. bench/h200_call.sh x ${1:-360}
+timeout 90 python3 bench/bench_indexer.py --decode-only --decode-kernels select,select-f16 --contexts 8192,32768,131072 --heads 64 \
   --caches mxfp8 --out $R > $R/indexer.log 2>&1
 echo "== indexer rc=$?"; save
 timeout 130 python3 bench/bench_kda_prefill.py --pairs fused,column --shapes 2 --no-reference-check --out $R \
