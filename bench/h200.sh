@@ -10,15 +10,13 @@ OUT="${OUT:-bench/results}"
 mkdir -p "$OUT"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 # Triton's compile cache travels between device calls: the GPU tests and benchmarks are compile-bound (a fresh machine
-# spends minutes in ptxas). A call's `save_caches` leaves $OUT/caches.tgz; put it at .tcache/caches.tgz here and carry
-# .tcache in the next call.
+# spends minutes in ptxas). A call's `save_caches` leaves $OUT/caches.tgz.part-* (at most 15 MiB each: what comes back
+# from $OUT is at most 16 MiB a file); put them under .tcache/ here and carry .tcache in the next call.
 export TRITON_CACHE_DIR=/tmp/dz_cache/triton
 mkdir -p "$TRITON_CACHE_DIR"
-[ -f .tcache/caches.tgz ] && tar xzf .tcache/caches.tgz -C /tmp/dz_cache && echo "triton cache: $(ls "$TRITON_CACHE_DIR" | wc -l) entries carried in"
+if ls .tcache/caches.tgz.part-* >/dev/null 2>&1; then
+  cat .tcache/caches.tgz.part-* | tar xz -C /tmp/dz_cache && echo "triton cache: $(ls "$TRITON_CACHE_DIR" | wc -l) entries carried in"
+fi
 save_caches() {
-  tar czf "$OUT/caches.tgz" -C /tmp/dz_cache triton 2>/dev/null
-  # what comes back from $OUT is at most 16 MiB a file
-  if [ "$(stat -c %s "$OUT/caches.tgz")" -gt $((15 * 1024 * 1024)) ]; then
-    echo "triton cache too large to bring back ($(du -h "$OUT/caches.tgz" | cut -f1))"; rm -f "$OUT/caches.tgz"
-  fi
+  tar czf - -C /tmp/dz_cache triton 2>/dev/null | split -b 15M - "$OUT/caches.tgz.part-"
 }
