@@ -141,8 +141,8 @@ _WIDE = [_streamed(2, 16, 1), _streamed(2, 32, 1), _streamed(1, 16, 1), _streame
 # --sweep-cases: the cases that missed a target in run v (85% of copy at 8192 tokens; level with fla at two sources
 # and decode sizes), each with its default first and then these candidates
 FOCUSED_CONFIGS = {
-    (2, 1, 2304): [MixConfig(2, 2, w, False) for w in (4, 8, 16)],
-    (2, 64, 2304): [MixConfig(2, 2, w, False) for w in (4, 8, 16)],
+    (2, 1, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
+    (2, 64, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
     (2, 64, 7168): [MixConfig(2, 2, w, False) for w in (4, 16, 32)],
     (2, 8192, 2304): _NARROW,
     (2, 8192, 7168): _WIDE,

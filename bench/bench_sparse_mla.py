@@ -229,12 +229,15 @@ def value_block_configs(heads: int, fmt: str) -> list:
 
 
 def quick_decode_configs(heads: int, fmt: str) -> list:
-    """The default next to the FP8 decode by conversion instructions (the old one) and 64-key blocks."""
-    base = schedule.tile_config(heads, torch.bfloat16, dense=False)
-    wide = replace(base, block_n=64, num_stages=2)
+    """The default next to prefill's tiles (32-key blocks, 3 stages) and 64-key blocks; FP8 also by conversion
+    instructions (the old decode)."""
+    narrow = schedule.tile_config(heads, torch.bfloat16, dense=False)
+    wide = replace(narrow, block_n=64, num_stages=2)
+    default = schedule.sparse_tile_config(heads, torch.bfloat16, 64, fmt == "fp8", torch.device(DEVICE))
+    configs = [None] + [c for c in (narrow, wide) if c != default]
     if fmt == "bf16":
-        return [None, wide]
-    return [None, replace(base, e4m3_bits=False), wide]
+        return configs
+    return configs + [replace(default, e4m3_bits=False)]
 
 
 def quick_decode_cases() -> list:

@@ -378,3 +378,15 @@ def test_tile_config_puts_heads_on_the_mma_rows():
     dense = schedule.tile_config(16, BF16, dense=True, tokens_per_seq=1000)
     assert (dense.block_h, dense.tokens_per_block) == (16, 4)
     assert schedule.tile_config(16, BF16, dense=True, tokens_per_seq=1).tokens_per_block == 1
+
+
+def test_sparse_decode_grids_gather_64_key_blocks_two_stages_deep():
+    cpu = torch.device("cpu")
+    prefill = schedule.tile_config(128, BF16, dense=False)
+    decode = schedule.sparse_tile_config(128, BF16, 64, fp8_cache=True, device=cpu)
+    assert (decode.block_n, decode.num_stages, decode.block_h) == (64, 2, prefill.block_h)
+    assert schedule.sparse_tile_config(64, BF16, 64, fp8_cache=True, device=cpu).block_n == 64
+    # one head block over a BF16 cache measured faster with prefill's tiles
+    assert schedule.sparse_tile_config(64, BF16, 64, fp8_cache=False, device=cpu) == prefill
+    assert schedule.sparse_tile_config(128, BF16, 32768, fp8_cache=True, device=cpu) == prefill
+    assert schedule.sparse_tile_config(128, FP32, 1, fp8_cache=True, device=cpu).block_n == 16
