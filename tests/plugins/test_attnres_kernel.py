@@ -247,3 +247,13 @@ def test_decode_mix_replays_in_a_cuda_graph(tokens):
     graph.replay()
     expected = reference.attnres_mix_blocks(query, blocks, 8, partial, rms_weight, 1e-6)
     assert rel_err(out, expected) < 1e-2
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 8192])
+@pytest.mark.parametrize("num_sources", [1, 2, 9])
+def test_default_configs_launch_a_power_of_two_of_warps(tokens, num_sources):
+    """Every row width gets a launchable config (the interpreter ignores num_warps; a GPU rejects 0 or 3)."""
+    from dayzero.plugins.attnres.kernel import default_config
+    for dim in (1, 40, 255, 2304, 7168, 16384):
+        warps = default_config(tokens, dim, num_sources).num_warps
+        assert warps >= 1 and warps & (warps - 1) == 0, (tokens, num_sources, dim, warps)

@@ -119,7 +119,7 @@ def default_config(tokens, dim: int, num_sources: int) -> MixConfig:
     if statically_known_true(tokens <= DECODE_TOKENS):
         # one pair of sources is a single tile: twice the threads, half the serial work a thread (run w: 2.4 / 2.8 /
         # 3.6 us against 2.6 / 3.0 / 3.8 at 2 x {1, 64} x 2304 and 2 x 64 x 7168)
-        few_sources_warps = min(32, block_d // 256) if num_sources <= 2 else num_warps
+        few_sources_warps = max(1, min(32, block_d // 256)) if num_sources <= 2 else num_warps
         return MixConfig(tile=2, prefetch=2, num_warps=few_sources_warps, stream=False)
     if block_d <= 4096:
         return MixConfig(tile=2, prefetch=1, num_warps=max(1, block_d // 2048), stream=True, persistent=4)
