@@ -6,7 +6,9 @@
 
 Registers, spill stores / loads and the stack frame come from the `ptxas -v` log of Triton's own ptxas run (the
 driver reports `n_regs` / `n_spills` only when it loads a binary, which needs a GPU); shared memory from Triton's
-metadata; the mma kind and local-memory instructions from the PTX.
+metadata; the mma kind and local-memory instructions from the PTX. `--loads` also prints how many global load
+instructions of each kind and width the PTX holds (static counts, not executions): ld.global by suffix, cp.async by
+bytes.
 Arguments not given a type (`NAME:TYPE`) are `*bf16` pointers. Every pointer argument gets the
 divisibility-by-16 hint that the launcher gives 16-byte aligned tensors (`--no-align` drops it).
 """
@@ -18,6 +20,7 @@ import contextlib
 import importlib
 import io
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +56,14 @@ def _ptxas_numbers(log: str) -> dict[str, int]:
 def _mma_kind(ptx: str) -> str:
     kinds = [name for name, pattern in (("wgmma", "wgmma.mma_async"), ("mma.sync", "mma.sync")) if pattern in ptx]
     return "+".join(kinds) or "none"
+
+
+def global_load_histogram(ptx: str) -> dict[str, int]:
+    """Static counts of `ld.global*` instructions by their full suffix and of `cp.async` copies by their size."""
+    loads = re.findall(r"\b(ld\.global[\w.:]*)", ptx)
+    sizes = re.findall(r"\bcp\.async\.c[ag][\w.:]*\s+[^,]+,\s*[^,]+,\s*(0x[0-9a-fA-F]+|\d+)", ptx)
+    copies = [f"cp.async {int(size, 0)} B" for size in sizes]
+    return dict(sorted(Counter(loads + copies).items()))
 
 
 def _signature(fn, constexprs: dict, types: dict[str, str]) -> dict[str, str]:
@@ -109,6 +120,7 @@ def main() -> None:
     parser.add_argument("--maxnreg", type=int, default=None)
     parser.add_argument("--no-align", action="store_true")
     parser.add_argument("--ptx", type=Path, default=None, help="also write the PTX here")
+    parser.add_argument("--loads", action="store_true", help="print the PTX's global load histogram")
     parser.add_argument("--divisible", default="", help="comma-separated integer arguments that are multiples of 16")
     args = parser.parse_args()
     module, name = args.kernel.split(":")
@@ -119,6 +131,9 @@ def main() -> None:
                                       arch=args.arch, align=not args.no_align, maxnreg=args.maxnreg,
                                       divisible=tuple(filter(None, args.divisible.split(","))))
     print(res.line())
+    if args.loads:
+        for name, count in global_load_histogram(compiled.asm["ptx"]).items():
+            print(f"  {count:5d}  {name}")
     if args.ptx:
         args.ptx.write_text(compiled.asm["ptx"])
 

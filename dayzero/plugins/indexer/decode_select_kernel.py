@@ -25,6 +25,7 @@ from dayzero.plugins.indexer.decode_kernel import decode_row_tiles, with_launch_
 from dayzero.plugins.indexer.f16_tiles_kernel import dot_kq_f16, f16_query_rows, load_keys_f16, unscale_scores
 from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, load_set, score_keys, union_layout, write_sorted
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, split_chunk
+from dayzero.plugins.indexer.words_tiles_kernel import load_keys_words
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 
 # splits whose floors the merge reads at once
@@ -36,12 +37,14 @@ F16_EXACT_QUERY_DTYPES = (torch.bfloat16, torch.uint8)
 @triton.jit
 def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale,
                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
-                 BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr):
+                 BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr,
+                 KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr):
     """Score keys of the keys [block, end) into block_rows[l] + (s - block) for the LP rows (0: not visible).
 
     The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
     MMA rows, so the sum over heads stays within a thread quad. KEY_F16: MXFP8 keys through f16_tiles_kernel.py
-    (q_rows f16, w_rows with its factors), each key's top scale applied to its scores."""
+    (q_rows f16, w_rows with its factors), each key's top scale applied to its scores. KEY_WORDS: MXFP8 keys with
+    their scales (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys."""
     d = tl.arange(0, DP)
     for start in range(block, end, BS):
         s = start + tl.arange(0, BS)
@@ -49,6 +52,9 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
         if KEY_F16:
             k, tops = load_keys_f16(cache, table_row, s, s_ok, DI, PAGE, DP)
             logits = dot_kq_f16(k, q_rows)  # [BS, LP * HP]
+        elif KEY_WORDS:
+            k = load_keys_words(cache, table_row, s, s_ok, DI, PAGE, DP, DOT_FP32, CODE_WORDS)
+            logits = dot_kq(k, q_rows, DOT_FP32)
         else:
             k = load_keys(cache, table_row, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
             logits = dot_kq(k, q_rows, DOT_FP32)  # [BS, LP * HP]
@@ -80,7 +86,7 @@ def _keep_block(set_keys, set_positions, count, lower, block, end, K, KP: tl.con
 def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi, scale, K,
                   DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                   BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr,
-                  DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr):
+                  DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr):
     """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
     (0: fewer than K entries)."""
     lane = tl.arange(0, LP)
@@ -90,7 +96,7 @@ def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_pos
     for block in range(lo, hi, U - KP):
         end = tl.minimum(block + U - KP, hi)
         _score_block(q_rows, w_rows, set_keys + sets * U + KP, pos, rows_ok, cache, table_row, block, end, scale,
-                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_F16)
+                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_F16, KEY_WORDS, CODE_WORDS)
         for r in range(LP):
             here = lane == r
             if tl.sum((here & rows_ok).to(tl.int32)) > 0:
@@ -129,7 +135,7 @@ def _decode_select_kernel(
     num_splits_used, scale, num_splits, min_chunk, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
-    DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr,
+    DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
@@ -147,7 +153,8 @@ def _decode_select_kernel(
         hi = tl.minimum(lo + chunk, num_keys)
         sets = rows.to(tl.int64) * num_splits + split
         count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi,
-                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_F16)
+                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_F16,
+                                   KEY_WORDS, CODE_WORDS)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
@@ -220,7 +227,8 @@ def index_topk_decode_select_launcher(
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int = 64, union_keys: int = 4096, num_warps: int = 8, merge_warps: int = 8,
-    maxnreg: int | None | str = "auto", f16_keys: bool = False, out: torch.Tensor | None = None, launch=None,
+    maxnreg: int | None | str = "auto", f16_keys: bool = False, key_words: bool = False, code_words: bool = False,
+    out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -230,11 +238,15 @@ def index_topk_decode_select_launcher(
     keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap (see
     decode_kernel.decode_row_tiles); f16_keys: MXFP8 keys through an f16 dot (f16_tiles_kernel.py; a bf16 or e4m3 q)
     instead of dequantized to the dot type: off by default until it has been checked and timed on the H200
-    (bench/README.md)."""
+    (bench/README.md); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with the codes
+    (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; both off until timed on the H200."""
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
     assert not f16_keys or (key_quant and q.dtype in F16_EXACT_QUERY_DTYPES), (
         "f16_keys needs an MXFP8 cache and a bf16 or e4m3 query")
+    assert not key_words or (key_quant and dim % 128 == 0 and not f16_keys), (
+        "key_words needs an MXFP8 cache with DI a multiple of 128, and not f16_keys")
+    assert key_words or not code_words, "code_words needs key_words"
     lp, hp, maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = 2 * kp if min_chunk is None else min_chunk
@@ -259,7 +271,7 @@ def index_topk_decode_select_launcher(
             set_positions, counts, floors, used, scale, num_splits, min_chunk, block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
-            KEY_F16=f16_keys)
+            KEY_F16=f16_keys, KEY_WORDS=key_words, CODE_WORDS=code_words)
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
                                 topk, KP=kp, U=union, num_warps=merge_warps)
     return out

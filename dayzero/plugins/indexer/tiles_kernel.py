@@ -86,12 +86,18 @@ def _dequantize_mxfp8_keys(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.c
                            DOT_FP32: tl.constexpr):
     """MXFP8 keys [BS, DP] dequantized (fp32 or bf16)."""
     codes, scales = mxfp8_key_blocks(cache, table_row, s, ok, DI, PAGE, DP)
+    return dequantize_mxfp8_blocks(codes, scales, DOT_FP32)
+
+
+@triton.jit
+def dequantize_mxfp8_blocks(codes, scales, DOT_FP32: tl.constexpr):
+    """e4m3 codes [BS, NB, 32] and E8M0 codes [BS, NB] (uint8) -> keys [BS, NB * 32] (fp32 or bf16)."""
     if DOT_FP32:
         k = codes.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e8m0_scale(scales)[:, :, None]
     else:
         # e4m3 -> bf16 is exact, and so is the power-of-two scale in bf16: fewer instructions than via fp32
         k = codes.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16) * e8m0_scale_bf16(scales)[:, :, None]
-    return tl.reshape(k, (k.shape[0], DP))
+    return tl.reshape(k, (k.shape[0], k.shape[1] * k.shape[2]))
 
 
 @triton.jit
