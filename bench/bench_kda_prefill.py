@@ -48,9 +48,12 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
 # latency-bound column passes never had: BK16 w4 s2 / s3 160 registers, 15 / 25 KB shared; BK32 w8 s2 140, 30 KB.
 # "subchunk" is the other pair path (exact diagonal blocks, then one pass for the six blocks below the diagonal with
 # the solve folded in): BK 16 at 2-4 warps 242-252 registers, no spills; BK 32 spills below 8 warps.
+# column BK32 w4 s1 / BK64 w8 s1: the default's 32 serial K steps per program cut to 16 / 8 at the same or more warps
+# per SM (B1 builds, N = 1 specialized: 157 registers, three programs an SM like the default's 152; 126, two 8-warp
+# programs); kda_pair_notes.md "PTX instruction counts".
 PAIR_CONFIGS = [("column", 16, 4, 1), ("column", 16, 4, 2), ("column", 16, 4, 3), ("column", 16, 8, 2),
-                ("column", 32, 8, 2), ("column", 32, 4, 2), ("subchunk", 16, 4, 1), ("subchunk", 16, 2, 1),
-                ("subchunk", 16, 4, 2), ("subchunk", 32, 8, 1)]
+                ("column", 32, 8, 2), ("column", 32, 4, 2), ("column", 32, 4, 1), ("column", 64, 8, 1),
+                ("subchunk", 16, 4, 1), ("subchunk", 16, 2, 1), ("subchunk", 16, 4, 2), ("subchunk", 32, 8, 1)]
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
@@ -58,8 +61,9 @@ KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "fused_pairs
                   "wy_kernel_ms", "_state_kernel_ms"]
 
 
-def kernel_ms(fn, iters: int = 5) -> dict:
-    """Device time per call of each kernel fn launches (torch profiler), to see where the time goes."""
+def kernel_ms(fn, iters: int = 5, width: int = 24) -> dict:
+    """Device time per call of each kernel fn launches (torch profiler), to see where the time goes; kernel names
+    are cut to `width` characters (fla's two intra kernels share their first 24)."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -72,7 +76,7 @@ def kernel_ms(fn, iters: int = 5) -> dict:
     for event in prof.key_averages():
         total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
         if "kernel" in event.key and total > 0:
-            out[f"{event.key.split('(')[0][:24]}_ms"] = round(total / iters / 1000, 3)
+            out[f"{event.key.split('(')[0][:width]}_ms"] = round(total / iters / 1000, 3)
     return out
 
 
@@ -155,6 +159,9 @@ def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False, paths: list
         row.update(graph_times(q, k, v, g, beta, cu, B, T, pairs))
         row["err_o_vs_fla"] = f"{rel_err(o.float(), fo.reshape(o.shape).float()):.1e}"
         row["err_S_vs_fla"] = f"{rel_err(s, fs.float()):.1e}"
+        # fla's stages, to set against ours (which of its intra kernels is where the gap is)
+        row.update({f"fla:{name}": ms for name, ms in kernel_ms(lambda: fla_chunk(q, k, v, g, beta, cu, B, T),
+                                                               width=48).items()})
     except Exception as err:  # the peer is optional on this machine
         row["fla_error"] = f"{type(err).__name__}: {err}"[:200]
         fo = None

@@ -8,7 +8,9 @@ Registers, spill stores / loads and the stack frame come from the `ptxas -v` log
 driver reports `n_regs` / `n_spills` only when it loads a binary, which needs a GPU); shared memory from Triton's
 metadata; the mma kind and local-memory instructions from the PTX. `--loads` also prints how many global load
 instructions of each kind and width the PTX holds (static counts, not executions): ld.global by suffix, cp.async by
-bytes.
+bytes. `--histogram` prints the instructions that decide a kernel's cost (ex2, mma / wgmma, global loads and stores
+by width, cp.async by size, bar.sync, shared memory, shuffles) per loop of the PTX: static counts per region, so a
+program executes straight + sum over loops of count x trips (the trips, e.g. K / BK, are the kernel's).
 Arguments not given a type (`NAME:TYPE`) are `*bf16` pointers. Every pointer argument gets the
 divisibility-by-16 hint that the launcher gives 16-byte aligned tensors (`--no-align` drops it).
 """
@@ -66,6 +68,41 @@ def global_load_histogram(ptx: str) -> dict[str, int]:
     return dict(sorted(Counter(loads + copies).items()))
 
 
+# instruction families: name -> how the opcode (predicate stripped) starts; the first match names the line
+_COST_FAMILIES = [
+    ("ex2", r"ex2\."), ("lg2", r"lg2\."), ("wgmma", r"wgmma\.mma_async"), ("mma.sync", r"mma\.sync"),
+    ("ld.global", r"ld\.global"), ("cp.async", r"cp\.async\.c[ag]"), ("st.global", r"st\.global"),
+    ("bar.sync", r"bar\.sync"), ("ldmatrix", r"ldmatrix"), ("stmatrix", r"stmatrix"), ("ld.shared", r"ld\.shared"),
+    ("st.shared", r"st\.shared"), ("shfl", r"shfl\.sync"),
+]
+
+
+def instruction_histogram(ptx: str) -> dict[str, dict[str, int]]:
+    """{region: {instruction: static count}}; regions are 'straight' and 'loop <label> depth <d>' (innermost wins).
+    Global memory and mma instructions keep their full suffix (width, shape); the others are counted by family."""
+    lines = ptx.splitlines()
+    loops = []
+    for i, line in enumerate(lines):
+        # LLVM puts an inner loop's header comment on the line after its label
+        if m := re.match(r"(\$L__BB\d+_\d+):.*?Loop Header: Depth=(\d+)", line + " ".join(lines[i + 1:i + 2])):
+            branch = re.compile(rf"\bbra(\.uni)?\s+{re.escape(m.group(1))};")
+            end = max(j for j in range(i, len(lines)) if branch.search(lines[j]))
+            loops.append((i, end, f"loop {m.group(1)} depth {m.group(2)}"))
+    histogram: dict[str, dict[str, int]] = {}
+    for i, line in enumerate(lines):
+        opcode = (re.sub(r"^\s*(@!?%p\d+\s+)?", "", line).split() or [""])[0]
+        family = next((name for name, pattern in _COST_FAMILIES if re.match(pattern, opcode)), None)
+        if family is None:
+            continue
+        key = opcode if family in ("wgmma", "mma.sync", "ld.global", "st.global", "cp.async") else family
+        if family == "cp.async" and (size := re.search(r",\s*(0x[0-9a-fA-F]+|\d+)\s*(,|;)", line)):
+            key = f"{opcode} {int(size.group(1), 0)} B"
+        inner = [(start, name) for start, end, name in loops if start <= i <= end]
+        region = max(inner)[1] if inner else "straight"
+        histogram.setdefault(region, Counter())[key] += 1
+    return histogram
+
+
 def _signature(fn, constexprs: dict, types: dict[str, str]) -> dict[str, str]:
     """Every argument of `fn`: 'constexpr', its type in `types`, else '*bf16'."""
     return {name: "constexpr" if name in constexprs else types.get(name, "*bf16") for name in fn.arg_names}
@@ -121,6 +158,7 @@ def main() -> None:
     parser.add_argument("--no-align", action="store_true")
     parser.add_argument("--ptx", type=Path, default=None, help="also write the PTX here")
     parser.add_argument("--loads", action="store_true", help="print the PTX's global load histogram")
+    parser.add_argument("--histogram", action="store_true", help="print the PTX's cost instructions per loop")
     parser.add_argument("--divisible", default="", help="comma-separated integer arguments that are multiples of 16")
     args = parser.parse_args()
     module, name = args.kernel.split(":")
@@ -134,6 +172,11 @@ def main() -> None:
     if args.loads:
         for name, count in global_load_histogram(compiled.asm["ptx"]).items():
             print(f"  {count:5d}  {name}")
+    if args.histogram:
+        for region, counts in instruction_histogram(compiled.asm["ptx"]).items():
+            print(region)
+            for name, count in sorted(counts.items()):
+                print(f"  {count:5d}  {name}")
     if args.ptx:
         args.ptx.write_text(compiled.asm["ptx"])
 
