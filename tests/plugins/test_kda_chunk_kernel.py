@@ -11,7 +11,7 @@ from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned, siz
 
 pytestmark = needs_triton
 # every pair-terms implementation (chunk_kernel.PAIR_PATHS and FUSED_PAIR_PATHS)
-ALL_PAIRS = ["column", "subchunk", "fused", "fused_pairs"]
+ALL_PAIRS = ["column", "column_grid", "subchunk", "fused", "fused_pairs"]
 
 
 def inputs(lengths, H, K, V, dtype, decay_scale=1.0, lower_bound=None):
@@ -139,7 +139,7 @@ def pair_terms_reference(q, k, g, beta, lengths, scale):
     return aqk, x
 
 
-@pytest.mark.parametrize("pairs", ["column", "subchunk"])
+@pytest.mark.parametrize("pairs", ["column", "column_grid", "subchunk"])
 @pytest.mark.parametrize("decay_scale", [1.0, 5.0, 300.0], ids=["mild", "mixed", "strong"])
 def test_pair_kernel_scores_and_inverse(decay_scale, pairs):
     """Each pair-terms path alone: Aqk and X on and below the diagonal, a partial last chunk, two sequences;
@@ -167,6 +167,7 @@ def test_pair_kernel_scores_and_inverse(decay_scale, pairs):
     for got, ref in ((aqk, ref_aqk), (x, ref_x)):
         got = torch.where(mask, got.cpu(), 0.0)
         assert rel_err(got, torch.where(mask, ref, 0.0)) < (1e-4 if not ON_GPU else 5e-3)
+    assert rel_err(q_inv.cpu(), 1 / q.norm(dim=-1).clamp_min(1e-3)) < 1e-4
     assert rel_err(k_inv.cpu(), 1 / k.norm(dim=-1).clamp_min(1e-3)) < 1e-4
 
 

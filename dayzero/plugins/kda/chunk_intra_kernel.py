@@ -13,6 +13,12 @@ e^{G_r - G_m} for the rows after sub-chunk j. Inside sub-chunk j the row side is
 decays by at most EXP_CAP nats inside the sub-chunk (the factor is capped there), else the column block is recomputed
 with exact pairwise exponentials. Rows before sub-chunk j are zeroed. L2 normalization and beta are row and column
 scalings, applied after the K loop.
+
+`column_grid_pairs_kernel` puts the column block on the grid instead (one program per sub-chunk, chunk and head):
+K / BK dependent steps a program rather than 4 x K / BK, no loads of the rows before its sub-chunk, and the key
+norms and largest decay reduced once after the loop. The offline sm_90 build of the one-program-per-chunk kernel
+showed 32 serial K steps of 6 bar.sync each and 3 programs per SM (bench/kda_pair_notes.md). Not the default:
+unmeasured on the H200.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from dayzero.plugins.triton_utils import dot
 
 
 @triton.jit
-def _keys(k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc, j: tl.constexpr):
+def _keys(k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc, j):
     """Sub-chunk j's keys and G [BC, BK], and the G row of its last valid token [BK]."""
     t = start + j * BC + tl.arange(0, BC)
     valid = t < eos
@@ -52,7 +58,7 @@ def _column_block(qq, kk, G, rows, k, g_cum, start, eos, h, H: tl.constexpr, K: 
 
 
 @triton.jit
-def _exact_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, j: tl.constexpr):
+def _exact_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, j):
     """Column block j over all of K with exact pairwise decays (entries above the diagonal are junk, masked later);
     K tiles of BC columns whatever the main loop's BK, so that this rare path sets no register high-water mark."""
     rows = tl.arange(0, BT)
@@ -75,7 +81,7 @@ def _exact_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.const
 
 
 @triton.jit
-def _store_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, j: tl.constexpr, acc_kk,
+def _store_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, j, acc_kk,
                         acc_qk, spread, col_sum_sq, akk_rows, aqk_rows, akk_out, aqk_out, USE_L2NORM: tl.constexpr):
     """Scale column block j by its row and column factors and store it: Akk strictly lower (zero on and above the
     diagonal inside block (j, j), which the solve reads whole), Aqk lower with the diagonal; rows before sub-chunk j
@@ -140,17 +146,68 @@ def intra_pairs_kernel(
             _store_column_block(q, k, g_cum, start, eos, h, H, K, j, acc_kk, acc_qk, spread, col_sq, akk_rows,
                                 aqk_rows, akk_out, aqk_out, USE_L2NORM)
 
+@triton.jit
+def column_grid_pairs_kernel(
+    q, k, g_cum, beta, cu_seqlens, chunk_offsets, akk_out, aqk_out, q_inv_out, k_inv_out, scale, N,
+    H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
+):
+    scale = tl.cast(scale, tl.float32)
+    j = tl.program_id(0)
+    h = tl.program_id(2)
+    start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, tl.program_id(1))
+    if live:
+        rows = tl.arange(0, BT)
+        t = start + rows
+        # rows before sub-chunk j are zero in column block j
+        valid = (t < eos) & (rows >= j * BC)
+        key_valid = start + j * BC + tl.arange(0, BC) < eos
+        acc_kk = tl.zeros([BT, BC], tl.float32)
+        acc_qk = tl.zeros([BT, BC], tl.float32)
+        q_sq = tl.zeros([BT], tl.float32)
+        k_sq = tl.zeros([BT], tl.float32)
+        # reduced after the loop: no cross-warp reduction inside it
+        col_sq = tl.zeros([BC, BK], tl.float32)
+        spread = tl.zeros([BC, BK], tl.float32)
+        for d0 in range(0, K, BK):
+            kc = d0 + tl.arange(0, BK)
+            qq = load_rows(q, t, valid, h, H, K, kc)
+            kk = load_rows(k, t, valid, h, H, K, kc)
+            G = load_rows(g_cum, t, valid, h, H, K, kc)
+            kj, Gj, g_last = _keys(k, g_cum, start, eos, h, H, K, kc, j)
+            key = kj * tl.exp(g_last[None, :] - Gj)
+            up = tl.where(valid[:, None], tl.exp(tl.minimum(G - g_last[None, :], EXP_CAP)), 0.0)
+            acc_kk += dot(kk * up, tl.trans(key))
+            acc_qk += dot(qq * up, tl.trans(key))
+            q_sq += tl.sum(qq * qq, axis=1)
+            k_sq += tl.sum(kk * kk, axis=1)
+            col_sq += kj * kj
+            spread = tl.maximum(spread, tl.where(key_valid[:, None], Gj - g_last[None, :], 0.0))
+        q_inv = inverse_norm(q_sq, USE_L2NORM)
+        k_inv = inverse_norm(k_sq, USE_L2NORM)
+        # every program past sub-chunk j's start has these rows' norms; the one of their own sub-chunk writes them
+        own = valid & (rows < j * BC + BC)
+        tl.store(q_inv_out + t * H + h, q_inv, mask=own)
+        tl.store(k_inv_out + t * H + h, k_inv, mask=own)
+        akk_rows = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32) * k_inv
+        _store_column_block(q, k, g_cum, start, eos, h, H, K, j, acc_kk, acc_qk, tl.max(tl.max(spread, axis=1), axis=0),
+                            tl.sum(col_sq, axis=1), akk_rows, scale * q_inv, akk_out, aqk_out, USE_L2NORM)
+
+
 def pair_terms(q: torch.Tensor, k: torch.Tensor, g_cum: torch.Tensor, beta: torch.Tensor, scale: float,
                cu_seqlens: torch.Tensor, offsets: torch.Tensor, num_chunks: int, use_qk_l2norm: bool,
                x: torch.Tensor, aqk: torch.Tensor, q_inv: torch.Tensor, k_inv: torch.Tensor, launch=None,
-               num_warps: int = 4, block_k: int = 16, num_stages: int = 1) -> None:
+               num_warps: int = 4, block_k: int = 16, num_stages: int = 1, column_grid: bool = False) -> None:
     """Fill x = (I + Akk)^{-1} and aqk [T, H, BT] (blocks on and below the diagonal), q_inv and k_inv [T, H] fp32
-    (1/||x|| per token) for q, k, g_cum [T, H, K] (g_cum fp32), beta [T, H]; Akk goes through an fp32 buffer."""
+    (1/||x|| per token) for q, k, g_cum [T, H, K] (g_cum fp32), beta [T, H]; Akk goes through an fp32 buffer.
+    `column_grid`: column_grid_pairs_kernel (a program per column block) instead of intra_pairs_kernel."""
     T, H, K = k.shape
     N = cu_seqlens.shape[0] - 1
     launch = launch or (lambda fn: fn)
     akk = torch.empty(T, H, CHUNK, device=q.device, dtype=torch.float32)
-    launch(intra_pairs_kernel)[(num_chunks, H)](
+    kernel, grid = intra_pairs_kernel, (num_chunks, H)
+    if column_grid:
+        kernel, grid = column_grid_pairs_kernel, (CHUNK // BC.value, num_chunks, H)
+    launch(kernel)[grid](
         q, k, g_cum, beta, cu_seqlens, offsets, akk, aqk, q_inv, k_inv, scale, N,
         H=H, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, num_warps=num_warps, num_stages=num_stages,
     )

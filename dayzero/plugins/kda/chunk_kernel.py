@@ -88,8 +88,10 @@ class ChunkTerms:
 
 
 # the implementations of the pair terms + solve on the cumulative gate (same outputs): column-block passes then a
-# solve launch, or sub-chunk blocks (exact diagonal blocks, then the off-diagonal blocks and the solve in one launch)
-PAIR_PATHS = {"column": pair_terms, "subchunk": subchunk_pair_terms}
+# solve launch (a program per chunk, or per column block: column_grid), or sub-chunk blocks (exact diagonal blocks, then
+# the off-diagonal blocks and the solve in one launch)
+PAIR_PATHS = {"column": pair_terms, "subchunk": subchunk_pair_terms,
+              "column_grid": partial(pair_terms, column_grid=True, block_k=32)}
 # the paths that also do the gate cumsum (they read the raw g and write G): one pass over the chunk by sub-chunks,
 # with the solve in the same launch or in solve_kernel
 FUSED_PAIR_PATHS = {"fused": partial(fused_pair_terms, solve=True),
