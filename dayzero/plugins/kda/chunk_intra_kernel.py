@@ -146,6 +146,7 @@ def intra_pairs_kernel(
             _store_column_block(q, k, g_cum, start, eos, h, H, K, j, acc_kk, acc_qk, spread, col_sq, akk_rows,
                                 aqk_rows, akk_out, aqk_out, USE_L2NORM)
 
+
 @triton.jit
 def column_grid_pairs_kernel(
     q, k, g_cum, beta, cu_seqlens, chunk_offsets, akk_out, aqk_out, q_inv_out, k_inv_out, scale, N,
