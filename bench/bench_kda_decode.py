@@ -31,20 +31,22 @@ K = V = 128
 WIDTH = 4
 L2_BYTES = 60 * 2**20
 CASES = [(b, h) for b in (1, 64, 256) for h in (32, 96)]
-# (block_v, num_warps, stream): stream = evict-first state reads and streaming (.cs) state writes
+# (block_v, num_warps, stream[, maxnreg]): stream = evict-first state reads and streaming (.cs) state writes;
+# maxnreg caps the registers a thread (236 uncapped at BV 32, one warp: 8 programs an SM; 192: 10, 44 B spilled)
 # BV 128 (run s: slower): a program reads whole 512-byte state rows, 64 state registers a thread. One warp: the sums
 # over K stay inside the warp (shuffles, no barrier; the 4-warp build has 21 bar.sync a step), many programs per SM
 POOL_CONFIGS = [(16, 1, False), (32, 1, False), (16, 2, False), (32, 2, False), (32, 4, False), (64, 4, False),
-                (64, 8, False), (64, 4, True)]
+                (64, 8, False), (64, 4, True), (32, 1, False, 192), (32, 1, False, 168)]
 FUSED_CONFIGS = [(16, 8, False), (32, 4, False), (32, 8, False), (32, 16, False), (64, 8, False), (32, 4, True),
                  (32, 8, True), (64, 8, True), (128, 8, True)]
 # --quick: the pool defaults' two candidates and the fused default
-QUICK_POOL_CONFIGS = [(16, 1, False), (32, 1, False)]
+QUICK_POOL_CONFIGS = [(16, 1, False), (32, 1, False), (32, 1, False, 192), (32, 1, False, 168)]
 QUICK_FUSED_CONFIGS = [(32, 4, False)]
 
 
 def config_name(kind: str, config) -> str:
-    return f"ours_{kind}_bv{config[0]}_w{config[1]}{'_stream' if config[2] else ''}"
+    capped = f"_r{config[3]}" if len(config) > 3 else ""
+    return f"ours_{kind}_bv{config[0]}_w{config[1]}{'_stream' if config[2] else ''}{capped}"
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -116,7 +118,8 @@ def unfused_inputs(s: dict, p: dict) -> dict:
 def run_pool(u: dict, s: dict, state: torch.Tensor, config=(32, 4, False)):
     return recurrent_kda_pool_launcher(u["q"], u["k"], u["v"], u["g"], u["beta"], state, s["slots"],
                                        s["num_accepted"], use_qk_l2norm_in_kernel=True, block_v=config[0],
-                                       num_warps=config[1], stream=config[2])
+                                       num_warps=config[1], stream=config[2],
+                                       maxnreg=config[3] if len(config) > 3 else None)
 
 
 def run_fused(s: dict, p: dict, state: torch.Tensor, conv_state: torch.Tensor, config=(32, 8, False)):
@@ -191,7 +194,8 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False) -> di
         st = state0.clone()
         errors = check("recurrent_kda_pool", run_pool(u0, s0, st, config), o_pool_ref, st, pool_after, s0["slots"])
         ms = bench(rotating([lambda u=u, s=s: run_pool(u, s, p["state"], config) for u, s in zip(unfused, sets)]))
-        extra = {"block_v": config[0], "num_warps": config[1], "stream": config[2], **errors}
+        extra = {"block_v": config[0], "num_warps": config[1], "stream": config[2],
+                 "maxnreg": config[3] if len(config) > 3 else None, **errors}
         if B == 1:
             extra["graph_ms"] = graph_ms([lambda u=u, s=s: run_pool(u, s, p["state"], config)
                                           for u, s in list(zip(unfused, sets))[:32]])

@@ -86,8 +86,10 @@ def instruction_histogram(ptx: str) -> dict[str, dict[str, int]]:
         # LLVM puts an inner loop's header comment on the line after its label
         if m := re.match(r"(\$L__BB\d+_\d+):.*?Loop Header: Depth=(\d+)", line + " ".join(lines[i + 1:i + 2])):
             branch = re.compile(rf"\bbra(\.uni)?\s+{re.escape(m.group(1))};")
-            end = max(j for j in range(i, len(lines)) if branch.search(lines[j]))
-            loops.append((i, end, f"loop {m.group(1)} depth {m.group(2)}"))
+            # a header whose back branch does not name it (a rotated loop) gets no region: its lines count outside
+            ends = [j for j in range(i, len(lines)) if branch.search(lines[j])]
+            if ends:
+                loops.append((i, max(ends), f"loop {m.group(1)} depth {m.group(2)}"))
     histogram: dict[str, dict[str, int]] = {}
     for i, line in enumerate(lines):
         opcode = (re.sub(r"^\s*(@!?%p\d+\s+)?", "", line).split() or [""])[0]

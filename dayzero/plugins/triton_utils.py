@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import triton
@@ -21,3 +22,11 @@ def dot(a, b):
         out = tl.dot(a, b)
     return out
 
+
+
+@functools.cache
+def with_launch_config(kernel, num_warps: int, maxnreg: int | None):
+    """`kernel` under one fixed launch config. maxnreg goes through a single-config autotuner, the form in which
+    torch.library.wrap_triton / AOTInductor carry it (it is not a plain launch option there)."""
+    config = triton.Config({}, num_warps=num_warps, maxnreg=maxnreg)
+    return triton.autotune(configs=[config], key=[])(kernel)

@@ -92,8 +92,9 @@ def test_recurrent_kda_pool_matches_reference(B, L, H, K, V, dtype, l2norm, stri
     check_pool(got, expected, state, slots, state_tol)
 
 
-@pytest.mark.parametrize("block_v, num_warps, stream", [(16, 1, False), (32, 2, False), (16, 2, True)])
-def test_recurrent_kda_pool_block_configs(block_v, num_warps, stream):
+@pytest.mark.parametrize("block_v, num_warps, stream, maxnreg", [(16, 1, False, None), (32, 2, False, None),
+                                                                 (16, 2, True, None), (32, 1, False, 192)])
+def test_recurrent_kda_pool_block_configs(block_v, num_warps, stream, maxnreg):
     from dayzero.plugins.kda.recurrent_kernel import recurrent_kda_pool_launcher
 
     B, L, H, K, V = 2, 2, 2, 16, 32
@@ -104,7 +105,7 @@ def test_recurrent_kda_pool_block_configs(block_v, num_warps, stream):
     o_ref = R.recurrent_kda_pool(*(x.cpu() for x in (q, k, v, g, beta)), expected, slots, num_accepted, scale=0.3)
     got = state.to(DEVICE)
     o = recurrent_kda_pool_launcher(q, k, v, g, beta, got, slots.to(DEVICE), num_accepted.to(DEVICE), scale=0.3,
-                                    block_v=block_v, num_warps=num_warps, stream=stream)
+                                    block_v=block_v, num_warps=num_warps, stream=stream, maxnreg=maxnreg)
     assert rel_err(o.cpu(), o_ref) < 1e-5 and rel_err(got.cpu(), expected) < 1e-5
 
 

@@ -14,8 +14,6 @@ stored: a row's candidates are at most S * K keys.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -32,6 +30,7 @@ from dayzero.plugins.indexer.topk_kernel import (
     write_topk_row,
 )
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
+from dayzero.plugins.triton_utils import with_launch_config
 
 
 @triton.jit
@@ -158,14 +157,6 @@ def _merge_kernel(buf, counts, floors, out, cu_seqlens, num_seqs, num_splits, to
             keys = tl.load(src + offs, mask=offs < n, other=-1)
             count, tau = insert_keys(buf, offsets, keys[None, :], count, tau, topk, SLACK, CAP, 1)
     write_topk_row(buf + first * CAP, tl.sum(count, axis=0), out_row, topk, KP, CAP)
-
-
-@functools.cache
-def with_launch_config(kernel, num_warps: int, maxnreg: int | None):
-    """`kernel` under one fixed launch config. maxnreg goes through a single-config autotuner, the form in which
-    torch.library.wrap_triton / AOTInductor carry it (it is not a plain launch option there)."""
-    config = triton.Config({}, num_warps=num_warps, maxnreg=maxnreg)
-    return triton.autotune(configs=[config], key=[])(kernel)
 
 
 def decode_row_tiles(rows_per_program: int, num_heads: int, block_keys: int,

@@ -21,12 +21,13 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins import device as device_info
-from dayzero.plugins.indexer.decode_kernel import decode_row_tiles, with_launch_config
+from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
 from dayzero.plugins.indexer.f16_tiles_kernel import dot_kq_f16, f16_query_rows, load_keys_f16, unscale_scores
 from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, load_set, score_keys, union_layout, write_sorted
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, split_chunk
 from dayzero.plugins.indexer.words_tiles_kernel import load_keys_words
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
+from dayzero.plugins.triton_utils import with_launch_config
 
 # splits whose floors the merge reads at once
 FLOOR_BLOCK = tl.constexpr(32)

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
+from dayzero.plugins.triton_utils import with_launch_config
 
 L2_EPS = tl.constexpr(1e-6)
 # softplus(x) == x above this (torch's default threshold)
@@ -218,12 +219,14 @@ def recurrent_kda_pool_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
-    num_warps: int = 1, stream: bool = False, launch=None,
+    num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, launch=None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
     Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
     gives the state reads and writes streaming cache hints (a tuning knob, swept by the benchmark).
-    One warp a program by default: the sums over K then stay inside the warp (no cross-warp barrier per step)."""
+    One warp a program by default: the sums over K then stay inside the warp (no cross-warp barrier per step).
+    `maxnreg` caps the registers a thread (a tuning knob): the sm_90 build of BV 32 on one warp takes 236, so 8
+    programs fit an SM; at 192 (44 B spilled) 10 do, more state bytes in flight. Not yet timed on the H200."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
@@ -235,11 +238,15 @@ def recurrent_kda_pool_launcher(
         block_v = min(dim_v, 32 if batch * heads >= 1024 else 16)
     assert block_v <= dim_v and block_v & (block_v - 1) == 0, "block_v must be a power of two <= V"
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
-    kernel = launch(_recurrent_kda_pool_kernel) if launch else _recurrent_kda_pool_kernel
+    kernel = _recurrent_kda_pool_kernel
+    options = {"num_warps": num_warps}
+    if maxnreg is not None:
+        kernel, options = with_launch_config(kernel, num_warps, maxnreg), {}
+    kernel = launch(kernel) if launch else kernel
     kernel[(batch * heads * (dim_v // block_v),)](
         q, k, v, g, beta, o, state, state_slots, num_accepted, dim_k ** -0.5 if scale is None else scale, length,
         *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, stream,
-        num_warps=num_warps,
+        **options,
     )
     return o
 
