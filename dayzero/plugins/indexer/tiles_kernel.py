@@ -64,6 +64,16 @@ def load_keys(cache, table_row, s, ok, d, DI: tl.constexpr, PAGE: tl.constexpr, 
 
 
 @triton.jit
+def mxfp8_key_codes(cache, page_base, offset, ok, DI: tl.constexpr, DP: tl.constexpr):
+    """The e4m3 codes of keys at `offset` [BS] in pages starting at byte `page_base` [BS] -> uint8 [BS, DP / 32, 32],
+    0 outside DI and where not ok."""
+    block = tl.arange(0, DP // 32)
+    col = block[:, None] * 32 + tl.arange(0, 32)[None, :]
+    return tl.load(cache + (page_base + offset * DI)[:, None, None] + col[None, :, :],
+                   mask=ok[:, None, None] & (col < DI)[None, :, :], other=0)
+
+
+@triton.jit
 def mxfp8_key_blocks(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr):
     """MXFP8 keys of positions s [BS] as (e4m3 codes [BS, DP / 32, 32], E8M0 codes [BS, DP / 32]), uint8; 0 outside
     DI and where not ok. Blocks, so that each scale byte is loaded once per thread and block and broadcast over its
@@ -71,11 +81,8 @@ def mxfp8_key_blocks(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.constex
     page = tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)
     offset = (s % PAGE).to(tl.int64)
     page_base = page * (PAGE * (DI + DI // 32))
-    NB: tl.constexpr = DP // 32
-    block = tl.arange(0, NB)
-    col = block[:, None] * 32 + tl.arange(0, 32)[None, :]
-    codes = tl.load(cache + (page_base + offset * DI)[:, None, None] + col[None, :, :],
-                    mask=ok[:, None, None] & (col < DI)[None, :, :], other=0)
+    codes = mxfp8_key_codes(cache, page_base, offset, ok, DI, DP)
+    block = tl.arange(0, DP // 32)
     scales = tl.load(cache + (page_base + PAGE * DI + offset * (DI // 32))[:, None] + block[None, :],
                      mask=ok[:, None] & (block < DI // 32)[None, :], other=0)
     return codes, scales

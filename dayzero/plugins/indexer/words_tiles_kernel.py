@@ -12,7 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dayzero.plugins.indexer.tiles_kernel import dequantize_mxfp8_blocks, dot_operand
+from dayzero.plugins.indexer.tiles_kernel import dequantize_mxfp8_blocks, dot_operand, mxfp8_key_codes
 
 # E8M0 codes per int32 word
 SCALES_PER_WORD = tl.constexpr(4)
@@ -45,10 +45,7 @@ def mxfp8_key_word_blocks(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.co
                              mask=ok[:, None] & (col < DI // 4)[None, :], other=0)
         codes = tl.reshape(split_bytes(code_words), (s.shape[0], NB, 32))
     else:
-        block = tl.arange(0, NB)
-        col = block[:, None] * 32 + tl.arange(0, 32)[None, :]
-        codes = tl.load(cache + (page * (PAGE * (DI + DI // 32)) + offset * DI)[:, None, None] + col[None, :, :],
-                        mask=ok[:, None, None] & (col < DI)[None, :, :], other=0)
+        codes = mxfp8_key_codes(cache, page * (PAGE * (DI + DI // 32)), offset, ok, DI, DP)
     word = tl.arange(0, NW)
     scale_words = tl.load(words + (page_words + PAGE * DI // 4 + offset * (DI // 128))[:, None] + word[None, :],
                           mask=ok[:, None] & (word < DI // 128)[None, :], other=0)
