@@ -15,7 +15,14 @@ from functools import partial
 import torch
 
 from bench.common import copy_bandwidth_gbs, graph_replay_ms, matmul_tflops, median_ms, rel_err, table, write_results
-from dayzero.plugins.kda.chunk_kernel import FUSED_PAIR_PATHS, PAIR_PATHS, chunk_kda_launcher, chunk_states, intra_chunk
+from dayzero.plugins.kda.chunk_kernel import (
+    DEFAULT_PAIRS,
+    FUSED_PAIR_PATHS,
+    PAIR_PATHS,
+    chunk_kda_launcher,
+    chunk_states,
+    intra_chunk,
+)
 
 SHAPES = [(1, 8192, 32), (8, 4096, 96), (1, 32768, 96)]
 K = V = 128
@@ -30,8 +37,9 @@ def make_inputs(B, T, H):
     return q, k, v, g, beta, cu
 
 
-def ours(q, k, v, g, beta, cu, block_v, pairs="column"):
-    return chunk_kda_launcher(q, k, v, g, beta, K ** -0.5, None, cu, True, True, state_block_v=block_v, pairs=pairs)
+def ours(q, k, v, g, beta, cu, block_v, pairs=DEFAULT_PAIRS, wy="tiles"):
+    return chunk_kda_launcher(q, k, v, g, beta, K ** -0.5, None, cu, True, True, state_block_v=block_v, pairs=pairs,
+                              intra_options=WY_VARIANTS[wy])
 
 
 def fla_chunk(q, k, v, g, beta, cu, B, T):
@@ -56,9 +64,13 @@ PAIR_CONFIGS = [("column", 16, 4, 1), ("column", 16, 4, 2), ("column", 16, 4, 3)
                 ("subchunk", 16, 4, 1), ("subchunk", 16, 2, 1), ("subchunk", 16, 4, 2), ("subchunk", 32, 8, 1)]
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
+# WY kernel variants for --wy (intra_chunk options): a program per tile (the default), or per chunk looping over the
+# tiles (X loaded once, tile loads pipelined: offline sm_90 builds 154 registers at BK 32 / 4 warps, 152 at BK 64 / 8)
+WY_VARIANTS = {"tiles": {}, "chunk": {"wy": "chunk"}, "chunk64w8": {"wy": "chunk", "block_k": 64, "wy_warps": 8},
+               "chunk_s1": {"wy": "chunk", "wy_stages": 1}}
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
-KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "fused_pairs_kernel_ms", "solve_kernel_ms",
-                  "wy_kernel_ms", "_state_kernel_ms"]
+KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "column_grid_pairs_kernel_ms",
+                  "fused_pairs_kernel_ms", "solve_kernel_ms", "wy_kernel_ms", "wy_chunk_kernel_ms", "_state_kernel_ms"]
 
 
 def kernel_ms(fn, iters: int = 5, width: int = 24) -> dict:
@@ -121,13 +133,19 @@ def quick_times(B, T, H, q, k, v, g, beta, cu, with_pair_sweep: bool) -> dict:
     return {**times, **kernel_ms(lambda: ours(q, k, v, g, beta, cu, None))}
 
 
-def path_times(q, k, v, g, beta, cu, paths: list[str]) -> dict:
-    """ours end to end with each pair path (`--pairs`), and each path's per-kernel profile: old vs new in one run."""
+def path_label(pairs: str, wy: str) -> str:
+    return pairs if wy == "tiles" else f"{pairs}+{wy}"
+
+
+def path_times(q, k, v, g, beta, cu, paths: list[tuple[str, str]]) -> dict:
+    """ours end to end with each (pair path, WY variant) of `--pairs` / `--wy`, and each one's per-kernel profile: old
+    vs new in one run."""
     times = {}
-    for pairs in paths:
-        times[f"ours_{pairs}_ms"] = round(median_ms(lambda p=pairs: ours(q, k, v, g, beta, cu, None, p)), 3)
-        profile = kernel_ms(lambda p=pairs: ours(q, k, v, g, beta, cu, None, p))
-        times.update({f"{pairs}:{name}": value for name, value in profile.items()})
+    for pairs, wy in paths:
+        label = path_label(pairs, wy)
+        run = partial(ours, q, k, v, g, beta, cu, None, pairs, wy)
+        times[f"ours_{label}_ms"] = round(median_ms(run), 3)
+        times.update({f"{label}:{name}": value for name, value in kernel_ms(run).items()})
     return times
 
 
@@ -138,7 +156,8 @@ def best_pair_config(row: dict) -> str:
     return "" if not swept else min(((v, key) for key, v in swept.items()))[1] + f" {min(swept.values())}"
 
 
-def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False, paths: list[str] | None = None) -> dict:
+def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False,
+                paths: list[tuple[str, str]] | None = None) -> dict:
     """One shape; with `paths`, each pair path timed end to end (no sweeps) and `ours` is the first of them."""
     q, k, v, g, beta, cu = make_inputs(B, T, H)
     row = {"shape": f"B{B} T{T} H{H}", "B": B, "T": T, "H": H}
@@ -148,15 +167,16 @@ def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False, paths: list
         row.update(stage_times(q, k, v, g, beta, cu) if sweep else
                    quick_times(B, T, H, q, k, v, g, beta, cu, pair_sweep_only))
     row["best_pair_config"] = best_pair_config(row)
-    pairs = paths[0] if paths else "column"
-    row["pairs"] = pairs
-    o, s = ours(q, k, v, g, beta, cu, None, pairs)
-    row["ours_ms"] = row.get(f"ours_{pairs}_ms") or round(median_ms(lambda: ours(q, k, v, g, beta, cu, None, pairs)), 3)
+    pairs, wy = paths[0] if paths else (DEFAULT_PAIRS, "tiles")
+    row["pairs"] = path_label(pairs, wy)
+    o, s = ours(q, k, v, g, beta, cu, None, pairs, wy)
+    row["ours_ms"] = row.get(f"ours_{row['pairs']}_ms") or round(median_ms(
+        lambda: ours(q, k, v, g, beta, cu, None, pairs, wy)), 3)
     try:
         fo, fs = fla_chunk(q, k, v, g, beta, cu, B, T)
         row["fla_ms"] = round(median_ms(lambda: fla_chunk(q, k, v, g, beta, cu, B, T)), 3)
         row["speedup"] = round(row["fla_ms"] / row["ours_ms"], 2)
-        row.update(graph_times(q, k, v, g, beta, cu, B, T, pairs))
+        row.update(graph_times(q, k, v, g, beta, cu, B, T, pairs, wy))
         row["err_o_vs_fla"] = f"{rel_err(o.float(), fo.reshape(o.shape).float()):.1e}"
         row["err_S_vs_fla"] = f"{rel_err(s, fs.float()):.1e}"
         # fla's stages, to set against ours (which of its intra kernels is where the gap is)
@@ -170,10 +190,10 @@ def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False, paths: list
     return row
 
 
-def graph_times(q, k, v, g, beta, cu, B, T, pairs="column") -> dict:
+def graph_times(q, k, v, g, beta, cu, B, T, pairs=DEFAULT_PAIRS, wy="tiles") -> dict:
     """GPU time alone (CUDA-graph replay): a plain call also counts each side's Python launch path."""
     try:
-        ours_ms = graph_replay_ms([lambda: ours(q, k, v, g, beta, cu, None, pairs)])
+        ours_ms = graph_replay_ms([lambda: ours(q, k, v, g, beta, cu, None, pairs, wy)])
         fla_ms = graph_replay_ms([lambda: fla_chunk(q, k, v, g, beta, cu, B, T)])
     except Exception as err:  # a capture failure must not lose the plain timings
         return {"graph_error": f"{type(err).__name__}: {err}"[:200]}
@@ -206,7 +226,7 @@ def reference_check(paths=None) -> dict:
     errors = {}
     for pairs in paths or [*PAIR_PATHS, *FUSED_PAIR_PATHS]:
         o, s = chunk_kda_launcher(q, k, v, g, beta, K ** -0.5, S0, cu, True, True, pairs=pairs)
-        suffix = "" if pairs == "column" else f"_{pairs}"
+        suffix = "" if pairs == DEFAULT_PAIRS else f"_{pairs}"
         errors |= {f"err_o_vs_reference{suffix}": rel_err(o.float(), ro[0]),
                    f"err_S_vs_reference{suffix}": rel_err(s, rs)}
     return errors
@@ -222,14 +242,22 @@ def main() -> None:
     parser.add_argument("--pairs", default="", help="comma-separated pair paths (chunk_kernel.PAIR_PATHS / "
                         "FUSED_PAIR_PATHS keys, e.g. fused,column): time ours end to end with each on every shape, "
                         "with per-kernel profiles, instead of the sweeps; the first one is compared with fla")
+    parser.add_argument("--wy", default="", help="comma-separated WY_VARIANTS keys: each timed end to end with "
+                        "the first --pairs path (default column_grid); that path with the first of them is compared "
+                        "with fla")
     parser.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
     parser.add_argument("--no-reference-check", action="store_true",
                         help="skip the varlen fp32 reference check (its fp32 compiles; the GPU tests cover it)")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ceilings = {"copy_GBps": round(copy_bandwidth_gbs()), "bf16_matmul_TFLOPs": round(matmul_tflops())}
-    paths = [p for p in args.pairs.split(",") if p]
-    check = {} if args.no_reference_check else reference_check(paths)
+    pair_paths = [p for p in args.pairs.split(",") if p]
+    wy_variants = [w for w in args.wy.split(",") if w]
+    if wy_variants and not pair_paths:
+        pair_paths = [DEFAULT_PAIRS]
+    first_wy = wy_variants[0] if wy_variants else "tiles"
+    paths = [(p, first_wy) for p in pair_paths] + [(pair_paths[0], w) for w in wy_variants[1:]]
+    check = {} if args.no_reference_check else reference_check(pair_paths)
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     rows = []
     with torch.inference_mode():
@@ -247,7 +275,8 @@ def main() -> None:
     print("ceilings", ceilings, "| reference check", {k: f"{v:.1e}" for k, v in check.items()})
     for row in rows:
         print(row["shape"], {key: value for key, value in row.items() if key.endswith("_ms") and "ours" not in key})
-    per_path = [f"ours_{p}_ms" for p in paths] + [f"{p}:{name}" for p in paths for name in KERNEL_COLUMNS]
+    labels = [path_label(*path) for path in paths]
+    per_path = [f"ours_{p}_ms" for p in labels] + [f"{p}:{name}" for p in labels for name in KERNEL_COLUMNS]
     print(table(rows, ["shape", "pairs", *per_path, "ours_ms", "fla_ms", "speedup", "ours_graph_ms", "fla_graph_ms",
                        "speedup_graph", *KERNEL_COLUMNS, "best_pair_config",
                        "err_o_vs_fla", "err_S_vs_fla", "err_o_vs_ref32", "fla_err_o_vs_ref32", "fla_error", "error"]))

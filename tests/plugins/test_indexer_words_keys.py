@@ -3,7 +3,7 @@
 The word loaders must return the very bytes of the cache on random caches, every byte value included (E8M0 0 and
 255, e4m3 NaN codes), across a page boundary, with masked keys and a masked tail of words (DI 384 in DP 512); the
 dequantized keys must be bit-identical to the byte loader's (tiles_kernel.py), and the decode Top-K identical to the
-default select kernel's and equal to the reference's, also at extreme scales and with an MXFP8 query.
+byte-loading select kernel's and equal to the reference's, also at extreme scales and with an MXFP8 query.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ pytestmark = needs_triton
 PAGE = 64
 # loader -> the LOADER constexpr of the test kernels
 LOADERS = {"bytes": 0, "scale-words": 1, "code-and-scale-words": 2}
-WORD_KERNELS = ["select-words", "select-words-codes"]
+# "select" loads words on its own wherever they apply
+WORD_KERNELS = ["select-words", "select-words-codes", "select"]
 
 if HAS_TRITON:
     import triton
@@ -131,7 +132,7 @@ def test_decode_with_word_keys_matches_the_reference(lengths, new, num_heads, to
     """Contexts off the page size and shorter than topk, 1 + d rows per sequence."""
     case = build_case(lengths, new, num_heads, 128, "mxfp8", torch.bfloat16, seed=len(lengths))
     got = run_decode(case, topk, decode_kernel)
-    assert torch.equal(got, run_decode(case, topk, "select"))
+    assert torch.equal(got, run_decode(case, topk, "select-bytes"))
     assert_same_topk(got, reference.index_topk_paged(**case, topk=topk), case, exact=not ON_GPU)
     assert_rows_follow_the_rule(got, case, topk)
 
@@ -142,7 +143,7 @@ def test_decode_with_word_keys_at_extreme_scales(scenario, decode_kernel):
     """Block scales near both ends of E8M0 with large / tiny queries, heads 40 octaves apart."""
     case = extreme_case((140, 70), (2, 1), 2, 128, scenario, seed=2)
     got = run_decode(case, 16, decode_kernel)
-    assert torch.equal(got, run_decode(case, 16, "select"))
+    assert torch.equal(got, run_decode(case, 16, "select-bytes"))
     assert_same_topk(got, reference.index_topk_paged(**case, topk=16), case, exact=not ON_GPU)
 
 
@@ -150,8 +151,8 @@ def test_decode_with_word_keys_and_an_mxfp8_query():
     case = extreme_case((130, 90), (1, 2), 2, 128, "mid-scales-heads-40-octaves-apart", seed=4)
     values, q_scales = mxfp8_quantize(case["q"].float())
     quantized = {**case, "q": values}
-    got = run_decode(quantized, 16, "select-words-codes", q_scales=q_scales)
-    assert torch.equal(got, run_decode(quantized, 16, "select", q_scales=q_scales))
+    got = run_decode(quantized, 16, "select", q_scales=q_scales)
+    assert torch.equal(got, run_decode(quantized, 16, "select-bytes", q_scales=q_scales))
     expected = reference.index_topk_paged(**quantized, topk=16, q_scales=q_scales)
     assert_same_topk(got, expected, {**case, "q": mxfp8_dequantize(values, q_scales)}, exact=not ON_GPU)
 

@@ -29,7 +29,7 @@ from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 from dayzero.plugins.kda.fused_pairs_kernel import fused_pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
 from dayzero.plugins.kda.subchunk_pairs_kernel import subchunk_pair_terms
-from dayzero.plugins.kda.wy_kernel import wy_kernel
+from dayzero.plugins.kda.wy_kernel import wy_chunk_kernel, wy_kernel
 from dayzero.plugins.triton_utils import dot
 
 
@@ -92,6 +92,11 @@ class ChunkTerms:
 # the off-diagonal blocks and the solve in one launch)
 PAIR_PATHS = {"column": pair_terms, "subchunk": subchunk_pair_terms,
               "column_grid": partial(pair_terms, column_grid=True, block_k=32)}
+# column_grid: 0.29 ms against column's 0.58 for the pair kernel at B1 T8192 H32 on the H200 (run aa)
+DEFAULT_PAIRS = "column_grid"
+# the WY kernels: a program per (K or V tile, chunk, head), or per (chunk, head) looping over the tiles
+WY_PATHS = ("tiles", "chunk")
+DEFAULT_WY = "tiles"
 # the paths that also do the gate cumsum (they read the raw g and write G): one pass over the chunk by sub-chunks,
 # with the solve in the same launch or in solve_kernel
 FUSED_PAIR_PATHS = {"fused": partial(fused_pair_terms, solve=True),
@@ -100,9 +105,9 @@ FUSED_PAIR_PATHS = {"fused": partial(fused_pair_terms, solve=True),
 
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
                 pair_warps: int | None = None, pair_block_k: int | None = None, pair_stages: int = 1, wy_warps: int = 4,
-                block_k: int = 32, pairs: str = "column") -> ChunkTerms:
+                block_k: int = 32, pairs: str = DEFAULT_PAIRS, wy: str = DEFAULT_WY, wy_stages: int = 2) -> ChunkTerms:
     """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve (`pairs`: a PAIR_PATHS or
-    FUSED_PAIR_PATHS key; pair_warps None: the path's default), WY products."""
+    FUSED_PAIR_PATHS key; pair_warps None: the path's default), WY products (`wy`: one of WY_PATHS)."""
     T, H, K = k.shape
     V = v.shape[-1]
     N = cu_seqlens.shape[0] - 1
@@ -130,10 +135,15 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
         PAIR_PATHS[pairs](q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a,
                           q_inv, k_inv, launch, **pair_options)
     block_k, block_v = min(K, block_k), min(V, block_k)
-    launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
-        q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,
-        terms.decay, scale, N, H=H, K=K, V=V, BK=block_k, BV=block_v, num_warps=wy_warps,
-    )
+    operands = (q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg,
+                terms.kt, terms.decay, scale, N)
+    assert wy in WY_PATHS, f"wy must be one of {WY_PATHS}, got {wy!r}"
+    if wy == "chunk":
+        launch(wy_chunk_kernel)[(chunks, H)](*operands, H=H, K=K, V=V, BK=block_k, BV=block_v, NUM_STAGES=wy_stages,
+                                             num_warps=wy_warps)
+    else:
+        launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](*operands, H=H, K=K, V=V, BK=block_k, BV=block_v,
+                                                                    num_warps=wy_warps)
     return terms
 
 
@@ -165,11 +175,12 @@ def chunk_kda_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, scale: float,
     initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor, use_qk_l2norm: bool, output_final_state: bool,
     launch=None, state_block_v: int | None = None, out: torch.Tensor | None = None,
-    final_out: torch.Tensor | None = None, pairs: str = "column",
+    final_out: torch.Tensor | None = None, pairs: str = DEFAULT_PAIRS, intra_options: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Varlen chunked KDA: q, k, g [T, H, K], v [T, H, V], beta [T, H] (token-major, contiguous), cu_seqlens [N+1]
     int32 on the device; g in fp32 log space. Returns (o [T, H, V] in v's dtype, final states [N, H, K, V] fp32),
-    written into `out` / `final_out` when given."""
+    written into `out` / `final_out` when given. `intra_options`: launch choices passed to intra_chunk (wy, block_k,
+    wy_warps, ...)."""
     T, H, K = k.shape
     V = v.shape[-1]
     N = cu_seqlens.shape[0] - 1
@@ -177,7 +188,8 @@ def chunk_kda_launcher(
         assert x.is_contiguous() and x.shape[0] == T, f"{name} must be contiguous [T, ...], got {tuple(x.shape)}"
     assert g.dtype == torch.float32 and q.shape == k.shape == g.shape and beta.shape == (T, H)
     assert K in (16, 32, 64, 128, 256) and V in (16, 32, 64, 128, 256), "K and V must be powers of two in 16..256"
-    terms = intra_chunk(q, k, v, g, beta, scale, cu_seqlens, use_qk_l2norm, launch, pairs=pairs)
+    terms = intra_chunk(q, k, v, g, beta, scale, cu_seqlens, use_qk_l2norm, launch, pairs=pairs,
+                        **(intra_options or {}))
     o = torch.empty(T, H, V, device=q.device, dtype=v.dtype) if out is None else out
     final = None
     if output_final_state:
