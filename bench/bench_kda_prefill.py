@@ -157,12 +157,14 @@ def best_pair_config(row: dict) -> str:
 
 
 def bench_shape(B, T, H, sweep: bool, pair_sweep_only: bool = False,
-                paths: list[tuple[str, str]] | None = None) -> dict:
+                paths: list[tuple[str, str]] | None = None, state_sweep_too: bool = False) -> dict:
     """One shape; with `paths`, each pair path timed end to end (no sweeps) and `ours` is the first of them."""
     q, k, v, g, beta, cu = make_inputs(B, T, H)
     row = {"shape": f"B{B} T{T} H{H}", "B": B, "T": T, "H": H}
     if paths:
         row.update(path_times(q, k, v, g, beta, cu, paths))
+        if state_sweep_too:
+            row.update(state_sweep(q, k, v, g, beta, cu))
     else:
         row.update(stage_times(q, k, v, g, beta, cu) if sweep else
                    quick_times(B, T, H, q, k, v, g, beta, cu, pair_sweep_only))
@@ -245,6 +247,8 @@ def main() -> None:
     parser.add_argument("--wy", default="", help="comma-separated WY_VARIANTS keys: each timed end to end with "
                         "the first --pairs path (default column_grid); that path with the first of them is compared "
                         "with fla")
+    parser.add_argument("--state-sweep", action="store_true", help="with --pairs / --wy: also the state kernel's "
+                        "V-block sweep on every shape")
     parser.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
     parser.add_argument("--no-reference-check", action="store_true",
                         help="skip the varlen fp32 reference check (its fp32 compiles; the GPU tests cover it)")
@@ -264,7 +268,7 @@ def main() -> None:
         for B, T, H in shapes[:1] if args.first_shape_only else shapes:
             try:
                 rows.append(bench_shape(B, T, H, sweep=not args.quick, pair_sweep_only=args.quick and not rows,
-                                        paths=paths))
+                                        paths=paths, state_sweep_too=args.state_sweep))
             except Exception as err:
                 rows.append({"shape": f"B{B} T{T} H{H}", "error": f"{type(err).__name__}: {err}"[:300]})
                 traceback.print_exc()
