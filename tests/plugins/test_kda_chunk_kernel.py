@@ -35,8 +35,11 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEF
 
     (q, k, v), g, beta, cu = inputs(lengths, H, K, V, dtype, **gate)
     S0 = torch.randn(len(lengths), H, K, V) if with_state else None
-    ref_o, ref_s = R.chunk_kda(*(x.float()[None] for x in (q, k, v, g, beta)), initial_state=S0,
-                               output_final_state=True, use_qk_l2norm_in_kernel=l2, cu_seqlens=cu)
+    # the reference runs on the device too: on the H200's CPU the realistic sizes took minutes
+    ref_o, ref_s = R.chunk_kda(*(x.float()[None].to(DEVICE) for x in (q, k, v, g, beta)),
+                               initial_state=None if S0 is None else S0.to(DEVICE), output_final_state=True,
+                               use_qk_l2norm_in_kernel=l2, cu_seqlens=cu.to(DEVICE))
+    ref_o, ref_s = ref_o.cpu(), ref_s.cpu()
     dev = [x.to(DEVICE) for x in (q, k, v, g, beta)]
     out = poisoned(sum(lengths), H, V, dtype=dtype)
     final = poisoned(len(lengths), H, K, V)

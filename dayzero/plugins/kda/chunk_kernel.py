@@ -162,9 +162,10 @@ def chunk_states(terms: ChunkTerms, o: torch.Tensor, initial_state, final, cu_se
 
 
 def _state_block_v(num_seqs: int, H: int, V: int) -> int:
-    """V columns per state program: 64 once that still gives two programs per SM of an H200 (B8 T4096 H96:
-    2.3 ms vs 4.2 ms at 32), else 32 (B1 T8192 H32: 0.33 ms vs 0.38 ms at 64)."""
-    return 64 if num_seqs * H * max(V // 64, 1) >= 264 else 32
+    """V columns per state program: 64 once that still gives a program to each of an H200's 132 SMs, else 32.
+    Run ab: B8 T4096 H96 2.40 ms at 64 against 4.39 at 32; B1 T32768 H96 (192 programs) 2.83 against 4.11;
+    B1 T8192 H32 (64 programs) 0.44 against 0.36."""
+    return 64 if num_seqs * H * max(V // 64, 1) >= 132 else 32
 
 
 def _direct(fn):
