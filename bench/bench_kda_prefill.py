@@ -64,15 +64,13 @@ PAIR_CONFIGS = [("column", 16, 4, 1), ("column", 16, 4, 2), ("column", 16, 4, 3)
                 ("subchunk", 16, 4, 1), ("subchunk", 16, 2, 1), ("subchunk", 16, 4, 2), ("subchunk", 32, 8, 1)]
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
-# WY kernel variants for --wy (intra_chunk options): a program per tile (the default), or per chunk looping over the
-# tiles (X loaded once, tile loads pipelined: offline sm_90 builds 154 registers at BK 32 / 4 warps, 152 at BK 64 / 8)
-# (run ab: per chunk level at BK 32, slower at BK 64). tiles64: 128-byte rows of q / k / v (64 at BK 32)
-WY_VARIANTS = {"tiles": {}, "chunk": {"wy": "chunk"}, "chunk64w8": {"wy": "chunk", "block_k": 64, "wy_warps": 8},
-               "chunk_s1": {"wy": "chunk", "wy_stages": 1}, "tiles64w4": {"block_k": 64},
-               "tiles64w8": {"block_k": 64, "wy_warps": 8}}
+# WY kernel variants for --wy (intra_chunk options): the default's 32-column tiles at 4 warps, or 64-column tiles
+# (128-byte rows of q / k / v) at 4 or 8 warps: within 1% of the default in run ac. One program per chunk looping over
+# the tiles (X loaded once, tile loads pipelined) was no faster either (run ab) and was removed.
+WY_VARIANTS = {"tiles": {}, "tiles64w4": {"block_k": 64}, "tiles64w8": {"block_k": 64, "wy_warps": 8}}
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
 KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "column_grid_pairs_kernel_ms",
-                  "fused_pairs_kernel_ms", "solve_kernel_ms", "wy_kernel_ms", "wy_chunk_kernel_ms", "_state_kernel_ms"]
+                  "fused_pairs_kernel_ms", "solve_kernel_ms", "wy_kernel_ms", "_state_kernel_ms"]
 
 
 def kernel_ms(fn, iters: int = 5, width: int = 24) -> dict:

@@ -14,8 +14,7 @@ DEFAULT_PAIRS = "column_grid"
 # every pair-terms implementation (chunk_kernel.PAIR_PATHS and FUSED_PAIR_PATHS) on CPU; on the H200 the default only
 # (the others lost on it and are kept as measured alternatives: each costs minutes of compiles there)
 ALL_PAIRS = ["column", "column_grid", "subchunk", "fused", "fused_pairs"] if not ON_GPU else [DEFAULT_PAIRS]
-# (pairs, wy) combinations: every pair path with the default WY kernel, and every WY kernel with the default pairs
-PATHS = [(pairs, "tiles") for pairs in ALL_PAIRS] + [(DEFAULT_PAIRS, "chunk")]
+
 
 
 def inputs(lengths, H, K, V, dtype, decay_scale=1.0, lower_bound=None):
@@ -30,7 +29,7 @@ def inputs(lengths, H, K, V, dtype, decay_scale=1.0, lower_bound=None):
     return cast, g, beta.to(dtype), cu
 
 
-def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEFAULT_PAIRS, wy="tiles", **gate):
+def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEFAULT_PAIRS, **gate):
     from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher
 
     (q, k, v), g, beta, cu = inputs(lengths, H, K, V, dtype, **gate)
@@ -44,8 +43,7 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEF
     out = poisoned(sum(lengths), H, V, dtype=dtype)
     final = poisoned(len(lengths), H, K, V)
     o, s = chunk_kda_launcher(*dev, K ** -0.5, None if S0 is None else S0.to(DEVICE), cu.to(DEVICE), l2, True,
-                              out=out, final_out=final, pairs=pairs,
-                              intra_options={"wy": wy})
+                              out=out, final_out=final, pairs=pairs)
     if tol is None:
         tol = 2e-2 if dtype == torch.bfloat16 else (5e-3 if ON_GPU else 1e-5)
     assert rel_err(o.float().cpu(), ref_o[0]) < tol
@@ -57,9 +55,9 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEF
     gpu=[((8192,), 32, 128, 128), ((1000, 77, 4096, 1), 8, 128, 128), ((333,), 96, 128, 128)],
 ))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("pairs, wy", PATHS)
-def test_matches_reference(lengths, H, K, V, dtype, pairs, wy):
-    check(lengths, H, K, V, dtype, pairs=pairs, wy=wy)
+@pytest.mark.parametrize("pairs", ALL_PAIRS)
+def test_matches_reference(lengths, H, K, V, dtype, pairs):
+    check(lengths, H, K, V, dtype, pairs=pairs)
 
 
 def test_zero_initial_state_and_no_l2norm():
@@ -79,8 +77,8 @@ def test_k3_bounded_gate(pairs):
     check((130,), 2, 16, 16, torch.float32, lower_bound=-5.0, pairs=pairs)
 
 
-@pytest.mark.parametrize("pairs, wy", PATHS)
-def test_unwritten_intermediates_never_reach_the_output(monkeypatch, pairs, wy):
+@pytest.mark.parametrize("pairs", ALL_PAIRS)
+def test_unwritten_intermediates_never_reach_the_output(monkeypatch, pairs):
     # the pair and solve kernels leave the blocks above the diagonal of Aqk and X unwritten, and their readers load
     # the rows whole: every intermediate buffer starts as NaN here, so anything read and not selected away shows
     real_empty = torch.empty
@@ -91,7 +89,7 @@ def test_unwritten_intermediates_never_reach_the_output(monkeypatch, pairs, wy):
 
     monkeypatch.setattr(torch, "empty", nan_empty)
     check((70, 5) if not ON_GPU else (4100, 77), 2 if not ON_GPU else 8, 16 if not ON_GPU else 128,
-          16 if not ON_GPU else 128, torch.float32, pairs=pairs, wy=wy)
+          16 if not ON_GPU else 128, torch.float32, pairs=pairs)
 
 
 def test_registered_op_on_cpu_is_the_reference():

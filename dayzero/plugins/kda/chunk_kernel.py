@@ -29,7 +29,7 @@ from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 from dayzero.plugins.kda.fused_pairs_kernel import fused_pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
 from dayzero.plugins.kda.subchunk_pairs_kernel import subchunk_pair_terms
-from dayzero.plugins.kda.wy_kernel import wy_chunk_kernel, wy_kernel
+from dayzero.plugins.kda.wy_kernel import wy_kernel
 from dayzero.plugins.triton_utils import dot
 
 
@@ -94,9 +94,6 @@ PAIR_PATHS = {"column": pair_terms, "subchunk": subchunk_pair_terms,
               "column_grid": partial(pair_terms, column_grid=True, block_k=32)}
 # column_grid: 0.29 ms against column's 0.58 for the pair kernel at B1 T8192 H32 on the H200 (run aa)
 DEFAULT_PAIRS = "column_grid"
-# the WY kernels: a program per (K or V tile, chunk, head), or per (chunk, head) looping over the tiles
-WY_PATHS = ("tiles", "chunk")
-DEFAULT_WY = "tiles"
 # the paths that also do the gate cumsum (they read the raw g and write G): one pass over the chunk by sub-chunks,
 # with the solve in the same launch or in solve_kernel
 FUSED_PAIR_PATHS = {"fused": partial(fused_pair_terms, solve=True),
@@ -105,9 +102,10 @@ FUSED_PAIR_PATHS = {"fused": partial(fused_pair_terms, solve=True),
 
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
                 pair_warps: int | None = None, pair_block_k: int | None = None, pair_stages: int = 1, wy_warps: int = 4,
-                block_k: int = 32, pairs: str = DEFAULT_PAIRS, wy: str = DEFAULT_WY, wy_stages: int = 2) -> ChunkTerms:
+                block_k: int = 32, pairs: str = DEFAULT_PAIRS) -> ChunkTerms:
     """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve (`pairs`: a PAIR_PATHS or
-    FUSED_PAIR_PATHS key; pair_warps None: the path's default), WY products (`wy`: one of WY_PATHS)."""
+    FUSED_PAIR_PATHS key; pair_warps None: the path's default), WY products (a program per K or V tile, chunk and
+    head: one per chunk and head looping over the tiles was no faster on the H200, runs ab / ac)."""
     T, H, K = k.shape
     V = v.shape[-1]
     N = cu_seqlens.shape[0] - 1
@@ -135,15 +133,10 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
         PAIR_PATHS[pairs](q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a,
                           q_inv, k_inv, launch, **pair_options)
     block_k, block_v = min(K, block_k), min(V, block_k)
-    operands = (q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg,
-                terms.kt, terms.decay, scale, N)
-    assert wy in WY_PATHS, f"wy must be one of {WY_PATHS}, got {wy!r}"
-    if wy == "chunk":
-        launch(wy_chunk_kernel)[(chunks, H)](*operands, H=H, K=K, V=V, BK=block_k, BV=block_v, NUM_STAGES=wy_stages,
-                                             num_warps=wy_warps)
-    else:
-        launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](*operands, H=H, K=K, V=V, BK=block_k, BV=block_v,
-                                                                    num_warps=wy_warps)
+    launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
+        q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,
+        terms.decay, scale, N, H=H, K=K, V=V, BK=block_k, BV=block_v, num_warps=wy_warps,
+    )
     return terms
 
 
@@ -180,7 +173,7 @@ def chunk_kda_launcher(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Varlen chunked KDA: q, k, g [T, H, K], v [T, H, V], beta [T, H] (token-major, contiguous), cu_seqlens [N+1]
     int32 on the device; g in fp32 log space. Returns (o [T, H, V] in v's dtype, final states [N, H, K, V] fp32),
-    written into `out` / `final_out` when given. `intra_options`: launch choices passed to intra_chunk (wy, block_k,
+    written into `out` / `final_out` when given. `intra_options`: launch choices passed to intra_chunk (block_k,
     wy_warps, ...)."""
     T, H, K = k.shape
     V = v.shape[-1]

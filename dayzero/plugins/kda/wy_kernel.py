@@ -1,9 +1,6 @@
 """Per-token products of chunked KDA, one program per (K or V tile, chunk, head), given X = (I + Akk)^{-1}:
     W = X (beta e^G k),  U = X (beta v),  qg = scale q e^G,  kt = k e^{G_C - G},  decay = e^{G_C}
-(q, k L2-normalized by the row factors of the intra kernel; G the in-chunk cumsum of g, G_C its last row).
-
-`wy_chunk_kernel` is the same with one program per (chunk, head) looping over the K and V tiles: X is loaded once
-where wy_kernel's 2 (K + V) / BK programs each load it, and the loop's tile loads can be software-pipelined."""
+(q, k L2-normalized by the row factors of the intra kernel; G the in-chunk cumsum of g, G_C its last row)."""
 
 from __future__ import annotations
 
@@ -49,48 +46,5 @@ def wy_kernel(
             tl.store(decay_out + (pid * H + h) * K + kc, tl.exp(G_last), mask=kc < K)
         else:
             vc = (tile - K // BK) * BV + tl.arange(0, BV)
-            bv = b[:, None] * load_rows(v, t, valid, h, H, V, vc)
-            _store_rows(u_out, t, valid, h, H, V, vc, dot(X, bv.to(X.dtype)))
-
-
-@triton.jit
-def _key_tile(q, k, g_cum, t, valid, h, last, X, b, q_inv_row, k_inv_row, w_out, qg_out, kt_out, decay_out,
-              decay_row, scale, H: tl.constexpr, K: tl.constexpr, kc):
-    """W, qg, kt and the decay of one K tile of a chunk."""
-    G = load_rows(g_cum, t, valid, h, H, K, kc)
-    # the chunk's last row straight from memory: no cross-warp reduction of the tile
-    G_last = tl.load(g_cum + (last * H + h) * K + kc).to(tl.float32)
-    kn = load_rows(k, t, valid, h, H, K, kc) * k_inv_row[:, None]
-    qn = load_rows(q, t, valid, h, H, K, kc) * q_inv_row[:, None]
-    eG = tl.exp(G)
-    _store_rows(w_out, t, valid, h, H, K, kc, dot(X, (b[:, None] * eG * kn).to(X.dtype)))
-    _store_rows(qg_out, t, valid, h, H, K, kc, qn * eG * scale)
-    _store_rows(kt_out, t, valid, h, H, K, kc, kn * tl.exp(G_last[None, :] - G))
-    tl.store(decay_out + decay_row + kc, tl.exp(G_last))
-
-
-@triton.jit
-def wy_chunk_kernel(
-    q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, chunk_offsets, w_out, u_out, qg_out, kt_out, decay_out, scale,
-    N, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    h = tl.program_id(1)
-    start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, pid)
-    if live:
-        rows = tl.arange(0, BT)
-        t = start + rows
-        valid = t < eos
-        last = tl.minimum(eos, start + BT) - 1
-        X = load_lower(x, t, valid, h, H, rows).to(w_out.dtype.element_ty)
-        b = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
-        q_inv_row = tl.load(q_inv + t * H + h, mask=valid, other=0.0)
-        k_inv_row = tl.load(k_inv + t * H + h, mask=valid, other=0.0)
-        for k0 in tl.range(0, K, BK, num_stages=NUM_STAGES):
-            _key_tile(q, k, g_cum, t, valid, h, last, X, b, q_inv_row, k_inv_row, w_out, qg_out, kt_out, decay_out,
-                      (pid * H + h) * K, scale, H, K, k0 + tl.arange(0, BK))
-        for v0 in tl.range(0, V, BV, num_stages=NUM_STAGES):
-            vc = v0 + tl.arange(0, BV)
             bv = b[:, None] * load_rows(v, t, valid, h, H, V, vc)
             _store_rows(u_out, t, valid, h, H, V, vc, dot(X, bv.to(X.dtype)))
