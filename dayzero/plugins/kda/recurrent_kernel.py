@@ -226,7 +226,8 @@ def recurrent_kda_pool_launcher(
     gives the state reads and writes streaming cache hints (a tuning knob, swept by the benchmark).
     One warp a program by default: the sums over K then stay inside the warp (no cross-warp barrier per step).
     `maxnreg` caps the registers a thread (a tuning knob): the sm_90 build of BV 32 on one warp takes 236, so 8
-    programs fit an SM; at 192 (44 B spilled) 10 do, more state bytes in flight. Not yet timed on the H200."""
+    programs fit an SM; at 192 (44 B spilled) 10 do. Slower on the H200 (run aa: 2-4% at 192, 22-35% at 168), so
+    off by default."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
