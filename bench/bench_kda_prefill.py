@@ -17,7 +17,6 @@ import torch
 from bench.common import copy_bandwidth_gbs, graph_replay_ms, matmul_tflops, median_ms, rel_err, table, write_results
 from dayzero.plugins.kda.chunk_kernel import (
     DEFAULT_PAIRS,
-    FUSED_PAIR_PATHS,
     PAIR_PATHS,
     chunk_kda_launcher,
     chunk_states,
@@ -50,18 +49,15 @@ def fla_chunk(q, k, v, g, beta, cu, B, T):
                      scale=K ** -0.5, output_final_state=True, use_qk_l2norm_in_kernel=True)
 
 
-# pair kernel launch settings (BK, num_warps, num_stages); the first is intra_chunk's default. Few, because each
-# compiles for ~10-20 s. Off-device sm_90 builds (bench/triton_resources.py, bench/kda_pair_notes.md): none spills,
-# all use wgmma; stages >= 2 pipeline the q / k / G tile loads through shared memory (cp.async), which the
-# latency-bound column passes never had: BK16 w4 s2 / s3 160 registers, 15 / 25 KB shared; BK32 w8 s2 140, 30 KB.
-# "subchunk" is the other pair path (exact diagonal blocks, then one pass for the six blocks below the diagonal with
-# the solve folded in): BK 16 at 2-4 warps 242-252 registers, no spills; BK 32 spills below 8 warps.
-# column BK32 w4 s1 / BK64 w8 s1: the default's 32 serial K steps per program cut to 16 / 8 at the same or more warps
-# per SM (B1 builds, N = 1 specialized: 157 registers, three programs an SM like the default's 152; 126, two 8-warp
-# programs); kda_pair_notes.md "PTX instruction counts".
-PAIR_CONFIGS = [("column", 16, 4, 1), ("column", 16, 4, 2), ("column", 16, 4, 3), ("column", 16, 8, 2),
-                ("column", 32, 8, 2), ("column", 32, 4, 2), ("column", 32, 4, 1), ("column", 64, 8, 1),
-                ("subchunk", 16, 4, 1), ("subchunk", 16, 2, 1), ("subchunk", 16, 4, 2), ("subchunk", 32, 8, 1)]
+# pair kernel launch settings (path, BK, num_warps, num_stages); the first is intra_chunk's default. Few, because each
+# compiles for ~10-20 s. column_grid (a program per 16-column block; run aa: 0.29 ms at B1 T8192 H32) at other K
+# steps, warps and stages; column (a program per chunk looping over its column blocks, the default before run aa)
+# at its old default and at its best of run s (BK16 w4 s3). Off-device sm_90 builds of the column path
+# (bench/triton_resources.py, bench/kda_pair_notes.md): none spills, all use wgmma; stages >= 2 pipeline the q / k / G
+# tile loads through shared memory (cp.async).
+PAIR_CONFIGS = [("column_grid", 32, 4, 1), ("column_grid", 16, 4, 1), ("column_grid", 64, 4, 1),
+                ("column_grid", 32, 8, 1), ("column_grid", 32, 4, 2), ("column_grid", 32, 2, 1),
+                ("column", 16, 4, 1), ("column", 16, 4, 3)]
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
 # WY kernel variants for --wy (intra_chunk options): the default's 32-column tiles at 4 warps, or 64-column tiles
@@ -69,8 +65,8 @@ WY_CONFIGS = [(4, 32), (8, 64)]
 # the tiles (X loaded once, tile loads pipelined) was no faster either (run ab) and was removed.
 WY_VARIANTS = {"tiles": {}, "tiles64w4": {"block_k": 64}, "tiles64w8": {"block_k": 64, "wy_warps": 8}}
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
-KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "column_grid_pairs_kernel_ms",
-                  "fused_pairs_kernel_ms", "solve_kernel_ms", "wy_kernel_ms", "_state_kernel_ms"]
+KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "column_grid_pairs_kernel_ms", "solve_kernel_ms",
+                  "wy_kernel_ms", "_state_kernel_ms"]
 
 
 def kernel_ms(fn, iters: int = 5, width: int = 24) -> dict:
@@ -152,7 +148,7 @@ def path_times(q, k, v, g, beta, cu, paths: list[tuple[str, str]]) -> dict:
 def best_pair_config(row: dict) -> str:
     """The fastest pair-kernel setting of a row's sweep, e.g. 'column_pk32w4s1 1.234' (empty without a sweep)."""
     swept = {key[len("intra_"):-len("_ms")]: value for key, value in row.items()
-             if key.startswith(("intra_column_pk", "intra_subchunk_pk"))}
+             if key.startswith("intra_column")}
     return "" if not swept else min(((v, key) for key, v in swept.items()))[1] + f" {min(swept.values())}"
 
 
@@ -226,7 +222,7 @@ def reference_check(paths=None) -> dict:
     ro, rs = R.chunk_kda(*(x.float()[None] for x in (q, k, v, g, beta)), initial_state=S0, output_final_state=True,
                          use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
     errors = {}
-    for pairs in paths or [*PAIR_PATHS, *FUSED_PAIR_PATHS]:
+    for pairs in paths or PAIR_PATHS:
         o, s = chunk_kda_launcher(q, k, v, g, beta, K ** -0.5, S0, cu, True, True, pairs=pairs)
         suffix = "" if pairs == DEFAULT_PAIRS else f"_{pairs}"
         errors |= {f"err_o_vs_reference{suffix}": rel_err(o.float(), ro[0]),
@@ -241,8 +237,8 @@ def main() -> None:
                         help="ours and fla with a per-kernel breakdown, the pair and state kernel launch sweeps on "
                              "the first shape only; no WY sweep, no fp32 reference")
     parser.add_argument("--first-shape-only", action="store_true", help="B1 T8192 H32 only (with --quick: its sweeps)")
-    parser.add_argument("--pairs", default="", help="comma-separated pair paths (chunk_kernel.PAIR_PATHS / "
-                        "FUSED_PAIR_PATHS keys, e.g. fused,column): time ours end to end with each on every shape, "
+    parser.add_argument("--pairs", default="", help="comma-separated pair paths (chunk_kernel.PAIR_PATHS keys, "
+                        "e.g. column_grid,column): time ours end to end with each on every shape, "
                         "with per-kernel profiles, instead of the sweeps; the first one is compared with fla")
     parser.add_argument("--wy", default="", help="comma-separated WY_VARIANTS keys: each timed end to end with "
                         "the first --pairs path (default column_grid); that path with the first of them is compared "

@@ -2,17 +2,18 @@
 
 Per chunk of BT = 64 tokens and head (MODEL.md section 2, WY form), with G = cumsum(g) inside the chunk
 (gate_cumsum_kernel.py):
-    pair_terms (chunk_intra_kernel.py,          Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors and
-    or subchunk_pairs_kernel.py;                Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}), then
-    fused_pairs_kernel.py also does the         X = (I + Akk)^{-1} (solve_kernel.py)
-    gate cumsum, from the raw g):
+    pair_terms (chunk_intra_kernel.py):         Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors and
+                                                Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}), then
+                                                X = (I + Akk)^{-1} (solve_kernel.py)
     wy_kernel (wy_kernel.py):                   W = X (beta e^G k), U = X (beta v), qg = scale q e^G,
                                                 kt = k e^{G_C - G}, decay = e^{G_C}
 and `_state_kernel` walks each sequence's chunks with the state S [K, BV] in registers:
     v' = U - W S;   o = qg S + Aqk v';   S = decay * S + kt^T v'.
-The pair kernel runs one program per (chunk, head) so that q, k and G are read once; the solve, WY and state kernels
-work on one K or V tile per program so that several programs share an SM. Varlen needs no host sync: chunk ids
-are found on the device from cu_seqlens.
+The pair kernel runs one program per 16-column block, chunk and head; the solve, WY and state kernels work on one K or
+V tile per program so that several programs share an SM. Two other pair paths lost to the column blocks on the H200
+and were removed (git history has them): sub-chunk blocks with exact diagonal blocks (run s: slower at
+every launch setting) and one launch doing the gate cumsum, pairs and solve (run y: 0.943 ms against 0.762).
+Varlen needs no host sync: chunk ids are found on the device from cu_seqlens.
 """
 
 from __future__ import annotations
@@ -26,9 +27,7 @@ import triton.language as tl
 
 from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_offsets, load_lower
 from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
-from dayzero.plugins.kda.fused_pairs_kernel import fused_pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
-from dayzero.plugins.kda.subchunk_pairs_kernel import subchunk_pair_terms
 from dayzero.plugins.kda.wy_kernel import wy_kernel
 from dayzero.plugins.triton_utils import dot
 
@@ -87,24 +86,18 @@ class ChunkTerms:
     offsets: torch.Tensor  # [N] first chunk id of each sequence
 
 
-# the implementations of the pair terms + solve on the cumulative gate (same outputs): column-block passes then a
-# solve launch (a program per chunk, or per column block: column_grid), or sub-chunk blocks (exact diagonal blocks, then
-# the off-diagonal blocks and the solve in one launch)
-PAIR_PATHS = {"column": pair_terms, "subchunk": subchunk_pair_terms,
-              "column_grid": partial(pair_terms, column_grid=True, block_k=32)}
+# the implementations of the pair terms on the cumulative gate (same outputs), each followed by the solve launch: a
+# program per chunk looping over its column blocks, or per column block (column_grid)
+PAIR_PATHS = {"column": pair_terms, "column_grid": partial(pair_terms, column_grid=True, block_k=32)}
 # column_grid: 0.29 ms against column's 0.58 for the pair kernel at B1 T8192 H32 on the H200 (run aa)
 DEFAULT_PAIRS = "column_grid"
-# the paths that also do the gate cumsum (they read the raw g and write G): one pass over the chunk by sub-chunks,
-# with the solve in the same launch or in solve_kernel
-FUSED_PAIR_PATHS = {"fused": partial(fused_pair_terms, solve=True),
-                    "fused_pairs": partial(fused_pair_terms, solve=False)}
 
 
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
                 pair_warps: int | None = None, pair_block_k: int | None = None, pair_stages: int = 1, wy_warps: int = 4,
                 block_k: int = 32, pairs: str = DEFAULT_PAIRS) -> ChunkTerms:
-    """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve (`pairs`: a PAIR_PATHS or
-    FUSED_PAIR_PATHS key; pair_warps None: the path's default), WY products (a program per K or V tile, chunk and
+    """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve (`pairs`: a PAIR_PATHS
+    key; pair_warps None: the path's default), WY products (a program per K or V tile, chunk and
     head: one per chunk and head looping over the tiles was no faster on the H200, runs ab / ac)."""
     T, H, K = k.shape
     V = v.shape[-1]
@@ -124,14 +117,10 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
         pair_options["num_warps"] = pair_warps
     if pair_block_k is not None:
         pair_options["block_k"] = pair_block_k
-    if pairs in FUSED_PAIR_PATHS:
-        FUSED_PAIR_PATHS[pairs](q, k, g, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, g_cum, x,
-                                terms.a, q_inv, k_inv, launch, **pair_options)
-    else:
-        launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, cu_seqlens, terms.offsets, N, H=H, K=K,
-                                                                 BK=min(K, 32), num_warps=4)
-        PAIR_PATHS[pairs](q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a,
-                          q_inv, k_inv, launch, **pair_options)
+    launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, cu_seqlens, terms.offsets, N, H=H, K=K,
+                                                             BK=min(K, 32), num_warps=4)
+    PAIR_PATHS[pairs](q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a, q_inv,
+                      k_inv, launch, **pair_options)
     block_k, block_v = min(K, block_k), min(V, block_k)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
         q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,
