@@ -13,3 +13,20 @@ cp -r .snap/head /tmp/head
 cd /tmp/head || exit 1
 export PYTHONPATH=/tmp/site:/tmp/head
 save() { tar czf "$OUT/results_$NAME.tgz" -C "$R" . 2>/dev/null; }
+# the end of a script's pytest step: its summary line and failures
+test_summary() {
+  grep -E "passed|failed" "$1" | tail -1 | cut -c1-200
+  grep -E "^FAILED|^ERROR" "$1" | head -8 | cut -c1-200
+}
+# the KDA prefill rows of $R/kda_prefill.json: times, speedups, errors and the given extra key prefixes
+kda_prefill_rows() {
+  python3 - "$R/kda_prefill.json" "$@" <<'PY'
+import json
+import sys
+
+for r in json.load(open(sys.argv[1]))['rows']:
+    print(r['shape'], {k: v for k, v in r.items() if k.startswith(('ours', 'fla_ms', 'fla_graph', 'speedup', 'err',
+                                                                   *sys.argv[2:]))
+                       or k.endswith(('pairs_kernel_ms', 'wy_kernel_ms', '_state_kernel_ms')) or 'error' in k})
+PY
+}

@@ -17,11 +17,5 @@ timeout -s INT -k 30 $(( $(left) - 40 )) python3 -m pytest -q -rA --durations=15
   > $R/gpu_tests.log 2>&1
 echo "== gpu tests rc=$?"; save
 save_caches
-grep -E "passed|failed" $R/gpu_tests.log | tail -1 | cut -c1-200
-grep -E "^FAILED|^ERROR" $R/gpu_tests.log | head -8 | cut -c1-200
-python3 - <<PY
-import json
-for r in json.load(open('$R/kda_prefill.json'))['rows']:
-    print(r['shape'], {k: v for k, v in r.items() if k.startswith(('ours', 'fla_ms', 'fla_graph', 'speedup', 'err'))
-                       or k.endswith(('wy_kernel_ms', '_state_kernel_ms')) or 'error' in k})
-PY
+test_summary $R/gpu_tests.log
+kda_prefill_rows

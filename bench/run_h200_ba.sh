@@ -13,7 +13,6 @@ timeout -s INT -k 30 $(( $(left) - 40 )) python3 -m pytest -q -rfE -p no:cachepr
   > $R/gpu_all.log 2>&1
 echo "== gpu tests rc=$?"; save
 save_caches
-tail -1 $R/gpu_all.log | cut -c1-200
-grep -E "^FAILED|^ERROR" $R/gpu_all.log | head -8 | cut -c1-200
+test_summary $R/gpu_all.log
 grep -E "recompute_w_u|wy_kernel|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Theoretical Occ" \
   $R/ncu_wy.log | cut -c1-160 | head -60
