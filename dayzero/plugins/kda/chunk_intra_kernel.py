@@ -43,14 +43,20 @@ def _keys(k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc, j):
 
 
 @triton.jit
+def _factored_dots(qq, kk, G, kj, Gj, g_last, row_mask, acc_kk, acc_qk):
+    """The factored pair scores of one K tile: rows (qq, kk, G) [BT, BK] where row_mask, against the keys (kj, Gj)
+    [BC, BK] of a sub-chunk whose last row's gate is g_last [BK]."""
+    key = kj * tl.exp(g_last[None, :] - Gj)
+    up = tl.where(row_mask[:, None], tl.exp(tl.minimum(G - g_last[None, :], EXP_CAP)), 0.0)
+    return acc_kk + dot(kk * up, tl.trans(key)), acc_qk + dot(qq * up, tl.trans(key))
+
+
+@triton.jit
 def _column_block(qq, kk, G, rows, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc,
                   j: tl.constexpr, acc_kk, acc_qk, sum_sq, spread):
     """One K tile of column block j: rows qq, kk, G [BT, BK] against the keys of sub-chunk j."""
     kj, Gj, g_last = _keys(k, g_cum, start, eos, h, H, K, kc, j)
-    key = kj * tl.exp(g_last[None, :] - Gj)
-    up = tl.where((rows >= j * BC)[:, None], tl.exp(tl.minimum(G - g_last[None, :], EXP_CAP)), 0.0)
-    acc_kk += dot(kk * up, tl.trans(key))
-    acc_qk += dot(qq * up, tl.trans(key))
+    acc_kk, acc_qk = _factored_dots(qq, kk, G, kj, Gj, g_last, rows >= j * BC, acc_kk, acc_qk)
     # rows past eos load G = 0: leave them out of the largest decay inside the sub-chunk
     valid = start + j * BC + tl.arange(0, BC) < eos
     spread = tl.maximum(spread, tl.max(tl.where(valid[:, None], Gj - g_last[None, :], 0.0)))
@@ -175,10 +181,7 @@ def column_grid_pairs_kernel(
             kk = load_rows(k, t, valid, h, H, K, kc)
             G = load_rows(g_cum, t, valid, h, H, K, kc)
             kj, Gj, g_last = _keys(k, g_cum, start, eos, h, H, K, kc, j)
-            key = kj * tl.exp(g_last[None, :] - Gj)
-            up = tl.where(valid[:, None], tl.exp(tl.minimum(G - g_last[None, :], EXP_CAP)), 0.0)
-            acc_kk += dot(kk * up, tl.trans(key))
-            acc_qk += dot(qq * up, tl.trans(key))
+            acc_kk, acc_qk = _factored_dots(qq, kk, G, kj, Gj, g_last, valid, acc_kk, acc_qk)
             q_sq += tl.sum(qq * qq, axis=1)
             k_sq += tl.sum(kk * kk, axis=1)
             col_sq += kj * kj
