@@ -23,7 +23,6 @@ def dot(a, b):
     return out
 
 
-
 @functools.cache
 def with_launch_config(kernel, num_warps: int, maxnreg: int | None):
     """`kernel` under one fixed launch config. maxnreg goes through a single-config autotuner, the form in which

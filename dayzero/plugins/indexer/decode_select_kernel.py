@@ -229,8 +229,7 @@ def index_topk_decode_select_launcher(
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int = 64, union_keys: int = 4096, num_warps: int = 8, merge_warps: int = 8,
     maxnreg: int | None | str = "auto", f16_keys: bool = False, key_words: bool | None = None,
-    code_words: bool | None = None,
-    out: torch.Tensor | None = None, launch=None,
+    code_words: bool | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -239,8 +238,8 @@ def index_topk_decode_select_launcher(
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: a power of two; min_chunk: the fewest
     keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap (see
     decode_kernel.decode_row_tiles); f16_keys: MXFP8 keys through an f16 dot (f16_tiles_kernel.py; a bf16 or e4m3 q)
-    instead of dequantized to the dot type: off by default until it has been checked and timed on the H200
-    (bench/README.md); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with the codes
+    instead of dequantized to the dot type: off, as the H200 measured it level from 32K and 1.65x slower at 8K
+    (run x, bench/README.md); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with the codes
     (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply (run
     aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K / 32K /
     128K)."""
