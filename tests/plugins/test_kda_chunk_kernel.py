@@ -104,9 +104,26 @@ def test_registered_op_on_cpu_is_the_reference():
     assert torch.equal(o, ro) and torch.equal(s, rs)
 
 
+def bounds_of(cu, num_chunks):
+    from dayzero.plugins.kda.chunk_common import chunk_bounds, chunk_offsets
+
+    return chunk_bounds(cu, chunk_offsets(cu), num_chunks)
+
+
+@pytest.mark.parametrize("lengths", [(1,), (64,), (130,), (0, 70, 0, 0, 64, 1, 0), (5, 0), tuple(range(0, 400, 23))])
+def test_chunk_bounds_table(lengths):
+    """Every global chunk's (first token, sequence end), sequences of no tokens included, and the grid's spare
+    chunks (the launch bound T // 64 + N) dead: first token >= end."""
+    cu = torch.tensor([0, *lengths]).cumsum(0).int()
+    num_chunks = sum(lengths) // 64 + len(lengths)
+    expected = [(s + c, s + n) for s, n in zip(cu.tolist(), lengths) for c in range(0, n, 64)]
+    bounds = bounds_of(cu.to(DEVICE), num_chunks).cpu()
+    assert bounds[:len(expected)].tolist() == [list(e) for e in expected]
+    assert (bounds[len(expected):, 0] >= bounds[len(expected):, 1]).all()
+
+
 def test_blockwise_solve_inverts_unit_lower():
     """solve_kernel's X times (I + L) is the identity for every chunk, including a partial last chunk."""
-    from dayzero.plugins.kda.chunk_common import chunk_offsets
     from dayzero.plugins.kda.solve_kernel import solve_kernel
 
     lengths, H = (64, 40), 2
@@ -117,7 +134,7 @@ def test_blockwise_solve_inverts_unit_lower():
         L[start:start + length] = L[start:start + length].permute(1, 0, 2).tril(-1).permute(1, 0, 2)
     L = L.to(DEVICE)
     X = poisoned(T, H, 64)
-    solve_kernel[(2, H)](L, X, cu, chunk_offsets(cu), len(lengths), H=H)
+    solve_kernel[(2, H)](L, X, bounds_of(cu, 2), H=H)
     for start, length in ((0, 64), (64, 40)):
         for h in range(H):
             block = L[start:start + length, h, :length].cpu()
@@ -152,8 +169,6 @@ def test_pair_kernel_scores_and_inverse(decay_scale, pairs):
     """Each pair-terms path alone: Aqk and X on and below the diagonal, a partial last chunk, two sequences;
     'mixed' decays let some column blocks take the factored path and others the exact one, 'strong' ones would
     underflow factored terms (e^-300 per token)."""
-    from dayzero.plugins.kda.chunk_common import chunk_offsets
-
     pair_terms = PAIR_PATHS[pairs]
 
     lengths, H, K = (70, 37), 2, 32
@@ -164,8 +179,8 @@ def test_pair_kernel_scores_and_inverse(decay_scale, pairs):
     cu = cu.to(DEVICE)
     aqk, x = poisoned(T, H, 64), poisoned(T, H, 64)
     q_inv, k_inv = poisoned(T, H), poisoned(T, H)
-    pair_terms(q.to(DEVICE), k.to(DEVICE), g_cum, beta.to(DEVICE), K ** -0.5, cu, chunk_offsets(cu), 4, True, x, aqk,
-               q_inv, k_inv, block_k=16)
+    pair_terms(q.to(DEVICE), k.to(DEVICE), g_cum, beta.to(DEVICE), K ** -0.5, bounds_of(cu, 4), True, x, aqk, q_inv,
+               k_inv, block_k=16)
     ref_aqk, ref_x = pair_terms_reference(q, k, g, beta, lengths, K ** -0.5)
     lower = torch.ones(64, 64).tril().bool()
     rows = torch.cat([torch.arange(n) % 64 for n in lengths])  # each token's row in its chunk

@@ -14,16 +14,33 @@ EXP_CAP = tl.constexpr(80.0)
 
 
 @triton.jit
-def locate_chunk(cu_seqlens, chunk_offsets, N, pid):
-    """(first token of global chunk `pid`, end of its sequence, valid): no host sync for varlen."""
-    n = 0
-    for i in range(1, N):
-        n += (tl.load(chunk_offsets + i) <= pid).to(tl.int32)
-    first = tl.load(chunk_offsets + n)
-    bos = tl.load(cu_seqlens + n).to(tl.int64)
-    eos = tl.load(cu_seqlens + n + 1).to(tl.int64)
-    start = bos + (pid - first) * BT
+def chunk_span(bounds, pid):
+    """(first token of global chunk `pid`, end of its sequence, live) from the [chunks, 2] table of chunk_bounds:
+    two independent loads, where a search over the sequences would put one dependent load per sequence before
+    every program's first data load."""
+    start = tl.load(bounds + 2 * pid).to(tl.int64)
+    eos = tl.load(bounds + 2 * pid + 1).to(tl.int64)
     return start, eos, start < eos
+
+
+@triton.jit
+def _chunk_bounds_kernel(cu_seqlens, offsets, bounds, N, num_chunks, BLOCK: tl.constexpr):
+    ids = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    # branchless binary search per chunk id for the last sequence whose first chunk is <= id (offsets is
+    # non-decreasing, offsets[0] = 0): the answer stays in [lo, lo + size)
+    lo = tl.zeros([BLOCK], tl.int32)
+    size = N
+    while size > 1:
+        half = size // 2
+        owns = tl.load(offsets + lo + half) <= ids
+        lo = tl.where(owns, lo + half, lo)
+        size -= half
+    start = tl.load(cu_seqlens + lo) + (ids - tl.load(offsets + lo)) * BT
+    end = tl.load(cu_seqlens + lo + 1)
+    # chunks past the last sequence's end (the grid's upper bound on the chunk count) come out dead: start >= end
+    live = ids < num_chunks
+    tl.store(bounds + 2 * ids, start, mask=live)
+    tl.store(bounds + 2 * ids + 1, end, mask=live)
 
 
 @triton.jit
@@ -65,3 +82,14 @@ def chunk_offsets(cu_seqlens: torch.Tensor) -> torch.Tensor:
     """First global chunk id of each sequence [N] (on the device, no host sync)."""
     counts = (cu_seqlens[1:] - cu_seqlens[:-1] + CHUNK - 1) // CHUNK
     return torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]]).to(torch.int32)
+
+
+def chunk_bounds(cu_seqlens: torch.Tensor, offsets: torch.Tensor, num_chunks: int, launch=None) -> torch.Tensor:
+    """int32 [num_chunks, 2]: (first token, end of its sequence) of every global chunk, dead chunks (past the last
+    sequence) with first token >= end; found on the device (no host sync) for chunk_span."""
+    N = cu_seqlens.shape[0] - 1
+    bounds = torch.empty(num_chunks, 2, device=cu_seqlens.device, dtype=torch.int32)
+    block = 128
+    (launch or (lambda fn: fn))(_chunk_bounds_kernel)[(triton.cdiv(num_chunks, block),)](
+        cu_seqlens, offsets, bounds, N, num_chunks, BLOCK=block, num_warps=4)
+    return bounds

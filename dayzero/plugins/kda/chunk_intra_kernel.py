@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BC, BT, CHUNK, EXP_CAP, inverse_norm, load_rows, locate_chunk, row_of
+from dayzero.plugins.kda.chunk_common import BC, BT, CHUNK, EXP_CAP, chunk_span, inverse_norm, load_rows, row_of
 from dayzero.plugins.kda.solve_kernel import solve_kernel
 from dayzero.plugins.triton_utils import dot
 
@@ -109,13 +109,13 @@ def _store_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.const
 
 @triton.jit
 def intra_pairs_kernel(
-    q, k, g_cum, beta, cu_seqlens, chunk_offsets, akk_out, aqk_out, q_inv_out, k_inv_out, scale, N,
+    q, k, g_cum, beta, bounds, akk_out, aqk_out, q_inv_out, k_inv_out, scale,
     H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
 ):
     # AOTInductor passes Python floats as fp64 scalars
     scale = tl.cast(scale, tl.float32)
     h = tl.program_id(1)
-    start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, tl.program_id(0))
+    start, eos, live = chunk_span(bounds, tl.program_id(0))
     if live:
         rows = tl.arange(0, BT)
         t = start + rows
@@ -155,13 +155,13 @@ def intra_pairs_kernel(
 
 @triton.jit
 def column_grid_pairs_kernel(
-    q, k, g_cum, beta, cu_seqlens, chunk_offsets, akk_out, aqk_out, q_inv_out, k_inv_out, scale, N,
+    q, k, g_cum, beta, bounds, akk_out, aqk_out, q_inv_out, k_inv_out, scale,
     H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
 ):
     scale = tl.cast(scale, tl.float32)
     j = tl.program_id(0)
     h = tl.program_id(2)
-    start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, tl.program_id(1))
+    start, eos, live = chunk_span(bounds, tl.program_id(1))
     if live:
         rows = tl.arange(0, BT)
         t = start + rows
@@ -198,21 +198,21 @@ def column_grid_pairs_kernel(
 
 
 def pair_terms(q: torch.Tensor, k: torch.Tensor, g_cum: torch.Tensor, beta: torch.Tensor, scale: float,
-               cu_seqlens: torch.Tensor, offsets: torch.Tensor, num_chunks: int, use_qk_l2norm: bool,
+               bounds: torch.Tensor, use_qk_l2norm: bool,
                x: torch.Tensor, aqk: torch.Tensor, q_inv: torch.Tensor, k_inv: torch.Tensor, launch=None,
                num_warps: int = 4, block_k: int = 16, num_stages: int = 1, column_grid: bool = False) -> None:
     """Fill x = (I + Akk)^{-1} and aqk [T, H, BT] (blocks on and below the diagonal), q_inv and k_inv [T, H] fp32
     (1/||x|| per token) for q, k, g_cum [T, H, K] (g_cum fp32), beta [T, H]; Akk goes through an fp32 buffer.
     `column_grid`: column_grid_pairs_kernel (a program per column block) instead of intra_pairs_kernel."""
     T, H, K = k.shape
-    N = cu_seqlens.shape[0] - 1
+    num_chunks = bounds.shape[0]
     launch = launch or (lambda fn: fn)
     akk = torch.empty(T, H, CHUNK, device=q.device, dtype=torch.float32)
     kernel, grid = intra_pairs_kernel, (num_chunks, H)
     if column_grid:
         kernel, grid = column_grid_pairs_kernel, (CHUNK // BC.value, num_chunks, H)
     launch(kernel)[grid](
-        q, k, g_cum, beta, cu_seqlens, offsets, akk, aqk, q_inv, k_inv, scale, N,
+        q, k, g_cum, beta, bounds, akk, aqk, q_inv, k_inv, scale,
         H=H, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, num_warps=num_warps, num_stages=num_stages,
     )
-    launch(solve_kernel)[(num_chunks, H)](akk, x, cu_seqlens, offsets, N, H=H, num_warps=4)
+    launch(solve_kernel)[(num_chunks, H)](akk, x, bounds, H=H, num_warps=4)

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_offsets, load_lower
+from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_bounds, chunk_offsets, load_lower
 from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
 from dayzero.plugins.kda.wy_kernel import wy_kernel
@@ -84,6 +84,7 @@ class ChunkTerms:
     a: torch.Tensor  # [T, H, BT] Aqk
     decay: torch.Tensor  # [max_chunks, H, K] fp32
     offsets: torch.Tensor  # [N] first chunk id of each sequence
+    bounds: torch.Tensor  # [chunks, 2] first token and sequence end of each chunk (chunk_common.chunk_bounds)
 
 
 # the implementations of the pair terms on the cumulative gate (same outputs), each followed by the solve launch: a
@@ -101,14 +102,14 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
     head: one per chunk and head looping over the tiles was no faster on the H200, runs ab / ac)."""
     T, H, K = k.shape
     V = v.shape[-1]
-    N = cu_seqlens.shape[0] - 1
     launch = launch or _direct
-    chunks = T // CHUNK + N
+    chunks = T // CHUNK + cu_seqlens.shape[0] - 1
     work_dtype = torch.bfloat16 if q.dtype == torch.bfloat16 else torch.float32
     empty = lambda *shape, dtype=work_dtype: torch.empty(*shape, device=q.device, dtype=dtype)  # noqa: E731
+    offsets = chunk_offsets(cu_seqlens)
     terms = ChunkTerms(w=empty(T, H, K), u=empty(T, H, V), qg=empty(T, H, K), kt=empty(T, H, K),
-                       a=empty(T, H, CHUNK), decay=empty(chunks, H, K, dtype=torch.float32),
-                       offsets=chunk_offsets(cu_seqlens))
+                       a=empty(T, H, CHUNK), decay=empty(chunks, H, K, dtype=torch.float32), offsets=offsets,
+                       bounds=chunk_bounds(cu_seqlens, offsets, chunks, launch))
     x = empty(T, H, CHUNK)
     q_inv, k_inv = empty(T, H, dtype=torch.float32), empty(T, H, dtype=torch.float32)
     g_cum = empty(T, H, K, dtype=torch.float32)
@@ -117,14 +118,14 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
         pair_options["num_warps"] = pair_warps
     if pair_block_k is not None:
         pair_options["block_k"] = pair_block_k
-    launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, cu_seqlens, terms.offsets, N, H=H, K=K,
-                                                             BK=min(K, 32), num_warps=4)
-    PAIR_PATHS[pairs](q, k, g_cum, beta, scale, cu_seqlens, terms.offsets, chunks, use_qk_l2norm, x, terms.a, q_inv,
-                      k_inv, launch, **pair_options)
+    launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, terms.bounds, H=H, K=K, BK=min(K, 32),
+                                                             num_warps=4)
+    PAIR_PATHS[pairs](q, k, g_cum, beta, scale, terms.bounds, use_qk_l2norm, x, terms.a, q_inv, k_inv, launch,
+                      **pair_options)
     block_k, block_v = min(K, block_k), min(V, block_k)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
-        q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, terms.offsets, terms.w, terms.u, terms.qg, terms.kt,
-        terms.decay, scale, N, H=H, K=K, V=V, BK=block_k, BV=block_v, num_warps=wy_warps,
+        q, k, v, g_cum, beta, x, q_inv, k_inv, terms.bounds, terms.w, terms.u, terms.qg, terms.kt,
+        terms.decay, scale, H=H, K=K, V=V, BK=block_k, BV=block_v, num_warps=wy_warps,
     )
     return terms
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BT, load_rows, locate_chunk
+from dayzero.plugins.kda.chunk_common import BT, chunk_span, load_rows
 
 
 @triton.jit
-def gate_cumsum_kernel(g, g_cum, cu_seqlens, chunk_offsets, N, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
+def gate_cumsum_kernel(g, g_cum, bounds, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
     kc = tl.program_id(0) * BK + tl.arange(0, BK)
     h = tl.program_id(2)
-    start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, tl.program_id(1))
+    start, eos, live = chunk_span(bounds, tl.program_id(1))
     if live:
         t = start + tl.arange(0, BT)
         valid = t < eos

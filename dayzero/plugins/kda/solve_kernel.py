@@ -12,7 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BC, BT, locate_chunk
+from dayzero.plugins.kda.chunk_common import BC, BT, chunk_span
 
 
 @triton.jit
@@ -85,9 +85,9 @@ def compose_inverse(D0, D1, D2, D3, L10, L20, L21, L30, L31, L32):
 
 
 @triton.jit
-def solve_kernel(akk, x_out, cu_seqlens, chunk_offsets, N, H: tl.constexpr):
+def solve_kernel(akk, x_out, bounds, H: tl.constexpr):
     h = tl.program_id(1)
-    start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, tl.program_id(0))
+    start, eos, live = chunk_span(bounds, tl.program_id(0))
     if live:
         X00, X10, X11, X20, X21, X22, X30, X31, X32, X33 = invert_blocks(
             load_block(akk, start, eos, h, H, 0, 0), load_block(akk, start, eos, h, H, 1, 0),

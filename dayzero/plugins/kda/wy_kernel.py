@@ -7,7 +7,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BT, load_lower, load_rows, locate_chunk, row_of
+from dayzero.plugins.kda.chunk_common import BT, chunk_span, load_lower, load_rows, row_of
 from dayzero.plugins.triton_utils import dot
 
 
@@ -19,13 +19,13 @@ def _store_rows(ptr, t, valid, h, H: tl.constexpr, D: tl.constexpr, cols, tile):
 
 @triton.jit
 def wy_kernel(
-    q, k, v, g_cum, beta, x, q_inv, k_inv, cu_seqlens, chunk_offsets, w_out, u_out, qg_out, kt_out, decay_out, scale, N,
+    q, k, v, g_cum, beta, x, q_inv, k_inv, bounds, w_out, u_out, qg_out, kt_out, decay_out, scale,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
 ):
     tile = tl.program_id(0)
     pid = tl.program_id(1)
     h = tl.program_id(2)
-    start, eos, live = locate_chunk(cu_seqlens, chunk_offsets, N, pid)
+    start, eos, live = chunk_span(bounds, pid)
     if live:
         rows = tl.arange(0, BT)
         t = start + rows
