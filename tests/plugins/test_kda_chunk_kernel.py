@@ -30,7 +30,8 @@ def inputs(lengths, H, K, V, dtype, decay_scale=1.0, lower_bound=None):
     return cast, g, beta.to(dtype), cu
 
 
-def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEFAULT_PAIRS, **gate):
+def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEFAULT_PAIRS, intra_options=None,
+          **gate):
     from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher
 
     (q, k, v), g, beta, cu = inputs(lengths, H, K, V, dtype, **gate)
@@ -44,7 +45,7 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEF
     out = poisoned(sum(lengths), H, V, dtype=dtype)
     final = poisoned(len(lengths), H, K, V)
     o, s = chunk_kda_launcher(*dev, K ** -0.5, None if S0 is None else S0.to(DEVICE), cu.to(DEVICE), l2, True,
-                              out=out, final_out=final, pairs=pairs)
+                              out=out, final_out=final, pairs=pairs, intra_options=intra_options)
     if tol is None:
         tol = 2e-2 if dtype == torch.bfloat16 else (5e-3 if ON_GPU else 1e-5)
     assert rel_err(o.float().cpu(), ref_o[0]) < tol
@@ -59,6 +60,18 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEF
 @pytest.mark.parametrize("pairs", ALL_PAIRS)
 def test_matches_reference(lengths, H, K, V, dtype, pairs):
     check(lengths, H, K, V, dtype, pairs=pairs)
+
+
+@pytest.mark.parametrize("lengths, H, K, V", sizes(
+    cpu=[((5, 64, 1), 1, 32, 16), ((200,), 2, 16, 32)],
+    gpu=[((1000, 77, 4096, 1), 8, 128, 128), ((333,), 96, 128, 128)],
+))
+@pytest.mark.parametrize("run, stages", [(1, 2), (2, 2), (8, 3)])
+def test_streamed_wy_products(lengths, H, K, V, run, stages):
+    """The WY products by wy_stream_kernel (a tile of `run` consecutive chunks per program): runs that cross
+    sequence ends and end past the last chunk (the grid's spare chunks), with every intermediate left unpoisoned
+    only where written."""
+    check(lengths, H, K, V, torch.bfloat16, intra_options={"wy_run": run, "wy_stages": stages})
 
 
 def test_zero_initial_state_and_no_l2norm():

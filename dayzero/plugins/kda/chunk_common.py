@@ -29,8 +29,13 @@ def _chunk_bounds_kernel(cu_seqlens, offsets, bounds, N, num_chunks, BLOCK: tl.c
     # branchless binary search per chunk id for the last sequence whose first chunk is <= id (offsets is
     # non-decreasing, offsets[0] = 0): the answer stays in [lo, lo + size)
     lo = tl.zeros([BLOCK], tl.int32)
+    # ceil(log2(N)) halvings, counted here so that the search is a for loop: Triton 3.6's coalesce pass crashes on a
+    # while loop holding tensor loads (run ba)
+    steps = 0
+    for bit in range(0, 31):
+        steps += ((N - 1) >> bit > 0).to(tl.int32)
     size = N
-    while size > 1:
+    for _ in range(steps):
         half = size // 2
         owns = tl.load(offsets + lo + half) <= ids
         lo = tl.where(owns, lo + half, lo)
