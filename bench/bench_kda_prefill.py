@@ -60,17 +60,14 @@ PAIR_CONFIGS = [("column_grid", 32, 4, 1), ("column_grid", 16, 4, 1), ("column_g
                 ("column", 16, 4, 1), ("column", 16, 4, 3)]
 # WY kernel (num_warps, BK = BV)
 WY_CONFIGS = [(4, 32), (8, 64)]
-# WY kernel variants for --wy (intra_chunk options): the default (a program per 32-column tile, chunk and head, 4 warps;
-# 64-column tiles at 4 or 8 warps were within 1% in run ac, one program per chunk looping over its tiles no faster in
-# run ab), the same under a register cap (more programs an SM), and wy_stream_kernel (a tile of `wy_run` consecutive
-# chunks per program, `wy_stages` deep; Nsight Compute in run ba: the one-shot programs reach 2.5 TB/s at 4 an SM,
-# fla's pipelined recompute_w_u 3.8 TB/s at 3).
-WY_VARIANTS = {"tiles": {}, "tiles_r80": {"wy_maxnreg": 80}, "stream8s2": {"wy_run": 8, "wy_stages": 2},
-               "stream8s3": {"wy_run": 8, "wy_stages": 3}, "stream8s2w8": {"wy_run": 8, "wy_stages": 2, "wy_warps": 8},
-               "stream8s3k16": {"wy_run": 8, "wy_stages": 3, "block_k": 16}}
+# WY kernel variants for --wy (intra_chunk options): the default (a program per 32-column tile, chunk and head, 4 warps)
+# or 64-column tiles at 4 or 8 warps (within 1% in run ac). Removed after losing on the H200: one program per chunk
+# looping over its tiles (run ab), a program walking one tile of 8 consecutive chunks in a pipelined loop and a
+# register cap of 80 (run bb: 0.27-0.36 / 3.3-4.5 ms against the default's 0.234 / 2.99).
+WY_VARIANTS = {"tiles": {}, "tiles64w4": {"block_k": 64}, "tiles64w8": {"block_k": 64, "wy_warps": 8}}
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
 KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "column_grid_pairs_kernel_ms", "solve_kernel_ms",
-                  "wy_kernel_ms", "wy_stream_kernel_ms", "_state_kernel_ms"]
+                  "wy_kernel_ms", "_state_kernel_ms"]
 
 
 def kernel_ms(fn, iters: int = 5, width: int = 24) -> dict:

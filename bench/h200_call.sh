@@ -27,6 +27,6 @@ import sys
 for r in json.load(open(sys.argv[1]))['rows']:
     print(r['shape'], {k: v for k, v in r.items() if k.startswith(('ours', 'fla_ms', 'fla_graph', 'speedup', 'err',
                                                                    *sys.argv[2:]))
-                       or k.endswith(('pairs_kernel_ms', 'wy_kernel_ms', 'wy_stream_kernel_ms', '_state_kernel_ms')) or 'error' in k})
+                       or k.endswith(('pairs_kernel_ms', 'wy_kernel_ms', '_state_kernel_ms')) or 'error' in k})
 PY
 }

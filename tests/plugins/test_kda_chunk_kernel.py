@@ -30,8 +30,7 @@ def inputs(lengths, H, K, V, dtype, decay_scale=1.0, lower_bound=None):
     return cast, g, beta.to(dtype), cu
 
 
-def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEFAULT_PAIRS, intra_options=None,
-          **gate):
+def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEFAULT_PAIRS, **gate):
     from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher
 
     (q, k, v), g, beta, cu = inputs(lengths, H, K, V, dtype, **gate)
@@ -45,7 +44,7 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEF
     out = poisoned(sum(lengths), H, V, dtype=dtype)
     final = poisoned(len(lengths), H, K, V)
     o, s = chunk_kda_launcher(*dev, K ** -0.5, None if S0 is None else S0.to(DEVICE), cu.to(DEVICE), l2, True,
-                              out=out, final_out=final, pairs=pairs, intra_options=intra_options)
+                              out=out, final_out=final, pairs=pairs)
     if tol is None:
         tol = 2e-2 if dtype == torch.bfloat16 else (5e-3 if ON_GPU else 1e-5)
     assert rel_err(o.float().cpu(), ref_o[0]) < tol
@@ -60,18 +59,6 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEF
 @pytest.mark.parametrize("pairs", ALL_PAIRS)
 def test_matches_reference(lengths, H, K, V, dtype, pairs):
     check(lengths, H, K, V, dtype, pairs=pairs)
-
-
-@pytest.mark.parametrize("lengths, H, K, V", sizes(
-    cpu=[((5, 64, 1), 1, 32, 16), ((200,), 2, 16, 32)],
-    gpu=[((1000, 77, 4096, 1), 8, 128, 128), ((333,), 96, 128, 128)],
-))
-@pytest.mark.parametrize("run, stages", [(1, 2), (2, 2), (8, 3)])
-def test_streamed_wy_products(lengths, H, K, V, run, stages):
-    """The WY products by wy_stream_kernel (a tile of `run` consecutive chunks per program): runs that cross
-    sequence ends and end past the last chunk (the grid's spare chunks), with every intermediate left unpoisoned
-    only where written."""
-    check(lengths, H, K, V, torch.bfloat16, intra_options={"wy_run": run, "wy_stages": stages})
 
 
 def test_zero_initial_state_and_no_l2norm():
@@ -118,19 +105,25 @@ def test_registered_op_on_cpu_is_the_reference():
 
 
 def bounds_of(cu, num_chunks):
-    from dayzero.plugins.kda.chunk_common import chunk_bounds, chunk_offsets
+    from dayzero.plugins.kda.chunk_common import chunk_tables
 
-    return chunk_bounds(cu, chunk_offsets(cu), num_chunks)
+    return chunk_tables(cu, num_chunks)[1]
 
 
-@pytest.mark.parametrize("lengths", [(1,), (64,), (130,), (0, 70, 0, 0, 64, 1, 0), (5, 0), tuple(range(0, 400, 23))])
-def test_chunk_bounds_table(lengths):
-    """Every global chunk's (first token, sequence end), sequences of no tokens included, and the grid's spare
-    chunks (the launch bound T // 64 + N) dead: first token >= end."""
+@pytest.mark.parametrize("lengths", [(1,), (64,), (130,), (0, 70, 0, 0, 64, 1, 0), (5, 0), tuple(range(0, 400, 23)),
+                                     tuple(range(150)), (0,) * 65 + (3,)])
+def test_chunk_tables(lengths):
+    """Every sequence's first chunk, and every global chunk's (first token, sequence end): sequences of no tokens
+    included, more sequences than one block of the kernel's sequence loop (64), and the grid's spare chunks (the
+    launch bound T // 64 + N) dead: first token >= end."""
+    from dayzero.plugins.kda.chunk_common import chunk_tables
+
     cu = torch.tensor([0, *lengths]).cumsum(0).int()
     num_chunks = sum(lengths) // 64 + len(lengths)
     expected = [(s + c, s + n) for s, n in zip(cu.tolist(), lengths) for c in range(0, n, 64)]
-    bounds = bounds_of(cu.to(DEVICE), num_chunks).cpu()
+    counts = [-(-n // 64) for n in lengths]
+    offsets, bounds = (x.cpu() for x in chunk_tables(cu.to(DEVICE), num_chunks))
+    assert offsets.tolist() == [sum(counts[:i]) for i in range(len(lengths))]
     assert bounds[:len(expected)].tolist() == [list(e) for e in expected]
     assert (bounds[len(expected):, 0] >= bounds[len(expected):, 1]).all()
 

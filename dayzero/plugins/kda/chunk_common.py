@@ -15,7 +15,7 @@ EXP_CAP = tl.constexpr(80.0)
 
 @triton.jit
 def chunk_span(bounds, pid):
-    """(first token of global chunk `pid`, end of its sequence, live) from the [chunks, 2] table of chunk_bounds:
+    """(first token of global chunk `pid`, end of its sequence, live) from the [chunks, 2] table of chunk_tables:
     two independent loads, where a search over the sequences would put one dependent load per sequence before
     every program's first data load."""
     start = tl.load(bounds + 2 * pid).to(tl.int64)
@@ -24,24 +24,29 @@ def chunk_span(bounds, pid):
 
 
 @triton.jit
-def _chunk_bounds_kernel(cu_seqlens, offsets, bounds, N, num_chunks, BLOCK: tl.constexpr):
+def _chunk_tables_kernel(cu_seqlens, offsets, bounds, N, num_chunks, BLOCK: tl.constexpr, SEQS: tl.constexpr):
     ids = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    # branchless binary search per chunk id for the last sequence whose first chunk is <= id (offsets is
-    # non-decreasing, offsets[0] = 0): the answer stays in [lo, lo + size)
-    lo = tl.zeros([BLOCK], tl.int32)
-    # ceil(log2(N)) halvings, counted here so that the search is a for loop: Triton 3.6's coalesce pass crashes on a
-    # while loop holding tensor loads (run ba)
-    steps = 0
-    for bit in range(0, 31):
-        steps += ((N - 1) >> bit > 0).to(tl.int32)
-    size = N
-    for _ in range(steps):
-        half = size // 2
-        owns = tl.load(offsets + lo + half) <= ids
-        lo = tl.where(owns, lo + half, lo)
-        size -= half
-    start = tl.load(cu_seqlens + lo) + (ids - tl.load(offsets + lo)) * BT
-    end = tl.load(cu_seqlens + lo + 1)
+    # the owner of chunk id is the last sequence whose first chunk is <= id (first chunks never decrease along the
+    # sequences, so sequences of no tokens own nothing): count the sequences at or before id, and keep the largest
+    # first chunk among them
+    owners = tl.zeros([BLOCK], tl.int32)
+    owner_first = tl.zeros([BLOCK], tl.int32)
+    before = 0
+    for n0 in range(0, N, SEQS):
+        n = n0 + tl.arange(0, SEQS)
+        in_range = n < N
+        lengths = tl.load(cu_seqlens + n + 1, mask=in_range, other=0) - tl.load(cu_seqlens + n, mask=in_range, other=0)
+        counts = (lengths + BT - 1) // BT
+        first = before + tl.cumsum(counts, axis=0) - counts
+        # the first program writes the offsets (a scalar & a tensor mask trips the interpreter: the bound carries it)
+        tl.store(offsets + n, first, mask=n < tl.where(tl.program_id(0) == 0, N, 0))
+        owns = (first[None, :] <= ids[:, None]) & in_range[None, :]
+        owners += tl.sum(owns.to(tl.int32), axis=1)
+        owner_first = tl.maximum(owner_first, tl.max(tl.where(owns, first[None, :], 0), axis=1))
+        before += tl.sum(counts, axis=0)
+    owner = owners - 1
+    start = tl.load(cu_seqlens + owner) + (ids - owner_first) * BT
+    end = tl.load(cu_seqlens + owner + 1)
     # chunks past the last sequence's end (the grid's upper bound on the chunk count) come out dead: start >= end
     live = ids < num_chunks
     tl.store(bounds + 2 * ids, start, mask=live)
@@ -83,18 +88,15 @@ def inverse_norm(sum_sq, USE_L2NORM: tl.constexpr):
     return inv
 
 
-def chunk_offsets(cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """First global chunk id of each sequence [N] (on the device, no host sync)."""
-    counts = (cu_seqlens[1:] - cu_seqlens[:-1] + CHUNK - 1) // CHUNK
-    return torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]]).to(torch.int32)
-
-
-def chunk_bounds(cu_seqlens: torch.Tensor, offsets: torch.Tensor, num_chunks: int, launch=None) -> torch.Tensor:
-    """int32 [num_chunks, 2]: (first token, end of its sequence) of every global chunk, dead chunks (past the last
-    sequence) with first token >= end; found on the device (no host sync) for chunk_span."""
+def chunk_tables(cu_seqlens: torch.Tensor, num_chunks: int, launch=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(offsets int32 [N]: the first global chunk of each sequence; bounds int32 [num_chunks, 2]: the first token and
+    the sequence end of every global chunk, for chunk_span), in one launch on the device (no host sync; the torch ops
+    that found the offsets cost about as much host time as a kernel launch each). Chunks past the last sequence are
+    dead: first token >= end."""
     N = cu_seqlens.shape[0] - 1
+    offsets = torch.empty(N, device=cu_seqlens.device, dtype=torch.int32)
     bounds = torch.empty(num_chunks, 2, device=cu_seqlens.device, dtype=torch.int32)
     block = 128
-    (launch or (lambda fn: fn))(_chunk_bounds_kernel)[(triton.cdiv(num_chunks, block),)](
-        cu_seqlens, offsets, bounds, N, num_chunks, BLOCK=block, num_warps=4)
-    return bounds
+    (launch or (lambda fn: fn))(_chunk_tables_kernel)[(triton.cdiv(num_chunks, block),)](
+        cu_seqlens, offsets, bounds, N, num_chunks, BLOCK=block, SEQS=64, num_warps=4)
+    return offsets, bounds

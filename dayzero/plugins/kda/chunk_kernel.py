@@ -25,11 +25,11 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_bounds, chunk_offsets, load_lower
+from dayzero.plugins.kda.chunk_common import BT, CHUNK, chunk_tables, load_lower
 from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
-from dayzero.plugins.kda.wy_kernel import wy_kernel, wy_stream_kernel
-from dayzero.plugins.triton_utils import dot, with_launch_config
+from dayzero.plugins.kda.wy_kernel import wy_kernel
+from dayzero.plugins.triton_utils import dot
 
 
 @triton.jit
@@ -84,7 +84,7 @@ class ChunkTerms:
     a: torch.Tensor  # [T, H, BT] Aqk
     decay: torch.Tensor  # [max_chunks, H, K] fp32
     offsets: torch.Tensor  # [N] first chunk id of each sequence
-    bounds: torch.Tensor  # [chunks, 2] first token and sequence end of each chunk (chunk_common.chunk_bounds)
+    bounds: torch.Tensor  # [chunks, 2] first token and sequence end of each chunk (chunk_common.chunk_tables)
 
 
 # the implementations of the pair terms on the cumulative gate (same outputs), each followed by the solve launch: a
@@ -96,23 +96,20 @@ DEFAULT_PAIRS = "column_grid"
 
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
                 pair_warps: int | None = None, pair_block_k: int | None = None, pair_stages: int = 1, wy_warps: int = 4,
-                block_k: int = 32, pairs: str = DEFAULT_PAIRS, wy_run: int | None = None, wy_stages: int = 2,
-                wy_maxnreg: int | None = None) -> ChunkTerms:
+                block_k: int = 32, pairs: str = DEFAULT_PAIRS) -> ChunkTerms:
     """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve (`pairs`: a PAIR_PATHS
     key; pair_warps None: the path's default), WY products (a program per K or V tile, chunk and
-    head: one per chunk and head looping over the tiles was no faster on the H200, runs ab / ac). `wy_run`: the WY
-    products by wy_stream_kernel instead, each program walking `wy_run` chunks of one tile in a `wy_stages`-deep
-    pipeline; `wy_maxnreg`: a register cap on the WY kernel (more programs an SM)."""
+    head: one per chunk and head looping over the tiles was no faster on the H200, runs ab / ac)."""
     T, H, K = k.shape
     V = v.shape[-1]
     launch = launch or _direct
     chunks = T // CHUNK + cu_seqlens.shape[0] - 1
     work_dtype = torch.bfloat16 if q.dtype == torch.bfloat16 else torch.float32
     empty = lambda *shape, dtype=work_dtype: torch.empty(*shape, device=q.device, dtype=dtype)  # noqa: E731
-    offsets = chunk_offsets(cu_seqlens)
+    offsets, bounds = chunk_tables(cu_seqlens, chunks, launch)
     terms = ChunkTerms(w=empty(T, H, K), u=empty(T, H, V), qg=empty(T, H, K), kt=empty(T, H, K),
                        a=empty(T, H, CHUNK), decay=empty(chunks, H, K, dtype=torch.float32), offsets=offsets,
-                       bounds=chunk_bounds(cu_seqlens, offsets, chunks, launch))
+                       bounds=bounds)
     x = empty(T, H, CHUNK)
     q_inv, k_inv = empty(T, H, dtype=torch.float32), empty(T, H, dtype=torch.float32)
     g_cum = empty(T, H, K, dtype=torch.float32)
@@ -126,19 +123,10 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
     PAIR_PATHS[pairs](q, k, g_cum, beta, scale, terms.bounds, use_qk_l2norm, x, terms.a, q_inv, k_inv, launch,
                       **pair_options)
     block_k, block_v = min(K, block_k), min(V, block_k)
-    args = (q, k, v, g_cum, beta, x, q_inv, k_inv, terms.bounds, terms.w, terms.u, terms.qg, terms.kt, terms.decay,
-            scale)
-    tiles = K // block_k + V // block_v
-    kernel, grid, extra = wy_kernel, (tiles, chunks, H), {}
-    if wy_run is not None:
-        assert wy_run & (wy_run - 1) == 0, f"wy_run must be a power of two, got {wy_run}"
-        kernel, grid = wy_stream_kernel, (tiles, triton.cdiv(chunks, wy_run), H)
-        args, extra = (*args, chunks), dict(RUN=wy_run, NUM_STAGES=wy_stages)
-    if wy_maxnreg is None:
-        extra["num_warps"] = wy_warps
-    else:
-        kernel = with_launch_config(kernel, wy_warps, wy_maxnreg)
-    launch(kernel)[grid](*args, H=H, K=K, V=V, BK=block_k, BV=block_v, **extra)
+    launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
+        q, k, v, g_cum, beta, x, q_inv, k_inv, terms.bounds, terms.w, terms.u, terms.qg, terms.kt, terms.decay, scale,
+        H=H, K=K, V=V, BK=block_k, BV=block_v, num_warps=wy_warps,
+    )
     return terms
 
 

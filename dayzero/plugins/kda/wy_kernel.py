@@ -1,11 +1,10 @@
-"""Per-token products of chunked KDA given X = (I + Akk)^{-1}, one K or V tile of a chunk at a time:
+"""Per-token products of chunked KDA, one program per (K or V tile, chunk, head), given X = (I + Akk)^{-1}:
     W = X (beta e^G k),  U = X (beta v),  qg = scale q e^G,  kt = k e^{G_C - G},  decay = e^{G_C}
 (q, k L2-normalized by the row factors of the intra kernel; G the in-chunk cumsum of g, G_C its last row).
 
-`wy_kernel` runs one program per (tile, chunk, head). `wy_stream_kernel` gives each program one tile of a run of
-consecutive chunks and walks them in a software-pipelined loop, so that the next chunk's loads are in flight while
-this one's dots and stores run: Nsight Compute showed the one-shot programs at 2.5 TB/s with 4 programs an SM (run ba),
-each program's loads, dot and stores strictly in turn."""
+Tried on the H200 and removed (git history has them; bench/README.md has the numbers): one program per chunk looping
+over its tiles (run ab), 64-column tiles (run ac), a program walking one tile of 8 consecutive chunks in a
+software-pipelined loop, and a register cap for more programs an SM (run bb): none was faster than this."""
 
 from __future__ import annotations
 
@@ -74,37 +73,4 @@ def wy_kernel(
             _key_tile(q, k, g_cum, beta, x, q_inv, k_inv, w_out, qg_out, kt_out, decay_out, scale, chunk, start, eos, h,
                       tile, H, K, BK)
         else:
-            _value_tile(v, beta, x, u_out, start, eos, h, tile - K // BK, H, V, BV)
-
-
-@triton.jit
-def _span_of(starts, ends, i, RUN: tl.constexpr):
-    pick = tl.arange(0, RUN) == i
-    return tl.sum(tl.where(pick, starts, 0)), tl.sum(tl.where(pick, ends, 0))
-
-
-@triton.jit
-def wy_stream_kernel(
-    q, k, v, g_cum, beta, x, q_inv, k_inv, bounds, w_out, u_out, qg_out, kt_out, decay_out, scale, num_chunks,
-    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, RUN: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-):
-    tile = tl.program_id(0)
-    first = tl.program_id(1) * RUN
-    h = tl.program_id(2)
-    # the run's chunk bounds in one vector load before the loop: the loop's loads then depend on registers only,
-    # which the pipeliner can stage ahead (a chunk past the end reads as an empty span)
-    ids = first + tl.arange(0, RUN)
-    in_grid = ids < num_chunks
-    starts = tl.load(bounds + 2 * ids, mask=in_grid, other=0).to(tl.int64)
-    ends = tl.load(bounds + 2 * ids + 1, mask=in_grid, other=0).to(tl.int64)
-    # the tile kind is the program's, so each loop body is branch-free
-    if tile < K // BK:
-        for i in tl.range(0, RUN, num_stages=NUM_STAGES):
-            start, eos = _span_of(starts, ends, i, RUN)
-            _key_tile(q, k, g_cum, beta, x, q_inv, k_inv, w_out, qg_out, kt_out, decay_out, scale, first + i, start,
-                      eos, h, tile, H, K, BK)
-    else:
-        for i in tl.range(0, RUN, num_stages=NUM_STAGES):
-            start, eos = _span_of(starts, ends, i, RUN)
             _value_tile(v, beta, x, u_out, start, eos, h, tile - K // BK, H, V, BV)
