@@ -39,8 +39,8 @@ POOL_CONFIGS = [(16, 1, False), (32, 1, False), (16, 2, False), (32, 2, False), 
                 (64, 8, False), (64, 4, True), (32, 1, False, 192), (32, 1, False, 168)]
 FUSED_CONFIGS = [(16, 8, False), (32, 4, False), (32, 8, False), (32, 16, False), (64, 8, False), (32, 4, True),
                  (32, 8, True), (64, 8, True), (128, 8, True)]
-# --quick: the pool defaults' two candidates and the fused default
-QUICK_POOL_CONFIGS = [(16, 1, False), (32, 1, False), (32, 1, False, 192), (32, 1, False, 168)]
+# --quick: the pool defaults' two candidates and the fused default (the register caps lost in run aa)
+QUICK_POOL_CONFIGS = [(16, 1, False), (32, 1, False)]
 QUICK_FUSED_CONFIGS = [(32, 4, False)]
 
 

@@ -8,6 +8,7 @@ import torch
 
 from dayzero.dist.rank_plan import check_expert_split
 from dayzero.errors import DayzeroError
+from dayzero.plugins.kda.recurrent_kernel import MAX_STEP_TOKENS
 from dayzero.model.caches import CacheFormat
 
 BACKENDS = ("aoti", "onnx", "eager")
@@ -46,6 +47,9 @@ class ExportOptions:
                 raise DayzeroError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_draft < 0 or (self.max_len is not None and self.max_len < 1):
             raise DayzeroError("num_draft must be >= 0 and max_len >= 1")
+        if 1 + self.num_draft > MAX_STEP_TOKENS:
+            raise DayzeroError(f"num_draft must be <= {MAX_STEP_TOKENS - 1} (the KDA decode kernels step through at "
+                               f"most {MAX_STEP_TOKENS} tokens a sequence), got {self.num_draft}")
         if self.cp != 1:
             raise DayzeroError("context parallelism (--cp > 1) is not built yet; use --tp N, which splits the heads "
                                "and the experts over N ranks")

@@ -46,7 +46,8 @@ def test_second_export_is_a_hit_and_loads(checkpoint, tmp_path, monkeypatch):
     ({"kv_cache": "int4"}, "kv_cache must be one of bf16, fp8"),
     ({"backend": "tensorrt"}, "backend must be one of"),
     ({"num_draft": -1}, "num_draft must be >= 0"),
-], ids=["tp", "ep0", "kv", "backend", "draft"])
+    ({"num_draft": 16}, "num_draft must be <= 15"),
+], ids=["tp", "ep0", "kv", "backend", "draft", "draft-too-many"])
 def test_options_are_validated(fields, message):
     with pytest.raises(DayzeroError, match=message):
         ExportOptions(**fields)

@@ -17,6 +17,8 @@ from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load
 from dayzero.plugins.triton_utils import with_launch_config
 
 L2_EPS = tl.constexpr(1e-6)
+# tokens a row may step through in one call (1 + draft tokens): a row's slots are read as one vector of this width
+MAX_STEP_TOKENS = 16
 # softplus(x) == x above this (torch's default threshold)
 SOFTPLUS_THRESHOLD = tl.constexpr(20.0)
 
@@ -74,6 +76,18 @@ def gate_decay(z, rate, lower_bound, USE_LOWER_BOUND: tl.constexpr):
 
 
 @triton.jit
+def slot_row(state_slots, num_accepted, b, L):
+    """(row b's first write slot, its start slot): the row's slots and its accepted count in two independent loads
+    and the start picked in registers, so the state load waits on one memory round trip, not three (first slot,
+    then the count, then the start slot)."""
+    steps = tl.arange(0, MAX_STEP_TOKENS)
+    row = tl.load(state_slots + b * L + steps, mask=steps < L, other=-1)
+    accepted = tl.load(num_accepted + b)
+    first = tl.sum(tl.where(steps == 0, row, 0))
+    return first, tl.sum(tl.where(steps == accepted - 1, row, 0)).to(tl.int64)
+
+
+@triton.jit
 def _zero_rows(o, first, L, row_stride, cols, WIDTH: tl.constexpr):
     """o[first + t * row_stride + cols] = 0 for t < L (the output of a padding row)."""
     for t in range(L):
@@ -95,10 +109,10 @@ def _recurrent_kda_pool_kernel(
     ok = tl.arange(0, K)
     ov = tl.program_id(0) % (V // BV) * BV + tl.arange(0, BV)
     slots = state_slots + b * L
-    if tl.load(slots) < 0:
+    first, start = slot_row(state_slots, num_accepted, b, L)
+    if first < 0:
         _zero_rows(o, (b * L * H + h).to(tl.int64) * V, L, H * V, ov, BV)
         return
-    start = tl.load(slots + tl.load(num_accepted + b) - 1).to(tl.int64)
     tile = h * K * V + ok[:, None] * V + ov[None, :]
     S = load_state(state + start * (H * K * V) + tile, STREAM)
     tl.debug_barrier()
@@ -150,11 +164,11 @@ def _fused_kda_decode_kernel(
     # K-vector (q, k, g) costs few registers per thread
     ov = tl.arange(0, K // BV)[:, None] * BV + tl.arange(0, BV)[None, :]
     slots = state_slots + b * L
-    if tl.load(slots) < 0:
+    first, start = slot_row(state_slots, num_accepted, b, L)
+    if first < 0:
         for t in range(L):
             tl.store(o + ((b * L + t) * H + h).to(tl.int64) * K + ov, tl.zeros(ov.shape, o.dtype.element_ty))
         return
-    start = tl.load(slots + tl.load(num_accepted + b) - 1).to(tl.int64)
     tile = h * K * K + ok[None, :, None] * K + ov[:, None, :]
     S = load_state(state + start * (H * K * K) + tile, STREAM)
     window = conv_state + start * 3 * (W - 1) * C
@@ -201,6 +215,8 @@ def _check_pool(state: torch.Tensor, state_slots: torch.Tensor, num_accepted: to
     assert state_slots.shape == (batch, length) and state_slots.is_contiguous(), "state_slots must be [B, L]"
     assert num_accepted.shape == (batch,), "num_accepted must be [B]"
     assert _is_pow2_at_least_16(dim_k) and _is_pow2_at_least_16(dim_v), "K and V must be powers of two >= 16"
+    torch._check(length <= MAX_STEP_TOKENS,
+                 lambda: f"at most {MAX_STEP_TOKENS} tokens a row per decode call (1 + draft tokens), got {length}")
 
 
 def _token_strides(x: torch.Tensor, heads: int, dim: int | None = None) -> tuple[int, int]:
