@@ -19,6 +19,7 @@ from dayzero.plugins.triton_utils import with_launch_config
 L2_EPS = tl.constexpr(1e-6)
 # tokens a row may step through in one call (1 + draft tokens): a row's slots are read as one vector of this width
 MAX_STEP_TOKENS = 16
+_STEP_TOKENS = tl.constexpr(MAX_STEP_TOKENS)
 # softplus(x) == x above this (torch's default threshold)
 SOFTPLUS_THRESHOLD = tl.constexpr(20.0)
 
@@ -80,7 +81,7 @@ def slot_row(state_slots, num_accepted, b, L):
     """(row b's first write slot, its start slot): the row's slots and its accepted count in two independent loads
     and the start picked in registers, so the state load waits on one memory round trip, not three (first slot,
     then the count, then the start slot)."""
-    steps = tl.arange(0, MAX_STEP_TOKENS)
+    steps = tl.arange(0, _STEP_TOKENS)
     row = tl.load(state_slots + b * L + steps, mask=steps < L, other=-1)
     accepted = tl.load(num_accepted + b)
     first = tl.sum(tl.where(steps == 0, row, 0))
