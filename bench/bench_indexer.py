@@ -8,7 +8,7 @@ correctness check of the kernel against the reference on the bench inputs (a few
 the median time (triton.testing.do_bench, which flushes the L2 before every run). Decode bytes: every cached key
 byte of every sequence once + q, w and the output; prefill FLOPs: 2 * HI * DI * T * T / 2 (the causal dots).
 --sweep also times a few launch configurations of each phase; --decode-kernels names the decode kernels to time
-(kernel.DECODE_LAUNCHERS, e.g. select-f16: the select kernel with MXFP8 keys through an f16 dot; each
+(kernel.DECODE_LAUNCHERS, e.g. select-bytes: the select kernel with MXFP8 keys loaded byte by byte; each
 case once per kernel); --caches the decode index-cache formats. Results go to DIR/bench_indexer.json; a table is
 printed last.
 """

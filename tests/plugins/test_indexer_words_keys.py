@@ -13,7 +13,6 @@ import torch
 
 from dayzero.plugins.indexer import reference
 from dayzero.plugins.quant.reference import mxfp8_dequantize, mxfp8_quantize
-from tests.plugins.test_indexer_f16_keys import SCENARIOS, extreme_case
 from tests.plugins.test_indexer_kernel import CPU_DECODE, assert_rows_follow_the_rule, assert_same_topk, build_case
 from tests.plugins.triton_env import DEVICE, HAS_TRITON, ON_GPU, needs_triton, poisoned, sizes
 
@@ -24,6 +23,14 @@ PAGE = 64
 LOADERS = {"bytes": 0, "scale-words": 1, "code-and-scale-words": 2}
 # "select" loads words on its own wherever they apply
 WORD_KERNELS = ["select-words", "select-words-codes", "select"]
+# e4m3 bytes with exponent field <= 7: values below 2, so that keys under scales up to 2^127 stay finite in fp32
+SMALL_E4M3 = 0x3F
+# scenarios: (lowest E8M0 code of a key's blocks, octaves above it, e4m3 byte mask, query octave, head spread)
+SCENARIOS = {
+    "low-scales-large-q": (1, 22, 0xFF, 60, 6),
+    "high-scales-tiny-q": (232, 22, SMALL_E4M3, -110, 6),
+    "mid-scales-heads-40-octaves-apart": (110, 22, 0xFF, 0, 40),
+}
 
 if HAS_TRITON:
     import triton
@@ -63,6 +70,32 @@ def random_cache(num_pages, dim, seed):
     """Every byte random (never a zero cache): NaN e4m3 codes and E8M0 0 / 255 included."""
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, 256, (num_pages, PAGE * (dim + dim // 32)), generator=gen, dtype=torch.uint8)
+
+
+def random_e4m3(shape, mask, gen):
+    """Random e4m3 bytes under `mask`, none of them NaN (0x7F / 0xFF)."""
+    codes = torch.randint(0, 256, shape, generator=gen, dtype=torch.int32) & mask
+    return torch.where((codes & 0x7F) == 0x7F, codes - 1, codes).to(torch.uint8)
+
+
+def fill_mxfp8_cache(cache, dim, lowest, octaves, value_mask, seed=0):
+    """Every key of `cache` random: block scales in [lowest, lowest + octaves], e4m3 values under value_mask."""
+    gen = torch.Generator().manual_seed(seed)
+    num_pages = cache.shape[0]
+    values = random_e4m3((num_pages, 64 * dim), value_mask, gen)
+    scales = torch.randint(lowest, lowest + octaves + 1, (num_pages, 64 * dim // 32), generator=gen)
+    cache.copy_(torch.cat([values, scales.to(torch.uint8)], dim=1).to(cache.device))
+
+
+def extreme_case(lengths, new, num_heads, dim, scenario, seed=0):
+    """build_case's sequences with the cache and the query magnitudes of `scenario` (a bf16 q)."""
+    lowest, octaves, value_mask, q_octave, head_spread = SCENARIOS[scenario]
+    case = build_case(lengths, new, num_heads, dim, "mxfp8", torch.float32, seed=seed)
+    fill_mxfp8_cache(case["index_cache"], dim, lowest, octaves, value_mask, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    heads = torch.randint(-head_spread, head_spread + 1, (1, num_heads, 1), generator=gen).float()
+    case["q"] = (case["q"].cpu() * torch.exp2(heads + q_octave)).to(torch.bfloat16).to(DEVICE)
+    return case
 
 
 def expected_blocks(cache, table, start, num_keys, block, dim, dp):

@@ -22,7 +22,6 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
-from dayzero.plugins.indexer.f16_tiles_kernel import dot_kq_f16, f16_query_rows, load_keys_f16, unscale_scores
 from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, load_set, score_keys, union_layout, write_sorted
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, split_chunk
 from dayzero.plugins.indexer.words_tiles_kernel import load_keys_words
@@ -31,29 +30,23 @@ from dayzero.plugins.triton_utils import with_launch_config
 
 # splits whose floors the merge reads at once
 FLOOR_BLOCK = tl.constexpr(32)
-# queries whose values f16_query_rows keeps exact (uint8: the e4m3 bytes of an MXFP8 q)
-F16_EXACT_QUERY_DTYPES = (torch.bfloat16, torch.uint8)
 
 
 @triton.jit
 def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale,
                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
-                 BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr,
-                 KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr):
+                 BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr,
+                 CODE_WORDS: tl.constexpr):
     """Score keys of the keys [block, end) into block_rows[l] + (s - block) for the LP rows (0: not visible).
 
     The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
-    MMA rows, so the sum over heads stays within a thread quad. KEY_F16: MXFP8 keys through f16_tiles_kernel.py
-    (q_rows f16, w_rows with its factors), each key's top scale applied to its scores. KEY_WORDS: MXFP8 keys with
-    their scales (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys."""
+    MMA rows, so the sum over heads stays within a thread quad. KEY_WORDS: MXFP8 keys with their scales
+    (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys."""
     d = tl.arange(0, DP)
     for start in range(block, end, BS):
         s = start + tl.arange(0, BS)
         s_ok = s < end
-        if KEY_F16:
-            k, tops = load_keys_f16(cache, table_row, s, s_ok, DI, PAGE, DP)
-            logits = dot_kq_f16(k, q_rows)  # [BS, LP * HP]
-        elif KEY_WORDS:
+        if KEY_WORDS:
             k = load_keys_words(cache, table_row, s, s_ok, DI, PAGE, DP, DOT_FP32, CODE_WORDS)
             logits = dot_kq(k, q_rows, DOT_FP32)
         else:
@@ -62,8 +55,6 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
         weighted = tl.reshape(tl.maximum(logits, 0.0) * w_rows[None, :], (BS, LP, HP))
         # AOTInductor passes Python floats as fp64 scalars: the keys need fp32 scores
         scores = tl.sum(weighted, axis=2) * tl.cast(scale, tl.float32)  # [BS, LP]
-        if KEY_F16:
-            scores = unscale_scores(scores, tops)
         keys = score_keys(scores, s[:, None] <= pos[None, :])
         tl.store(block_rows[None, :] + (s - block)[:, None], keys.to(tl.int32, bitcast=True),
                  mask=s_ok[:, None] & rows_ok[None, :])
@@ -87,7 +78,7 @@ def _keep_block(set_keys, set_positions, count, lower, block, end, K, KP: tl.con
 def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi, scale, K,
                   DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                   BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr,
-                  DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr):
+                  DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr):
     """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
     (0: fewer than K entries)."""
     lane = tl.arange(0, LP)
@@ -97,7 +88,7 @@ def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_pos
     for block in range(lo, hi, U - KP):
         end = tl.minimum(block + U - KP, hi)
         _score_block(q_rows, w_rows, set_keys + sets * U + KP, pos, rows_ok, cache, table_row, block, end, scale,
-                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_F16, KEY_WORDS, CODE_WORDS)
+                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS)
         for r in range(LP):
             here = lane == r
             if tl.sum((here & rows_ok).to(tl.int32)) > 0:
@@ -136,7 +127,7 @@ def _decode_select_kernel(
     num_splits_used, scale, num_splits, min_chunk, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
-    DOT_FP32: tl.constexpr, KEY_F16: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
+    DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
@@ -145,17 +136,15 @@ def _decode_select_kernel(
     table_row = block_table + seq.to(tl.int64) * table_stride
     for row0 in range(first, end, LP):
         rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
-                                                             Q_QUANT, DOT_FP32 or KEY_F16)
-        if KEY_F16:
-            q_rows, w_rows = f16_query_rows(q_rows, w_rows)
+                                                             Q_QUANT, DOT_FP32)
         num_keys, chunk = split_chunk(pos, num_splits, min_chunk, BS)
         used = tl.cdiv(num_keys, chunk)
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)
         sets = rows.to(tl.int64) * num_splits + split
         count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi,
-                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_F16,
-                                   KEY_WORDS, CODE_WORDS)
+                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS,
+                                   CODE_WORDS)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
@@ -228,7 +217,7 @@ def index_topk_decode_select_launcher(
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int = 64, union_keys: int = 4096, num_warps: int = 8, merge_warps: int = 8,
-    maxnreg: int | None | str = "auto", f16_keys: bool = False, key_words: bool | None = None,
+    maxnreg: int | None | str = "auto", key_words: bool | None = None,
     code_words: bool | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
@@ -237,22 +226,17 @@ def index_topk_decode_select_launcher(
     rows_per_program: query rows sharing each key tile (power of two); union_keys: a row's set + block length
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: a power of two; min_chunk: the fewest
     keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap (see
-    decode_kernel.decode_row_tiles); f16_keys: MXFP8 keys through an f16 dot (f16_tiles_kernel.py; a bf16 or e4m3 q)
-    instead of dequantized to the dot type: off, as the H200 measured it level from 32K and 1.65x slower at 8K
-    (run x, bench/README.md); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with the codes
-    (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply (run
-    aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K / 32K /
-    128K)."""
+    decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
+    the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
+    (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
+    32K / 128K)."""
     num_tokens, num_heads, dim = q.shape
     if key_words is None:
-        key_words = key_quant and dim % 128 == 0 and not f16_keys
+        key_words = key_quant and dim % 128 == 0
     if code_words is None:
         code_words = key_words
     num_seqs = cu_seqlens.shape[0] - 1
-    assert not f16_keys or (key_quant and q.dtype in F16_EXACT_QUERY_DTYPES), (
-        "f16_keys needs an MXFP8 cache and a bf16 or e4m3 query")
-    assert not key_words or (key_quant and dim % 128 == 0 and not f16_keys), (
-        "key_words needs an MXFP8 cache with DI a multiple of 128, and not f16_keys")
+    assert not key_words or (key_quant and dim % 128 == 0), "key_words needs an MXFP8 cache with DI a multiple of 128"
     assert key_words or not code_words, "code_words needs key_words"
     lp, hp, maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)
     kp, union = union_layout(topk, union_keys, block_keys)
@@ -278,7 +262,7 @@ def index_topk_decode_select_launcher(
             set_positions, counts, floors, used, scale, num_splits, min_chunk, block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
-            KEY_F16=f16_keys, KEY_WORDS=key_words, CODE_WORDS=code_words)
+            KEY_WORDS=key_words, CODE_WORDS=code_words)
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
                                 topk, KP=kp, U=union, num_warps=merge_warps)
     return out

@@ -25,11 +25,9 @@ DECODE_MAX_ROWS = 8
 DECODE_MAX_DOT_ROWS = 256
 EXACT_BF16_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.uint8)
 # decode kernels by name: register-resident Top-K sets (decode_select_kernel.py), or streaming buffers with shrinks;
-# "select-f16": the select kernel with MXFP8 keys through an f16 dot (run x: level from 32K, 1.65x slower at 8K);
 # MXFP8 keys: "select" loads their codes and scales as int32 words (what "select-words-codes" names), "select-bytes"
 # byte by byte (the default before run aa), "select-words" the scales alone as words
 DECODE_LAUNCHERS = {"select": index_topk_decode_select_launcher, "buffers": index_topk_decode_launcher,
-                    "select-f16": functools.partial(index_topk_decode_select_launcher, f16_keys=True),
                     "select-bytes": functools.partial(index_topk_decode_select_launcher, key_words=False),
                     "select-words": functools.partial(index_topk_decode_select_launcher, key_words=True,
                                                       code_words=False),
