@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from dayzero.plugins.paged_cache.formats import latent_cache_shape, write_latent
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
@@ -380,13 +381,17 @@ def test_tile_config_puts_heads_on_the_mma_rows():
     assert schedule.tile_config(16, BF16, dense=True, tokens_per_seq=1).tokens_per_block == 1
 
 
-def test_sparse_decode_grids_gather_64_key_blocks_two_stages_deep():
+def test_sparse_tiles_gather_64_key_blocks_two_stages_deep():
     cpu = torch.device("cpu")
-    prefill = schedule.tile_config(128, BF16, dense=False)
+    narrow = schedule.tile_config(128, BF16, dense=False)
     decode = schedule.sparse_tile_config(128, BF16, 64, fp8_cache=True, device=cpu)
-    assert (decode.block_n, decode.num_stages, decode.block_h) == (64, 2, prefill.block_h)
+    assert (decode.block_n, decode.num_stages, decode.block_h) == (64, 2, narrow.block_h)
     assert schedule.sparse_tile_config(64, BF16, 64, fp8_cache=True, device=cpu).block_n == 64
-    # one head block over a BF16 cache measured faster with prefill's tiles
-    assert schedule.sparse_tile_config(64, BF16, 64, fp8_cache=False, device=cpu) == prefill
-    assert schedule.sparse_tile_config(128, BF16, 32768, fp8_cache=True, device=cpu) == prefill
+    # prefill grids too (run be: 274 TFLOP/s against 211 with 32-key blocks), and symbolic token counts
+    symbolic = ShapeEnv().create_unbacked_symint()
+    for fp8 in (True, False):
+        assert schedule.sparse_tile_config(128, BF16, 32768, fp8_cache=fp8, device=cpu) == decode
+        assert schedule.sparse_tile_config(64, BF16, symbolic, fp8_cache=fp8, device=cpu).block_n == 64
+    # one head block over a BF16 cache at decode size measured faster with the 32-key blocks
+    assert schedule.sparse_tile_config(64, BF16, 64, fp8_cache=False, device=cpu) == narrow
     assert schedule.sparse_tile_config(128, FP32, 1, fp8_cache=True, device=cpu).block_n == 16

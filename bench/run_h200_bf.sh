@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sixth device call of 2026-12-04: sparse MLA with 64-key blocks two stages deep as the prefill default too (run be:
+# T8192 H128 BF16 274 TFLOP/s against 211):
+#   1. prefill T32768 (the issue's length) with the tile sweep (32/3 = the old default), H64, FP8;
+#   2. the decode cases (--quick-decode) with the same defaults as before;
+#   3. the sparse MLA and indexer GPU tests (the indexer's select-f16 path was removed).
+# usage: bash bench/run_h200_bf.sh [SECONDS] (default 400).
+. bench/h200.sh
+. bench/h200_call.sh bf ${1:-400}
+export OMP_NUM_THREADS=1
+timeout 170 python3 bench/bench_sparse_mla.py --prefill-only --prefill-tokens 32768 --out $R/t32768 \
+  > $R/sparse_mla_t32768.log 2>&1
+echo "== sparse mla prefill rc=$?"; save
+timeout 80 python3 bench/bench_sparse_mla.py --quick-decode --out $R/decode > $R/sparse_mla_decode.log 2>&1
+echo "== sparse mla decode rc=$?"; save
+timeout -s INT -k 20 $(( $(left) - 30 )) python3 -m pytest -q -rfE -p no:cacheprovider -n 14 -m gpu \
+  tests/plugins/test_sparse_mla_kernel.py $(ls tests/plugins/test_indexer*.py) > $R/gpu_tests.log 2>&1
+echo "== gpu tests rc=$?"; save
+test_summary $R/gpu_tests.log
+python3 - $R/t32768/sparse_mla.json $R/decode/sparse_mla.json <<'PY'
+import json
+import sys
+
+for path in sys.argv[1:]:
+    try:
+        records = json.load(open(path))["records"]
+    except (OSError, ValueError) as error:
+        print(path, "missing:", error)
+        continue
+    for r in records:
+        c = r.get("config")
+        cfg = c if not isinstance(c, dict) else f"n{c['block_n']} s{c['num_stages']} w{c['num_warps']} h{c['block_h']}"
+        print(r["case"], cfg, r.get("correct"), round(r.get("ms", 0), 3), round(r.get("TFLOPs", 0), 1),
+              f"{100 * r.get('frac_copy', 0):.1f}%", r.get("error", "")[:80])
+PY
