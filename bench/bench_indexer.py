@@ -148,8 +148,9 @@ def run_prefill(length: int, context: int, heads: int, quantized: bool, options:
 
 
 SWEEPS = {
-    "select": (dict(block_keys=128), dict(block_keys=128, maxnreg=128), dict(maxnreg=None), dict(union_keys=8192),
-               dict(min_chunk=2048), dict(min_chunk=8192), dict(num_warps=4, maxnreg=None), dict(merge_warps=4)),
+    # the union length first: each block of U - K new keys costs one bitwise search (up to 32 block-wide counts)
+    "select": (dict(union_keys=8192), dict(union_keys=16384), dict(block_keys=128, union_keys=8192),
+               dict(block_keys=128), dict(min_chunk=8192), dict(num_warps=4, maxnreg=None), dict(merge_warps=4)),
     "buffers": (dict(block_keys=128), dict(block_keys=128, maxnreg=128), dict(maxnreg=None), dict(super_chunk=512),
                 dict(super_chunk=2048), dict(num_warps=4, maxnreg=None), dict(min_chunk=4096),
                 dict(merge_chunk=512)),
@@ -165,7 +166,9 @@ def decode_cases(args) -> list[tuple]:
         if not args.contexts:
             cases += [(32768, 64, True, 2, named), (32768, 64, True, 4, named)]
         if args.sweep:
-            cases += [(32768, 64, True, 1, {**named, **o}) for o in SWEEPS[kernel]]
+            # at the longest context asked for (32K by default): the selection's share grows with the keys
+            context = max(args.contexts or [32768])
+            cases += [(context, 64, True, 1, {**named, **o}) for o in SWEEPS[kernel]]
     return cases
 
 
