@@ -161,7 +161,7 @@ def decode_cases(args) -> list[tuple]:
     contexts = args.contexts or ([8192, 32768] if args.quick else [8192, 32768, 131072])
     cases = []
     for kernel in args.decode_kernels:
-        named = {"decode_kernel": kernel}
+        named = {"decode_kernel": kernel, **args.decode_options}
         cases += [(c, h, cache == "mxfp8", 1, named) for c in contexts for h in args.heads for cache in args.caches]
         if not args.contexts:
             cases += [(32768, 64, True, 2, named), (32768, 64, True, 4, named)]
@@ -240,6 +240,8 @@ def main() -> None:
     parser.add_argument("--contexts", type=_numbers, default=None, help="comma-separated decode contexts")
     parser.add_argument("--heads", type=_numbers, default=[32, 64], help="comma-separated decode head counts")
     parser.add_argument("--caches", type=_names, default=["mxfp8", "bf16"], help="decode index caches: mxfp8,bf16")
+    parser.add_argument("--decode-options", type=json.loads, default={},
+                        help='launcher options for every decode case, as JSON: {"num_warps": 4, "maxnreg": null}')
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ceilings, results = run_all(args)
