@@ -150,7 +150,7 @@ def run_prefill(length: int, context: int, heads: int, quantized: bool, options:
 SWEEPS = {
     # the union length first: each block of U - K new keys costs one bitwise search (up to 32 block-wide counts)
     "select": (dict(union_keys=8192), dict(union_keys=16384), dict(block_keys=128, union_keys=8192),
-               dict(block_keys=128), dict(min_chunk=8192), dict(num_warps=4, maxnreg=None), dict(merge_warps=4)),
+               dict(block_keys=128), dict(min_chunk=8192), dict(num_warps=8, maxnreg="auto"), dict(merge_warps=4)),
     "buffers": (dict(block_keys=128), dict(block_keys=128, maxnreg=128), dict(maxnreg=None), dict(super_chunk=512),
                 dict(super_chunk=2048), dict(num_warps=4, maxnreg=None), dict(min_chunk=4096),
                 dict(merge_chunk=512)),

@@ -122,16 +122,3 @@ def test_integer_ties_across_splits_and_blocks():
     got = run_kernel(case, 40, "decode", num_splits=4, **{**SMALL, "min_chunk": 32})
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=40).cpu())
 
-
-def test_split_launch_by_context_length():
-    """4 uncapped warps from 32K keys of block table, 8 capped below, the short choice where the length is symbolic,
-    explicit settings untouched."""
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    from dayzero.plugins.indexer.decode_select_kernel import LONG_CONTEXT_KEYS, split_launch
-
-    assert split_launch(LONG_CONTEXT_KEYS, None, "auto") == (4, None)
-    assert split_launch(LONG_CONTEXT_KEYS - 64, None, "auto") == (8, "auto")
-    assert split_launch(ShapeEnv().create_unbacked_symint() * 64, None, "auto") == (8, "auto")
-    assert split_launch(4 * LONG_CONTEXT_KEYS, 8, "auto") == (8, "auto")
-    assert split_launch(4 * LONG_CONTEXT_KEYS, None, 96) == (4, 96)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
@@ -213,28 +212,12 @@ def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torc
     return torch.sym_max(1, torch.sym_min(by_sms, triton.cdiv(max_keys, min_chunk)))
 
 
-# block tables this long (keys) or longer get 4-warp split programs without a register cap, shorter ones 8 warps under
-# decode_row_tiles' cap: run bg (B64, HI 32 / 64, MXFP8 / BF16) measured 4 warps 1.07-1.11x faster at 32K keys and
-# 1.09-1.14x at 128K, but 0.97-1.8x slower at 8K except HI32 MXFP8 (0.179 against 0.185 ms)
-LONG_CONTEXT_KEYS = 32768
-
-
-def split_launch(max_keys, num_warps: int | None, maxnreg: int | None | str) -> tuple[int, int | None | str]:
-    """(num_warps, maxnreg) of the split kernel; num_warps None: by the block table's length (LONG_CONTEXT_KEYS),
-    which may be symbolic (exported engines): the long-context choice is made only where the traced range proves it."""
-    if num_warps is not None:
-        return num_warps, maxnreg
-    if statically_known_true(max_keys >= LONG_CONTEXT_KEYS):
-        return 4, None if maxnreg == "auto" else maxnreg
-    return 8, maxnreg
-
-
 def index_topk_decode_select_launcher(
     q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
-    block_keys: int = 64, union_keys: int = 4096, num_warps: int | None = None, merge_warps: int = 8,
-    maxnreg: int | None | str = "auto", key_words: bool | None = None,
+    block_keys: int = 64, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
+    maxnreg: int | None | str = None, key_words: bool | None = None,
     code_words: bool | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
@@ -246,7 +229,8 @@ def index_topk_decode_select_launcher(
     decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
     the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
     (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
-    32K / 128K); num_warps: the split kernel's (None: split_launch's choice by context length)."""
+    32K / 128K). The split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8
+    warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
     if key_words is None:
         key_words = key_quant and dim % 128 == 0
@@ -255,7 +239,6 @@ def index_topk_decode_select_launcher(
     num_seqs = cu_seqlens.shape[0] - 1
     assert not key_words or (key_quant and dim % 128 == 0), "key_words needs an MXFP8 cache with DI a multiple of 128"
     assert key_words or not code_words, "code_words needs key_words"
-    num_warps, maxnreg = split_launch(block_table.shape[1] * PAGE_SIZE, num_warps, maxnreg)
     lp, hp, maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = 2 * kp if min_chunk is None else min_chunk
