@@ -14,19 +14,4 @@ echo "== sparse mla T8192 rc=$?"; save
 timeout $(( $(left) - 20 )) python3 bench/bench_sparse_mla.py --prefill-only --prefill-tokens 32768 --no-sweep \
   --out $R/t32768 > $R/sparse_mla_t32768.log 2>&1
 echo "== sparse mla T32768 rc=$?"; save
-python3 - $R/t8192/sparse_mla.json $R/t32768/sparse_mla.json <<'PY'
-import json
-import sys
-
-for path in sys.argv[1:]:
-    try:
-        records = json.load(open(path))["records"]
-    except (OSError, ValueError) as error:
-        print(path, "missing:", error)
-        continue
-    for r in records:
-        c = r.get("config")
-        cfg = c if not isinstance(c, dict) else f"n{c['block_n']} s{c['num_stages']} w{c['num_warps']} h{c['block_h']}"
-        print(r["case"], cfg, r.get("correct"), round(r.get("ms", 0), 3), round(r.get("TFLOPs", 0), 1),
-              r.get("error", "")[:80])
-PY
+sparse_mla_rows $R/t8192/sparse_mla.json $R/t32768/sparse_mla.json

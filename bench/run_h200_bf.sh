@@ -19,27 +19,5 @@ timeout -s INT -k 20 $(( $(left) - 30 )) python3 -m pytest -q -rfE -p no:cachepr
   tests/plugins/test_sparse_mla_kernel.py $(ls tests/plugins/test_indexer*.py) > $R/gpu_tests.log 2>&1
 echo "== gpu tests rc=$?"; save
 test_summary $R/gpu_tests.log
-python3 - $R/bench_indexer.json <<'PY'
-import json
-import sys
-
-for r in json.load(open(sys.argv[1]))["results"]:
-    print(r.get("shape"), r.get("options"), r.get("ok"), round(r.get("ms", 0), 3), r.get("kernels_us"),
-          r.get("error", "")[:100])
-PY
-python3 - $R/t32768/sparse_mla.json <<'PY'
-import json
-import sys
-
-for path in sys.argv[1:]:
-    try:
-        records = json.load(open(path))["records"]
-    except (OSError, ValueError) as error:
-        print(path, "missing:", error)
-        continue
-    for r in records:
-        c = r.get("config")
-        cfg = c if not isinstance(c, dict) else f"n{c['block_n']} s{c['num_stages']} w{c['num_warps']} h{c['block_h']}"
-        print(r["case"], cfg, r.get("correct"), round(r.get("ms", 0), 3), round(r.get("TFLOPs", 0), 1),
-              f"{100 * r.get('frac_copy', 0):.1f}%", r.get("error", "")[:80])
-PY
+indexer_rows $R/bench_indexer.json
+sparse_mla_rows $R/t32768/sparse_mla.json

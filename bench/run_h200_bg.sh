@@ -17,17 +17,4 @@ timeout -s INT -k 20 $(( $(left) - 25 )) python3 -m pytest -q -rfE -p no:cachepr
   > $R/gpu_all.log 2>&1
 echo "== gpu tests rc=$?"; save
 test_summary $R/gpu_all.log
-python3 - $R/w8/bench_indexer.json $R/w4/bench_indexer.json <<'PY'
-import json
-import sys
-
-for path in sys.argv[1:]:
-    try:
-        results = json.load(open(path))["results"]
-    except (OSError, ValueError) as error:
-        print(path, "missing:", error)
-        continue
-    for r in results:
-        print(path.split("/")[-2], r.get("shape"), r.get("cache"), r.get("ok"), round(r.get("ms", 0), 3),
-              f"{100 * r.get('fraction', 0):.1f}%", r.get("error", "")[:80])
-PY
+indexer_rows $R/w8/bench_indexer.json $R/w4/bench_indexer.json

@@ -12,11 +12,4 @@ timeout -s INT -k 15 $(( $(left) - 20 )) python3 -m pytest -q -rfE -p no:cachepr
   $(ls tests/plugins/test_indexer*.py) > $R/gpu_indexer.log 2>&1
 echo "== gpu tests rc=$?"; save
 test_summary $R/gpu_indexer.log
-python3 - $R/bench_indexer.json <<'PY'
-import json
-import sys
-
-for r in json.load(open(sys.argv[1]))["results"]:
-    print(r.get("shape"), r.get("cache"), r.get("ok"), round(r.get("ms", 0), 3), f"{100 * r.get('fraction', 0):.1f}%",
-          r.get("error", "")[:80])
-PY
+indexer_rows $R/bench_indexer.json
