@@ -77,12 +77,12 @@ def gate_decay(z, rate, lower_bound, USE_LOWER_BOUND: tl.constexpr):
 
 
 @triton.jit
-def slot_row(state_slots, num_accepted, b, L):
-    """(row b's first write slot, its start slot): the row's slots and its accepted count in two independent loads
-    and the start picked in registers, so the state load waits on one memory round trip, not three (first slot,
-    then the count, then the start slot)."""
+def slot_row(slots, num_accepted, b, L):
+    """(row b's first write slot, its start slot) from its L slots at `slots`: the slots and the row's accepted count
+    in two independent loads and the start picked in registers, so the state load waits on one memory round trip, not
+    three (first slot, then the count, then the start slot)."""
     steps = tl.arange(0, _STEP_TOKENS)
-    row = tl.load(state_slots + b * L + steps, mask=steps < L, other=-1)
+    row = tl.load(slots + steps, mask=steps < L, other=-1)
     accepted = tl.load(num_accepted + b)
     first = tl.sum(tl.where(steps == 0, row, 0))
     return first, tl.sum(tl.where(steps == accepted - 1, row, 0)).to(tl.int64)
@@ -110,7 +110,7 @@ def _recurrent_kda_pool_kernel(
     ok = tl.arange(0, K)
     ov = tl.program_id(0) % (V // BV) * BV + tl.arange(0, BV)
     slots = state_slots + b * L
-    first, start = slot_row(state_slots, num_accepted, b, L)
+    first, start = slot_row(slots, num_accepted, b, L)
     if first < 0:
         _zero_rows(o, (b * L * H + h).to(tl.int64) * V, L, H * V, ov, BV)
         return
@@ -165,7 +165,7 @@ def _fused_kda_decode_kernel(
     # K-vector (q, k, g) costs few registers per thread
     ov = tl.arange(0, K // BV)[:, None] * BV + tl.arange(0, BV)[None, :]
     slots = state_slots + b * L
-    first, start = slot_row(state_slots, num_accepted, b, L)
+    first, start = slot_row(slots, num_accepted, b, L)
     if first < 0:
         for t in range(L):
             tl.store(o + ((b * L + t) * H + h).to(tl.int64) * K + ov, tl.zeros(ov.shape, o.dtype.element_ty))

@@ -47,7 +47,7 @@ def _key_tile(q, k, g_cum, beta, x, q_inv, k_inv, w_out, qg_out, kt_out, decay_o
     _store_rows(w_out, t, valid, h, H, K, kc, dot(X, (b[:, None] * eG * kn).to(X.dtype)))
     _store_rows(qg_out, t, valid, h, H, K, kc, qn * eG * scale)
     _store_rows(kt_out, t, valid, h, H, K, kc, kn * tl.exp(G_last[None, :] - G))
-    tl.store(decay_out + (chunk * H + h) * K + kc, tl.exp(G_last), mask=kc < tl.where(start < eos, K, 0))
+    tl.store(decay_out + (chunk * H + h) * K + kc, tl.exp(G_last), mask=kc < K)
 
 
 @triton.jit
