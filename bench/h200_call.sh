@@ -18,52 +18,8 @@ test_summary() {
   grep -E "passed|failed" "$1" | tail -1 | cut -c1-200
   grep -E "^FAILED|^ERROR" "$1" | head -8 | cut -c1-200
 }
-# the KDA prefill rows of $R/kda_prefill.json: times, speedups, errors and the given extra key prefixes
-kda_prefill_rows() {
-  python3 - "$R/kda_prefill.json" "$@" <<'PY'
-import json
-import sys
-
-for r in json.load(open(sys.argv[1]))['rows']:
-    print(r['shape'], {k: v for k, v in r.items() if k.startswith(('ours', 'fla_ms', 'fla_graph', 'speedup', 'err',
-                                                                   *sys.argv[2:]))
-                       or k.endswith(('pairs_kernel_ms', 'wy_kernel_ms', '_state_kernel_ms')) or 'error' in k})
-PY
-}
-# the sparse MLA records of the given sparse_mla.json files: case, tile config, check, ms, TFLOP/s, % of copy
-sparse_mla_rows() {
-  python3 - "$@" <<'PY'
-import json
-import sys
-
-for path in sys.argv[1:]:
-    try:
-        records = json.load(open(path))["records"]
-    except (OSError, ValueError) as error:
-        print(path, "missing:", error)
-        continue
-    for r in records:
-        c = r.get("config")
-        cfg = c if not isinstance(c, dict) else f"n{c['block_n']} s{c['num_stages']} w{c['num_warps']} h{c['block_h']}"
-        print(r["case"], cfg, r.get("correct"), round(r.get("ms", 0), 3), round(r.get("TFLOPs", 0), 1),
-              f"{100 * r.get('frac_copy', 0):.1f}%", r.get("error", "")[:80])
-PY
-}
-# the decode / prefill results of the given bench_indexer.json files: case, options, check, ms, % of the ceiling,
-# per-kernel us
-indexer_rows() {
-  python3 - "$@" <<'PY'
-import json
-import sys
-
-for path in sys.argv[1:]:
-    try:
-        results = json.load(open(path))["results"]
-    except (OSError, ValueError) as error:
-        print(path, "missing:", error)
-        continue
-    for r in results:
-        print(r.get("shape"), r.get("cache"), r.get("options"), r.get("ok"), round(r.get("ms", 0), 3),
-              f"{100 * r.get('fraction', 0):.1f}%", r.get("kernels_us"), r.get("error", "")[:80])
-PY
-}
+# one line per result of the given JSON files (bench/result_rows.py): KDA prefill rows of $R/kda_prefill.json with
+# the given extra key prefixes, sparse MLA records, indexer results
+kda_prefill_rows() { python3 -m bench.result_rows kda_prefill "$R/kda_prefill.json" "$@"; }
+sparse_mla_rows() { python3 -m bench.result_rows sparse_mla "$@"; }
+indexer_rows() { python3 -m bench.result_rows indexer "$@"; }

@@ -1,0 +1,64 @@
+"""One line per benchmark result, for the tails of the one-call device scripts (bench/h200_call.sh):
+
+    python3 -m bench.result_rows kda_prefill FILE [KEY_PREFIX ...]
+    python3 -m bench.result_rows sparse_mla FILE ...
+    python3 -m bench.result_rows indexer FILE ...
+
+A file that is missing or cut short (a step that ran past its slot) prints one line saying so."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def kda_prefill(record: dict, extra_prefixes: tuple[str, ...]) -> str:
+    """Times, speedups, errors, the three main kernels' times and keys starting with `extra_prefixes`."""
+    prefixes = ("ours", "fla_ms", "fla_graph", "speedup", "err", *extra_prefixes)
+    kept = {k: v for k, v in record.items() if k.startswith(prefixes) or 'error' in k
+            or k.endswith(("pairs_kernel_ms", "wy_kernel_ms", "_state_kernel_ms"))}
+    return f"{record['shape']} {kept}"
+
+
+def sparse_mla(record: dict) -> str:
+    """Case, tile config, check, ms, TFLOP/s, % of copy."""
+    c = record.get("config")
+    cfg = c if not isinstance(c, dict) else f"n{c['block_n']} s{c['num_stages']} w{c['num_warps']} h{c['block_h']}"
+    return " ".join(map(str, (record["case"], cfg, record.get("correct"), round(record.get("ms", 0), 3),
+                              round(record.get("TFLOPs", 0), 1), f"{100 * record.get('frac_copy', 0):.1f}%",
+                              record.get("error", "")[:80])))
+
+
+def indexer(record: dict) -> str:
+    """Case, cache, options, check, ms, % of the ceiling, per-kernel us."""
+    return " ".join(map(str, (record.get("shape"), record.get("cache"), record.get("options"), record.get("ok"),
+                              round(record.get("ms", 0), 3), f"{100 * record.get('fraction', 0):.1f}%",
+                              record.get("kernels_us"), record.get("error", "")[:80])))
+
+
+# kind -> (the list's key in the JSON file, the line printer)
+KINDS = {"sparse_mla": ("records", sparse_mla), "indexer": ("results", indexer)}
+
+
+def records(path: str, key: str) -> list[dict] | None:
+    try:
+        return json.load(open(path))[key]
+    except (OSError, ValueError, KeyError) as error:
+        print(path, "missing:", error)
+        return None
+
+
+def main(argv: list[str]) -> None:
+    kind, paths = argv[0], argv[1:]
+    if kind == "kda_prefill":
+        for record in records(paths[0], "rows") or []:
+            print(kda_prefill(record, tuple(paths[1:])))
+        return
+    key, line = KINDS[kind]
+    for path in paths:
+        for record in records(path, key) or []:
+            print(line(record))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
