@@ -66,8 +66,8 @@ WY_CONFIGS = [(4, 32), (8, 64)]
 # register cap of 80 (run bb: 0.27-0.36 / 3.3-4.5 ms against the default's 0.234 / 2.99).
 WY_VARIANTS = {"tiles": {}, "tiles64w4": {"block_k": 64}, "tiles64w8": {"block_k": 64, "wy_warps": 8}}
 # per-kernel profiler rows of ours in the final table (kernel_ms names them after the Triton kernels)
-KERNEL_COLUMNS = ["gate_cumsum_kernel_ms", "intra_pairs_kernel_ms", "column_grid_pairs_kernel_ms", "solve_kernel_ms",
-                  "wy_kernel_ms", "_state_kernel_ms"]
+KERNEL_COLUMNS = ["_chunk_tables_kernel_ms", "gate_cumsum_kernel_ms", "intra_pairs_kernel_ms",
+                  "column_grid_pairs_kernel_ms", "solve_kernel_ms", "wy_kernel_ms", "_state_kernel_ms"]
 
 
 def kernel_ms(fn, iters: int = 5, width: int = 24) -> dict:
