@@ -119,8 +119,13 @@ def sweep_configs(tokens: int, dim: int, num_sources: int) -> list[MixConfig]:
 def sweep(query, rms_weight, sets, tokens, dim, timer, expected, configs=None) -> list[dict]:
     rows = []
     for config in configs or sweep_configs(tokens, dim, len(sets[0])):
-        got = attnres_mix_launcher(query, sets[0], rms_weight, 1e-6, config=config)[0]
-        row = {**config.__dict__, "rel_err": rel_err(got, expected)}
+        row = {**config.__dict__}
+        try:
+            # a candidate may not fit (shared memory of a deep pipeline): recorded, the others go on
+            row["rel_err"] = rel_err(attnres_mix_launcher(query, sets[0], rms_weight, 1e-6, config=config)[0], expected)
+        except Exception as exc:  # noqa: BLE001
+            rows.append({**row, "us_error": repr(exc)[:200]})
+            continue
         if row["rel_err"] > 1e-2:
             raise AssertionError(f"config {config} differs from the reference: {row['rel_err']}")
         timed("us", lambda config=config: timer(ours_calls(query, rms_weight, sets, config)), row)
@@ -138,18 +143,25 @@ def _streamed(tile: int, num_warps: int, per_sm: int) -> MixConfig:
 # registers let stay resident (run w measured 2-3 tiles in flight slower everywhere: that ring was removed)
 _NARROW = [_streamed(2, 4, 2), _streamed(2, 8, 2), _streamed(4, 16, 0), _streamed(2, 2, 2)]
 _WIDE = [_streamed(2, 16, 1), _streamed(2, 32, 1), _streamed(1, 16, 1), _streamed(4, 16, 0)]
+# the pipelined kernel (pipelined_kernel.py): tiles copied `stages` - 1 ahead into shared memory, programs per SM
+# as shared memory allows (a tile of 2 x 4096 bf16 is 16 KB, of 2 x 8192 32 KB)
+_NARROW_PIPELINED = [MixConfig(2, 1, 4, True, per_sm, stages) for per_sm, stages in ((2, 4), (3, 4), (4, 3), (2, 6))]
+_NARROW_PIPELINED += [MixConfig(1, 1, 4, True, 4, 6), MixConfig(4, 1, 8, True, 2, 3), MixConfig(2, 1, 8, True, 2, 4)]
+_WIDE_PIPELINED = [MixConfig(2, 1, w, True, per_sm, stages) for w, per_sm, stages in
+                   ((8, 2, 3), (16, 2, 3), (16, 1, 5), (8, 1, 4))]
+_WIDE_PIPELINED += [MixConfig(1, 1, 8, True, 2, 5), MixConfig(1, 1, 16, True, 1, 8), MixConfig(4, 1, 16, True, 1, 3)]
 # --sweep-cases: the cases that missed a target in run v (85% of copy at 8192 tokens; level with fla at two sources
 # and decode sizes), each with its default first and then these candidates
 FOCUSED_CONFIGS = {
     (2, 1, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
     (2, 64, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
     (2, 64, 7168): [MixConfig(2, 2, w, False) for w in (4, 16, 32)],
-    (2, 8192, 2304): _NARROW,
-    (2, 8192, 7168): _WIDE,
-    (8, 8192, 2304): _NARROW,
-    (9, 8192, 2304): _NARROW,
-    (8, 8192, 7168): _WIDE,
-    (9, 8192, 7168): _WIDE,
+    (2, 8192, 2304): _NARROW + _NARROW_PIPELINED,
+    (2, 8192, 7168): _WIDE + _WIDE_PIPELINED,
+    (8, 8192, 2304): _NARROW + _NARROW_PIPELINED,
+    (9, 8192, 2304): _NARROW + _NARROW_PIPELINED,
+    (8, 8192, 7168): _WIDE + _WIDE_PIPELINED,
+    (9, 8192, 7168): _WIDE + _WIDE_PIPELINED,
 }
 
 
@@ -164,12 +176,15 @@ def _compile_one(job) -> None:
     16); fla specializes on its token count, so it runs the case's own."""
     num_sources, tokens, dim, config = job
     query, rms_weight, sets = make_sets(num_sources, tokens if config is None else min(tokens, 16), dim, 1)
-    with torch.inference_mode():
-        if config is None:
-            fused_attnres(query, sets[0], rms_weight, rms_eps=1e-6)
-        else:
-            attnres_mix_launcher(query, sets[0], rms_weight, 1e-6, config=config)
-    torch.cuda.synchronize()
+    try:
+        with torch.inference_mode():
+            if config is None:
+                fused_attnres(query, sets[0], rms_weight, rms_eps=1e-6)
+            else:
+                attnres_mix_launcher(query, sets[0], rms_weight, 1e-6, config=config)
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - a candidate that does not fit fails again, and is recorded, when timed
+        pass
 
 
 def warm_compile_cache(jobs, processes: int = 12) -> None:
@@ -310,6 +325,8 @@ def config_label(config: dict | None) -> str:
     if not config:
         return "-"
     kind = f"persistent{config['persistent']}/SM " if config.get("persistent") else "per-token "
+    if config.get("stages"):
+        kind = f"pipelined{max(1, config['persistent'])}/SM stages{config['stages']} "
     return (f"{kind}tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
             f"{' evict-first' if config['stream'] else ''}")
 

@@ -60,16 +60,17 @@ def test_every_config_keeps_the_result(num_sources, tile, prefetch, num_warps, s
     gpu=[(2, 8192, 7168, torch.bfloat16), (9, 4097, 2304, torch.bfloat16), (8, 333, 7168, torch.float32),
          (3, 1000, 1000, torch.bfloat16)],
 ))
-@pytest.mark.parametrize("tile, per_sm", [(1, 1), (2, 2), (4, 3), (16, 1)])
+@pytest.mark.parametrize("tile, per_sm, stages", [(1, 1, 0), (2, 2, 0), (4, 3, 0), (16, 1, 0), (1, 2, 3), (2, 1, 4),
+                                                  (4, 3, 2), (16, 1, 3)])
 @pytest.mark.parametrize("emit_norm", [False, True], ids=["mix", "mix+norm"])
-def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, tile, per_sm, emit_norm):
+def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, tile, per_sm, stages, emit_norm):
     # programs walking several tokens each (the grid does not divide the token count on the interpreter's 2 "SMs"),
     # more programs than tokens (3 per "SM", 5 tokens), tiles that split the sources unevenly or exceed them, the
-    # next token's tile loaded past the last token
+    # next token's tile loaded past the last token; stages > 0: the pipelined kernel's flat (token, tile) loop
     from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
 
     sources, query, rms_weight, norm_weight = _inputs(num_sources, tokens, dim, dtype)
-    config = MixConfig(tile=tile, prefetch=1, num_warps=4, stream=tile == 2, persistent=per_sm)
+    config = MixConfig(tile=tile, prefetch=1, num_warps=4, stream=tile == 2, persistent=per_sm, stages=stages)
     out, normed = poisoned(tokens, dim, dtype=dtype), poisoned(tokens, dim, dtype=dtype)
     got, got_normed = attnres_mix_launcher(query, sources, rms_weight, 1e-6, norm_weight if emit_norm else None,
                                            1e-5, out=out, normed=normed if emit_norm else None, config=config)
@@ -79,12 +80,13 @@ def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, ti
         assert rel_err(got_normed, expected) < TOLERANCE[dtype]
 
 
-def test_persistent_programs_mix_blocks_and_the_partial():
+@pytest.mark.parametrize("stages", [0, 3], ids=["persistent", "pipelined"])
+def test_persistent_programs_mix_blocks_and_the_partial(stages):
     from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_blocks_launcher
 
     sources, query, rms_weight, _ = _inputs(5, 7, 48, torch.float32)
     blocks = torch.stack(sources[:4] + [torch.randn_like(sources[0])])
-    config = MixConfig(tile=2, prefetch=1, num_warps=2, stream=True, persistent=1)
+    config = MixConfig(tile=2, prefetch=1, num_warps=2, stream=True, persistent=1, stages=stages)
     got, _ = attnres_mix_blocks_launcher(query, blocks, 4, sources[4], rms_weight, 1e-6, out=poisoned(7, 48),
                                          config=config)
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
@@ -102,8 +104,8 @@ def test_every_tile_mixes_blocks_and_the_partial(tile):
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
 
 
-@pytest.mark.parametrize("config", [(2, 2, 4, False), (1, 3, 4, True), (4, 1, 2, True), (2, 1, 4, True, 1)],
-                         ids=["pairs", "one", "fours", "persistent"])
+@pytest.mark.parametrize("config", [(2, 2, 4, False), (1, 3, 4, True), (4, 1, 2, True), (2, 1, 4, True, 1),
+                                    (2, 1, 4, True, 1, 3)], ids=["pairs", "one", "fours", "persistent", "pipelined"])
 def test_sources_off_16_byte_boundaries_load_unvectorized(config):
     # the kernels assume 16-byte aligned sources only where the launcher proves it: a source viewed one element
     # into its storage, and a block buffer whose rows are an odd number of elements apart

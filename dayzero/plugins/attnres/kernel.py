@@ -22,6 +22,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.attnres.persistent_kernel import attnres_mix_persistent_kernel
+from dayzero.plugins.attnres.pipelined_kernel import attnres_mix_pipelined_kernel
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES
 from dayzero.plugins.attnres.tiles import load_tile, mix_tile, score_vector, store_mix
 
@@ -95,13 +96,15 @@ class MixConfig:
     """How the kernel walks one token's sources: `tile` sources (a power of two) reduced together, `prefetch` tiles
     (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads. `persistent`
     > 0 runs persistent_kernel.py instead, with that many programs per SM walking the tokens, one tile ahead across
-    token boundaries (`prefetch` is then unused)."""
+    token boundaries (`prefetch` is then unused); `stages` > 0 runs pipelined_kernel.py instead: `persistent` (at
+    least 1) programs per SM, each with that many tiles copied ahead into shared memory."""
 
     tile: int
     prefetch: int
     num_warps: int
     stream: bool
     persistent: int = 0
+    stages: int = 0
 
 
 def default_config(tokens, dim: int, num_sources: int) -> MixConfig:
@@ -170,10 +173,17 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
               norm_eps)
     aligned = sources_aligned(blocks, num_blocks, listed)
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
+    # the interpreter has no SMs: 2 stand in, so that persistent programs still walk several tokens each
+    sms = device_info.num_sms(like.device, cpu_default=2)
+    if config.stages:
+        kernel = launch(attnres_mix_pipelined_kernel) if launch else attnres_mix_pipelined_kernel
+        kernel[(sms * max(1, config.persistent),)](
+            *common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
+            config.tile, config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
+        return out, normed
     if config.persistent:
         kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel
-        # the interpreter has no SMs: 2 stand in, so that programs still walk several tokens each
-        grid = (device_info.num_sms(like.device, cpu_default=2) * config.persistent,)
+        grid = (sms * config.persistent,)
         kernel[grid](*common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed),
                      norm_weight is not None, config.tile, config.stream, aligned, num_warps=config.num_warps,
                      num_stages=1)

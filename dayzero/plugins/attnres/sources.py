@@ -67,3 +67,19 @@ def source_pointers(first, COUNT: tl.constexpr, blocks, block_stride, NUM_BLOCKS
     if ALIGNED:
         ptrs = tl.multiple_of(ptrs, 16)
     return ptrs, idx < NUM_SOURCES
+
+
+@triton.jit
+def source_pointers_at(first, COUNT: tl.constexpr, blocks, block_stride, NUM_BLOCKS: tl.constexpr,
+                       NUM_SOURCES: tl.constexpr, ALIGNED: tl.constexpr,
+                       s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15):
+    """source_pointers for a `first` known only at run time (a loop's tile index): every listed slot is a
+    candidate of every row."""
+    idx = first + tl.arange(0, COUNT)
+    ptrs = blocks + idx.to(tl.int64) * block_stride
+    for i in tl.static_range(NUM_SOURCES - NUM_BLOCKS):
+        ptrs = tl.where(idx == NUM_BLOCKS + i,
+                        _pick_slot(i, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15), ptrs)
+    if ALIGNED:
+        ptrs = tl.multiple_of(ptrs, 16)
+    return ptrs, idx < NUM_SOURCES
