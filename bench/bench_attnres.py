@@ -139,17 +139,18 @@ def _streamed(tile: int, num_warps: int, per_sm: int) -> MixConfig:
     return MixConfig(tile, 1, num_warps, True, per_sm)
 
 
-# persistent candidates for rows of 2304 (BLOCK_D 4096) and 7168 (BLOCK_D 8192), programs per SM as the sm_90 build's
-# registers let stay resident (run w measured 2-3 tiles in flight slower everywhere: that ring was removed)
-_NARROW = [_streamed(2, 4, 2), _streamed(2, 8, 2), _streamed(4, 16, 0), _streamed(2, 2, 2)]
-_WIDE = [_streamed(2, 16, 1), _streamed(2, 32, 1), _streamed(1, 16, 1), _streamed(4, 16, 0)]
-# the pipelined kernel (pipelined_kernel.py): tiles copied `stages` - 1 ahead into shared memory, programs per SM
-# as shared memory allows (a tile of 2 x 4096 bf16 is 16 KB, of 2 x 8192 32 KB)
-_NARROW_PIPELINED = [MixConfig(2, 1, 4, True, per_sm, stages) for per_sm, stages in ((2, 4), (3, 4), (4, 3), (2, 6))]
-_NARROW_PIPELINED += [MixConfig(1, 1, 4, True, 4, 6), MixConfig(4, 1, 8, True, 2, 3), MixConfig(2, 1, 8, True, 2, 4)]
-_WIDE_PIPELINED = [MixConfig(2, 1, w, True, per_sm, stages) for w, per_sm, stages in
-                   ((8, 2, 3), (16, 2, 3), (16, 1, 5), (8, 1, 4))]
-_WIDE_PIPELINED += [MixConfig(1, 1, 8, True, 2, 5), MixConfig(1, 1, 16, True, 1, 8), MixConfig(4, 1, 16, True, 1, 3)]
+# the register-prefetching kernels' defaults before run ca, for comparison in the same run: persistent programs
+# (4 per SM, 2 warps, on rows of 2304; 2 per SM, 16 warps on rows of 7168) and one program per token in fours
+_NARROW = [_streamed(2, 2, 4)]
+_WIDE = [_streamed(2, 16, 2), _streamed(4, 16, 0)]
+# the pipelined kernel's neighbours of the defaults (run ca): tiles copied `stages` - 1 ahead into shared memory,
+# programs per SM as shared memory and registers allow (a tile of 2 x 4096 bf16 is 16 KB, of 2 x 2304 9 KB)
+_NARROW_PIPELINED = [MixConfig(2, 1, 4, True, 4, 3, split_row=False), MixConfig(2, 1, 4, True, 6, 3),
+                     MixConfig(2, 1, 4, True, 4, 4), MixConfig(2, 1, 2, True, 8, 3), MixConfig(1, 1, 4, True, 6, 4),
+                     MixConfig(4, 1, 4, True, 4, 3), MixConfig(2, 1, 8, True, 4, 3), MixConfig(2, 1, 4, True, 5, 4)]
+_WIDE_PIPELINED = [MixConfig(1, 1, 8, True, 2, 4), MixConfig(1, 1, 8, True, 3, 4), MixConfig(1, 1, 4, True, 4, 4),
+                   MixConfig(2, 1, 8, True, 2, 3), MixConfig(1, 1, 16, True, 1, 6), MixConfig(2, 1, 8, True, 1, 4),
+                   MixConfig(4, 1, 16, True, 1, 3), MixConfig(1, 1, 8, True, 2, 6)]
 # --sweep-cases: the cases that missed a target in run v (85% of copy at 8192 tokens; level with fla at two sources
 # and decode sizes), each with its default first and then these candidates
 FOCUSED_CONFIGS = {
@@ -326,7 +327,8 @@ def config_label(config: dict | None) -> str:
         return "-"
     kind = f"persistent{config['persistent']}/SM " if config.get("persistent") else "per-token "
     if config.get("stages"):
-        kind = f"pipelined{max(1, config['persistent'])}/SM stages{config['stages']} "
+        kind = (f"pipelined{max(1, config['persistent'])}/SM stages{config['stages']} "
+                f"{'split' if config.get('split_row', True) else 'padded'} ")
     return (f"{kind}tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
             f"{' evict-first' if config['stream'] else ''}")
 

@@ -34,3 +34,15 @@ def num_sms(device: torch.device, cpu_default: int) -> int:
 @functools.cache
 def _device_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def shared_memory_per_program(device: torch.device) -> int | None:
+    """Bytes of shared memory one program may use on `device` (the opt-in limit); None under the interpreter."""
+    if not on_gpu(device):
+        return None
+    return _device_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _device_shared_memory(index: int) -> int:
+    return torch.cuda.get_device_properties(index).shared_memory_per_block_optin

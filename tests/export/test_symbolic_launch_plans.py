@@ -31,6 +31,7 @@ from tests.plugins.triton_env import needs_triton
 
 pytestmark = [needs_triton, pytest.mark.slow]
 H200_SMS = 132
+H200_SHARED_MEMORY = 232448  # bytes a program may opt in to
 
 
 class _RecordedLaunch:
@@ -123,6 +124,7 @@ def _plan_every_plugin_call(program) -> tuple[dict, list, list, list, list]:
         mock.patch.object(device_info, "on_gpu", lambda device: True),
         mock.patch.object(device_info, "gpu_capability", lambda device: (9, 0)),
         mock.patch.object(device_info, "num_sms", lambda device, cpu_default: H200_SMS),
+        mock.patch.object(device_info, "shared_memory_per_program", lambda device: H200_SHARED_MEMORY),
     ]
     for patch in patches:
         patch.start()
@@ -169,7 +171,7 @@ def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_dra
     assert scratch_views == []
     kernels = {name for name, _, _ in launches}
     # at most 64 rows (decode) one AttnRes program per token; above, persistent programs
-    attnres = "_attnres_mix_kernel" if decode and num_draft == 0 else "attnres_mix_persistent_kernel"
+    attnres = "_attnres_mix_kernel" if decode and num_draft == 0 else "attnres_mix_pipelined_kernel"
     assert {"_mla_attention_kernel", attnres} <= kernels, kernels
     # decode rows are few for any batch in range: the Triton grouped GEMM; verify and prefill may be many
     assert ("_grouped_gemm_kernel" in kernels) == (decode and num_draft == 0), kernels

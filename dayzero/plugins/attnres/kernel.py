@@ -97,7 +97,8 @@ class MixConfig:
     (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads. `persistent`
     > 0 runs persistent_kernel.py instead, with that many programs per SM walking the tokens, one tile ahead across
     token boundaries (`prefetch` is then unused); `stages` > 0 runs pipelined_kernel.py instead: `persistent` (at
-    least 1) programs per SM, each with that many tiles copied ahead into shared memory."""
+    least 1) programs per SM, each with that many tiles copied ahead into shared memory, a row as a power-of-two head
+    and rest where that pads less (`split_row`, see row_parts)."""
 
     tile: int
     prefetch: int
@@ -105,30 +106,52 @@ class MixConfig:
     stream: bool
     persistent: int = 0
     stages: int = 0
+    split_row: bool = True
 
 
 def default_config(tokens, dim: int, num_sources: int) -> MixConfig:
-    """Launch settings measured on the H200 (bench/README.md, AttnRes, runs r and t). Decode sizes (few tokens,
-    latency-bound): one program per token, sources in pairs two tiles ahead, about 16 elements a thread. Larger calls
-    (bandwidth-bound): evict-first loads (the sources outgrow the L2) and persistent programs loading across token
-    boundaries: rows of up to 4096 elements in pairs, 2 warps, 4 programs per SM (9 x 8192 x 2304: 128 us against
-    152 us one program per token); wider rows in pairs, 16 warps, 2 per SM (2 x 8192 x 7168: 106 us against 121 us),
-    except a source count that fours divide, one program per token in fours (8 x 8192 x 7168: 325 us against 363 us).
-    `tokens` may be symbolic (exported engines): the choice is made only where the traced range proves it, so it adds
-    no guard."""
+    """Launch settings measured on the H200 (bench/README.md, AttnRes). Decode sizes (few tokens, latency-bound): one
+    program per token, sources in pairs two tiles ahead, about 16 elements a thread. Larger calls (bandwidth-bound):
+    the pipelined kernel with evict-first loads (the sources outgrow the L2); rows of up to 4096 elements in pairs,
+    4 warps, 4 programs per SM, 2 tiles in flight; wider rows one source at a time, 8 warps, 2 programs per SM, 4
+    tiles in flight (run ca: 96-97% of copy at 8 and 9 x 8192 x 7168 against 77-78% with the register-prefetching
+    kernels). `tokens` may be symbolic (exported engines): the choice is made only where the traced range proves it,
+    so it adds no guard."""
     block_d = triton.next_power_of_2(dim)
-    # about 16 elements per thread per row: enough loads in flight without spilling the fp32 accumulator
-    num_warps = max(1, min(16, block_d // 512))
     if statically_known_true(tokens <= DECODE_TOKENS):
-        # one pair of sources is a single tile: twice the threads, half the serial work a thread (run w: 2.4 / 2.8 /
+        # about 16 elements per thread per row: enough loads in flight without spilling the fp32 accumulator; one
+        # pair of sources is a single tile: twice the threads, half the serial work a thread (run w: 2.4 / 2.8 /
         # 3.6 us against 2.6 / 3.0 / 3.8 at 2 x {1, 64} x 2304 and 2 x 64 x 7168)
+        num_warps = max(1, min(16, block_d // 512))
         few_sources_warps = max(1, min(32, block_d // 256)) if num_sources <= 2 else num_warps
         return MixConfig(tile=2, prefetch=2, num_warps=few_sources_warps, stream=False)
     if block_d <= 4096:
-        return MixConfig(tile=2, prefetch=1, num_warps=max(1, block_d // 2048), stream=True, persistent=4)
-    if num_sources % 4 == 0:
-        return MixConfig(tile=4, prefetch=1, num_warps=num_warps, stream=True)
-    return MixConfig(tile=2, prefetch=1, num_warps=num_warps, stream=True, persistent=2)
+        return MixConfig(tile=2, prefetch=1, num_warps=max(1, min(4, block_d // 512)), stream=True, persistent=4,
+                         stages=3)
+    # wider rows than 8192 keep two tiles in flight: four would outgrow the shared memory of an SM
+    return MixConfig(tile=1, prefetch=1, num_warps=8, stream=True, persistent=2, stages=5 if block_d <= 8192 else 3)
+
+
+def row_parts(dim: int) -> tuple[int, int]:
+    """(head, rest) lanes covering a row of `dim`: the largest power of two <= dim and a power of two for what is
+    left (0: none), where the two pad less than one power of two (2304 = 2048 + 256 against 4096); else (next power
+    of two, 0)."""
+    block = triton.next_power_of_2(dim)
+    head = 1 << (dim.bit_length() - 1)
+    if head == dim:
+        return dim, 0
+    rest = triton.next_power_of_2(dim - head)
+    return (head, rest) if head + rest < block else (block, 0)
+
+
+def _check_pipeline_fits(config: MixConfig, lanes: int, like: torch.Tensor) -> None:
+    limit = device_info.shared_memory_per_program(like.device)
+    # Triton keeps stages - 1 tiles in flight, each [tile, lanes] of the sources' dtype
+    need = (config.stages - 1) * config.tile * lanes * like.element_size()
+    if limit is not None and need > limit:
+        raise ValueError(f"attnres pipelined config {config}: {config.stages - 1} tiles of {config.tile} x {lanes} "
+                         f"{like.dtype} need {need} bytes of shared memory, the GPU has {limit} per program; use "
+                         "fewer stages or a smaller tile")
 
 
 def _check_vector(name: str, t: torch.Tensor, dim: int) -> None:
@@ -176,10 +199,12 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     # the interpreter has no SMs: 2 stand in, so that persistent programs still walk several tokens each
     sms = device_info.num_sms(like.device, cpu_default=2)
     if config.stages:
+        head, rest = row_parts(dim) if config.split_row else (triton.next_power_of_2(dim), 0)
+        _check_pipeline_fits(config, head + rest, like)
         kernel = launch(attnres_mix_pipelined_kernel) if launch else attnres_mix_pipelined_kernel
         kernel[(sms * max(1, config.persistent),)](
-            *common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
-            config.tile, config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
+            *common, tokens, dim, head, rest, num_blocks, len(listed), norm_weight is not None, config.tile,
+            config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
         return out, normed
     if config.persistent:
         kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel
