@@ -143,14 +143,13 @@ def _streamed(tile: int, num_warps: int, per_sm: int) -> MixConfig:
 # (4 per SM, 2 warps, on rows of 2304; 2 per SM, 16 warps on rows of 7168) and one program per token in fours
 _NARROW = [_streamed(2, 2, 4)]
 _WIDE = [_streamed(2, 16, 2), _streamed(4, 16, 0)]
-# the pipelined kernel's neighbours of the defaults (run ca): tiles copied `stages` - 1 ahead into shared memory,
-# programs per SM as shared memory and registers allow (a tile of 2 x 4096 bf16 is 16 KB, of 2 x 2304 9 KB)
-_NARROW_PIPELINED = [MixConfig(2, 1, 4, True, 4, 3, split_row=False), MixConfig(2, 1, 4, True, 6, 3),
-                     MixConfig(2, 1, 4, True, 4, 4), MixConfig(2, 1, 2, True, 8, 3), MixConfig(1, 1, 4, True, 6, 4),
-                     MixConfig(4, 1, 4, True, 4, 3), MixConfig(2, 1, 8, True, 4, 3), MixConfig(2, 1, 4, True, 5, 4)]
-_WIDE_PIPELINED = [MixConfig(1, 1, 8, True, 2, 4), MixConfig(1, 1, 8, True, 3, 4), MixConfig(1, 1, 4, True, 4, 4),
-                   MixConfig(2, 1, 8, True, 2, 3), MixConfig(1, 1, 16, True, 1, 6), MixConfig(2, 1, 8, True, 1, 4),
-                   MixConfig(4, 1, 16, True, 1, 3), MixConfig(1, 1, 8, True, 2, 6)]
+# the pipelined kernel's neighbours of the defaults (runs ca, cb): tiles copied `stages` - 1 ahead into shared memory,
+# programs per SM as shared memory (228 KB) and registers allow (a tile of 2 x 4096 bf16 is 16 KB)
+_NARROW_PIPELINED = [MixConfig(2, 1, 8, True, 4, 3), MixConfig(2, 1, 4, True, 4, 2), MixConfig(1, 1, 4, True, 4, 4),
+                     MixConfig(2, 1, 4, True, 3, 3), MixConfig(2, 1, 2, True, 8, 3), MixConfig(2, 1, 8, True, 3, 3),
+                     MixConfig(1, 1, 2, True, 8, 4)]
+_WIDE_PIPELINED = [MixConfig(1, 1, 4, True, 4, 3), MixConfig(1, 1, 4, True, 3, 5), MixConfig(1, 1, 8, True, 2, 5),
+                   MixConfig(2, 1, 4, True, 3, 3), MixConfig(1, 1, 4, True, 3, 4), MixConfig(1, 1, 2, True, 6, 3)]
 # --sweep-cases: the cases that missed a target in run v (85% of copy at 8192 tokens; level with fla at two sources
 # and decode sizes), each with its default first and then these candidates
 FOCUSED_CONFIGS = {
@@ -327,8 +326,7 @@ def config_label(config: dict | None) -> str:
         return "-"
     kind = f"persistent{config['persistent']}/SM " if config.get("persistent") else "per-token "
     if config.get("stages"):
-        kind = (f"pipelined{max(1, config['persistent'])}/SM stages{config['stages']} "
-                f"{'split' if config.get('split_row', True) else 'padded'} ")
+        kind = f"pipelined{max(1, config['persistent'])}/SM stages{config['stages']} "
     return (f"{kind}tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
             f"{' evict-first' if config['stream'] else ''}")
 

@@ -28,6 +28,8 @@ from dayzero.plugins.attnres.tiles import load_tile, mix_tile, score_vector, sto
 
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
+# shared memory a default pipelined program may fill with tiles in flight
+PIPELINE_BYTES = 96 * 1024
 
 
 @triton.jit
@@ -97,8 +99,7 @@ class MixConfig:
     (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads. `persistent`
     > 0 runs persistent_kernel.py instead, with that many programs per SM walking the tokens, one tile ahead across
     token boundaries (`prefetch` is then unused); `stages` > 0 runs pipelined_kernel.py instead: `persistent` (at
-    least 1) programs per SM, each with that many tiles copied ahead into shared memory, a row as a power-of-two head
-    and rest where that pads less (`split_row`, see row_parts)."""
+    least 1) programs per SM, each with that many tiles copied ahead into shared memory."""
 
     tile: int
     prefetch: int
@@ -106,42 +107,39 @@ class MixConfig:
     stream: bool
     persistent: int = 0
     stages: int = 0
-    split_row: bool = True
 
 
-def default_config(tokens, dim: int, num_sources: int) -> MixConfig:
+def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) -> MixConfig:
     """Launch settings measured on the H200 (bench/README.md, AttnRes). Decode sizes (few tokens, latency-bound): one
     program per token, sources in pairs two tiles ahead, about 16 elements a thread. Larger calls (bandwidth-bound):
-    the pipelined kernel with evict-first loads (the sources outgrow the L2); rows of up to 4096 elements in pairs,
-    4 warps, 4 programs per SM, 2 tiles in flight; wider rows one source at a time, 8 warps, 2 programs per SM, 4
-    tiles in flight (run ca: 96-97% of copy at 8 and 9 x 8192 x 7168 against 77-78% with the register-prefetching
-    kernels). `tokens` may be symbolic (exported engines): the choice is made only where the traced range proves it,
-    so it adds no guard."""
+    the pipelined kernel with evict-first loads (the sources outgrow the L2): 4 warps, 4 programs per SM; rows of up
+    to 4096 elements in pairs with 2 tiles in flight, wider rows one source at a time with 3 in flight (run cb:
+    98.6-100.8% of copy at 8 and 9 x 8192 x 7168 against 77-78% with the register-prefetching kernels). With the
+    emitted norm the pipelined kernel holds two more fp32 rows (167 registers at 8 warps offline) and lost (run cb:
+    551 us at 9 x 8192 x 7168 against 425 us in run v): the persistent kernel, one tile ahead in registers, runs it.
+    `tokens` may be symbolic (exported engines): the choice is made only where the traced range proves it, so it adds
+    no guard."""
     block_d = triton.next_power_of_2(dim)
+    # about 16 elements per thread per row: enough loads in flight without spilling the fp32 accumulator
+    num_warps = max(1, min(16, block_d // 512))
     if statically_known_true(tokens <= DECODE_TOKENS):
-        # about 16 elements per thread per row: enough loads in flight without spilling the fp32 accumulator; one
-        # pair of sources is a single tile: twice the threads, half the serial work a thread (run w: 2.4 / 2.8 /
+        # one pair of sources is a single tile: twice the threads, half the serial work a thread (run w: 2.4 / 2.8 /
         # 3.6 us against 2.6 / 3.0 / 3.8 at 2 x {1, 64} x 2304 and 2 x 64 x 7168)
-        num_warps = max(1, min(16, block_d // 512))
         few_sources_warps = max(1, min(32, block_d // 256)) if num_sources <= 2 else num_warps
         return MixConfig(tile=2, prefetch=2, num_warps=few_sources_warps, stream=False)
+    if emit_norm:
+        if block_d <= 4096:
+            return MixConfig(tile=2, prefetch=1, num_warps=max(1, block_d // 2048), stream=True, persistent=4)
+        return MixConfig(tile=2, prefetch=1, num_warps=num_warps, stream=True, persistent=2)
+    small_warps = max(1, min(4, block_d // 512))
     if block_d <= 4096:
-        return MixConfig(tile=2, prefetch=1, num_warps=max(1, min(4, block_d // 512)), stream=True, persistent=4,
-                         stages=3)
-    # wider rows than 8192 keep two tiles in flight: four would outgrow the shared memory of an SM
-    return MixConfig(tile=1, prefetch=1, num_warps=8, stream=True, persistent=2, stages=5 if block_d <= 8192 else 3)
-
-
-def row_parts(dim: int) -> tuple[int, int]:
-    """(head, rest) lanes covering a row of `dim`: the largest power of two <= dim and a power of two for what is
-    left (0: none), where the two pad less than one power of two (2304 = 2048 + 256 against 4096); else (next power
-    of two, 0)."""
-    block = triton.next_power_of_2(dim)
-    head = 1 << (dim.bit_length() - 1)
-    if head == dim:
-        return dim, 0
-    rest = triton.next_power_of_2(dim - head)
-    return (head, rest) if head + rest < block else (block, 0)
+        return MixConfig(tile=2, prefetch=1, num_warps=small_warps, stream=True, persistent=4, stages=3)
+    # up to 3 tiles in flight within 96 KB of shared memory per program (fp32 sources); rows too wide for even one
+    # stay with the persistent kernel
+    in_flight = min(3, PIPELINE_BYTES // (block_d * 4))
+    if in_flight == 0:
+        return MixConfig(tile=1, prefetch=1, num_warps=num_warps, stream=True, persistent=1)
+    return MixConfig(tile=1, prefetch=1, num_warps=small_warps, stream=True, persistent=4, stages=1 + in_flight)
 
 
 def _check_pipeline_fits(config: MixConfig, lanes: int, like: torch.Tensor) -> None:
@@ -190,7 +188,7 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     if tokens == 0:
         return out, normed
     slots = list(listed) + [like] * (MAX_LISTED_SOURCES - len(listed))
-    config = config or default_config(tokens, dim, num_blocks + len(listed))
+    config = config or default_config(tokens, dim, num_blocks + len(listed), norm_weight is not None)
     common = (query, rms_weight, norm_weight if norm_weight is not None else rms_weight, out,
               normed if normed is not None else out, blocks, blocks.stride(0) if num_blocks else 0, *slots, eps,
               norm_eps)
@@ -199,12 +197,11 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     # the interpreter has no SMs: 2 stand in, so that persistent programs still walk several tokens each
     sms = device_info.num_sms(like.device, cpu_default=2)
     if config.stages:
-        head, rest = row_parts(dim) if config.split_row else (triton.next_power_of_2(dim), 0)
-        _check_pipeline_fits(config, head + rest, like)
+        _check_pipeline_fits(config, triton.next_power_of_2(dim), like)
         kernel = launch(attnres_mix_pipelined_kernel) if launch else attnres_mix_pipelined_kernel
         kernel[(sms * max(1, config.persistent),)](
-            *common, tokens, dim, head, rest, num_blocks, len(listed), norm_weight is not None, config.tile,
-            config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
+            *common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
+            config.tile, config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
         return out, normed
     if config.persistent:
         kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel

@@ -32,22 +32,15 @@ def score_vector(query, rms_weight, cols, mask):
 
 
 @triton.jit
-def softmax_step(dots, squares, t, m, TILE: tl.constexpr, NUM_SOURCES: tl.constexpr, D: tl.constexpr, eps):
-    """The scores of tile t from its rows' <v, w> and <v, v> [TILE] -> (new running max, decay of the old sums,
-    weights p [TILE]): <rms_norm(v) * rms_weight, query> = rstd(v) * <v, w>."""
-    score = dots * tl.rsqrt(squares / D + eps)
-    score = tl.where(t * TILE + tl.arange(0, TILE) < NUM_SOURCES, score, float("-inf"))
-    m_new = tl.maximum(m, tl.max(score, axis=0))
-    return m_new, tl.exp(m - m_new), tl.exp(score - m_new)
-
-
-@triton.jit
 def mix_tile(v, w, t: tl.constexpr, m, total, acc, TILE: tl.constexpr, NUM_SOURCES: tl.constexpr,
              D: tl.constexpr, eps):
     """Fold tile t (v [TILE, BLOCK_D] fp32) into the running (max score, softmax sum, weighted sum): one reduction
-    for the scores of all its sources."""
-    m_new, decay, p = softmax_step(tl.sum(v * w[None, :], axis=1), tl.sum(v * v, axis=1), t, m, TILE, NUM_SOURCES,
-                                   D, eps)
+    for the scores of all its sources, <rms_norm(v) * rms_weight, query> = rstd(v) * <v, w>."""
+    score = tl.sum(v * w[None, :], axis=1) * tl.rsqrt(tl.sum(v * v, axis=1) / D + eps)
+    score = tl.where(t * TILE + tl.arange(0, TILE) < NUM_SOURCES, score, float("-inf"))
+    m_new = tl.maximum(m, tl.max(score, axis=0))
+    decay = tl.exp(m - m_new)
+    p = tl.exp(score - m_new)
     return m_new, total * decay + tl.sum(p, axis=0), acc * decay + tl.sum(p[:, None] * v, axis=0)
 
 
