@@ -112,9 +112,10 @@ class MixConfig:
 def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) -> MixConfig:
     """Launch settings measured on the H200 (bench/README.md, AttnRes). Decode sizes (few tokens, latency-bound): one
     program per token, sources in pairs two tiles ahead, about 16 elements a thread. Larger calls (bandwidth-bound):
-    the pipelined kernel with evict-first loads (the sources outgrow the L2): 4 warps, 4 programs per SM; rows of up
-    to 4096 elements in pairs with 2 tiles in flight, wider rows one source at a time with 3 in flight (run cb:
-    98.6-100.8% of copy at 8 and 9 x 8192 x 7168 against 77-78% with the register-prefetching kernels). With the
+    the pipelined kernel with evict-first loads (the sources outgrow the L2): rows of up to 4096 elements in pairs
+    with 2 tiles in flight (4 warps and 4 programs per SM for two sources, 2 warps and 8 per SM for more), wider rows
+    one source at a time with 3 in flight, 4 warps, 4 per SM (runs cb, cc: 100-101% of copy at 8 and 9 x 8192 x
+    7168 against 77-78% with the register-prefetching kernels). With the
     emitted norm the pipelined kernel holds two more fp32 rows (167 registers at 8 warps offline) and lost (run cb:
     551 us at 9 x 8192 x 7168 against 425 us in run v): the persistent kernel, one tile ahead in registers, runs it.
     `tokens` may be symbolic (exported engines): the choice is made only where the traced range proves it, so it adds
@@ -133,7 +134,11 @@ def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) 
         return MixConfig(tile=2, prefetch=1, num_warps=num_warps, stream=True, persistent=2)
     small_warps = max(1, min(4, block_d // 512))
     if block_d <= 4096:
-        return MixConfig(tile=2, prefetch=1, num_warps=small_warps, stream=True, persistent=4, stages=3)
+        if num_sources <= 2:
+            return MixConfig(tile=2, prefetch=1, num_warps=small_warps, stream=True, persistent=4, stages=3)
+        # more tiles per token: twice the programs of half the warps keep more of them in flight (run cc: 90.0% /
+        # 86.7% of copy at 8 / 9 x 8192 x 2304 against 85.7% / 77.4%; 79.7% against 82.1% at two sources)
+        return MixConfig(tile=2, prefetch=1, num_warps=max(1, small_warps // 2), stream=True, persistent=8, stages=3)
     # up to 3 tiles in flight within 96 KB of shared memory per program (fp32 sources); rows too wide for even one
     # stay with the persistent kernel
     in_flight = min(3, PIPELINE_BYTES // (block_d * 4))
