@@ -39,14 +39,21 @@ POOL_CONFIGS = [(16, 1, False), (32, 1, False), (16, 2, False), (32, 2, False), 
                 (64, 8, False), (64, 4, True), (32, 1, False, 192), (32, 1, False, 168)]
 FUSED_CONFIGS = [(16, 8, False), (32, 4, False), (32, 8, False), (32, 16, False), (64, 8, False), (32, 4, True),
                  (32, 8, True), (64, 8, True), (128, 8, True)]
-# --quick: the pool defaults' two candidates and the fused default (the register caps lost in run aa)
-QUICK_POOL_CONFIGS = [(16, 1, False), (32, 1, False)]
+# (block_v, num_warps, stream, maxnreg, stages, programs per SM): the pipelined one-token step
+# (pipelined_pool_kernel.py), programs per SM as their registers allow (offline sm_90 builds: BV 16 on one warp 159
+# registers at 2 stages, 219 at 3; BV 32 on two warps 168 / 222; BV 64 on four warps 161)
+PIPELINED_CONFIGS = [(16, 1, False, None, 2, 12), (16, 1, False, None, 3, 9), (32, 2, False, None, 2, 6),
+                     (32, 2, False, None, 3, 4), (32, 1, False, None, 2, 8), (64, 4, False, None, 2, 3)]
+# --quick: the pool defaults' two candidates, the pipelined step and the fused default (the register caps lost in
+# run aa)
+QUICK_POOL_CONFIGS = [(16, 1, False), (32, 1, False), *PIPELINED_CONFIGS]
 QUICK_FUSED_CONFIGS = [(32, 4, False)]
 
 
 def config_name(kind: str, config) -> str:
-    capped = f"_r{config[3]}" if len(config) > 3 else ""
-    return f"ours_{kind}_bv{config[0]}_w{config[1]}{'_stream' if config[2] else ''}{capped}"
+    capped = f"_r{config[3]}" if len(config) > 3 and config[3] else ""
+    pipelined = f"_pipelined_s{config[4]}_{config[5]}sm" if len(config) > 4 else ""
+    return f"ours_{kind}_bv{config[0]}_w{config[1]}{'_stream' if config[2] else ''}{capped}{pipelined}"
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -119,7 +126,9 @@ def run_pool(u: dict, s: dict, state: torch.Tensor, config=(32, 4, False)):
     return recurrent_kda_pool_launcher(u["q"], u["k"], u["v"], u["g"], u["beta"], state, s["slots"],
                                        s["num_accepted"], use_qk_l2norm_in_kernel=True, block_v=config[0],
                                        num_warps=config[1], stream=config[2],
-                                       maxnreg=config[3] if len(config) > 3 else None)
+                                       maxnreg=config[3] if len(config) > 3 else None,
+                                       stages=config[4] if len(config) > 4 else 0,
+                                       programs_per_sm=config[5] if len(config) > 5 else 8)
 
 
 def run_fused(s: dict, p: dict, state: torch.Tensor, conv_state: torch.Tensor, config=(32, 8, False)):
@@ -195,7 +204,8 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False) -> di
         errors = check("recurrent_kda_pool", run_pool(u0, s0, st, config), o_pool_ref, st, pool_after, s0["slots"])
         ms = bench(rotating([lambda u=u, s=s: run_pool(u, s, p["state"], config) for u, s in zip(unfused, sets)]))
         extra = {"block_v": config[0], "num_warps": config[1], "stream": config[2],
-                 "maxnreg": config[3] if len(config) > 3 else None, **errors}
+                 "maxnreg": config[3] if len(config) > 3 else None, "stages": config[4] if len(config) > 4 else 0,
+                 "programs_per_sm": config[5] if len(config) > 5 else None, **errors}
         if B == 1:
             extra["graph_ms"] = graph_ms([lambda u=u, s=s: run_pool(u, s, p["state"], config)
                                           for u, s in list(zip(unfused, sets))[:32]])

@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dayzero.plugins import device as device_info
 from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
 from dayzero.plugins.triton_utils import with_launch_config
 
@@ -232,11 +234,25 @@ def _token_strides(x: torch.Tensor, heads: int, dim: int | None = None) -> tuple
     return x.stride(0), x.stride(1)
 
 
+def _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, batch_strides, use_qk_l2norm, block_v,
+                      num_warps, stages, programs_per_sm, launch):
+    from dayzero.plugins.kda.pipelined_pool_kernel import pipelined_kda_pool_kernel
+
+    batch, _, heads, dim_k = k.shape
+    dim_v = v.shape[-1]
+    num_tiles = batch * heads * (dim_v // block_v)
+    grid = torch.sym_max(1, torch.sym_min(num_tiles, device_info.num_sms(v.device, cpu_default=2) * programs_per_sm))
+    kernel = launch(pipelined_kda_pool_kernel) if launch else pipelined_kda_pool_kernel
+    kernel[(grid,)](q, k, v, g, beta, o, state, state_slots, num_tiles, scale, *batch_strides, heads, dim_k, dim_v,
+                    block_v, use_qk_l2norm, stages, num_warps=num_warps, num_stages=stages)
+
+
 def recurrent_kda_pool_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
-    num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, launch=None,
+    num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, stages: int = 0, programs_per_sm: int = 8,
+    launch=None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
     Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
@@ -244,7 +260,8 @@ def recurrent_kda_pool_launcher(
     One warp a program by default: the sums over K then stay inside the warp (no cross-warp barrier per step).
     `maxnreg` caps the registers a thread (a tuning knob): the sm_90 build of BV 32 on one warp takes 236, so 8
     programs fit an SM; at 192 (44 B spilled) 10 do. Slower on the H200 (run aa: 2-4% at 192, 22-35% at 168), so
-    off by default."""
+    off by default. `stages` > 0 runs a one-token step (L = 1) on pipelined_pool_kernel.py instead: programs_per_sm
+    programs per SM walking the tiles with `stages` - 1 state tiles copied ahead into shared memory."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
@@ -256,13 +273,18 @@ def recurrent_kda_pool_launcher(
         block_v = min(dim_v, 32 if batch * heads >= 1024 else 16)
     assert block_v <= dim_v and block_v & (block_v - 1) == 0, "block_v must be a power of two <= V"
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
+    scale = dim_k ** -0.5 if scale is None else scale
+    if stages and statically_known_true(length == 1):
+        _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, [s for s, _ in strides],
+                          use_qk_l2norm_in_kernel, block_v, num_warps, stages, programs_per_sm, launch)
+        return o
     kernel = _recurrent_kda_pool_kernel
     options = {"num_warps": num_warps}
     if maxnreg is not None:
         kernel, options = with_launch_config(kernel, num_warps, maxnreg), {}
     kernel = launch(kernel) if launch else kernel
     kernel[(batch * heads * (dim_v // block_v),)](
-        q, k, v, g, beta, o, state, state_slots, num_accepted, dim_k ** -0.5 if scale is None else scale, length,
+        q, k, v, g, beta, o, state, state_slots, num_accepted, scale, length,
         *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, stream,
         **options,
     )
