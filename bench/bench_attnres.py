@@ -156,7 +156,10 @@ FOCUSED_CONFIGS = {
     (2, 1, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
     (2, 64, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
     (2, 64, 7168): [MixConfig(2, 2, w, False) for w in (4, 16, 32)],
-    (2, 8192, 2304): _NARROW + _NARROW_PIPELINED,
+    # the two-source narrow case (81.8% of copy in run cd): cached loads (two sources, 113 MB, are twice the L2),
+    # 5 programs per SM (registers allow 4: one more waits), 3 tiles ahead
+    (2, 8192, 2304): _NARROW + _NARROW_PIPELINED + [MixConfig(2, 1, 4, False, 4, 3), MixConfig(2, 1, 4, True, 5, 3),
+                                                    MixConfig(2, 1, 4, False, 4, 4), MixConfig(2, 1, 2, False, 8, 3)],
     (2, 8192, 7168): _WIDE + _WIDE_PIPELINED,
     (8, 8192, 2304): _NARROW + _NARROW_PIPELINED,
     (9, 8192, 2304): _NARROW + _NARROW_PIPELINED,
@@ -356,8 +359,8 @@ def print_tables(cases, variants, ceiling) -> None:
               f"{fmt(v.get('gbs'), '7.0f')} {fmt(v.get('copy_fraction'), '7.1%')}")
 
 
-def main_focused(out: Path, max_tokens: int | None = None) -> None:
-    cases = sorted(c for c in FOCUSED_CONFIGS if max_tokens is None or c[1] <= max_tokens)
+def main_focused(out: Path, max_tokens: int | None = None, only: tuple | None = None) -> None:
+    cases = sorted(c for c in FOCUSED_CONFIGS if (max_tokens is None or c[1] <= max_tokens) and only in (None, c))
     jobs = [(*case, config) for case in cases for config in focused_configs(*case)]
     jobs += [(*case, None) for case in cases if fused_attnres is not None and case[1] <= DECODE_TOKENS]
     warm_compile_cache(jobs)
@@ -384,11 +387,13 @@ def main() -> None:
     parser.add_argument("--sweep-cases", action="store_true",
                         help="only the cases of FOCUSED_CONFIGS, the default and candidates each, graph times (~2 min)")
     parser.add_argument("--decode-cases", action="store_true", help="with --sweep-cases: the decode-size cases only")
+    parser.add_argument("--case", type=lambda text: tuple(int(x) for x in text.split(",")), default=None,
+                        help="with --sweep-cases: only this case, as SOURCES,TOKENS,DIM")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     if args.sweep_cases:
-        main_focused(args.out, DECODE_TOKENS if args.decode_cases else None)
+        main_focused(args.out, DECODE_TOKENS if args.decode_cases else None, args.case)
         return
     ceiling = copy_ceiling_gbs()
     report = {"copy_ceiling_gbs": ceiling, "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": [],

@@ -128,7 +128,7 @@ def run_pool(u: dict, s: dict, state: torch.Tensor, config=(32, 4, False)):
                                        num_warps=config[1], stream=config[2],
                                        maxnreg=config[3] if len(config) > 3 else None,
                                        stages=config[4] if len(config) > 4 else 0,
-                                       programs_per_sm=config[5] if len(config) > 5 else 8)
+                                       programs_per_sm=config[5] if len(config) > 5 else 12)
 
 
 def run_fused(s: dict, p: dict, state: torch.Tensor, conv_state: torch.Tensor, config=(32, 8, False)):

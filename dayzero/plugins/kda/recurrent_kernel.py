@@ -251,8 +251,8 @@ def recurrent_kda_pool_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
-    num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, stages: int = 0, programs_per_sm: int = 8,
-    launch=None,
+    num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, stages: int | None = None,
+    programs_per_sm: int = 12, launch=None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
     Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
@@ -261,7 +261,10 @@ def recurrent_kda_pool_launcher(
     `maxnreg` caps the registers a thread (a tuning knob): the sm_90 build of BV 32 on one warp takes 236, so 8
     programs fit an SM; at 192 (44 B spilled) 10 do. Slower on the H200 (run aa: 2-4% at 192, 22-35% at 168), so
     off by default. `stages` > 0 runs a one-token step (L = 1) on pipelined_pool_kernel.py instead: programs_per_sm
-    programs per SM walking the tiles with `stages` - 1 state tiles copied ahead into shared memory."""
+    programs per SM walking the tiles with `stages` - 1 state tiles copied ahead into shared memory; None: 2 where
+    the V blocks are 16 wide (run cd, B = 1, graph replay: 3.9 / 5.8 us at H32 / H96 against 4.7 / 6.5 us for the
+    one-tile kernel and fla's 4.9 / 7.0; at B >= 64 the one-tile kernel on 32-wide blocks stays faster, 80-93% of
+    copy against 74-87%)."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
@@ -272,6 +275,8 @@ def recurrent_kda_pool_launcher(
         # at small batch, 32-wide blocks once there are enough (row, head) programs
         block_v = min(dim_v, 32 if batch * heads >= 1024 else 16)
     assert block_v <= dim_v and block_v & (block_v - 1) == 0, "block_v must be a power of two <= V"
+    if stages is None:
+        stages = 2 if block_v == 16 and num_warps == 1 and maxnreg is None and not stream else 0
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
     scale = dim_k ** -0.5 if scale is None else scale
     if stages and statically_known_true(length == 1):
