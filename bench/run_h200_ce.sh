@@ -6,7 +6,7 @@
 . bench/h200_call.sh ce ${1:-300}
 export OMP_NUM_THREADS=1
 timeout -s INT -k 15 80 python3 -m pytest -q -rfE -p no:cacheprovider -n 14 -m gpu \
-  tests/plugins/test_kda_recurrent_kernel.py tests/export/test_fake_impls.py > $R/gpu_kda.log 2>  tests/plugins/test_kda_recurrent_kernel.py tests/runtime > $R/gpu_kda.log 2>&11
+  tests/plugins/test_kda_recurrent_kernel.py tests/export/test_fake_impls.py > $R/gpu_kda.log 2>&1
 echo "== gpu tests rc=$?"; save
 timeout 60 python3 bench/bench_attnres.py --sweep-cases --case 2,8192,2304 --out $R > $R/attnres_focused.log 2>&1
 echo "== attnres focused rc=$?"; save
