@@ -93,14 +93,16 @@ def test_recurrent_kda_pool_matches_reference(B, L, H, K, V, dtype, l2norm, stri
 
 
 @pytest.mark.parametrize("block_v, num_warps, stream, maxnreg", [(16, 1, False, None), (32, 2, False, None),
-                                                                 (16, 2, True, None), (32, 1, False, 192)])
-def test_recurrent_kda_pool_block_configs(block_v, num_warps, stream, maxnreg):
+                                                                 (16, 2, True, None), (32, 1, False, 192),
+                                                                 (32, 1, False, 224)])
+@pytest.mark.parametrize("B, L, H, K, V", sizes(cpu=[(2, 2, 2, 16, 32)], gpu=[(64, 2, 32, 128, 128)]))
+def test_recurrent_kda_pool_block_configs(B, L, H, K, V, block_v, num_warps, stream, maxnreg):
+    # on the GPU at the decode shape whose register budget the caps are for (K = V = 128)
     from dayzero.plugins.kda.recurrent_kernel import recurrent_kda_pool_launcher
 
-    B, L, H, K, V = 2, 2, 2, 16, 32
     q, k, v, g, beta = kda_inputs(B, L, H, K, V, torch.float32, False)
-    state = torch.randn(6, H, K, V)
-    slots, num_accepted = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32), torch.tensor([2, 1], dtype=torch.int32)
+    state = torch.randn(B * L + 2, H, K, V)
+    slots, num_accepted = pool_slots(B, L, state.shape[0])
     expected = state.clone()
     o_ref = R.recurrent_kda_pool(*(x.cpu() for x in (q, k, v, g, beta)), expected, slots, num_accepted, scale=0.3)
     got = state.to(DEVICE)
