@@ -24,7 +24,7 @@ from dayzero.plugins import device as device_info
 from dayzero.plugins.attnres.persistent_kernel import attnres_mix_persistent_kernel
 from dayzero.plugins.attnres.pipelined_kernel import attnres_mix_pipelined_kernel
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES
-from dayzero.plugins.attnres.tiles import load_tile, mix_tile, score_vector, store_mix
+from dayzero.plugins.attnres.tiles import load_tile, mix_tile, row_setup, store_mix
 
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
@@ -43,15 +43,10 @@ def _attnres_mix_kernel(
 ):
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
     NUM_TILES: tl.constexpr = (NUM_SOURCES + TILE - 1) // TILE
-    # AOTInductor passes Python floats as fp64 scalars: keep the mix in fp32
-    eps = tl.cast(eps, tl.float32)
-    norm_eps = tl.cast(norm_eps, tl.float32)
+    eps, norm_eps, cols, mask, w = row_setup(query, rms_weight, eps, norm_eps, D, BLOCK_D)
     row = tl.program_id(0).to(tl.int64) * D
-    cols = tl.arange(0, BLOCK_D)
-    mask = cols < D
     # int64 (row is) whether or not Triton specialized the integer argument into a constant
     stride = row * 0 + block_stride
-    w = score_vector(query, rms_weight, cols, mask)
     # a ring of up to three tiles in flight: a1 is consumed next, a2 and a3 follow
     a1 = load_tile(0, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
                    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)

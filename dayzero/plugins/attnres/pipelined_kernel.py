@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.attnres.sources import source_pointers_at
-from dayzero.plugins.attnres.tiles import mix_tile, score_vector, store_mix
+from dayzero.plugins.attnres.tiles import mix_tile, row_setup, store_mix
 
 
 @triton.jit
@@ -28,15 +28,10 @@ def attnres_mix_pipelined_kernel(
 ):
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
     NUM_TILES: tl.constexpr = (NUM_SOURCES + TILE - 1) // TILE
-    # AOTInductor passes Python floats as fp64 scalars: keep the mix in fp32
-    eps = tl.cast(eps, tl.float32)
-    norm_eps = tl.cast(norm_eps, tl.float32)
+    eps, norm_eps, cols, mask, w = row_setup(query, rms_weight, eps, norm_eps, D, BLOCK_D)
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_D)
-    mask = cols < D
     stride = pid.to(tl.int64) * 0 + block_stride
-    w = score_vector(query, rms_weight, cols, mask)
     m = tl.full([], float("-inf"), tl.float32)
     total = tl.zeros([], tl.float32)
     acc = tl.zeros([BLOCK_D], tl.float32)

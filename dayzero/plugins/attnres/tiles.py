@@ -25,6 +25,16 @@ def load_tile(t: tl.constexpr, row, cols, mask, blocks, block_stride, TILE: tl.c
 
 
 @triton.jit
+def row_setup(query, rms_weight, eps, norm_eps, D: tl.constexpr, BLOCK_D: tl.constexpr):
+    """What every kernel needs before its first tile: (eps, norm_eps in fp32, cols, mask, score vector w)."""
+    cols = tl.arange(0, BLOCK_D)
+    mask = cols < D
+    # AOTInductor passes Python floats as fp64 scalars: keep the mix in fp32
+    return (tl.cast(eps, tl.float32), tl.cast(norm_eps, tl.float32), cols, mask,
+            score_vector(query, rms_weight, cols, mask))
+
+
+@triton.jit
 def score_vector(query, rms_weight, cols, mask):
     """rms_weight * query [BLOCK_D] fp32: <rms_norm(v) * rms_weight, query> = rstd(v) * <v, rms_weight * query>."""
     return tl.load(rms_weight + cols, mask=mask, other=0.0).to(tl.float32) * tl.load(
