@@ -7,11 +7,14 @@ call: the call starts with the L2 full of dirty lines that it must write back wh
 three ways, and so is a device-to-device copy of the same bytes (read + written):
   * zero_flush: do_bench as the benches use it;
   * read_flush: the L2 is refilled by reading a buffer twice its size before each call (clean lines, nothing to
-    write back), then the call alone between events;
+    write back), then a device sleep lets the host queue the call before the GPU reaches it, and the call alone
+    runs between events (run ca had no sleep: its read-flush column holds host launch time);
   * back_to_back: the case's rotating input sets captured back to back in one CUDA graph, per call (steady state,
     as a decode step replays), with no flush in between.
-Cases: the KDA state pool at B64 x H{32, 96} (ours, fla 0.6.0) and the AttnRes mix at 8192 tokens (ours, fla), the
-shapes of issues 3 and 5. JSON to DIR/bench_timers.json; a table last.
+The copies are an elementwise kernel (dst = src + 0), not `copy_`: captured in a graph, `copy_` becomes a memcpy node
+that the copy engine runs (run ca: 2675 GB/s). Cases: the KDA state pool at B64 x H{32, 96} (ours, fla 0.6.0) and
+the AttnRes mix at 8192 tokens (ours, fla), the shapes of issues 3 and 5. JSON to DIR/bench_timers.json; a table
+last.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ def read_flush_ms(calls, reps: int = 60) -> float:
     times = []
     for i in range(reps + 5):
         flush.sum()
+        # ~0.5 ms: the host queues the call below before the GPU gets to it
+        torch.cuda._sleep(1_000_000)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         calls[i % len(calls)]()
@@ -65,7 +70,7 @@ def copy_calls(nbytes: int) -> list:
     pairs = max(1, min(64, math.ceil(3 * L2_BYTES / nbytes)))
     elems = nbytes // 2 // 4
     bufs = [(torch.randn(elems, device=DEVICE), torch.empty(elems, device=DEVICE)) for _ in range(pairs)]
-    return [lambda s=s, d=d: d.copy_(s) for s, d in bufs]
+    return [lambda s=s, d=d: torch.add(s, 0.0, out=d) for s, d in bufs]
 
 
 def kda_cases(fla):
