@@ -5,8 +5,9 @@ pointer plus a block stride) followed by `NUM_LISTED` separately allocated tenso
 (`s0`..`s15`; unused slots repeat a valid pointer and are never read). The sources are taken TILE at a time (one
 [TILE, D] load through a vector of per-row base pointers, one reduction for all their scores), and each tile is
 loaded PREFETCH (1 to 3) tiles ahead of its use so that several row loads are in flight while the scores of the
-earlier ones reduce. Calls of thousands of tokens run persistent_kernel.py instead (`MixConfig.persistent`), which
-keeps loads in flight across token boundaries too; tiles.py holds the steps both kernels take.
+earlier ones reduce. Calls of thousands of tokens run pipelined_kernel.py instead (`MixConfig.stages`), whose
+programs keep several tiles in flight in shared memory across token boundaries; with the emitted norm they run
+persistent_kernel.py (`MixConfig.persistent`), one tile ahead in registers. tiles.py holds the steps they share.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""AttnRes depth mix with persistent programs, for calls of thousands of tokens (bandwidth-bound).
+"""AttnRes depth mix with persistent programs, for calls of thousands of tokens that also emit the norm (the others run
+pipelined_kernel.py, which holds fewer rows in registers than the norm needs).
 
 The one-program-per-token kernel (kernel.py) holds a whole row of every source in a tile in registers, so only one
 or two programs fit on an SM; while they reduce and store, no loads are in flight. Here a fixed grid of programs
