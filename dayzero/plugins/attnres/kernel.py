@@ -111,9 +111,9 @@ def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) 
     the pipelined kernel with evict-first loads (the sources outgrow the L2): rows of up to 4096 elements in pairs
     with 2 tiles in flight (4 warps and 4 programs per SM for two sources, 2 warps and 8 per SM for more), wider rows
     one source at a time with 3 in flight, 4 warps, 4 per SM (runs cb, cc: 100-101% of copy at 8 and 9 x 8192 x
-    7168 against 77-78% with the register-prefetching kernels). With the
-    emitted norm the pipelined kernel holds two more fp32 rows (167 registers at 8 warps offline) and lost (run cb:
-    551 us at 9 x 8192 x 7168 against 425 us in run v): the persistent kernel, one tile ahead in registers, runs it.
+    7168 against 77-78% with the register-prefetching kernels). With the emitted norm the pipelined kernel holds two
+    more fp32 rows (167 registers at 8 warps offline) and lost (run cb: 551 us at 9 x 8192 x 7168 against 425 us in
+    run v): the persistent kernel, one tile ahead in registers, runs it.
     `tokens` may be symbolic (exported engines): the choice is made only where the traced range proves it, so it adds
     no guard."""
     block_d = triton.next_power_of_2(dim)
