@@ -21,9 +21,10 @@ pytestmark = needs_triton
 
 # tiny tiles under the interpreter so that a few hundred keys cross tiles, blocks, shrinks, splits and the merge
 CPU_DECODE = {"select": dict(block_keys=16, union_keys=64, num_splits=3, min_chunk=32),
-              "buffers": dict(block_keys=16, super_chunk=32, merge_chunk=16, num_splits=3, min_chunk=32)}
+              "buffers": dict(block_keys=16, super_chunk=32, merge_chunk=16, num_splits=3, min_chunk=32),
+              "chunked": dict(block_keys=16, union_keys=64, num_splits=2, chunk_keys=96, range_keys=32)}
 CPU_PREFILL = dict(block_rows=16, block_keys=16, max_programs=2)
-DECODE_KERNELS = ["select", "buffers"]
+DECODE_KERNELS = ["select", "buffers", "chunked"]
 CACHE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "mxfp8": torch.uint8}
 
 

@@ -22,7 +22,15 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
-from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, load_set, score_keys, union_layout, write_sorted
+from dayzero.plugins.indexer.select_kernel import (
+    keep_best,
+    keep_best_any_order,
+    kth_key,
+    load_set,
+    score_keys,
+    union_layout,
+    write_sorted,
+)
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, split_chunk
 from dayzero.plugins.indexer.words_tiles_kernel import load_keys_words
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
@@ -173,7 +181,8 @@ def _merge_floor(floors, first, used):
 
 @triton.jit
 def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_used, out, cu_seqlens, num_seqs,
-                         num_splits, topk, KP: tl.constexpr, U: tl.constexpr):
+                         num_splits, topk, KP: tl.constexpr, U: tl.constexpr, ANY_ORDER: tl.constexpr):
+    # ANY_ORDER: the splits' positions interleave (decode_chunked_kernel.py), so ties go by position, not by order
     row = tl.program_id(0).to(tl.int64)
     out_row = out + row * topk
     offs = tl.arange(0, KP)
@@ -198,7 +207,10 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
         keys = tl.load(key_ptrs, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
         keys = tl.where(keys >= floor, keys, 0)
         positions = tl.load(position_ptrs, mask=ok, other=0, cache_modifier=".cg")
-        count, lower = keep_best(keys, positions, base_keys, base_positions, topk, lower)
+        if ANY_ORDER:
+            count, lower = keep_best_any_order(keys, positions, base_keys, base_positions, topk, lower)
+        else:
+            count, lower = keep_best(keys, positions, base_keys, base_positions, topk, lower)
     tl.debug_barrier()
     keys, positions = load_set(base_keys, base_positions, count, floor, KP)
     write_sorted(keys, positions, out_row, topk, KP)
@@ -265,5 +277,5 @@ def index_topk_decode_select_launcher(
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
             KEY_WORDS=key_words, CODE_WORDS=code_words)
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
-                                topk, KP=kp, U=union, num_warps=merge_warps)
+                                topk, KP=kp, U=union, ANY_ORDER=False, num_warps=merge_warps)
     return out

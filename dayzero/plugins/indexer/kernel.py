@@ -14,6 +14,7 @@ import torch
 import triton
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dayzero.plugins.indexer.decode_chunked_kernel import index_topk_decode_chunked_launcher
 from dayzero.plugins.indexer.decode_kernel import index_topk_decode_launcher
 from dayzero.plugins.indexer.decode_select_kernel import index_topk_decode_select_launcher
 from dayzero.plugins.indexer.prefill_kernel import index_topk_prefill_launcher
@@ -26,13 +27,15 @@ DECODE_MAX_DOT_ROWS = 256
 EXACT_BF16_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.uint8)
 # decode kernels by name: register-resident Top-K sets (decode_select_kernel.py), or streaming buffers with shrinks;
 # MXFP8 keys: "select" loads their codes and scales as int32 words (what "select-words-codes" names), "select-bytes"
-# byte by byte (the default before run aa), "select-words" the scales alone as words
+# byte by byte (the default before run aa), "select-words" the scales alone as words; "chunked" scores a bounded chunk
+# of the context and folds it into the sets in a second kernel, round after round (eager calls only)
 DECODE_LAUNCHERS = {"select": index_topk_decode_select_launcher, "buffers": index_topk_decode_launcher,
                     "select-bytes": functools.partial(index_topk_decode_select_launcher, key_words=False),
                     "select-words": functools.partial(index_topk_decode_select_launcher, key_words=True,
                                                       code_words=False),
                     "select-words-codes": functools.partial(index_topk_decode_select_launcher, key_words=True,
-                                                            code_words=True)}
+                                                            code_words=True),
+                    "chunked": index_topk_decode_chunked_launcher}
 
 
 def _check_inputs(q, w, cache, block_table, cu_seqlens, positions, topk, q_scales) -> None:
