@@ -57,12 +57,9 @@ def kth_key(keys, K, lower):
 
 
 @triton.jit
-def keep_best(keys, positions, set_keys, set_positions, K, lower):
-    """Keep the K best entries of keys / positions [U] (position order; key 0: none; U <= MAX_UNION) in
-    set_keys / set_positions [0, kept), position order -> (kept, t): t a key with K kept entries >= it, 0 when
-    fewer than K are kept. `lower`: a key with at least K entries >= it, or 0. set_keys holds int32 bit patterns.
-
-    The caller loads the entries after a barrier; the set's memory may be among the loaded addresses."""
+def _threshold(keys, K, lower):
+    """(t, need, kept) of a union: the K-th best key t (0 when at most K entries), how many entries equal to t are
+    kept, and how many entries are kept in all."""
     num = tl.sum((keys > 0).to(tl.int32))
     if num > K:
         t = kth_key(keys, K, lower)
@@ -72,6 +69,17 @@ def keep_best(keys, positions, set_keys, set_positions, K, lower):
         t = tl.zeros([], tl.uint32)
         need = 0
         kept = num
+    return t, need, kept
+
+
+@triton.jit
+def keep_best(keys, positions, set_keys, set_positions, K, lower):
+    """Keep the K best entries of keys / positions [U] (position order; key 0: none; U <= MAX_UNION) in
+    set_keys / set_positions [0, kept), position order -> (kept, t): t a key with K kept entries >= it, 0 when
+    fewer than K are kept. `lower`: a key with at least K entries >= it, or 0. set_keys holds int32 bit patterns.
+
+    The caller loads the entries after a barrier; the set's memory may be among the loaded addresses."""
+    t, need, kept = _threshold(keys, K, lower)
     above = keys > t
     tied = (keys == t) & (keys > 0)
     scan = tl.cumsum(above.to(tl.int32) + (tied.to(tl.int32) << 16), axis=0)
@@ -101,15 +109,7 @@ def keep_best_any_order(keys, positions, set_keys, set_positions, K, lower):
     """keep_best for a union whose entries are in any position order (distinct positions): of the entries tied at
     the K-th key, those of the smallest positions are kept (a bitwise search on the positions where more are tied
     than needed). The kept entries are compacted in union order, not position order."""
-    num = tl.sum((keys > 0).to(tl.int32))
-    if num > K:
-        t = kth_key(keys, K, lower)
-        need = K - tl.sum((keys > t).to(tl.int32))
-        kept = K
-    else:
-        t = tl.zeros([], tl.uint32)
-        need = 0
-        kept = num
+    t, need, kept = _threshold(keys, K, lower)
     tied = (keys == t) & (keys > 0)
     last = tl.full([], 2147483647, tl.int32)
     if need < tl.sum(tied.to(tl.int32)):
