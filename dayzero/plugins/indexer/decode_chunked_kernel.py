@@ -27,7 +27,7 @@ from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
 from dayzero.plugins.indexer.decode_select_kernel import _merge_select_kernel, _score_block
 from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, union_layout
-from dayzero.plugins.indexer.tiles_kernel import decode_row_group
+from dayzero.plugins.indexer.tiles_kernel import decode_row_group, sequence_span
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 
 
@@ -40,9 +40,7 @@ def _score_chunk_kernel(
 ):
     seq = tl.program_id(0)
     lo = chunk_start + tl.program_id(1) * RANGE
-    first = tl.load(cu_seqlens + seq)
-    end = tl.load(cu_seqlens + seq + 1)
-    table_row = block_table + seq.to(tl.int64) * table_stride
+    first, end, table_row = sequence_span(cu_seqlens, block_table, table_stride, seq)
     for row0 in range(first, end, LP):
         rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
                                                              Q_QUANT, DOT_FP32)

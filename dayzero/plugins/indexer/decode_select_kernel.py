@@ -31,7 +31,7 @@ from dayzero.plugins.indexer.select_kernel import (
     union_layout,
     write_sorted,
 )
-from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, split_chunk
+from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, sequence_span, split_chunk
 from dayzero.plugins.indexer.words_tiles_kernel import load_keys_words
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.triton_utils import with_launch_config
@@ -139,9 +139,7 @@ def _decode_select_kernel(
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
-    first = tl.load(cu_seqlens + seq)
-    end = tl.load(cu_seqlens + seq + 1)
-    table_row = block_table + seq.to(tl.int64) * table_stride
+    first, end, table_row = sequence_span(cu_seqlens, block_table, table_stride, seq)
     for row0 in range(first, end, LP):
         rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
                                                              Q_QUANT, DOT_FP32)

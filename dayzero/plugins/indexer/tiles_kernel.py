@@ -128,6 +128,14 @@ def dot_kq(k, q, DOT_FP32: tl.constexpr):
 
 
 @triton.jit
+def sequence_span(cu_seqlens, block_table, table_stride, seq):
+    """(first row, end row, block-table row) of sequence `seq` in a decode call."""
+    first = tl.load(cu_seqlens + seq)
+    end = tl.load(cu_seqlens + seq + 1)
+    return first, end, block_table + seq.to(tl.int64) * table_stride
+
+
+@triton.jit
 def decode_row_group(q, q_scales, w, positions, row0, end, HI: tl.constexpr, DI: tl.constexpr, LP: tl.constexpr,
                      HP: tl.constexpr, DP: tl.constexpr, Q_QUANT: tl.constexpr, DOT_FP32: tl.constexpr):
     """The LP query rows from row0 of a decode program -> (rows, row_ok, pos (-1 past the sequence), q_rows
