@@ -195,25 +195,25 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
               norm_eps)
     aligned = sources_aligned(blocks, num_blocks, listed)
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
+    block_d = triton.next_power_of_2(dim)
     # the interpreter has no SMs: 2 stand in, so that persistent programs still walk several tokens each
     sms = device_info.num_sms(like.device, cpu_default=2)
     if config.stages:
-        _check_pipeline_fits(config, triton.next_power_of_2(dim), like)
+        _check_pipeline_fits(config, block_d, like)
         kernel = launch(attnres_mix_pipelined_kernel) if launch else attnres_mix_pipelined_kernel
         kernel[(sms * max(1, config.persistent),)](
-            *common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
-            config.tile, config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
+            *common, tokens, dim, block_d, num_blocks, len(listed), norm_weight is not None, config.tile,
+            config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
         return out, normed
     if config.persistent:
         kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel
-        grid = (sms * config.persistent,)
-        kernel[grid](*common, tokens, dim, triton.next_power_of_2(dim), num_blocks, len(listed),
-                     norm_weight is not None, config.tile, config.stream, aligned, num_warps=config.num_warps,
-                     num_stages=1)
+        kernel[(sms * config.persistent,)](*common, tokens, dim, block_d, num_blocks, len(listed),
+                                           norm_weight is not None, config.tile, config.stream, aligned,
+                                           num_warps=config.num_warps, num_stages=1)
         return out, normed
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
-    kernel[(tokens,)](*common, dim, triton.next_power_of_2(dim), num_blocks, len(listed), norm_weight is not None,
-                      config.tile, config.prefetch, config.stream, aligned, num_warps=config.num_warps)
+    kernel[(tokens,)](*common, dim, block_d, num_blocks, len(listed), norm_weight is not None, config.tile,
+                      config.prefetch, config.stream, aligned, num_warps=config.num_warps)
     return out, normed
 
 

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.attnres.sources import source_pointers_at
-from dayzero.plugins.attnres.tiles import mix_tile, row_setup, store_mix
+from dayzero.plugins.attnres.tiles import load_rows, mix_tile, row_setup, store_mix
 
 
 @triton.jit
@@ -43,12 +43,7 @@ def attnres_mix_pipelined_kernel(
         row = (pid + (step // NUM_TILES) * grid).to(tl.int64) * D
         ptrs, valid = source_pointers_at(t * TILE, TILE, blocks, stride, NUM_BLOCKS, NUM_SOURCES, ALIGNED,
                                          s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
-        where = ptrs[:, None] + (row + cols)[None, :]
-        if STREAM:
-            # read once and larger than the L2: do not let it evict what the next kernels reuse
-            a = tl.load(where, mask=valid[:, None] & mask[None, :], other=0.0, eviction_policy="evict_first")
-        else:
-            a = tl.load(where, mask=valid[:, None] & mask[None, :], other=0.0)
+        a = load_rows(ptrs, valid, row, cols, mask, STREAM)
         # a token's first tile: the decay exp(-inf - m_new) = 0 drops the previous token's sums
         m = tl.where(t == 0, float("-inf"), m)
         m, total, acc = mix_tile(a.to(tl.float32), w, t, m, total, acc, TILE, NUM_SOURCES, D, eps)

@@ -16,6 +16,12 @@ def load_tile(t: tl.constexpr, row, cols, mask, blocks, block_stride, TILE: tl.c
     """Sources t*TILE .. t*TILE+TILE-1 of one token: [TILE, BLOCK_D], missing sources (past the last) read as 0."""
     ptrs, valid = source_pointers(t * TILE, TILE, blocks, block_stride, NUM_BLOCKS, NUM_SOURCES, ALIGNED,
                                   s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
+    return load_rows(ptrs, valid, row, cols, mask, STREAM)
+
+
+@triton.jit
+def load_rows(ptrs, valid, row, cols, mask, STREAM: tl.constexpr):
+    """Row `row` of the sources at base pointers `ptrs` [TILE] -> [TILE, BLOCK_D] (0 where not valid or masked)."""
     where = ptrs[:, None] + (row + cols)[None, :]
     tile_mask = valid[:, None] & mask[None, :]
     if STREAM:
