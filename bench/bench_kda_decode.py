@@ -123,13 +123,17 @@ def unfused_inputs(s: dict, p: dict) -> dict:
     return dict(q=q, k=k, v=v, g=g, beta=torch.sigmoid(s["beta_logits"].float()).contiguous())
 
 
+def pool_options(config) -> dict:
+    """A POOL_CONFIGS tuple as the pool launcher's keyword arguments (a short tuple: no cap, the one-tile kernel)."""
+    defaults = (None, 0, 12)
+    maxnreg, stages, per_sm = (*config[3:], *defaults[len(config) - 3:])
+    return dict(block_v=config[0], num_warps=config[1], stream=config[2], maxnreg=maxnreg, stages=stages,
+                programs_per_sm=per_sm)
+
+
 def run_pool(u: dict, s: dict, state: torch.Tensor, config=(32, 4, False)):
     return recurrent_kda_pool_launcher(u["q"], u["k"], u["v"], u["g"], u["beta"], state, s["slots"],
-                                       s["num_accepted"], use_qk_l2norm_in_kernel=True, block_v=config[0],
-                                       num_warps=config[1], stream=config[2],
-                                       maxnreg=config[3] if len(config) > 3 else None,
-                                       stages=config[4] if len(config) > 4 else 0,
-                                       programs_per_sm=config[5] if len(config) > 5 else 12)
+                                       s["num_accepted"], use_qk_l2norm_in_kernel=True, **pool_options(config))
 
 
 def run_fused(s: dict, p: dict, state: torch.Tensor, conv_state: torch.Tensor, config=(32, 8, False)):
@@ -204,9 +208,7 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False) -> di
         st = state0.clone()
         errors = check("recurrent_kda_pool", run_pool(u0, s0, st, config), o_pool_ref, st, pool_after, s0["slots"])
         ms = bench(rotating([lambda u=u, s=s: run_pool(u, s, p["state"], config) for u, s in zip(unfused, sets)]))
-        extra = {"block_v": config[0], "num_warps": config[1], "stream": config[2],
-                 "maxnreg": config[3] if len(config) > 3 else None, "stages": config[4] if len(config) > 4 else 0,
-                 "programs_per_sm": config[5] if len(config) > 5 else None, **errors}
+        extra = {**pool_options(config), **errors}
         if B == 1:
             extra["graph_ms"] = graph_ms([lambda u=u, s=s: run_pool(u, s, p["state"], config)
                                           for u, s in list(zip(unfused, sets))[:32]])
