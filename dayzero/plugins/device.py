@@ -28,21 +28,20 @@ def num_sms(device: torch.device, cpu_default: int) -> int:
     """Streaming multiprocessors of `device`; `cpu_default` under the interpreter."""
     if not on_gpu(device):
         return cpu_default
-    return _device_sms(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _device_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return _properties(device).multi_processor_count
 
 
 def shared_memory_per_program(device: torch.device) -> int | None:
     """Bytes of shared memory one program may use on `device` (the opt-in limit); None under the interpreter."""
     if not on_gpu(device):
         return None
-    return _device_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+    return _properties(device).shared_memory_per_block_optin
+
+
+def _properties(device: torch.device):
+    return _device_properties(device.index if device.index is not None else torch.cuda.current_device())
 
 
 @functools.cache
-def _device_shared_memory(index: int) -> int:
-    return torch.cuda.get_device_properties(index).shared_memory_per_block_optin
+def _device_properties(index: int):
+    return torch.cuda.get_device_properties(index)
