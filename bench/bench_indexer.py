@@ -27,10 +27,14 @@ import triton
 from dayzero.plugins.indexer import reference
 from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
 from dayzero.plugins.paged_cache.formats import gather_index_keys, index_cache_shape
+from dayzero.plugins.quant.reference import mxfp8_dequantize
+from dayzero.plugins.quant.op import mxfp8_quantize
 
 DI, TOPK, BATCH = 128, 2048, 64
 DEVICE = "cuda"
 E4M3_NAN_CODES = (0x7F, 0xFF)
+# worst score gap (relative to the row's largest score) between the kernel's and the reference's picks with the FP8 dot
+FP8_DOT_SCORE_GAP = 1e-3
 
 
 def bench_ms(fn, rep_ms: int = 100) -> float:
@@ -75,8 +79,9 @@ def random_cache(num_pages: int, quantized: bool) -> torch.Tensor:
     return cache
 
 
-def paged_inputs(contexts: list[int], new: list[int], heads: int, quantized: bool) -> dict:
-    """Sequences with `contexts` cached keys (the last `new` of them the query tokens), shuffled pages."""
+def paged_inputs(contexts: list[int], new: list[int], heads: int, quantized: bool, mxfp8_query: bool = False) -> dict:
+    """Sequences with `contexts` cached keys (the last `new` of them the query tokens), shuffled pages; mxfp8_query:
+    q quantized to MXFP8 (q_scales), as the model does over an MXFP8 cache."""
     pages_per_seq = [triton.cdiv(c, 64) for c in contexts]
     max_pages = max(pages_per_seq)
     perm = torch.randperm(sum(pages_per_seq), device=DEVICE).int()
@@ -86,23 +91,27 @@ def paged_inputs(contexts: list[int], new: list[int], heads: int, quantized: boo
         table[n, :count] = perm[start : start + count]
         start += count
     num_tokens = sum(new)
-    return dict(
+    case = dict(
         q=torch.randn(num_tokens, heads, DI, device=DEVICE, dtype=torch.bfloat16),
         w=torch.randn(num_tokens, heads, device=DEVICE) * heads**-0.5,
         index_cache=random_cache(sum(pages_per_seq), quantized), block_table=table,
         cu_seqlens=torch.tensor([0, *new], device=DEVICE).cumsum(0).int(),
         positions=torch.cat([torch.arange(c - m, c, device=DEVICE) for c, m in zip(contexts, new)]))
+    if mxfp8_query:
+        case["q"], case["q_scales"] = mxfp8_quantize(case["q"])
+    return case
 
 
 def check_rows(got: torch.Tensor, case: dict, rows: torch.Tensor, seq: int) -> dict:
     """Kernel rows `rows` (tokens of sequence `seq`) vs the reference: exact rows, and equal score lists."""
     q, w, pos = case["q"][rows], case["w"][rows], case["positions"][rows]
+    q_scales = case["q_scales"][rows] if "q_scales" in case else None
     sub = dict(q=q, w=w, index_cache=case["index_cache"], block_table=case["block_table"][seq : seq + 1],
                cu_seqlens=torch.tensor([0, rows.numel()], device=DEVICE, dtype=torch.int32), positions=pos)
-    expected = reference.index_topk_paged(**sub, topk=TOPK)
+    expected = reference.index_topk_paged(**sub, topk=TOPK, q_scales=q_scales)
     keys = gather_index_keys(case["index_cache"], sub["block_table"][0], torch.arange(int(pos.max()) + 1,
                              device=DEVICE), DI)
-    scores = reference.index_scores(q, keys, w)
+    scores = reference.index_scores(q if q_scales is None else mxfp8_dequantize(q, q_scales), keys, w)
     picked, wanted = got[rows], expected
     same_layout = bool(torch.equal(picked < 0, wanted < 0))
     worst = 0.0
@@ -110,12 +119,15 @@ def check_rows(got: torch.Tensor, case: dict, rows: torch.Tensor, seq: int) -> d
         valid = wanted[r] >= 0
         a, b = scores[r, picked[r][valid].long()], scores[r, wanted[r][valid].long()]
         worst = max(worst, float((a - b).abs().max() / scores[r].abs().max()))
+    # the FP8 dot sums a block's 32 products in the tensor core at reduced precision (fp8_dot_kernel.py)
+    tolerance = 1e-5 if q_scales is None else FP8_DOT_SCORE_GAP
     return {"exact_rows": float((picked == wanted).all(1).float().mean()), "same_padding": same_layout,
-            "worst_score_gap": worst, "ok": same_layout and worst <= 1e-5}
+            "worst_score_gap": worst, "ok": same_layout and worst <= tolerance}
 
 
-def run_decode(context: int, heads: int, quantized: bool, tokens: int, options: dict, ceilings: dict) -> dict:
-    case = paged_inputs([context] * BATCH, [tokens] * BATCH, heads, quantized)
+def run_decode(context: int, heads: int, cache: str, tokens: int, options: dict, ceilings: dict) -> dict:
+    quantized = cache != "bf16"
+    case = paged_inputs([context] * BATCH, [tokens] * BATCH, heads, quantized, mxfp8_query=cache == "mxfp8")
     fn = lambda: index_topk_paged_launcher(**case, topk=TOPK, phase="decode", **options)  # noqa: E731
     got = fn()
     check = check_rows(got, case, torch.arange(tokens, device=DEVICE), 0)
@@ -126,7 +138,7 @@ def run_decode(context: int, heads: int, quantized: bool, tokens: int, options: 
     io_bytes = case["q"].numel() * 2 + case["w"].numel() * 4 + got.numel() * 4 + case["block_table"].numel() * 4
     gbps = (key_bytes + io_bytes) / ms / 1e6
     return {"phase": "decode", "shape": f"B{BATCH} ctx{context} L{tokens} HI{heads} DI{DI} k{TOPK}",
-            "cache": "mxfp8" if quantized else "bf16", "options": options, "ms": ms, "GBps": gbps,
+            "cache": cache, "options": options, "ms": ms, "GBps": gbps,
             "fraction": gbps / ceilings["copy_GBps"], "kernels_us": breakdown, "check": [check, check_last],
             "ok": check["ok"] and check_last["ok"]}
 
@@ -162,13 +174,13 @@ def decode_cases(args) -> list[tuple]:
     cases = []
     for kernel in args.decode_kernels:
         named = {"decode_kernel": kernel, **args.decode_options}
-        cases += [(c, h, cache == "mxfp8", 1, named) for c in contexts for h in args.heads for cache in args.caches]
+        cases += [(c, h, cache, 1, named) for c in contexts for h in args.heads for cache in args.caches]
         if not args.contexts:
-            cases += [(32768, 64, True, 2, named), (32768, 64, True, 4, named)]
+            cases += [(32768, 64, "mxfp8", 2, named), (32768, 64, "mxfp8", 4, named)]
         if args.sweep:
             # at the longest context asked for (32K by default): the selection's share grows with the keys
             context = max(args.contexts or [32768])
-            cases += [(context, 64, True, 1, {**named, **o}) for o in SWEEPS[kernel]]
+            cases += [(context, 64, "mxfp8", 1, {**named, **o}) for o in SWEEPS[kernel]]
     return cases
 
 
@@ -239,7 +251,9 @@ def main() -> None:
     parser.add_argument("--decode-kernels", type=_names, default=["select"], help="comma-separated decode kernels")
     parser.add_argument("--contexts", type=_numbers, default=None, help="comma-separated decode contexts")
     parser.add_argument("--heads", type=_numbers, default=[32, 64], help="comma-separated decode head counts")
-    parser.add_argument("--caches", type=_names, default=["mxfp8", "bf16"], help="decode index caches: mxfp8,bf16")
+    parser.add_argument("--caches", type=_names, default=["mxfp8", "bf16"],
+                        help="decode index caches: mxfp8 (with an MXFP8 query, as the model runs it), mxfp8-bf16q "
+                             "(MXFP8 keys, bf16 query), bf16")
     parser.add_argument("--decode-options", type=json.loads, default={},
                         help='launcher options for every decode case, as JSON: {"num_warps": 4, "maxnreg": null}')
     args = parser.parse_args()

@@ -3,8 +3,8 @@
 One DSA-MLA decoder layer of configs/h200-slice (hidden 7168, 96 MLA heads, q_lora 1536, indexer 32 x 128,
 top-k 2048) gets random_init weights on the GPU; hidden states x ~ N(0, 1) of 8K and 32K tokens go through
 input_layernorm, q_a_proj + q_a_layernorm and the indexer / latent projections (references in torch, no kernels):
-(a) recall@2048 of the MXFP8 indexer (q and k MXFP8, the prescribed scheme; also k alone, as the paged reference
-    indexer reads an MXFP8 cache with an unquantized q) against the BF16 indexer, over every query position >= 2048
+(a) recall@2048 of the MXFP8 indexer (q and k MXFP8, the prescribed scheme and the model's path over an MXFP8 cache;
+    also k alone, the model's path before 2026-12-04) against the BF16 indexer, over every query position >= 2048
     (below that every visible token is selected), queries chunked so no [chunk, HI, T] fp32 block exceeds ~1 GB;
 (b) the relative error of the sparse MLA output o [T, H, 512] (absorbed q against the selected latent rows) with
     the FP8 latent cache vs the BF16 one, on evenly spaced query positions >= 2048: with the BF16 selection (the

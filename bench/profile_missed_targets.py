@@ -48,7 +48,7 @@ def attnres_calls() -> list:
 def indexer_calls() -> list:
     calls = []
     for quantized in (True, False):
-        case = indexer.paged_inputs([32768] * indexer.BATCH, [1] * indexer.BATCH, 32, quantized)
+        case = indexer.paged_inputs([32768] * indexer.BATCH, [1] * indexer.BATCH, 32, quantized, mxfp8_query=quantized)
         calls.append(lambda case=case: indexer.index_topk_paged_launcher(**case, topk=indexer.TOPK, phase="decode"))
     return calls
 

@@ -72,8 +72,16 @@ kernel("WriteLatent")(_cache_write(ops.write_latent))
 kernel("WriteIndexKeys")(_cache_write(ops.write_index_keys))
 
 
+@kernel("Mxfp8Quantize")
+def _mxfp8_quantize(x, *, block):
+    q, scales = ops.mxfp8_quantize(x, block)
+    return q.view(torch.uint8), scales
+
+
 @kernel("IndexTopkPaged")
 def _index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, q_scales=None, *, topk, scale=None):
+    if q_scales is not None:
+        q = q.view(torch.float8_e4m3fn)
     return (ops.index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, topk, scale, q_scales),)
 
 
@@ -167,7 +175,14 @@ def runnable_model(model):
 
 
 def _element_types(graph) -> dict[str, int]:
+    """Element types of the graph's values; fp8 values travel between the Python ops as their bytes (uint8), so
+    their declared types become uint8 in the runnable copy."""
+    import onnx
+
     values = [*graph.input, *graph.output, *graph.value_info]
+    for v in values:
+        if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT8E4M3FN:
+            v.type.tensor_type.elem_type = onnx.TensorProto.UINT8
     types = {v.name: v.type.tensor_type.elem_type for v in values}
     types.update({t.name: t.data_type for t in graph.initializer})
     return types

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
+from dayzero.plugins.indexer.fp8_dot_kernel import key_scale_words, mxfp8_dot_applies, mxfp8_logits
 from dayzero.plugins.indexer.select_kernel import (
     keep_best,
     keep_best_any_order,
@@ -44,17 +45,22 @@ FLOOR_BLOCK = tl.constexpr(32)
 def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale,
                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                  BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr,
-                 CODE_WORDS: tl.constexpr):
+                 CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr):
     """Score keys of the keys [block, end) into block_rows[l] + (s - block) for the LP rows (0: not visible).
 
     The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
     MMA rows, so the sum over heads stays within a thread quad. KEY_WORDS: MXFP8 keys with their scales
-    (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys."""
+    (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys. FP8_DOT: MXFP8 keys and
+    query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py)."""
     d = tl.arange(0, DP)
+    if FP8_DOT:
+        words = key_scale_words(cache, table_row, block, end, DI, PAGE, BS)
     for start in range(block, end, BS):
         s = start + tl.arange(0, BS)
         s_ok = s < end
-        if KEY_WORDS:
+        if FP8_DOT:
+            logits, words = mxfp8_logits(cache, table_row, start, end, q_rows, words, DI, PAGE, BS, DOT_FP32)
+        elif KEY_WORDS:
             k = load_keys_words(cache, table_row, s, s_ok, DI, PAGE, DP, DOT_FP32, CODE_WORDS)
             logits = dot_kq(k, q_rows, DOT_FP32)
         else:
@@ -86,7 +92,8 @@ def _keep_block(set_keys, set_positions, count, lower, block, end, K, KP: tl.con
 def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi, scale, K,
                   DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                   BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr,
-                  DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr):
+                  DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
+                  FP8_DOT: tl.constexpr):
     """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
     (0: fewer than K entries)."""
     lane = tl.arange(0, LP)
@@ -96,7 +103,7 @@ def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_pos
     for block in range(lo, hi, U - KP):
         end = tl.minimum(block + U - KP, hi)
         _score_block(q_rows, w_rows, set_keys + sets * U + KP, pos, rows_ok, cache, table_row, block, end, scale,
-                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS)
+                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT)
         for r in range(LP):
             here = lane == r
             if tl.sum((here & rows_ok).to(tl.int32)) > 0:
@@ -135,14 +142,14 @@ def _decode_select_kernel(
     num_splits_used, scale, num_splits, min_chunk, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
-    DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
+    DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
     first, end, table_row = sequence_span(cu_seqlens, block_table, table_stride, seq)
     for row0 in range(first, end, LP):
         rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
-                                                             Q_QUANT, DOT_FP32)
+                                                             Q_QUANT, DOT_FP32, FP8_DOT)
         num_keys, chunk = split_chunk(pos, num_splits, min_chunk, BS)
         used = tl.cdiv(num_keys, chunk)
         lo = split * chunk
@@ -150,7 +157,7 @@ def _decode_select_kernel(
         sets = rows.to(tl.int64) * num_splits + split
         count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi,
                                    scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS,
-                                   CODE_WORDS)
+                                   CODE_WORDS, FP8_DOT)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
@@ -228,7 +235,7 @@ def index_topk_decode_select_launcher(
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int = 64, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
     maxnreg: int | None | str = None, key_words: bool | None = None,
-    code_words: bool | None = None, out: torch.Tensor | None = None, launch=None,
+    code_words: bool | None = None, fp8_dot: bool | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -239,7 +246,8 @@ def index_topk_decode_select_launcher(
     decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
     the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
     (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
-    32K / 128K). The split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8
+    32K / 128K); fp8_dot: an MXFP8 query (q_scales) and cache on the FP8 tensor cores (fp8_dot_kernel.py; None:
+    wherever both are MXFP8). The split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8
     warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
     if key_words is None:
@@ -249,6 +257,7 @@ def index_topk_decode_select_launcher(
     num_seqs = cu_seqlens.shape[0] - 1
     assert not key_words or (key_quant and dim % 128 == 0), "key_words needs an MXFP8 cache with DI a multiple of 128"
     assert key_words or not code_words, "code_words needs key_words"
+    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot)
     lp, hp, maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = 2 * kp if min_chunk is None else min_chunk
@@ -273,7 +282,7 @@ def index_topk_decode_select_launcher(
             set_positions, counts, floors, used, scale, num_splits, min_chunk, block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
-            KEY_WORDS=key_words, CODE_WORDS=code_words)
+            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot)
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
                                 topk, KP=kp, U=union, ANY_ORDER=False, num_warps=merge_warps)
     return out

@@ -10,17 +10,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def e8m0_scale(code):
-    """uint8 E8M0 codes -> fp32 2^(code - 127), built from the exponent bits (exact for codes 1..254)."""
-    return (code.to(tl.int32) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def e8m0_scale_bf16(code):
-    """uint8 E8M0 codes -> bf16 2^(code - 127) (exact for codes 1..254)."""
-    return (code.to(tl.int16) << 7).to(tl.bfloat16, bitcast=True)
+from dayzero.plugins.indexer.e8m0_kernel import e8m0_scale, e8m0_scale_bf16
+from dayzero.plugins.indexer.fp8_dot_kernel import query_blocks
 
 
 @triton.jit
@@ -137,15 +128,20 @@ def sequence_span(cu_seqlens, block_table, table_stride, seq):
 
 @triton.jit
 def decode_row_group(q, q_scales, w, positions, row0, end, HI: tl.constexpr, DI: tl.constexpr, LP: tl.constexpr,
-                     HP: tl.constexpr, DP: tl.constexpr, Q_QUANT: tl.constexpr, DOT_FP32: tl.constexpr):
+                     HP: tl.constexpr, DP: tl.constexpr, Q_QUANT: tl.constexpr, DOT_FP32: tl.constexpr,
+                     FP8_DOT: tl.constexpr = False):
     """The LP query rows from row0 of a decode program -> (rows, row_ok, pos (-1 past the sequence), q_rows
-    [LP * HP, DP] dot operand, w_rows [LP * HP] fp32): all heads of a row side by side on the dot's N axis."""
+    [LP * HP, DP] dot operand, w_rows [LP * HP] fp32): all heads of a row side by side on the dot's N axis.
+    FP8_DOT (an MXFP8 query): q_rows are the query's 32-wide blocks and scales (fp8_dot_kernel.query_blocks)."""
     rows = row0 + tl.arange(0, LP)
     row_ok = rows < end
     pos = tl.load(positions + rows, mask=row_ok, other=-1).to(tl.int32)
     m = tl.arange(0, LP * HP)
     m_ok = (row0 + m // HP < end) & (m % HP < HI)
-    q_rows = load_query(q, q_scales, row0 + m // HP, m % HP, m_ok, tl.arange(0, DP), HI, DI, Q_QUANT, DOT_FP32)
+    if FP8_DOT:
+        q_rows = query_blocks(q, q_scales, (row0 + m // HP) * HI + m % HP, m_ok, DI, DOT_FP32)
+    else:
+        q_rows = load_query(q, q_scales, row0 + m // HP, m % HP, m_ok, tl.arange(0, DP), HI, DI, Q_QUANT, DOT_FP32)
     w_rows = tl.load(w + (row0 + m // HP).to(tl.int64) * HI + m % HP, mask=m_ok, other=0.0).to(tl.float32)
     return rows, row_ok, pos, q_rows, w_rows
 
