@@ -27,8 +27,8 @@ import triton
 from dayzero.plugins.indexer import reference
 from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
 from dayzero.plugins.paged_cache.formats import gather_index_keys, index_cache_shape
-from dayzero.plugins.quant.reference import mxfp8_dequantize
 from dayzero.plugins.quant.op import mxfp8_quantize
+from dayzero.plugins.quant.reference import mxfp8_dequantize
 
 DI, TOPK, BATCH = 128, 2048, 64
 DEVICE = "cuda"
