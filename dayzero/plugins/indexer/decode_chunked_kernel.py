@@ -24,10 +24,11 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins import device as device_info
+from dayzero.plugins.indexer.candidates_kernel import filter_block, filter_block_size, fold_candidates
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
 from dayzero.plugins.indexer.decode_select_kernel import _merge_select_kernel, _score_block
 from dayzero.plugins.indexer.fp8_dot_kernel import mxfp8_dot_applies
-from dayzero.plugins.indexer.select_kernel import keep_best, kth_key, union_layout
+from dayzero.plugins.indexer.select_kernel import kth_key, union_layout
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, sequence_span
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 
@@ -53,35 +54,14 @@ def _score_chunk_kernel(
 
 
 @triton.jit
-def _fold_pending(set_keys, set_positions, pending_keys, pending_positions, count, tau, pending, K,
-                  KP: tl.constexpr, U: tl.constexpr):
-    """The set (count entries, K-th key tau where full) + the `pending` candidates (later positions) -> (count, t),
-    the K best kept in the set (keep_best)."""
-    lane = tl.arange(0, U)
-    in_set = lane < KP
-    ok = tl.where(in_set, lane < count, lane - KP < pending)
-    # the candidates were stored, and the previous fold's compaction done, by other threads
-    tl.debug_barrier()
-    keys = tl.where(in_set, tl.load(set_keys + lane, mask=ok & in_set, other=0, cache_modifier=".cg"),
-                    tl.load(pending_keys + lane - KP, mask=ok & ~in_set, other=0, cache_modifier=".cg"))
-    positions = tl.where(in_set, tl.load(set_positions + lane, mask=ok & in_set, other=0, cache_modifier=".cg"),
-                         tl.load(pending_positions + lane - KP, mask=ok & ~in_set, other=0, cache_modifier=".cg"))
-    lower = tl.where(count >= K, tau, 0)
-    return keep_best(keys.to(tl.uint32, bitcast=True), positions, set_keys, set_positions, K, lower)
-
-
-@triton.jit
 def _fold_chunk_kernel(
     scores, positions, set_keys, set_positions, pending_keys, pending_positions, counts, taus, pendings, floors,
     num_splits_used, chunk_start, num_splits, K,
     CHUNK: tl.constexpr, PART: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, BLOCK: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr,
 ):
-    """Program (row, split): the split's positions of this round's chunk into its set. A key can enter a full set
-    only above the set's K-th key tau (an equal one comes later), so keys are first filtered against tau and
-    appended to a buffer of U - KP candidates; the set and the buffer are folded (`keep_best`, a bitwise search)
-    only when the buffer would overflow, and at the last round. On random scores few keys beat a rising tau: most
-    blocks of BLOCK keys (a power of two <= U - KP) cost one scan instead of a search."""
+    """Program (row, split): the split's positions of this round's chunk into its set, BLOCK keys at a time through
+    a buffer of candidates (candidates_kernel.py); the buffer is folded in at the last round."""
     row = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     which = row * num_splits + split
@@ -100,26 +80,14 @@ def _fold_chunk_kernel(
         pending = tl.load(pendings + which)
     lo = chunk_start + split * PART
     hi = tl.minimum(lo + PART, limit)
-    lane = tl.arange(0, BLOCK)
     for block in range(lo, hi, BLOCK):
-        block_scores = scores + row * CHUNK + (block - chunk_start) + lane
-        keys = tl.load(block_scores, mask=block + lane < hi, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
-        if pending + tl.sum((keys > tl.where(count >= K, tau, 0)).to(tl.int32)) > U - KP:
-            count, tau = _fold_pending(base_keys, base_positions, cand_keys, cand_positions, count, tau, pending, K,
-                                       KP, U)
-            pending = tl.zeros([], tl.int32)
-            # loaded again (from the L2): the block is not held in registers through the fold
-            keys = tl.load(block_scores, mask=block + lane < hi, other=0, cache_modifier=".cg").to(tl.uint32,
-                                                                                                   bitcast=True)
-        take = keys > tl.where(count >= K, tau, 0)
-        slot = pending + tl.cumsum(take.to(tl.int32), axis=0) - 1
-        tl.store(cand_keys + slot, keys.to(tl.int32, bitcast=True), mask=take)
-        tl.store(cand_positions + slot, block + lane, mask=take)
-        pending += tl.sum(take.to(tl.int32))
+        count, tau, pending = filter_block(scores + row * CHUNK + (block - chunk_start), hi - block, block, base_keys,
+                                           base_positions, cand_keys, cand_positions, count, tau, pending, K, KP, U,
+                                           BLOCK)
     if LAST:
         if pending > 0:
-            count, tau = _fold_pending(base_keys, base_positions, cand_keys, cand_positions, count, tau, pending, K,
-                                       KP, U)
+            count, tau = fold_candidates(base_keys, base_positions, cand_keys, cand_positions, count, tau, pending, K,
+                                         KP, U)
         # the splits that hold keys of this row; enough keys above each of the first used - 1 quantiles make K
         used = tl.minimum(num_splits, tl.cdiv(limit, PART))
         k_quantile = tl.cdiv(K, tl.maximum(used - 1, 1))
@@ -210,10 +178,10 @@ def index_topk_decode_chunked_launcher(
         fold_kernel[(num_tokens, num_splits)](
             scores, positions, set_keys, set_positions, pending_keys, pending_positions, counts, taus, pendings, floors,
             used, start, num_splits, topk,
-            CHUNK=chunk_keys, PART=chunk_keys // num_splits, KP=kp, U=union, BLOCK=1 << ((union - kp).bit_length() - 1),
+            CHUNK=chunk_keys, PART=chunk_keys // num_splits, KP=kp, U=union, BLOCK=filter_block_size(kp, union),
             FIRST=r == 0, LAST=r == rounds - 1,
             num_warps=fold_warps)
     # the merge reads set j at set_keys + j * U: the sets here are KP apart; a row's splits interleave in position
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
-                                topk, KP=kp, U=kp, ANY_ORDER=True, num_warps=merge_warps)
+                                topk, KP=kp, U=kp, P=kp, ANY_ORDER=True, num_warps=merge_warps)
     return out
