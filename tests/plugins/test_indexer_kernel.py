@@ -157,8 +157,8 @@ def test_ties_go_to_the_earlier_position(phase, cache_kind, q_dtype):
 
 @pytest.mark.parametrize("lengths, new, num_heads, dim, topk", sizes(
     cpu=[((150, 70), (2, 1), 2, 64, 16), ((200, 9), (1, 2), 3, 128, 24)],
-    gpu=[((150, 70), (2, 1), 2, 64, 16), ((20000, 4100, 77), (1, 2, 1), 64, 128, 2048),
-         ((33000, 2500), (4, 4), 32, 128, 2048)],
+    gpu=[((150, 70), (2, 1), 2, 64, 16), ((20000, 4100, 77), (1, 1, 1), 64, 128, 2048),
+         ((33000, 2500), (2, 2), 32, 128, 2048), ((9000, 3000), (4, 4), 32, 128, 2048)],
 ))
 @pytest.mark.parametrize("phase", ["decode-select", "decode-chunked", "prefill"])
 def test_prequantized_mxfp8_query(lengths, new, num_heads, dim, topk, phase):
@@ -176,6 +176,17 @@ def test_prequantized_mxfp8_query(lengths, new, num_heads, dim, topk, phase):
     assert_same_topk(got, expected, {**case, "q": mxfp8_dequantize(values, q_scales)}, exact=not ON_GPU,
                      tolerance=1e-3 if phase == "decode" else 1e-5)
     assert_rows_follow_the_rule(got, case, topk)
+
+
+def test_fp8_dot_is_taken_for_mxfp8_query_and_keys_up_to_64_dot_rows():
+    from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_MAX_ROWS, mxfp8_dot_applies
+
+    scales = torch.zeros(1)
+    assert mxfp8_dot_applies(True, scales, None, 64) and FP8_DOT_MAX_ROWS == 64
+    assert not mxfp8_dot_applies(True, scales, None, 128) and mxfp8_dot_applies(True, scales, True, 128)
+    assert not mxfp8_dot_applies(True, None, None, 32) and not mxfp8_dot_applies(False, scales, None, 32)
+    with pytest.raises(AssertionError, match="needs an MXFP8 query"):
+        mxfp8_dot_applies(False, scales, True, 32)
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])

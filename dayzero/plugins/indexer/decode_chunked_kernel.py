@@ -140,9 +140,9 @@ def index_topk_decode_chunked_launcher(
         key_words = key_quant and dim % 128 == 0
     if code_words is None:
         code_words = key_words
-    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot)
     num_seqs = cu_seqlens.shape[0] - 1
     lp, hp, _ = decode_row_tiles(rows_per_program, num_heads, block_keys, None)
+    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
     kp, union = union_layout(topk, union_keys, block_keys)
     if num_splits is None:
         num_splits = chunked_num_splits(num_tokens, union - kp, chunk_keys, q.device)
@@ -183,5 +183,5 @@ def index_topk_decode_chunked_launcher(
             num_warps=fold_warps)
     # the merge reads set j at set_keys + j * U: the sets here are KP apart; a row's splits interleave in position
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
-                                topk, KP=kp, U=kp, P=kp, ANY_ORDER=True, num_warps=merge_warps)
+                                topk, KP=kp, U=kp, ANY_ORDER=True, num_warps=merge_warps)
     return out

@@ -2,17 +2,17 @@
 
 Kernel 1, grid (sequences, splits): a program scores one sequence's query rows (LP at a time, all heads in one
 tl.dot per key tile, so every key tile is read once for the 1 + d tokens) over one contiguous range of its keys,
-BLOCK keys at a time. The scores of a block go, as 32-bit order keys, into a scratch behind each row's set
-(program-private, reused); then each row's keys above its set's K-th key join the set's buffer of candidates, and
-set + buffer are folded (`keep_best`: one bitwise search, one scan, no sort) only when the buffer would overflow
-(candidates_kernel.py). At the end a row's set is its split's candidates (at most K, position order), published with
-two floors: the set's K-th key and its ceil(K / (S - 1))-th key.
+L = U - KP keys at a time. The scores of a block go, as 32-bit order keys, into a scratch right behind each row's
+set (program-private, reused); then each row keeps the K best of set + block (`keep_best`: one bitwise search, one
+scan, no sort). At the end a row's set is its split's candidates (at most K, position order), published with two
+floors: the set's K-th key and its ceil(K / (S - 1))-th key.
 
 Kernel 2, one program per query row, folds the splits' sets into the set of split 0 with the same `keep_best`,
 dropping every candidate below the best floor (below a split's K-th key there are K better keys in that split;
 below the smallest ceil(K / (S - 1))-th key of the first S - 1 splits there are at least K better keys in total),
-so that the merge mostly appends and searches once or twice; then sorts the final K. Memory: one set, buffer and
-block per program and row, never a [T, N] score matrix."""
+so that the merge mostly appends and searches once or twice; then sorts the final K. Memory: one set + block per
+program and row, never a [T, N] score matrix.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins import device as device_info
-from dayzero.plugins.indexer.candidates_kernel import filter_block, filter_block_size, fold_candidates
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
 from dayzero.plugins.indexer.fp8_dot_kernel import key_scale_words, mxfp8_dot_applies, mxfp8_logits
 from dayzero.plugins.indexer.select_kernel import (
@@ -76,55 +75,53 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
 
 
 @triton.jit
+def _keep_block(set_keys, set_positions, count, lower, block, end, K, KP: tl.constexpr, U: tl.constexpr):
+    """One row: its set (count entries) + the block's score keys [block, end) at set_keys[KP:] -> (count, t)."""
+    lane = tl.arange(0, U)
+    in_set = lane < KP
+    ok = tl.where(in_set, lane < count, block + lane - KP < end)
+    # the block's keys were stored by other threads
+    tl.debug_barrier()
+    keys = tl.load(set_keys + lane, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+    positions = tl.load(set_positions + lane, mask=ok & in_set, other=0, cache_modifier=".cg")
+    positions = tl.where(in_set, positions, block + lane - KP)
+    return keep_best(keys, positions, set_keys, set_positions, K, lower)
+
+
+@triton.jit
 def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi, scale, K,
                   DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
-                  BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, BLOCK: tl.constexpr, KEY_QUANT: tl.constexpr,
+                  BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr,
                   DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
                   FP8_DOT: tl.constexpr):
-    """Stream the keys [lo, hi) through the sets of LP rows, BLOCK keys at a time, each through its buffer of
-    candidates (candidates_kernel.py) -> (count, t) [LP]: t a key with K set entries >= it (0: fewer than K
-    entries). A set's keys (U + BLOCK apart): the set [0, KP), its candidates [KP, U), the block's score keys
-    [U, U + BLOCK); its positions (U apart): the set's and the candidates'."""
+    """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
+    (0: fewer than K entries)."""
     lane = tl.arange(0, LP)
     rows_ok = pos >= 0
     count = tl.zeros([LP], dtype=tl.int32)
     tau = tl.zeros([LP], dtype=tl.uint32)
-    pending = tl.zeros([LP], dtype=tl.int32)
-    for block in range(lo, hi, BLOCK):
-        end = tl.minimum(block + BLOCK, hi)
-        _score_block(q_rows, w_rows, set_keys + sets * (U + BLOCK) + U, pos, rows_ok, cache, table_row, block, end,
-                     scale, DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT)
+    for block in range(lo, hi, U - KP):
+        end = tl.minimum(block + U - KP, hi)
+        _score_block(q_rows, w_rows, set_keys + sets * U + KP, pos, rows_ok, cache, table_row, block, end, scale,
+                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT)
         for r in range(LP):
             here = lane == r
             if tl.sum((here & rows_ok).to(tl.int32)) > 0:
-                keys_row = set_keys + tl.sum(tl.where(here, sets, 0)) * (U + BLOCK)
-                positions_row = set_positions + tl.sum(tl.where(here, sets, 0)) * U
-                n, t, p = filter_block(keys_row + U, end - block, block, keys_row, positions_row, keys_row + KP,
-                                       positions_row + KP, tl.sum(tl.where(here, count, 0)),
-                                       tl.max(tl.where(here, tau, 0)), tl.sum(tl.where(here, pending, 0)), K, KP, U,
-                                       BLOCK)
+                n = tl.sum(tl.where(here, count, 0))
+                lower = tl.max(tl.where(here & (count >= K), tau, 0))
+                set_index = tl.sum(tl.where(here, sets, 0))
+                n, t = _keep_block(set_keys + set_index * U, set_positions + set_index * KP, n, lower, block, end, K,
+                                   KP, U)
                 count = tl.where(here, n, count)
                 tau = tl.where(here, t, tau)
-                pending = tl.where(here, p, pending)
-        # every row's filter has read the block before the next one overwrites it
+        # every row's selection has read the block before the next one overwrites it
         tl.debug_barrier()
-    for r in range(LP):
-        here = lane == r
-        if tl.sum(tl.where(here & rows_ok, pending, 0)) > 0:
-            keys_row = set_keys + tl.sum(tl.where(here, sets, 0)) * (U + BLOCK)
-            positions_row = set_positions + tl.sum(tl.where(here, sets, 0)) * U
-            n, t = fold_candidates(keys_row, positions_row, keys_row + KP, positions_row + KP,
-                                   tl.sum(tl.where(here, count, 0)), tl.max(tl.where(here, tau, 0)),
-                                   tl.sum(tl.where(here, pending, 0)), K, KP, U)
-            count = tl.where(here, n, count)
-            tau = tl.where(here, t, tau)
     return count, tau
 
 
 @triton.jit
-def _quantiles(set_keys, sets, count, k_quantile, LP: tl.constexpr, KP: tl.constexpr, STRIDE: tl.constexpr):
-    """Per row, a key with k_quantile of its set's entries >= it (sets STRIDE apart); 0 where the set is smaller
-    -> uint32 [LP]."""
+def _quantiles(set_keys, sets, count, k_quantile, LP: tl.constexpr, KP: tl.constexpr, U: tl.constexpr):
+    """Per row, a key with k_quantile of its set's entries >= it; 0 where the set is smaller -> uint32 [LP]."""
     lane = tl.arange(0, LP)
     offs = tl.arange(0, KP)
     quantiles = tl.zeros([LP], dtype=tl.uint32)
@@ -133,7 +130,7 @@ def _quantiles(set_keys, sets, count, k_quantile, LP: tl.constexpr, KP: tl.const
         here = lane == r
         n = tl.sum(tl.where(here, count, 0))
         if n >= k_quantile:
-            row = set_keys + tl.sum(tl.where(here, sets, 0)) * STRIDE
+            row = set_keys + tl.sum(tl.where(here, sets, 0)) * U
             keys = tl.load(row + offs, mask=offs < n, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
             quantiles = tl.where(here, kth_key(keys, k_quantile, 0), quantiles)
     return quantiles
@@ -144,9 +141,8 @@ def _decode_select_kernel(
     q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, counts, floors,
     num_splits_used, scale, num_splits, min_chunk, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
-    BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, BLOCK: tl.constexpr, KEY_QUANT: tl.constexpr,
-    Q_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
-    FP8_DOT: tl.constexpr,
+    BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
+    DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
@@ -160,10 +156,10 @@ def _decode_select_kernel(
         hi = tl.minimum(lo + chunk, num_keys)
         sets = rows.to(tl.int64) * num_splits + split
         count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi,
-                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, BLOCK, KEY_QUANT, DOT_FP32,
-                                   KEY_WORDS, CODE_WORDS, FP8_DOT)
+                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS,
+                                   CODE_WORDS, FP8_DOT)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
-        quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U + BLOCK)
+        quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
         tl.store(floors + 2 * sets, tau.to(tl.int32, bitcast=True), mask=row_ok)
         tl.store(floors + 2 * sets + 1, quantile.to(tl.int32, bitcast=True), mask=row_ok)
@@ -190,10 +186,8 @@ def _merge_floor(floors, first, used):
 
 @triton.jit
 def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_used, out, cu_seqlens, num_seqs,
-                         num_splits, topk, KP: tl.constexpr, U: tl.constexpr, P: tl.constexpr,
-                         ANY_ORDER: tl.constexpr):
-    # sets U keys and P positions apart; ANY_ORDER: the splits' positions interleave (decode_chunked_kernel.py), so
-    # ties go by position, not by order
+                         num_splits, topk, KP: tl.constexpr, U: tl.constexpr, ANY_ORDER: tl.constexpr):
+    # ANY_ORDER: the splits' positions interleave (decode_chunked_kernel.py), so ties go by position, not by order
     row = tl.program_id(0).to(tl.int64)
     out_row = out + row * topk
     offs = tl.arange(0, KP)
@@ -204,7 +198,7 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
     used = tl.load(num_splits_used + row)
     floor = _merge_floor(floors, first, used)
     base_keys = set_keys + first * U
-    base_positions = set_positions + first * P
+    base_positions = set_positions + first * KP
     count = tl.load(counts + first)
     lower = tl.zeros([], tl.uint32)
     lane = tl.arange(0, 2 * KP)
@@ -213,7 +207,7 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
         n = tl.load(counts + first + j)
         ok = tl.where(in_base, lane < count, lane - KP < n)
         key_ptrs = tl.where(in_base, base_keys + lane, base_keys + j * U + lane - KP)
-        position_ptrs = tl.where(in_base, base_positions + lane, base_positions + j * P + lane - KP)
+        position_ptrs = tl.where(in_base, base_positions + lane, base_positions + j * KP + lane - KP)
         tl.debug_barrier()
         keys = tl.load(key_ptrs, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
         keys = tl.where(keys >= floor, keys, 0)
@@ -264,16 +258,15 @@ def index_topk_decode_select_launcher(
     num_seqs = cu_seqlens.shape[0] - 1
     assert not key_words or (key_quant and dim % 128 == 0), "key_words needs an MXFP8 cache with DI a multiple of 128"
     assert key_words or not code_words, "code_words needs key_words"
-    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot)
     lp, hp, maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)
+    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = 2 * kp if min_chunk is None else min_chunk
     if num_splits is None:
         num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device)
     num_sets = num_tokens * num_splits
-    block = filter_block_size(kp, union)
-    set_keys = torch.empty(num_sets * (union + block), dtype=torch.int32, device=q.device)
-    set_positions = torch.empty(num_sets * union, dtype=torch.int32, device=q.device)
+    set_keys = torch.empty(num_sets * union, dtype=torch.int32, device=q.device)
+    set_positions = torch.empty(num_sets * kp, dtype=torch.int32, device=q.device)
     counts = torch.empty(num_sets, dtype=torch.int32, device=q.device)
     floors = torch.empty(2 * num_sets, dtype=torch.int32, device=q.device)
     used = torch.empty(num_tokens, dtype=torch.int32, device=q.device)
@@ -289,9 +282,8 @@ def index_topk_decode_select_launcher(
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
             set_positions, counts, floors, used, scale, num_splits, min_chunk, block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
-            BS=block_keys, KP=kp, U=union, BLOCK=block, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None,
-            DOT_FP32=dot_fp32,
+            BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
             KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot)
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
-                                topk, KP=kp, U=union + block, P=union, ANY_ORDER=False, num_warps=merge_warps)
+                                topk, KP=kp, U=union, ANY_ORDER=False, num_warps=merge_warps)
     return out
