@@ -40,13 +40,18 @@ def expected_best(keys: torch.Tensor, positions: torch.Tensor, k: int) -> torch.
     return torch.tensor(sorted(best, key=lambda i: int(positions[i])), dtype=torch.long)
 
 
-@pytest.mark.parametrize("key_range, k, with_lower", [
-    ("ties", 10, False), ("ties", 10, True), ("full", 7, False), ("full", 7, True), ("ties", 100, False)])
-def test_keep_best_keeps_the_k_best_in_position_order(key_range, k, with_lower):
-    gen = torch.Generator().manual_seed(3)
+@pytest.mark.parametrize("key_range, k, with_lower, seed", [
+    ("ties", 10, False, 3), ("ties", 10, True, 3), ("full", 7, False, 3), ("full", 7, True, 3), ("ties", 100, False, 3),
+    ("full", 1, False, 4), ("full", 31, True, 5), ("full", 50, False, 6), ("narrow", 20, True, 7),
+    ("narrow", 3, False, 8)])
+def test_keep_best_keeps_the_k_best_in_position_order(key_range, k, with_lower, seed):
+    """`narrow`: keys that differ only in their lowest bits, where the K-th key's search starts late."""
+    gen = torch.Generator().manual_seed(seed)
     union = 64
     if key_range == "ties":
         keys = torch.randint(0, 5, (union,), generator=gen, dtype=torch.int32)
+    elif key_range == "narrow":
+        keys = 0x6A5C0000 + torch.randint(0, 2**7, (union,), generator=gen, dtype=torch.int32)
     else:
         keys = torch.randint(-2**31, 2**31 - 1, (union,), generator=gen, dtype=torch.int32)
         keys[::9] = 0
