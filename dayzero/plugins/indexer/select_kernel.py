@@ -46,23 +46,13 @@ def kth_key(keys, K, lower):
     free = _bits_below_highest(lower ^ tl.max(keys))
     t = lower & ~free
     done = (free == 0).to(tl.int32)
-    # two bits a step: the three candidates' counts in 16-bit fields of one int64 block sum (U <= MAX_UNION)
-    for i in range(16):
-        low = tl.full([], 1 << 30, tl.uint32) >> (2 * i)
-        high = low << 1
-        if ((free & (high | low)) != 0) & (done == 0):
-            c1 = t | low
-            c2 = t | high
-            c3 = c2 | low
-            packed = ((keys >= c1).to(tl.int64) + ((keys >= c2).to(tl.int64) << 16)
-                      + ((keys >= c3).to(tl.int64) << 32))
-            counts = tl.sum(packed)
-            n1 = (counts & 0xFFFF).to(tl.int32)
-            n2 = ((counts >> 16) & 0xFFFF).to(tl.int32)
-            n3 = (counts >> 32).to(tl.int32)
-            kept = tl.where(n3 >= K, n3, tl.where(n2 >= K, n2, tl.where(n1 >= K, n1, 0)))
-            t = tl.where(n3 >= K, c3, tl.where(n2 >= K, c2, tl.where(n1 >= K, c1, t)))
-            done = (kept == K).to(tl.int32)
+    for i in range(32):
+        bit = tl.full([], 1 << 31, tl.uint32) >> i
+        if ((free & bit) != 0) & (done == 0):
+            candidate = t | bit
+            count = tl.sum((keys >= candidate).to(tl.int32))
+            t = tl.where(count >= K, candidate, t)
+            done = (count == K).to(tl.int32)
     return t
 
 
