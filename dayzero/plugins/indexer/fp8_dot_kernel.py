@@ -43,25 +43,18 @@ def _operand(codes, DOT_FP32: tl.constexpr):
 
 @triton.jit
 def query_blocks(q, q_scales, row, ok, DI: tl.constexpr, DOT_FP32: tl.constexpr):
-    """Rows `row` [M] of an MXFP8 query (e4m3 codes [*, DI] as uint8, E8M0 codes [*, DI / 32]) -> (operands,
-    q_scales, row, ok): a tuple of DI / 32 blocks, [M, 32] dot operands (0 where not ok), and what _query_scales reads.
-
-    The scales are read again at every key tile rather than held: held, they took a register per block and query row
-    in every thread of the MMA's layout (the score kernel: 217 registers at 64 rows held, 168 read; sm_90, offline)."""
+    """Rows `row` [M] of an MXFP8 query (e4m3 codes [*, DI] as uint8, E8M0 codes [*, DI / 32]) -> (operands, scales):
+    tuples of DI / 32 blocks, [M, 32] dot operands and [M] fp32 scales (0 where not ok)."""
     codes = q.to(tl.pointer_type(tl.float8e4nv))
     operands = ()
+    scales = ()
     for b in tl.static_range(DI // MX):
         col = tl.arange(0, MX) + b * MX
         x = tl.load(codes + row.to(tl.int64)[:, None] * DI + col[None, :], mask=ok[:, None], other=0.0)
         operands = operands + (_operand(x, DOT_FP32),)
-    return operands, q_scales, row, ok
-
-
-@triton.jit
-def _query_scales(q_scales, row, ok, b: tl.constexpr, DI: tl.constexpr):
-    """fp32 scales [M] of block b (0 where not ok), from the L1. One word a row for the four blocks held 16 more
-    registers (195) than a byte a block (168) at 64 rows."""
-    return e8m0_scale(tl.load(q_scales + row.to(tl.int64) * (DI // MX) + b, mask=ok, other=0))
+        code = tl.load(q_scales + row.to(tl.int64) * (DI // MX) + b, mask=ok, other=0)
+        scales = scales + (tl.where(ok, e8m0_scale(code), 0.0),)
+    return operands, scales
 
 
 @triton.jit
@@ -98,7 +91,7 @@ def mxfp8_logits(cache, table_row, start, end, q_blocks, words, DI: tl.constexpr
     """Keys [start, start + BS) (those < end, one page) of an MXFP8 cache (uint8 [P, PAGE * (DI + DI / 32)],
     page-major: values, then scales) . query blocks (query_blocks) -> (logits [BS, M] fp32, 0 past end; the next
     tile's scale words). `words`: this tile's (key_scale_words; unused unless DI = 128)."""
-    operands, q_scales, rows, rows_ok = q_blocks
+    operands, q_scales = q_blocks
     s = start + tl.arange(0, BS)
     ok = s < end
     offset = (s % PAGE).to(tl.int64)
@@ -116,6 +109,5 @@ def mxfp8_logits(cache, table_row, start, end, q_blocks, words, DI: tl.constexpr
         else:
             partial = tl.dot(k, tl.trans(operands[b]))
         code = _key_scale_codes(cache, scale_base, ok, words, b, DI)
-        q_block_scales = _query_scales(q_scales, rows, rows_ok, b, DI)
-        logits += partial * e8m0_scale(code)[:, None] * q_block_scales[None, :]
+        logits += partial * e8m0_scale(code)[:, None] * q_scales[b][None, :]
     return logits, next_words
