@@ -160,19 +160,21 @@ def test_ties_go_to_the_earlier_position(phase, cache_kind, q_dtype):
     gpu=[((150, 70), (2, 1), 2, 64, 16), ((20000, 4100, 77), (1, 1, 1), 64, 128, 2048),
          ((33000, 2500), (2, 2), 32, 128, 2048), ((9000, 3000), (4, 4), 32, 128, 2048)],
 ))
-@pytest.mark.parametrize("phase", ["decode-select", "decode-chunked", "prefill"])
+@pytest.mark.parametrize("phase", ["decode-select", "decode-select-wide", "decode-chunked", "prefill"])
 def test_prequantized_mxfp8_query(lengths, new, num_heads, dim, topk, phase):
     """q given as e4m3 values + E8M0 scales per 32 (the MXFP8 path, in decode the FP8 dot) == the reference on the
     same q. On the GPU the FP8 tensor cores sum a block's 32 products at reduced precision: picks may swap keys whose
-    reference scores agree to 1e-3 of the row's largest."""
+    reference scores agree to 1e-3 of the row's largest. `wide`: key tiles of 128, two pages each."""
     phase, _, decode_kernel = phase.partition("-")
+    decode_kernel, _, wide = decode_kernel.partition("-")
+    extra = {"block_keys": 128} if wide else {}
     # prefill: up to 512 queries a sequence (the reference holds [queries, heads, keys] scores)
     new = new if phase == "decode" else tuple(min(n // 2, 512) for n in lengths)
     case = build_case(lengths, new, num_heads, dim, "mxfp8", torch.float32)
     values, q_scales = mxfp8_quantize(case["q"])
     quantized = {**case, "q": values}
     expected = reference.index_topk_paged(**quantized, topk=topk, q_scales=q_scales)
-    got = run_kernel(quantized, topk, phase, q_scales=q_scales, decode_kernel=decode_kernel or "select")
+    got = run_kernel(quantized, topk, phase, q_scales=q_scales, decode_kernel=decode_kernel or "select", **extra)
     assert_same_topk(got, expected, {**case, "q": mxfp8_dequantize(values, q_scales)}, exact=not ON_GPU,
                      tolerance=1e-3 if phase == "decode" else 1e-5)
     assert_rows_follow_the_rule(got, case, topk)

@@ -58,9 +58,14 @@ def query_blocks(q, q_scales, row, ok, DI: tl.constexpr, DOT_FP32: tl.constexpr)
 
 
 @triton.jit
-def _page_base(table_row, start, end, DI: tl.constexpr, PAGE: tl.constexpr):
-    """Byte offset of the page holding key `start` (a tile never crosses a page); 0 past `end`."""
-    page = tl.load(table_row + start // PAGE, mask=start < end, other=0).to(tl.int64)
+def _page_base(table_row, start, end, DI: tl.constexpr, PAGE: tl.constexpr, BS: tl.constexpr):
+    """Byte offsets of the pages holding keys [start, start + BS) (tiles start at multiples of BS; 0 past `end`):
+    one page for the whole tile where BS <= PAGE (a scalar load, which the pipeline prefetches), else a page a key."""
+    if BS <= PAGE:
+        page = tl.load(table_row + start // PAGE, mask=start < end, other=0).to(tl.int64)
+    else:
+        s = start + tl.arange(0, BS)
+        page = tl.load(table_row + s // PAGE, mask=s < end, other=0).to(tl.int64)
     return page * (PAGE * (DI + DI // MX))
 
 
@@ -71,7 +76,7 @@ def key_scale_words(cache, table_row, start, end, DI: tl.constexpr, PAGE: tl.con
     Loaded a tile ahead by the caller: Triton's pipeline does not prefetch a load whose result it keeps in the MMA's
     layout, and the scales multiply the MMA's results."""
     s = start + tl.arange(0, BS)
-    base = _page_base(table_row, start, end, DI, PAGE) + PAGE * DI
+    base = _page_base(table_row, start, end, DI, PAGE, BS) + PAGE * DI
     return tl.load(cache.to(tl.pointer_type(tl.int32)) + base // 4 + s % PAGE, mask=s < end, other=0)
 
 
@@ -88,14 +93,14 @@ def _key_scale_codes(cache, scale_base, ok, words, b: tl.constexpr, DI: tl.const
 @triton.jit
 def mxfp8_logits(cache, table_row, start, end, q_blocks, words, DI: tl.constexpr, PAGE: tl.constexpr,
                  BS: tl.constexpr, DOT_FP32: tl.constexpr):
-    """Keys [start, start + BS) (those < end, one page) of an MXFP8 cache (uint8 [P, PAGE * (DI + DI / 32)],
+    """Keys [start, start + BS) (those < end) of an MXFP8 cache (uint8 [P, PAGE * (DI + DI / 32)],
     page-major: values, then scales) . query blocks (query_blocks) -> (logits [BS, M] fp32, 0 past end; the next
     tile's scale words). `words`: this tile's (key_scale_words; unused unless DI = 128)."""
     operands, q_scales = q_blocks
     s = start + tl.arange(0, BS)
     ok = s < end
     offset = (s % PAGE).to(tl.int64)
-    page_base = _page_base(table_row, start, end, DI, PAGE)
+    page_base = _page_base(table_row, start, end, DI, PAGE, BS)
     codes = cache.to(tl.pointer_type(tl.float8e4nv)) + (page_base + offset * DI)[:, None]
     scale_base = page_base + PAGE * DI + offset * (DI // MX)
     next_words = words
