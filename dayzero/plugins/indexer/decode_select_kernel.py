@@ -22,7 +22,7 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
-from dayzero.plugins.indexer.fp8_dot_kernel import key_scale_words, mxfp8_dot_applies, mxfp8_logits
+from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_BLOCK_KEYS, key_scale_words, mxfp8_dot_applies, mxfp8_logits
 from dayzero.plugins.indexer.select_kernel import (
     keep_best,
     keep_best_any_order,
@@ -233,7 +233,7 @@ def index_topk_decode_select_launcher(
     q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
-    block_keys: int = 64, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
+    block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
     maxnreg: int | None | str = None, key_words: bool | None = None,
     code_words: bool | None = None, fp8_dot: bool | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
@@ -241,7 +241,10 @@ def index_topk_decode_select_launcher(
     when given).
 
     rows_per_program: query rows sharing each key tile (power of two); union_keys: a row's set + block length
-    (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: a power of two; min_chunk: the fewest
+    (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: keys a tile, a power of two (None:
+    128 on the FP8 dot, 64 otherwise: run dh, MXFP8 HI 32 / 64, split kernel 74 / 87, 189 / 222, 737 / 880 us
+    against 110 / 118, 257 / 287, 1006 / 1124 with 64 at 8K / 32K / 128K keys; on the bf16 dot 128 was slower, run
+    bf); min_chunk: the fewest
     keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap (see
     decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
     the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
@@ -258,8 +261,11 @@ def index_topk_decode_select_launcher(
     num_seqs = cu_seqlens.shape[0] - 1
     assert not key_words or (key_quant and dim % 128 == 0), "key_words needs an MXFP8 cache with DI a multiple of 128"
     assert key_words or not code_words, "code_words needs key_words"
-    lp, hp, maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)
+    lp, hp, _ = decode_row_tiles(rows_per_program, num_heads, 0, None)
     fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
+    if block_keys is None:
+        block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot else 64
+    maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = 2 * kp if min_chunk is None else min_chunk
     if num_splits is None:
