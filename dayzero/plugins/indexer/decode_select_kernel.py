@@ -54,7 +54,10 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
     query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py)."""
     d = tl.arange(0, DP)
     if FP8_DOT:
-        words = key_scale_words(cache, table_row, block, end, DI, PAGE, BS)
+        # the scale words of the first tile (DI = 128: a word a key; other widths read their scales as bytes)
+        words = tl.zeros([BS], tl.int32)
+        if DI == 128:
+            words = key_scale_words(cache, table_row, block, end, DI, PAGE, BS)
     for start in range(block, end, BS):
         s = start + tl.arange(0, BS)
         s_ok = s < end
