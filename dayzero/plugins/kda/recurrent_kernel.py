@@ -97,6 +97,16 @@ def _zero_rows(o, first, L, row_stride, cols, WIDTH: tl.constexpr):
         tl.store(o + first + t * row_stride + cols, tl.zeros([WIDTH], tl.float32).to(o.dtype.element_ty))
 
 
+@triton.jit
+def _token_vectors(q, k, g, v, beta, b, t, h, ok, ov, q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st,
+                   K: tl.constexpr, V: tl.constexpr):
+    """Token t of row b, head h: its q, k, g [K], v [BV] and beta, as stored (converted where used)."""
+    row = b.to(tl.int64)
+    return (tl.load(q + row * q_sb + t * q_st + h * K + ok), tl.load(k + row * k_sb + t * k_st + h * K + ok),
+            tl.load(g + row * g_sb + t * g_st + h * K + ok), tl.load(v + row * v_sb + t * v_st + h * V + ov),
+            tl.load(beta + row * beta_sb + t * beta_st + h))
+
+
 @triton.jit(do_not_specialize=["L"])
 def _recurrent_kda_pool_kernel(
     q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L,
@@ -111,6 +121,11 @@ def _recurrent_kda_pool_kernel(
     h = bh % H
     ok = tl.arange(0, K)
     ov = tl.program_id(0) % (V // BV) * BV + tl.arange(0, BV)
+    strides = (q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st)
+    # the token's vectors do not depend on the slots: loaded first (and the next token's before a step), they
+    # arrive with the state. Each one's layout change passes a barrier, so loads issued between uses would wait in a
+    # chain of round trips, one per vector (the sm_90 build before: q, k, g, v, beta one after another).
+    n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, 0, h, ok, ov, *strides, K, V)
     slots = state_slots + b * L
     first, start = slot_row(slots, num_accepted, b, L)
     if first < 0:
@@ -120,11 +135,13 @@ def _recurrent_kda_pool_kernel(
     S = load_state(state + start * (H * K * V) + tile, STREAM)
     tl.debug_barrier()
     for t in range(L):
-        b_q = tl.load(q + b.to(tl.int64) * q_sb + t * q_st + h * K + ok).to(tl.float32)
-        b_k = tl.load(k + b.to(tl.int64) * k_sb + t * k_st + h * K + ok).to(tl.float32)
-        b_g = tl.load(g + b.to(tl.int64) * g_sb + t * g_st + h * K + ok).to(tl.float32)
-        b_v = tl.load(v + b.to(tl.int64) * v_sb + t * v_st + h * V + ov).to(tl.float32)
-        b_beta = tl.load(beta + b.to(tl.int64) * beta_sb + t * beta_st + h).to(tl.float32)
+        b_q = n_q.to(tl.float32)
+        b_k = n_k.to(tl.float32)
+        b_g = n_g.to(tl.float32)
+        b_v = n_v.to(tl.float32)
+        b_beta = n_beta.to(tl.float32)
+        if t + 1 < L:
+            n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, t + 1, h, ok, ov, *strides, K, V)
         if USE_QK_L2NORM:
             b_q = l2_normalize(b_q)
             b_k = l2_normalize(b_k)
@@ -136,9 +153,9 @@ def _recurrent_kda_pool_kernel(
 
 
 @triton.jit
-def _short_conv(w_ptr, ch, h0, h1, h2, x, W: tl.constexpr):
-    """Pre-activation conv output of one group's channels ch from a right-aligned window and the new row."""
-    w0, w1, w2, w3 = load_short_weights(w_ptr, ch, W)
+def _short_conv(weights, h0, h1, h2, x):
+    """Pre-activation conv output of one group's channels from its taps, a right-aligned window and the new row."""
+    w0, w1, w2, w3 = weights
     return w0 * h0 + w1 * h1 + w2 * h2 + w3 * x
 
 
@@ -146,6 +163,14 @@ def _short_conv(w_ptr, ch, h0, h1, h2, x, W: tl.constexpr):
 def _silu_rounded(pre, dtype: tl.constexpr):
     """SiLU rounded to the projections' dtype, as the unfused path stores the conv output."""
     return activate(pre, 1).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _fused_token_inputs(qkv, z, beta_logits, token, h, ok, ov, C, H: tl.constexpr, K: tl.constexpr):
+    """A token's projected q, k, v rows, gate input z and beta logit for head h, as stored."""
+    x_row = qkv + token * 3 * C + h * K
+    return (tl.load(x_row + ok), tl.load(x_row + C + ok), tl.load(x_row + 2 * C + ov),
+            tl.load(z + token * C + h * K + ok), tl.load(beta_logits + token * H + h))
 
 
 @triton.jit(do_not_specialize=["L"])
@@ -166,6 +191,16 @@ def _fused_kda_decode_kernel(
     # the V axis as [NV, BV] blocks: a state tile [NV, K, BV] keeps K spread over lanes and warps, so each
     # K-vector (q, k, g) costs few registers per thread
     ov = tl.arange(0, K // BV)[:, None] * BV + tl.arange(0, BV)[None, :]
+    # the head's constants and the first token's inputs do not depend on the slots: loaded first (and the next
+    # token's before a step), they arrive with the state instead of one round trip after another behind the layout
+    # changes' barriers (as _recurrent_kda_pool_kernel)
+    taps_q = load_short_weights(conv_weight, h * K + ok, W)
+    taps_k = load_short_weights(conv_weight + C * W, h * K + ok, W)
+    taps_v = load_short_weights(conv_weight + 2 * C * W, h * K + ov, W)
+    dt = tl.load(dt_bias + h * K + ok).to(tl.float32)
+    rate = tl.exp(tl.load(A_log + h).to(tl.float32))
+    n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, (b * L).to(tl.int64), h, ok, ov, C,
+                                                        H, K)
     slots = state_slots + b * L
     first, start = slot_row(slots, num_accepted, b, L)
     if first < 0:
@@ -182,20 +217,20 @@ def _fused_kda_decode_kernel(
     tl.debug_barrier()
     for t in range(L):
         token = (b * L + t).to(tl.int64)
-        x_row = qkv + token * 3 * C + h * K
-        xq = tl.load(x_row + ok).to(tl.float32)
-        xk = tl.load(x_row + C + ok).to(tl.float32)
-        xv = tl.load(x_row + 2 * C + ov).to(tl.float32)
-        # weights and gate constants are reloaded per token (L1 hits) rather than held in registers
-        b_q = _silu_rounded(_short_conv(conv_weight, h * K + ok, q0, q1, q2, xq, W), dtype)
-        b_k = _silu_rounded(_short_conv(conv_weight + C * W, h * K + ok, k0, k1, k2, xk, W), dtype)
-        b_v = _silu_rounded(_short_conv(conv_weight + 2 * C * W, h * K + ov, v0, v1, v2, xv, W), dtype)
+        xq = n_xq.to(tl.float32)
+        xk = n_xk.to(tl.float32)
+        xv = n_xv.to(tl.float32)
+        z_t = n_z.to(tl.float32) + dt
+        b_beta = tl.sigmoid(n_beta.to(tl.float32))
+        if t + 1 < L:
+            n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, token + 1, h, ok, ov, C, H, K)
+        b_q = _silu_rounded(_short_conv(taps_q, q0, q1, q2, xq), dtype)
+        b_k = _silu_rounded(_short_conv(taps_k, k0, k1, k2, xk), dtype)
+        b_v = _silu_rounded(_short_conv(taps_v, v0, v1, v2, xv), dtype)
         q0, q1, q2 = q1, q2, xq
         k0, k1, k2 = k1, k2, xk
         v0, v1, v2 = v1, v2, xv
-        z_t = tl.load(z + token * C + h * K + ok).to(tl.float32) + tl.load(dt_bias + h * K + ok).to(tl.float32)
-        b_g = gate_decay(z_t, tl.exp(tl.load(A_log + h).to(tl.float32)), lower_bound, USE_LOWER_BOUND)
-        b_beta = tl.sigmoid(tl.load(beta_logits + token * H + h).to(tl.float32))
+        b_g = gate_decay(z_t, rate, lower_bound, USE_LOWER_BOUND)
         S, b_o = kda_token_split(S, l2_normalize(b_q) * scale, l2_normalize(b_k), b_v, b_g, b_beta)
         tl.store(o + token * C + h * K + ov, b_o.to(o.dtype.element_ty))
         slot = tl.load(slots + t).to(tl.int64)
