@@ -27,7 +27,6 @@ parallel worker processes. JSON goes to DIR/bench_attnres_focused.json; one tabl
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import math
@@ -134,17 +133,39 @@ def sweep(query, rms_weight, sets, tokens, dim, timer, expected, configs=None) -
     return rows
 
 
+def _streamed(tile: int, num_warps: int, per_sm: int) -> MixConfig:
+    """A bandwidth-bound candidate: evict-first loads; per_sm > 0 persistent programs (one tile ahead across token
+    boundaries), 0 one program per token (one tile ahead)."""
+    return MixConfig(tile, 1, num_warps, True, per_sm)
+
+
+# the register-prefetching kernels' defaults before run ca, for comparison in the same run: persistent programs
+# (4 per SM, 2 warps, on rows of 2304; 2 per SM, 16 warps on rows of 7168) and one program per token in fours
+_NARROW = [_streamed(2, 2, 4)]
+_WIDE = [_streamed(2, 16, 2), _streamed(4, 16, 0)]
+# the pipelined kernel's neighbours of the defaults (runs ca, cb): tiles copied `stages` - 1 ahead into shared memory,
+# programs per SM as shared memory (228 KB) and registers allow (a tile of 2 x 4096 bf16 is 16 KB)
+_NARROW_PIPELINED = [MixConfig(2, 1, 8, True, 4, 3), MixConfig(2, 1, 4, True, 4, 2), MixConfig(1, 1, 4, True, 4, 4),
+                     MixConfig(2, 1, 4, True, 3, 3), MixConfig(2, 1, 2, True, 8, 3), MixConfig(2, 1, 8, True, 3, 3),
+                     MixConfig(1, 1, 2, True, 8, 4)]
+_WIDE_PIPELINED = [MixConfig(1, 1, 4, True, 4, 3), MixConfig(1, 1, 4, True, 3, 5), MixConfig(1, 1, 8, True, 2, 5),
+                   MixConfig(2, 1, 4, True, 3, 3), MixConfig(1, 1, 4, True, 3, 4), MixConfig(1, 1, 2, True, 6, 3)]
 # --sweep-cases: the cases that missed a target in run v (85% of copy at 8192 tokens; level with fla at two sources
-# and decode sizes), each with its default first and then these candidates. Runs ca-ce swept the 8192-token cases'
-# neighbours (persistent and pipelined, in pairs or one at a time, 2-8 programs per SM; bench/README.md); now each
-# is timed against its default on the grid of runs ca-ce, which gave 272 of 528 programs a 16th token (unbalanced).
+# and decode sizes), each with its default first and then these candidates
 FOCUSED_CONFIGS = {
     (2, 1, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
     (2, 64, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
     (2, 64, 7168): [MixConfig(2, 2, w, False) for w in (4, 16, 32)],
+    # the two-source narrow case (81.8% of copy in run cd): cached loads (two sources, 113 MB, are twice the L2),
+    # 5 programs per SM (registers allow 4: one more waits), 3 tiles ahead
+    (2, 8192, 2304): _NARROW + _NARROW_PIPELINED + [MixConfig(2, 1, 4, False, 4, 3), MixConfig(2, 1, 4, True, 5, 3),
+                                                    MixConfig(2, 1, 4, False, 4, 4), MixConfig(2, 1, 2, False, 8, 3)],
+    (2, 8192, 7168): _WIDE + _WIDE_PIPELINED,
+    (8, 8192, 2304): _NARROW + _NARROW_PIPELINED,
+    (9, 8192, 2304): _NARROW + _NARROW_PIPELINED,
+    (8, 8192, 7168): _WIDE + _WIDE_PIPELINED,
+    (9, 8192, 7168): _WIDE + _WIDE_PIPELINED,
 }
-for _case in [(2, 8192, 2304), (2, 8192, 7168), (8, 8192, 2304), (9, 8192, 2304), (8, 8192, 7168), (9, 8192, 7168)]:
-    FOCUSED_CONFIGS[_case] = [dataclasses.replace(default_config(_case[1], _case[2], _case[0]), balanced=False)]
 
 
 def focused_configs(num_sources: int, tokens: int, dim: int) -> list[MixConfig]:
@@ -310,7 +331,7 @@ def config_label(config: dict | None) -> str:
     if config.get("stages"):
         kind = f"pipelined{max(1, config['persistent'])}/SM stages{config['stages']} "
     return (f"{kind}tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
-            f"{' evict-first' if config['stream'] else ''}{'' if config.get('balanced', True) else ' unbalanced grid'}")
+            f"{' evict-first' if config['stream'] else ''}")
 
 
 def print_tables(cases, variants, ceiling) -> None:

@@ -65,14 +65,12 @@ def test_every_config_keeps_the_result(num_sources, tile, prefetch, num_warps, s
 @pytest.mark.parametrize("emit_norm", [False, True], ids=["mix", "mix+norm"])
 def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, tile, per_sm, stages, emit_norm):
     # programs walking several tokens each (the grid does not divide the token count on the interpreter's 2 "SMs"),
-    # more programs than tokens (3 per "SM", 5 tokens, on the unbalanced grid), tiles that split the sources unevenly
-    # or exceed them, the next token's tile loaded past the last token; stages > 0: the pipelined kernel's flat
-    # (token, tile) loop
+    # more programs than tokens (3 per "SM", 5 tokens), tiles that split the sources unevenly or exceed them, the
+    # next token's tile loaded past the last token; stages > 0: the pipelined kernel's flat (token, tile) loop
     from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
 
     sources, query, rms_weight, norm_weight = _inputs(num_sources, tokens, dim, dtype)
-    config = MixConfig(tile=tile, prefetch=1, num_warps=4, stream=tile == 2, persistent=per_sm, stages=stages,
-                       balanced=per_sm != 3)
+    config = MixConfig(tile=tile, prefetch=1, num_warps=4, stream=tile == 2, persistent=per_sm, stages=stages)
     out, normed = poisoned(tokens, dim, dtype=dtype), poisoned(tokens, dim, dtype=dtype)
     got, got_normed = attnres_mix_launcher(query, sources, rms_weight, 1e-6, norm_weight if emit_norm else None,
                                            1e-5, out=out, normed=normed if emit_norm else None, config=config)
@@ -80,20 +78,6 @@ def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, ti
     assert rel_err(got, mix) < TOLERANCE[dtype]
     if emit_norm:
         assert rel_err(got_normed, expected) < TOLERANCE[dtype]
-
-
-def test_balanced_grid_keeps_each_programs_token_count_in_fewer_programs():
-    from dayzero.plugins.attnres.kernel import walking_programs
-
-    for tokens in [1, 2, 5, 63, 527, 528, 529, 1000, 8100, 8192, 8193, 65536]:
-        for most in [1, 2, 3, 7, 264, 528, 1056]:
-            programs = walking_programs(tokens, most)
-            assert 1 <= programs <= min(tokens, most)
-            # the longest walk is that of `most` programs, and every program walks at least one token less than it
-            assert -(-tokens // programs) == -(-tokens // most)
-            assert tokens // programs >= -(-tokens // most) - 1
-    assert walking_programs(8192, 528) == 512 and walking_programs(8192, 1056) == 1024
-    assert walking_programs(8192, 528, balanced=False) == 528
 
 
 def test_pipelined_config_too_deep_for_shared_memory_is_refused(monkeypatch):

@@ -95,8 +95,7 @@ class MixConfig:
     (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads. `persistent`
     > 0 runs persistent_kernel.py instead, with that many programs per SM walking the tokens, one tile ahead across
     token boundaries (`prefetch` is then unused); `stages` > 0 runs pipelined_kernel.py instead: `persistent` (at
-    least 1) programs per SM, each with that many tiles copied ahead into shared memory. `balanced` launches those
-    grids with the fewest programs that keep each one's token count (`walking_programs`)."""
+    least 1) programs per SM, each with that many tiles copied ahead into shared memory."""
 
     tile: int
     prefetch: int
@@ -104,7 +103,6 @@ class MixConfig:
     stream: bool
     persistent: int = 0
     stages: int = 0
-    balanced: bool = True
 
 
 def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) -> MixConfig:
@@ -143,17 +141,6 @@ def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) 
     if in_flight == 0:
         return MixConfig(tile=1, prefetch=1, num_warps=num_warps, stream=True, persistent=1)
     return MixConfig(tile=1, prefetch=1, num_warps=small_warps, stream=True, persistent=4, stages=1 + in_flight)
-
-
-def walking_programs(tokens, most: int, balanced: bool = True):
-    """Programs for a grid of at most `most` that walk `tokens` tokens in turn. Balanced: as many tokens each as
-    with `most` programs, in as few programs as that takes (8192 tokens on 528 programs: 272 walk 16 and 256 walk
-    15, so the last token runs on half of them; on 512 programs all walk 16). A symbolic `tokens` (an exported
-    engine) keeps `most`: a grid that is an expression of the traced size was not checked in an H200 engine."""
-    if not balanced or not isinstance(tokens, int):
-        return most
-    each = (tokens + most - 1) // most
-    return (tokens + each - 1) // each
 
 
 def _check_pipeline_fits(config: MixConfig, lanes: int, like: torch.Tensor) -> None:
@@ -214,15 +201,15 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     if config.stages:
         _check_pipeline_fits(config, block_d, like)
         kernel = launch(attnres_mix_pipelined_kernel) if launch else attnres_mix_pipelined_kernel
-        kernel[(walking_programs(tokens, sms * max(1, config.persistent), config.balanced),)](
+        kernel[(sms * max(1, config.persistent),)](
             *common, tokens, dim, block_d, num_blocks, len(listed), norm_weight is not None, config.tile,
             config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
         return out, normed
     if config.persistent:
         kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel
-        programs = walking_programs(tokens, sms * config.persistent, config.balanced)
-        kernel[(programs,)](*common, tokens, dim, block_d, num_blocks, len(listed), norm_weight is not None,
-                            config.tile, config.stream, aligned, num_warps=config.num_warps, num_stages=1)
+        kernel[(sms * config.persistent,)](*common, tokens, dim, block_d, num_blocks, len(listed),
+                                           norm_weight is not None, config.tile, config.stream, aligned,
+                                           num_warps=config.num_warps, num_stages=1)
         return out, normed
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
     kernel[(tokens,)](*common, dim, block_d, num_blocks, len(listed), norm_weight is not None, config.tile,
