@@ -49,6 +49,10 @@ PIPELINED_CONFIGS = [(16, 1, False, None, 2, 12), (16, 1, False, None, 3, 9), (3
 # the fused default
 QUICK_POOL_CONFIGS = [(16, 1, False), (32, 1, False), (16, 1, False, None, 2, 12)]
 QUICK_FUSED_CONFIGS = [(32, 4, False)]
+# --focus: after the token vectors' loads moved ahead of the slot lookup (commit 224d1a1), the one-tile kernel's
+# neighbours at B >= 64 (streaming hints, a register cap for a ninth program an SM) and the fused step's
+FOCUS_POOL_CONFIGS = [(32, 1, False), (32, 1, True), (32, 1, False, 224), (32, 1, False, 200)]
+FOCUS_FUSED_CONFIGS = [(32, 4, False), (32, 4, True), (32, 8, False), (64, 8, False), (16, 4, False)]
 
 
 def config_name(kind: str, config) -> str:
@@ -173,7 +177,7 @@ def rotating(fns):
     return lambda: fns[next(calls) % len(fns)]()
 
 
-def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False) -> dict:
+def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False, focus: bool = False) -> dict:
     rounds, sets = make_sets(B, H)
     p = make_params(H, rounds * B)
     state_bytes = B * H * K * V * 4 * 2
@@ -241,13 +245,17 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False) -> di
                                           for u, s, o in list(zip(unfused, sets, outs))[:32]])
         add("fla_gate_in_kernel" if gate_in_kernel else "fla", ms, extra)
 
-    for config in QUICK_POOL_CONFIGS if quick else POOL_CONFIGS:
+    pool_configs, fused_configs = (POOL_CONFIGS, FUSED_CONFIGS)
+    if quick or focus:
+        pool_configs, fused_configs = ((FOCUS_POOL_CONFIGS, FOCUS_FUSED_CONFIGS) if focus else
+                                       (QUICK_POOL_CONFIGS, QUICK_FUSED_CONFIGS))
+    for config in pool_configs:
         attempt(config_name("pool", config), lambda c=config: ours_pool(c))
-    for config in QUICK_FUSED_CONFIGS if quick else FUSED_CONFIGS:
+    for config in fused_configs:
         attempt(config_name("fused", config), lambda c=config: ours_fused(c))
     if fla is not None:
         attempt("fla", lambda: peer(False))
-        if not quick:
+        if not quick and not focus:
             attempt("fla_gate_in_kernel", lambda: peer(True))
     return record
 
@@ -281,6 +289,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="the default launch configs and fla only")
+    parser.add_argument("--focus", action="store_true", help="B >= 64 only: FOCUS_*_CONFIGS and fla")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -291,9 +300,9 @@ def main() -> None:
         records = []
         result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                   "ceilings": ceiling, "fla": fla is not None, "cases": records}
-        for B, H in CASES:
+        for B, H in [(b, h) for b, h in CASES if b >= 64] if args.focus else CASES:
             try:
-                records.append(bench_case(B, H, fla, ceiling["copy_GBps"], args.quick))
+                records.append(bench_case(B, H, fla, ceiling["copy_GBps"], args.quick, args.focus))
             except Exception as error:  # noqa: BLE001 - one failing case must not stop the run
                 traceback.print_exc()
                 records.append({"B": B, "H": H, "kernels": {"case": {"error": f"{type(error).__name__}: {error}"}}})
