@@ -120,9 +120,12 @@ def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) 
     # about 16 elements per thread per row: enough loads in flight without spilling the fp32 accumulator
     num_warps = max(1, min(16, block_d // 512))
     if statically_known_true(tokens <= DECODE_TOKENS):
-        # one pair of sources is a single tile: twice the threads, half the serial work a thread (run w: 2.4 / 2.8 /
-        # 3.6 us against 2.6 / 3.0 / 3.8 at 2 x {1, 64} x 2304 and 2 x 64 x 7168)
-        few_sources_warps = max(1, min(32, block_d // 256)) if num_sources <= 2 else num_warps
+        # one pair of sources is a single tile: more threads, less serial work a thread. Rows of up to 4096 lanes
+        # take 16 elements a thread, wider ones 8 (run ec, after the paired reduction: 2.3 / 2.7 us on 8 warps against
+        # 2.5 / 2.8 on 16 at 2 x {1, 64} x 2304; 3.7 us on 32 warps against 3.8 on 16 at 2 x 64 x 7168)
+        few_sources_warps = num_warps
+        if num_sources <= 2:
+            few_sources_warps = max(1, block_d // 512) if block_d <= 4096 else min(32, block_d // 256)
         return MixConfig(tile=2, prefetch=2, num_warps=few_sources_warps, stream=False)
     if emit_norm:
         if block_d <= 4096:
