@@ -156,15 +156,10 @@ FOCUSED_CONFIGS = {
     (2, 1, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
     (2, 64, 2304): [MixConfig(2, 2, w, False) for w in (8, 16, 32)],
     (2, 64, 7168): [MixConfig(2, 2, w, False) for w in (4, 16, 32)],
-    # the two-source narrow case (81.8-83.3% of copy in runs cd-ec; runs cc-ce swept the pipelined kernel's
-    # neighbours, cached loads, 5 programs per SM, 3 tiles ahead: all slower): token groups (token_groups_kernel.py),
-    # 2 or 4 tokens a step; programs per SM as their registers allow (offline sm_90 builds at 2 tokens: 164 registers
-    # on 4 warps, 113 on 8, 64 on 16; at 4 tokens 194 on 8, 102 on 16)
-    (2, 8192, 2304): [MixConfig(2, 1, 4, True, 3, 3, tokens=2), MixConfig(2, 1, 8, True, 2, 3, tokens=2),
-                      MixConfig(2, 1, 8, True, 2, 4, tokens=2), MixConfig(2, 1, 16, True, 2, 3, tokens=2),
-                      MixConfig(2, 1, 16, True, 2, 4, tokens=2), MixConfig(2, 1, 8, True, 1, 3, tokens=4),
-                      MixConfig(2, 1, 16, True, 1, 3, tokens=4), MixConfig(2, 1, 4, False, 3, 3, tokens=2),
-                      MixConfig(2, 1, 8, False, 2, 3, tokens=2)],
+    # the two-source narrow case (81.8% of copy in run cd): cached loads (two sources, 113 MB, are twice the L2),
+    # 5 programs per SM (registers allow 4: one more waits), 3 tiles ahead
+    (2, 8192, 2304): _NARROW + _NARROW_PIPELINED + [MixConfig(2, 1, 4, False, 4, 3), MixConfig(2, 1, 4, True, 5, 3),
+                                                    MixConfig(2, 1, 4, False, 4, 4), MixConfig(2, 1, 2, False, 8, 3)],
     (2, 8192, 7168): _WIDE + _WIDE_PIPELINED,
     (8, 8192, 2304): _NARROW + _NARROW_PIPELINED,
     (9, 8192, 2304): _NARROW + _NARROW_PIPELINED,
@@ -335,8 +330,6 @@ def config_label(config: dict | None) -> str:
     kind = f"persistent{config['persistent']}/SM " if config.get("persistent") else "per-token "
     if config.get("stages"):
         kind = f"pipelined{max(1, config['persistent'])}/SM stages{config['stages']} "
-        if config.get("tokens", 1) > 1:
-            kind += f"{config['tokens']} tokens a step "
     return (f"{kind}tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
             f"{' evict-first' if config['stream'] else ''}")
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -104,49 +102,6 @@ def test_persistent_programs_mix_blocks_and_the_partial(stages):
     got, _ = attnres_mix_blocks_launcher(query, blocks, 4, sources[4], rms_weight, 1e-6, out=poisoned(7, 48),
                                          config=config)
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
-
-
-@pytest.mark.parametrize("num_sources, tokens, dim, dtype", sizes(
-    cpu=[(1, 5, 40, torch.float32), (2, 7, 37, torch.bfloat16), (3, 9, 72, torch.float32)],
-    gpu=[(2, 8192, 2304, torch.bfloat16), (2, 4097, 7168, torch.bfloat16), (3, 333, 1000, torch.float32)],
-))
-@pytest.mark.parametrize("spare, tokens_per_step, per_sm, stages", [(1, 2, 2, 3), (2, 2, 1, 2), (1, 4, 3, 3),
-                                                                    (1, 8, 1, 2)])
-def test_token_groups_match_reference(num_sources, tokens, dim, dtype, spare, tokens_per_step, per_sm, stages):
-    # every source in one tile (spare: the tile is that many times the next power of two), steps of several tokens;
-    # token counts the steps do not divide, programs left without a step (3 per "SM", 5 tokens in fours)
-    import triton
-
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
-
-    sources, query, rms_weight, _ = _inputs(num_sources, tokens, dim, dtype)
-    config = MixConfig(tile=spare * triton.next_power_of_2(num_sources), prefetch=1, num_warps=4, stream=stages == 3,
-                       persistent=per_sm, stages=stages, tokens=tokens_per_step)
-    got, _ = attnres_mix_launcher(query, sources, rms_weight, 1e-6, out=poisoned(tokens, dim, dtype=dtype),
-                                  config=config)
-    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < TOLERANCE[dtype]
-
-
-def test_token_groups_mix_blocks_and_the_partial():
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_blocks_launcher
-
-    sources, query, rms_weight, _ = _inputs(3, 7, 48, torch.float32)
-    blocks = torch.stack(sources[:2] + [torch.randn_like(sources[0])])
-    config = MixConfig(tile=4, prefetch=1, num_warps=2, stream=True, persistent=1, stages=3, tokens=2)
-    got, _ = attnres_mix_blocks_launcher(query, blocks, 2, sources[2], rms_weight, 1e-6, out=poisoned(7, 48),
-                                         config=config)
-    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
-
-
-def test_token_groups_refuse_a_tile_short_of_the_sources():
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
-
-    sources, query, rms_weight, norm_weight = _inputs(3, 4, 40, torch.float32)
-    config = MixConfig(tile=2, prefetch=1, num_warps=2, stream=True, persistent=1, stages=3, tokens=2)
-    with pytest.raises(AssertionError, match="every source in one tile"):
-        attnres_mix_launcher(query, sources, rms_weight, 1e-6, config=config)
-    with pytest.raises(AssertionError, match="no emitted norm"):
-        attnres_mix_launcher(query, sources, rms_weight, 1e-6, norm_weight, config=dataclasses.replace(config, tile=4))
 
 
 @pytest.mark.parametrize("tile", [1, 2, 4])

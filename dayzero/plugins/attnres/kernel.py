@@ -26,7 +26,6 @@ from dayzero.plugins.attnres.persistent_kernel import attnres_mix_persistent_ker
 from dayzero.plugins.attnres.pipelined_kernel import attnres_mix_pipelined_kernel
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES
 from dayzero.plugins.attnres.tiles import load_tile, mix_tile, row_setup, store_mix
-from dayzero.plugins.attnres.token_groups_kernel import attnres_mix_token_groups_kernel
 
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
@@ -96,8 +95,7 @@ class MixConfig:
     (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads. `persistent`
     > 0 runs persistent_kernel.py instead, with that many programs per SM walking the tokens, one tile ahead across
     token boundaries (`prefetch` is then unused); `stages` > 0 runs pipelined_kernel.py instead: `persistent` (at
-    least 1) programs per SM, each with that many tiles copied ahead into shared memory; with `tokens` > 1 (every
-    source in the one tile, no emitted norm) token_groups_kernel.py, each step that many tokens' tiles."""
+    least 1) programs per SM, each with that many tiles copied ahead into shared memory."""
 
     tile: int
     prefetch: int
@@ -105,7 +103,6 @@ class MixConfig:
     stream: bool
     persistent: int = 0
     stages: int = 0
-    tokens: int = 1
 
 
 def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) -> MixConfig:
@@ -151,12 +148,12 @@ def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) 
 
 def _check_pipeline_fits(config: MixConfig, lanes: int, like: torch.Tensor) -> None:
     limit = device_info.shared_memory_per_program(like.device)
-    # Triton keeps stages - 1 tiles in flight, each [tokens, tile, lanes] of the sources' dtype
-    need = (config.stages - 1) * config.tokens * config.tile * lanes * like.element_size()
+    # Triton keeps stages - 1 tiles in flight, each [tile, lanes] of the sources' dtype
+    need = (config.stages - 1) * config.tile * lanes * like.element_size()
     if limit is not None and need > limit:
-        raise ValueError(f"attnres pipelined config {config}: {config.stages - 1} tiles of {config.tokens} x "
-                         f"{config.tile} x {lanes} {like.dtype} need {need} bytes of shared memory, the GPU has "
-                         f"{limit} per program; use fewer stages or a smaller tile")
+        raise ValueError(f"attnres pipelined config {config}: {config.stages - 1} tiles of {config.tile} x {lanes} "
+                         f"{like.dtype} need {need} bytes of shared memory, the GPU has {limit} per program; use "
+                         "fewer stages or a smaller tile")
 
 
 def _check_vector(name: str, t: torch.Tensor, dim: int) -> None:
@@ -204,16 +201,6 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     block_d = triton.next_power_of_2(dim)
     # the interpreter has no SMs: 2 stand in, so that persistent programs still walk several tokens each
     sms = device_info.num_sms(like.device, cpu_default=2)
-    if config.stages and config.tokens > 1:
-        assert config.tile >= num_blocks + len(listed) and norm_weight is None, (
-            f"attnres config {config}: token groups need every source in one tile and no emitted norm")
-        _check_pipeline_fits(config, block_d, like)
-        kernel = launch(attnres_mix_token_groups_kernel) if launch else attnres_mix_token_groups_kernel
-        kernel[(sms * max(1, config.persistent),)](
-            query, rms_weight, out, blocks, common[6], *slots, eps, tokens, dim, block_d, num_blocks, len(listed),
-            config.tile, config.tokens, config.stream, aligned, config.stages, num_warps=config.num_warps,
-            num_stages=config.stages)
-        return out, normed
     if config.stages:
         _check_pipeline_fits(config, block_d, like)
         kernel = launch(attnres_mix_pipelined_kernel) if launch else attnres_mix_pipelined_kernel

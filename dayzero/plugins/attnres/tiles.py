@@ -48,7 +48,7 @@ def score_vector(query, rms_weight, cols, mask):
 
 
 @triton.jit
-def add_pairs(a0, b0, a1, b1):
+def _add_pairs(a0, b0, a1, b1):
     return a0 + a1, b0 + b1
 
 
@@ -58,7 +58,7 @@ def mix_tile(v, w, t: tl.constexpr, m, total, acc, TILE: tl.constexpr, NUM_SOURC
     """Fold tile t (v [TILE, BLOCK_D] fp32) into the running (max score, softmax sum, weighted sum): one reduction
     for the scores of all its sources, <rms_norm(v) * rms_weight, query> = rstd(v) * <v, w>. The two sums per
     source reduce as one pair, so a row spread over several warps crosses shared memory once, not twice."""
-    dot, squares = tl.reduce((v * w[None, :], v * v), 1, add_pairs)
+    dot, squares = tl.reduce((v * w[None, :], v * v), 1, _add_pairs)
     score = dot * tl.rsqrt(squares / D + eps)
     score = tl.where(t * TILE + tl.arange(0, TILE) < NUM_SOURCES, score, float("-inf"))
     m_new = tl.maximum(m, tl.max(score, axis=0))
