@@ -85,7 +85,7 @@ def _attnres_mix_kernel(
                 a3 = load_tile(t + 3, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES,
                                STREAM, ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14,
                                s15)
-        m, total, acc = mix_tile(v, w, t, m, total, acc, TILE, NUM_SOURCES, D, eps)
+        m, total, acc = mix_tile(v, w, t, m, total, acc, TILE, NUM_SOURCES, D, eps, True)
     store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)
 
 

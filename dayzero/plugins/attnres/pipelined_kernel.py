@@ -46,6 +46,6 @@ def attnres_mix_pipelined_kernel(
         a = load_rows(ptrs, valid, row, cols, mask, STREAM)
         # a token's first tile: the decay exp(-inf - m_new) = 0 drops the previous token's sums
         m = tl.where(t == 0, float("-inf"), m)
-        m, total, acc = mix_tile(a.to(tl.float32), w, t, m, total, acc, TILE, NUM_SOURCES, D, eps)
+        m, total, acc = mix_tile(a.to(tl.float32), w, t, m, total, acc, TILE, NUM_SOURCES, D, eps, False)
         if t == NUM_TILES - 1:
             store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)
