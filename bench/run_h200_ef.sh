@@ -10,7 +10,7 @@ echo "== attnres gpu tests rc=$? at $(( $(date +%s) - start )) s"; save
 timeout 60 python3 bench/bench_attnres.py --sweep-cases --decode-cases --out $R/decode > $R/attnres_decode.log 2>&1
 echo "== attnres decode rc=$? at $(( $(date +%s) - start )) s"; save
 for c in 2,8192,2304 8,8192,2304 9,8192,2304; do
-  timeout 40 python3 bench/bench_attnres.py --sweep-cases --case $c --out $R/sweep_$c > $R/attnres_$c.log 2>&1
+  timeout 60 python3 bench/bench_attnres.py --sweep-cases --case $c --out $R/sweep_$c > $R/attnres_$c.log 2>&1
   echo "== attnres $c rc=$? at $(( $(date +%s) - start )) s"; save
 done
 test_summary $R/gpu_attnres.log
