@@ -160,17 +160,17 @@ def session(path: str | Path):
 def runnable_model(model):
     """A copy of `model` whose `dayzero` nodes are PyOps of onnxruntime-extensions (registered here)."""
     import onnx
-    from onnxruntime_extensions import default_opset_domain
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
     types = _element_types(model.graph)
+    domains = set()
     for node in model.graph.node:
         if node.domain == ONNX_DOMAIN:
-            node.op_type = _register_pyop(node, types)
-            node.domain = default_opset_domain()
+            node.domain = _register_pyop(node, types)
+            domains.add(node.domain)
     imports = [i for i in model.opset_import if i.domain != ONNX_DOMAIN]
     del model.opset_import[:]
-    model.opset_import.extend([*imports, onnx.helper.make_opsetid(default_opset_domain(), 1)])
+    model.opset_import.extend([*imports, *(onnx.helper.make_opsetid(domain, 1) for domain in sorted(domains))])
     return model
 
 
@@ -192,7 +192,11 @@ _REGISTERED: set[str] = set()
 
 
 def _register_pyop(node, types: dict[str, int]) -> str:
-    """Register (once) the PyOp for this node's op type, element types and attributes; returns its op type."""
+    """Register (once) the PyOp for this node's op type, element types and attributes; returns the domain it is
+    registered in, one domain per PyOp. onnxruntime-extensions keeps a domain's PyOps in one std::vector and hands
+    sessions pointers into it: a later registration in a domain that holds PyOps may move them, and every session
+    made before then crashes when it is destroyed (in the garbage collector, tests later). A vector of one is never
+    added to, so no pointer moves."""
     from onnxruntime_extensions import onnx_op
 
     if node.op_type not in KERNELS:
@@ -201,11 +205,12 @@ def _register_pyop(node, types: dict[str, int]) -> str:
     outputs = [_pyop_type(types, name, node) for name in node.output]
     attrs = {a.name: _pyop_attr_type(a) for a in node.attribute}
     key = repr((node.op_type, inputs, outputs, sorted(attrs.items())))
-    op_type = f"{node.op_type}_{hashlib.sha1(key.encode()).hexdigest()[:12]}"
-    if op_type not in _REGISTERED:
-        onnx_op(op_type=op_type, inputs=inputs, outputs=outputs, attrs=attrs)(_numpy_kernel(KERNELS[node.op_type]))
-        _REGISTERED.add(op_type)
-    return op_type
+    domain = f"{ONNX_DOMAIN}.pyop.{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+    if domain not in _REGISTERED:
+        onnx_op(op_type=f"{domain}::{node.op_type}", inputs=inputs, outputs=outputs, attrs=attrs)(
+            _numpy_kernel(KERNELS[node.op_type]))
+        _REGISTERED.add(domain)
+    return domain
 
 
 def _pyop_type(types: dict[str, int], name: str, node) -> int:

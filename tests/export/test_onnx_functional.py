@@ -83,6 +83,50 @@ def test_onnx_runtime_kernel_runs_the_reference(tmp_path):
     torch.testing.assert_close(torch.from_numpy(out), cache, rtol=0, atol=0)
 
 
+_SESSION_OUTLIVES_REGISTRATIONS = """
+import gc, sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+from tests.export.test_onnx_functional import _one_node_model
+from dayzero.export import onnx_ort
+from dayzero.plugins.registry import ONNX_DOMAIN
+
+onnx.save(_one_node_model("WriteRows"), sys.argv[1])
+session = onnx_ort.session(sys.argv[1])
+feeds = {"cache": np.zeros((3, 64, 8), np.float32), "rows": np.ones((3, 8), np.float32),
+         "slot_mapping": np.array([5, -1, 130])}
+session.run(None, feeds)
+types = {"cache": TensorProto.FLOAT, "rows": TensorProto.FLOAT, "slot_mapping": TensorProto.INT64,
+         "cache_out": TensorProto.FLOAT}
+for i in range(200):
+    node = helper.make_node("WriteRows", ["cache", "rows", "slot_mapping"], ["cache_out"], domain=ONNX_DOMAIN,
+                            **{f"unused{i}": i})
+    onnx_ort._register_pyop(node, types)
+(out,) = session.run(None, feeds)
+del session
+gc.collect()
+print("ok", float(out.sum()))
+"""
+
+
+def test_a_session_outlives_later_pyop_registrations(tmp_path):
+    # onnxruntime-extensions hands sessions pointers into a per-domain vector of PyOps: registering more PyOps in a
+    # domain could move the ones a live session uses, and that session then crashed when destroyed (a segfault in
+    # the garbage collector, tests later). In a subprocess, so that a regression fails this test, not the suite.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("onnxruntime_extensions")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _SESSION_OUTLIVES_REGISTRATIONS, str(tmp_path / "w.onnx")],
+                          capture_output=True, text=True, cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # two rows of ones written (slot -1 skipped) into a zero cache
+    assert done.stdout.split() == ["ok", "16.0"]
+
+
 def test_onnx_runtime_names_a_custom_node_it_cannot_run(tmp_path):
     pytest.importorskip("onnxruntime_extensions")
     from dayzero.export import onnx_ort
