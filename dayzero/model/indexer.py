@@ -10,6 +10,8 @@ from dayzero.model.norm import LayerNorm, linear
 from dayzero.model.step import StepMeta
 from dayzero.plugins import indexer as indexer_ops
 from dayzero.plugins import paged_cache
+from dayzero.plugins import quant as quant_ops
+from dayzero.plugins.paged_cache import formats
 
 
 class Indexer(nn.Module):
@@ -33,8 +35,12 @@ class Indexer(nn.Module):
         else:
             q = self._query(q_input)
             w = self._keys_and_weights(x, meta, index_cache)
+        q_scales = None
+        if formats.is_quantized(index_cache):
+            # MXFP8 query against MXFP8 keys: the indexer's dot runs on the FP8 tensor cores
+            q, q_scales = quant_ops.mxfp8_quantize(q)
         return indexer_ops.index_topk_paged(q, w, index_cache, meta.block_table, meta.cu_seqlens, meta.positions,
-                                            self.cfg.topk)
+                                            self.cfg.topk, None, q_scales)
 
     def _query(self, q_input: torch.Tensor) -> torch.Tensor:
         return self.wq_b(q_input).view(q_input.shape[0], self.cfg.num_heads, self.cfg.head_dim)
