@@ -3,8 +3,9 @@
 The interpreter runs a kernel on the CPU tensors' own memory through raw addresses. A lane that reads past a tensor
 reads whatever the heap holds there; a lane that writes past it corrupts the heap. Neither need fail where it
 happens: the corruption can surface tests later (a crash in the garbage collector). With `install()`, every unmasked
-lane of every load, store and atomic must fall inside the storage of one of the launch's tensor arguments, or the
-access raises `OutOfBounds`, naming the kernel and how far outside the nearest argument the address is.
+lane of every pointer load, store and atomic must fall inside the storage of one of the launch's tensor arguments, or
+the access raises `OutOfBounds`, naming the kernel and how far outside the nearest argument the address is. (Tensor
+descriptor loads and stores, which no plugin uses, are not checked.)
 """
 
 from __future__ import annotations
