@@ -16,9 +16,6 @@ from tests.helpers import rel_err
 for _optional in ("fla", "causal_conv1d"):
     sys.modules.setdefault(_optional, None)
 transformers = pytest.importorskip("transformers", minversion="5.17")
-# its Kimi-Linear modules are imported lazily; imported here, at collection, before any test has run. One clean-clone
-# `make test` (2026-12-04) crashed with a segfault inside that lazy import, mid-suite; rerun, the suite passed
-from transformers import KimiLinearConfig, KimiLinearForCausalLM  # noqa: E402
 
 
 def hf_config(**overrides):
@@ -31,7 +28,7 @@ def hf_config(**overrides):
                             "full_attn_layers": [4]},
     )
     fields.update(overrides)
-    return KimiLinearConfig(**fields)
+    return transformers.KimiLinearConfig(**fields)
 
 
 def randomize(model):
@@ -48,7 +45,7 @@ def randomize(model):
 @pytest.mark.parametrize("variant", [{}, {"q_lora_rank": 24, "n_group": 4, "topk_group": 2}], ids=["base", "qlora"])
 def test_logits_match_transformers(tmp_path, variant):
     torch.manual_seed(0)
-    hf = KimiLinearForCausalLM(hf_config(**variant)).eval()
+    hf = transformers.KimiLinearForCausalLM(hf_config(**variant)).eval()
     randomize(hf)
     hf.save_pretrained(tmp_path)
     ids = torch.randint(0, 300, (2, 70))
