@@ -31,8 +31,6 @@ def _storage_ranges(values) -> list[tuple[int, int]]:
         elif hasattr(value, "untyped_storage"):
             storage = value.untyped_storage()
             ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
-        elif hasattr(value, "base") and hasattr(value.base, "untyped_storage"):  # a tensor descriptor
-            ranges += _storage_ranges([value.base])
     return ranges
 
 
