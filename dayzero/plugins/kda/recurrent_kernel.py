@@ -32,28 +32,21 @@ def l2_normalize(x):
 
 
 @triton.jit
-def _add_pairs(a0, b0, a1, b1):
-    return a0 + a1, b0 + b1
-
-
-@triton.jit
 def kda_token(S, q, k, v, g, beta):
-    """One gated delta-rule step: S [K, BV], q (scaled) / k / g [K], v [BV], beta scalar -> (S, o [BV]).
-    o = q^T (S' + k delta^T) = q^T S' + (q . k) delta, so <S', k> and <S', q> reduce over K as one pair: the step
-    has one reduction between its state load and its state store instead of two in a chain."""
+    """One gated delta-rule step: S [K, BV], q (scaled) / k / g [K], v [BV], beta scalar -> (S, o [BV])."""
     S = S * tl.exp(g)[:, None]
-    s_k, s_q = tl.reduce((S * k[:, None], S * q[:, None]), 0, _add_pairs)
-    delta = beta * (v - s_k)
-    return S + k[:, None] * delta[None, :], s_q + tl.sum(q * k, axis=0) * delta
+    delta = beta * (v - tl.sum(S * k[:, None], axis=0))
+    S = S + k[:, None] * delta[None, :]
+    return S, tl.sum(S * q[:, None], axis=0)
 
 
 @triton.jit
 def kda_token_split(S, q, k, v, g, beta):
     """`kda_token` on a state held as [NV, K, BV] (V split in NV blocks of BV): q / k / g [K], v [NV, BV]."""
     S = S * tl.exp(g)[None, :, None]
-    s_k, s_q = tl.reduce((S * k[None, :, None], S * q[None, :, None]), 1, _add_pairs)
-    delta = beta * (v - s_k)
-    return S + k[None, :, None] * delta[:, None, :], s_q + tl.sum(q * k, axis=0) * delta
+    delta = beta * (v - tl.sum(S * k[None, :, None], axis=1))
+    S = S + k[None, :, None] * delta[:, None, :]
+    return S, tl.sum(S * q[None, :, None], axis=1)
 
 
 @triton.jit
@@ -87,20 +80,14 @@ def gate_decay(z, rate, lower_bound, USE_LOWER_BOUND: tl.constexpr):
 
 @triton.jit
 def slot_row(slots, num_accepted, b, L):
-    """(row b's L slots at `slots` as a vector, its start slot): the slots and the row's accepted count in two
-    independent loads and the start picked in registers, so the state load waits on one memory round trip, not
+    """(row b's first write slot, its start slot) from its L slots at `slots`: the slots and the row's accepted count
+    in two independent loads and the start picked in registers, so the state load waits on one memory round trip, not
     three (first slot, then the count, then the start slot)."""
     steps = tl.arange(0, _STEP_TOKENS)
     row = tl.load(slots + steps, mask=steps < L, other=-1)
     accepted = tl.load(num_accepted + b)
-    return row, slot_at(row, accepted - 1)
-
-
-@triton.jit
-def slot_at(row, t):
-    """Slot t of a row's slot vector, picked in registers (a load there would put a round trip before the state
-    store)."""
-    return tl.sum(tl.where(tl.arange(0, _STEP_TOKENS) == t, row, 0)).to(tl.int64)
+    first = tl.sum(tl.where(steps == 0, row, 0))
+    return first, tl.sum(tl.where(steps == accepted - 1, row, 0)).to(tl.int64)
 
 
 @triton.jit
@@ -140,8 +127,8 @@ def _recurrent_kda_pool_kernel(
     # chain of round trips, one per vector (the sm_90 build before: q, k, g, v, beta one after another).
     n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, 0, h, ok, ov, *strides, K, V)
     slots = state_slots + b * L
-    row_slots, start = slot_row(slots, num_accepted, b, L)
-    if slot_at(row_slots, 0) < 0:
+    first, start = slot_row(slots, num_accepted, b, L)
+    if first < 0:
         _zero_rows(o, (b * L * H + h).to(tl.int64) * V, L, H * V, ov, BV)
         return
     tile = h * K * V + ok[:, None] * V + ov[None, :]
@@ -159,11 +146,10 @@ def _recurrent_kda_pool_kernel(
             b_q = l2_normalize(b_q)
             b_k = l2_normalize(b_k)
         S, b_o = kda_token(S, b_q * scale, b_k, b_v, b_g, b_beta)
-        # the state first: its store frees the program's registers, the output's layout change can wait
-        slot = slot_at(row_slots, t)
+        tl.store(o + ((b * L + t) * H + h).to(tl.int64) * V + ov, b_o.to(o.dtype.element_ty))
+        slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
             store_state(state + slot * (H * K * V) + tile, S, STREAM)
-        tl.store(o + ((b * L + t) * H + h).to(tl.int64) * V + ov, b_o.to(o.dtype.element_ty))
 
 
 @triton.jit
@@ -216,8 +202,8 @@ def _fused_kda_decode_kernel(
     n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, (b * L).to(tl.int64), h, ok, ov, C,
                                                         H, K)
     slots = state_slots + b * L
-    row_slots, start = slot_row(slots, num_accepted, b, L)
-    if slot_at(row_slots, 0) < 0:
+    first, start = slot_row(slots, num_accepted, b, L)
+    if first < 0:
         for t in range(L):
             tl.store(o + ((b * L + t) * H + h).to(tl.int64) * K + ov, tl.zeros(ov.shape, o.dtype.element_ty))
         return
@@ -246,14 +232,14 @@ def _fused_kda_decode_kernel(
         v0, v1, v2 = v1, v2, xv
         b_g = gate_decay(z_t, rate, lower_bound, USE_LOWER_BOUND)
         S, b_o = kda_token_split(S, l2_normalize(b_q) * scale, l2_normalize(b_k), b_v, b_g, b_beta)
-        slot = slot_at(row_slots, t)
+        tl.store(o + token * C + h * K + ov, b_o.to(o.dtype.element_ty))
+        slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
             store_state(state + slot * (H * K * K) + tile, S, STREAM)
             window = conv_state + slot * 3 * (W - 1) * C
             store_short_window(window, q0, q1, q2, C, h * K + ok, W)
             store_short_window(window + (W - 1) * C, k0, k1, k2, C, h * K + ok, W)
             store_short_window(window + 2 * (W - 1) * C, v0, v1, v2, C, h * K + ov, W)
-        tl.store(o + token * C + h * K + ov, b_o.to(o.dtype.element_ty))
 
 
 def _is_pow2_at_least_16(n: int) -> bool:
