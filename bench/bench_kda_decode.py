@@ -52,19 +52,13 @@ QUICK_FUSED_CONFIGS = [(32, 4, False)]
 # --focus: after the token vectors' loads moved ahead of the slot lookup (commit 224d1a1), the one-tile kernel's
 # neighbours at B >= 64 (streaming hints, a register cap for a ninth program an SM) and the fused step's
 FOCUS_POOL_CONFIGS = [(32, 1, False), (32, 1, True), (32, 1, False, 224), (32, 1, False, 200)]
-# --prefetch: the one-token step whose programs walk tiles with the next tile's loads in registers
-# (prefetch_pool_kernel.py; offline sm_90: BV 16 on one warp 244 registers, so 8 programs an SM), against the default
-PREFETCH_POOL_CONFIGS = [(32, 1, False), (16, 1, False, None, 0, 8, True), (16, 1, False, None, 0, 6, True),
-                         (16, 1, False, None, 0, 4, True), (32, 2, False, None, 0, 4, True),
-                         (32, 2, False, None, 0, 3, True)]
 FOCUS_FUSED_CONFIGS = [(32, 4, False), (32, 4, True), (32, 8, False), (64, 8, False), (16, 4, False)]
 
 
 def config_name(kind: str, config) -> str:
     capped = f"_r{config[3]}" if len(config) > 3 and config[3] else ""
-    pipelined = f"_pipelined_s{config[4]}_{config[5]}sm" if len(config) > 4 and config[4] else ""
-    prefetch = f"_prefetch_{config[5]}sm" if len(config) > 6 and config[6] else ""
-    return f"ours_{kind}_bv{config[0]}_w{config[1]}{'_stream' if config[2] else ''}{capped}{pipelined}{prefetch}"
+    pipelined = f"_pipelined_s{config[4]}_{config[5]}sm" if len(config) > 4 else ""
+    return f"ours_{kind}_bv{config[0]}_w{config[1]}{'_stream' if config[2] else ''}{capped}{pipelined}"
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -135,10 +129,10 @@ def unfused_inputs(s: dict, p: dict) -> dict:
 
 def pool_options(config) -> dict:
     """A POOL_CONFIGS tuple as the pool launcher's keyword arguments (a short tuple: no cap, the one-tile kernel)."""
-    defaults = (None, 0, 12, False)
-    maxnreg, stages, per_sm, prefetch = (*config[3:], *defaults[len(config) - 3:])
+    defaults = (None, 0, 12)
+    maxnreg, stages, per_sm = (*config[3:], *defaults[len(config) - 3:])
     return dict(block_v=config[0], num_warps=config[1], stream=config[2], maxnreg=maxnreg, stages=stages,
-                programs_per_sm=per_sm, prefetch=prefetch)
+                programs_per_sm=per_sm)
 
 
 def run_pool(u: dict, s: dict, state: torch.Tensor, config=(32, 4, False)):
@@ -183,7 +177,7 @@ def rotating(fns):
     return lambda: fns[next(calls) % len(fns)]()
 
 
-def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all") -> dict:
+def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False, focus: bool = False) -> dict:
     rounds, sets = make_sets(B, H)
     p = make_params(H, rounds * B)
     state_bytes = B * H * K * V * 4 * 2
@@ -251,16 +245,17 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all") -> dict
                                           for u, s, o in list(zip(unfused, sets, outs))[:32]])
         add("fla_gate_in_kernel" if gate_in_kernel else "fla", ms, extra)
 
-    pool_configs, fused_configs = {"quick": (QUICK_POOL_CONFIGS, QUICK_FUSED_CONFIGS),
-                                   "focus": (FOCUS_POOL_CONFIGS, FOCUS_FUSED_CONFIGS),
-                                   "prefetch": (PREFETCH_POOL_CONFIGS, [])}.get(mode, (POOL_CONFIGS, FUSED_CONFIGS))
+    pool_configs, fused_configs = (POOL_CONFIGS, FUSED_CONFIGS)
+    if quick or focus:
+        pool_configs, fused_configs = ((FOCUS_POOL_CONFIGS, FOCUS_FUSED_CONFIGS) if focus else
+                                       (QUICK_POOL_CONFIGS, QUICK_FUSED_CONFIGS))
     for config in pool_configs:
         attempt(config_name("pool", config), lambda c=config: ours_pool(c))
     for config in fused_configs:
         attempt(config_name("fused", config), lambda c=config: ours_fused(c))
     if fla is not None:
         attempt("fla", lambda: peer(False))
-        if mode == "all":
+        if not quick and not focus:
             attempt("fla_gate_in_kernel", lambda: peer(True))
     return record
 
@@ -295,7 +290,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="the default launch configs and fla only")
     parser.add_argument("--focus", action="store_true", help="B >= 64 only: FOCUS_*_CONFIGS and fla")
-    parser.add_argument("--prefetch", action="store_true", help="PREFETCH_POOL_CONFIGS and fla")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -306,10 +300,9 @@ def main() -> None:
         records = []
         result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                   "ceilings": ceiling, "fla": fla is not None, "cases": records}
-        mode = next((m for m in ("quick", "focus", "prefetch") if getattr(args, m)), "all")
         for B, H in [(b, h) for b, h in CASES if b >= 64] if args.focus else CASES:
             try:
-                records.append(bench_case(B, H, fla, ceiling["copy_GBps"], mode))
+                records.append(bench_case(B, H, fla, ceiling["copy_GBps"], args.quick, args.focus))
             except Exception as error:  # noqa: BLE001 - one failing case must not stop the run
                 traceback.print_exc()
                 records.append({"B": B, "H": H, "kernels": {"case": {"error": f"{type(error).__name__}: {error}"}}})

@@ -139,35 +139,6 @@ def test_pipelined_pool_step_matches_reference(B, H, K, V, dtype, block_v, num_w
     check_pool(got, expected, state, slots, state_tol)
 
 
-@pytest.mark.parametrize("B, H, K, V, dtype, block_v, per_sm", sizes(
-    cpu=[(5, 2, 16, 32, torch.bfloat16, 16, 3), (3, 3, 32, 16, torch.float32, 16, 1),
-         (2, 1, 16, 64, torch.float32, 32, 64)],
-    gpu=[(64, 32, 128, 128, torch.bfloat16, 16, 8), (33, 96, 128, 128, torch.bfloat16, 16, 6),
-         (7, 4, 64, 128, torch.float32, 32, 8), (1, 32, 128, 128, torch.bfloat16, 16, 8)],
-))
-def test_prefetch_pool_step_matches_reference(B, H, K, V, dtype, block_v, per_sm):
-    # one token a row: programs walking several tiles each with the next one prefetched (one tile a program in
-    # the last CPU case), a padding row, a start slot that is also the write slot
-    from dayzero.plugins.kda.recurrent_kernel import recurrent_kda_pool_launcher
-
-    q, k, v, g, beta = kda_inputs(B, 1, H, K, V, dtype, False)
-    num_slots = B + 3
-    state = torch.randn(num_slots, H, K, V)
-    slots, num_accepted = pool_slots(B, 1, num_slots)
-    expected = state.clone()
-    o_ref = R.recurrent_kda_pool(*(x.cpu() for x in (q, k, v, g, beta)), expected, slots, num_accepted,
-                                 use_qk_l2norm_in_kernel=True)
-    got = state.to(DEVICE)
-    out = poisoned(B, 1, H, V, dtype=dtype)
-    recurrent_kda_pool_launcher(q, k, v, g, beta, got, slots.to(DEVICE), num_accepted.to(DEVICE),
-                                use_qk_l2norm_in_kernel=True, out=out, block_v=block_v, prefetch=True,
-                                programs_per_sm=per_sm)
-    out_tol, state_tol = TOLERANCE[dtype]
-    assert rel_err(out.cpu(), o_ref) < out_tol
-    assert torch.equal(out.cpu()[slots[:, 0] < 0], torch.zeros_like(o_ref[slots[:, 0] < 0]))
-    check_pool(got, expected, state, slots, state_tol)
-
-
 def fused_inputs(B, L, H, K, W, dtype, num_slots):
     C = H * K
     return dict(

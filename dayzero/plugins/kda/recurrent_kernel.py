@@ -269,36 +269,17 @@ def _token_strides(x: torch.Tensor, heads: int, dim: int | None = None) -> tuple
     return x.stride(0), x.stride(1)
 
 
-def _tile_walk(num_tiles, device: torch.device, programs_per_sm: int):
-    """(num_tiles, grid) for kernels whose programs walk the tiles: programs_per_sm a SM, at most one a tile."""
-    return num_tiles, torch.sym_max(1, torch.sym_min(num_tiles, device_info.num_sms(device, cpu_default=2) *
-                                                     programs_per_sm))
-
-
 def _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, batch_strides, use_qk_l2norm, block_v,
                       num_warps, stages, programs_per_sm, launch):
     from dayzero.plugins.kda.pipelined_pool_kernel import pipelined_kda_pool_kernel
 
     batch, _, heads, dim_k = k.shape
     dim_v = v.shape[-1]
-    num_tiles, grid = _tile_walk(batch * heads * (dim_v // block_v), v.device, programs_per_sm)
+    num_tiles = batch * heads * (dim_v // block_v)
+    grid = torch.sym_max(1, torch.sym_min(num_tiles, device_info.num_sms(v.device, cpu_default=2) * programs_per_sm))
     kernel = launch(pipelined_kda_pool_kernel) if launch else pipelined_kda_pool_kernel
     kernel[(grid,)](q, k, v, g, beta, o, state, state_slots, num_tiles, scale, *batch_strides, heads, dim_k, dim_v,
                     block_v, use_qk_l2norm, stages, num_warps=num_warps, num_stages=stages)
-
-
-def _launch_prefetch(q, k, v, g, beta, o, state, state_slots, scale, batch_strides, use_qk_l2norm, block_v,
-                     num_warps, programs_per_sm, launch):
-    from dayzero.plugins.kda.prefetch_pool_kernel import prefetch_kda_pool_kernel
-
-    batch, _, heads, dim_k = k.shape
-    dim_v = v.shape[-1]
-    num_tiles, grid = _tile_walk(batch * heads * (dim_v // block_v), v.device, programs_per_sm)
-    kernel = launch(prefetch_kda_pool_kernel) if launch else prefetch_kda_pool_kernel
-    # one stage: the kernel keeps the next tile in registers itself (Triton's pipeliner would stage it in shared
-    # memory as well)
-    kernel[(grid,)](q, k, v, g, beta, o, state, state_slots, num_tiles, scale, *batch_strides, heads, dim_k, dim_v,
-                    block_v, use_qk_l2norm, num_warps=num_warps, num_stages=1)
 
 
 def recurrent_kda_pool_launcher(
@@ -306,7 +287,7 @@ def recurrent_kda_pool_launcher(
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
     num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, stages: int | None = None,
-    programs_per_sm: int = 12, prefetch: bool = False, launch=None,
+    programs_per_sm: int = 12, launch=None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
     Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
@@ -318,8 +299,7 @@ def recurrent_kda_pool_launcher(
     programs per SM walking the tiles with `stages` - 1 state tiles copied ahead into shared memory; None: 2 where
     the V blocks are 16 wide (run cd, B = 1, graph replay: 3.9 / 5.8 us at H32 / H96 against 4.7 / 6.5 us for the
     one-tile kernel and fla's 4.9 / 7.0; at B >= 64 the one-tile kernel on 32-wide blocks stays faster, 80-93% of
-    copy against 74-87%). `prefetch` runs a one-token step on prefetch_pool_kernel.py instead: programs_per_sm
-    programs per SM walking the tiles with the next tile's loads in registers while one steps."""
+    copy against 74-87%)."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
@@ -334,10 +314,6 @@ def recurrent_kda_pool_launcher(
         stages = 2 if block_v == 16 and num_warps == 1 and maxnreg is None and not stream else 0
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
     scale = dim_k ** -0.5 if scale is None else scale
-    if prefetch and statically_known_true(length == 1):
-        _launch_prefetch(q, k, v, g, beta, o, state, state_slots, scale, [s for s, _ in strides],
-                         use_qk_l2norm_in_kernel, block_v, num_warps, programs_per_sm, launch)
-        return o
     if stages and statically_known_true(length == 1):
         _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, [s for s, _ in strides],
                           use_qk_l2norm_in_kernel, block_v, num_warps, stages, programs_per_sm, launch)
