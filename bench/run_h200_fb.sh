@@ -2,7 +2,8 @@
 # Second device call of 2026-12-04's fifth session: the prefetching one-token pool step (prefetch_pool_kernel.py):
 # its GPU tests with the other KDA recurrent tests, then bench_kda_decode.py --prefetch (the default one-tile kernel
 # against the prefetching step at 3-8 programs an SM, on 16-wide blocks with one warp and 32-wide with two).
-# usage: bash bench/run_h200_fb.sh [SECONDS] (default 300).
+# usage: bash bench/run_h200_fb.sh [SECONDS] (default 300), at commit 3e2719b (the kernel and --prefetch were taken
+# back after this run, commit 5b56cc3).
 . bench/h200.sh
 . bench/h200_call.sh fb ${1:-300}
 export OMP_NUM_THREADS=1
