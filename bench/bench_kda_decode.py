@@ -3,11 +3,11 @@
     PYTHONPATH=. python bench/bench_kda_decode.py --out DIR
 
 Cases: B in {1, 64, 256} x H in {32, 96}, K = V = 128, L = 1, bf16 activations, fp32 state pool, slots a random
-permutation. Every kernel is checked against the reference on the bench inputs before it is timed. Times are
-triton.testing.do_bench medians of eager calls (Python launch overhead included, as a caller sees it); at B = 1 a
-CUDA-graph replay of the step is timed as well (launch overhead removed). Bandwidth counts the state bytes read +
-written (B*H*K*V*4*2) against the measured device copy ceiling. Inputs rotate over enough slot sets to exceed the
-L2 cache. Writes DIR/kda_decode.json and prints a table last.
+permutation (`--slots-in-order`: in pool order). Every kernel is checked against the reference on the bench inputs
+before it is timed. Times are triton.testing.do_bench medians of eager calls (Python launch overhead included, as a
+caller sees it); at B = 1 a CUDA-graph replay of the step is timed as well (launch overhead removed). Bandwidth
+counts the state bytes read + written (B*H*K*V*4*2) against the measured device copy ceiling. Inputs rotate over
+enough slot sets to exceed the L2 cache. Writes DIR/kda_decode.json and prints a table last.
 """
 
 from __future__ import annotations
@@ -89,11 +89,13 @@ def load_fla():
     return fused_recurrent_kda_fwd
 
 
-def make_sets(B: int, H: int) -> tuple[int, list[dict]]:
-    """Enough independent input sets (distinct slots of one pool) to exceed L2 four times over."""
+def make_sets(B: int, H: int, in_order: bool = False) -> tuple[int, list[dict]]:
+    """Enough independent input sets (distinct slots of one pool) to exceed L2 four times over; the slots a random
+    permutation of the pool (a pool after many requests came and went), or in pool order (`in_order`: a fresh one)."""
     set_bytes = B * H * K * V * 4
     rounds = max(1, min(128, math.ceil(4 * L2_BYTES / set_bytes)))
-    perm = torch.randperm(rounds * B, device=DEVICE).to(torch.int32)
+    perm = (torch.arange(rounds * B, device=DEVICE) if in_order else
+            torch.randperm(rounds * B, device=DEVICE)).to(torch.int32)
     C = H * K
     sets = []
     for r in range(rounds):
@@ -177,11 +179,13 @@ def rotating(fns):
     return lambda: fns[next(calls) % len(fns)]()
 
 
-def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False, focus: bool = False) -> dict:
-    rounds, sets = make_sets(B, H)
+def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False, focus: bool = False,
+               slots_in_order: bool = False) -> dict:
+    rounds, sets = make_sets(B, H, slots_in_order)
     p = make_params(H, rounds * B)
     state_bytes = B * H * K * V * 4 * 2
     record = {"B": B, "H": H, "K": K, "V": V, "L": 1, "dtype": "bf16", "rotation_sets": rounds,
+              "slots": "pool order" if slots_in_order else "random permutation",
               "state_bytes": state_bytes, "kernels": {}}
     unfused = [unfused_inputs(s, p) for s in sets]
 
@@ -290,6 +294,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="the default launch configs and fla only")
     parser.add_argument("--focus", action="store_true", help="B >= 64 only: FOCUS_*_CONFIGS and fla")
+    parser.add_argument("--slots-in-order", action="store_true",
+                        help="each set's slots in pool order instead of a random permutation of the pool")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -302,7 +308,8 @@ def main() -> None:
                   "ceilings": ceiling, "fla": fla is not None, "cases": records}
         for B, H in [(b, h) for b, h in CASES if b >= 64] if args.focus else CASES:
             try:
-                records.append(bench_case(B, H, fla, ceiling["copy_GBps"], args.quick, args.focus))
+                records.append(bench_case(B, H, fla, ceiling["copy_GBps"], args.quick, args.focus,
+                                          args.slots_in_order))
             except Exception as error:  # noqa: BLE001 - one failing case must not stop the run
                 traceback.print_exc()
                 records.append({"B": B, "H": H, "kernels": {"case": {"error": f"{type(error).__name__}: {error}"}}})
