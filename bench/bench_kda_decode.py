@@ -3,11 +3,12 @@
     PYTHONPATH=. python bench/bench_kda_decode.py --out DIR
 
 Cases: B in {1, 64, 256} x H in {32, 96}, K = V = 128, L = 1, bf16 activations, fp32 state pool, slots a random
-permutation (`--slots-in-order`: in pool order). Every kernel is checked against the reference on the bench inputs
-before it is timed. Times are triton.testing.do_bench medians of eager calls (Python launch overhead included, as a
-caller sees it); at B = 1 a CUDA-graph replay of the step is timed as well (launch overhead removed). Bandwidth
-counts the state bytes read + written (B*H*K*V*4*2) against the measured device copy ceiling. Inputs rotate over
-enough slot sets to exceed the L2 cache. Writes DIR/kda_decode.json and prints a table last.
+permutation (`--slot-order`: also random sets with rows in slot order, or the pool in order). Every kernel is
+checked against the reference on the bench inputs before it is timed. Times are triton.testing.do_bench medians of
+eager calls (Python launch overhead included, as a caller sees it); at B = 1 a CUDA-graph replay of the step is
+timed as well (launch overhead removed). Bandwidth counts the state bytes read + written (B*H*K*V*4*2) against the
+measured device copy ceiling. Inputs rotate over enough slot sets to exceed the L2 cache. Writes
+DIR/kda_decode.json and prints a table last.
 """
 
 from __future__ import annotations
@@ -89,13 +90,24 @@ def load_fla():
     return fused_recurrent_kda_fwd
 
 
-def make_sets(B: int, H: int, in_order: bool = False) -> tuple[int, list[dict]]:
-    """Enough independent input sets (distinct slots of one pool) to exceed L2 four times over; the slots a random
-    permutation of the pool (a pool after many requests came and went), or in pool order (`in_order`: a fresh one)."""
+SLOT_ORDERS = ("random", "sorted", "pool")
+
+
+def set_slots(rounds: int, B: int, order: str) -> torch.Tensor:
+    """[rounds, B] distinct slots of a pool of rounds * B: a random permutation ("random": rows in no relation to
+    where their states lie, as after many requests came and went), the same random sets with each one's rows in
+    ascending slot order ("sorted"), or in pool order ("pool": a fresh pool)."""
+    if order == "pool":
+        return torch.arange(rounds * B, device=DEVICE, dtype=torch.int32).view(rounds, B)
+    slots = torch.randperm(rounds * B, device=DEVICE).to(torch.int32).view(rounds, B)
+    return slots.sort(dim=1).values if order == "sorted" else slots
+
+
+def make_sets(B: int, H: int, slot_order: str = "random") -> tuple[int, list[dict]]:
+    """Enough independent input sets (distinct slots of one pool) to exceed L2 four times over."""
     set_bytes = B * H * K * V * 4
     rounds = max(1, min(128, math.ceil(4 * L2_BYTES / set_bytes)))
-    perm = (torch.arange(rounds * B, device=DEVICE) if in_order else
-            torch.randperm(rounds * B, device=DEVICE)).to(torch.int32)
+    perm = set_slots(rounds, B, slot_order).flatten()
     C = H * K
     sets = []
     for r in range(rounds):
@@ -180,12 +192,12 @@ def rotating(fns):
 
 
 def bench_case(B: int, H: int, fla, copy_GBps: float, quick: bool = False, focus: bool = False,
-               slots_in_order: bool = False) -> dict:
-    rounds, sets = make_sets(B, H, slots_in_order)
+               slot_order: str = "random") -> dict:
+    rounds, sets = make_sets(B, H, slot_order)
     p = make_params(H, rounds * B)
     state_bytes = B * H * K * V * 4 * 2
     record = {"B": B, "H": H, "K": K, "V": V, "L": 1, "dtype": "bf16", "rotation_sets": rounds,
-              "slots": "pool order" if slots_in_order else "random permutation",
+              "slot_order": slot_order,
               "state_bytes": state_bytes, "kernels": {}}
     unfused = [unfused_inputs(s, p) for s in sets]
 
@@ -294,8 +306,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="the default launch configs and fla only")
     parser.add_argument("--focus", action="store_true", help="B >= 64 only: FOCUS_*_CONFIGS and fla")
-    parser.add_argument("--slots-in-order", action="store_true",
-                        help="each set's slots in pool order instead of a random permutation of the pool")
+    parser.add_argument("--slot-order", choices=SLOT_ORDERS, default="random",
+                        help="each set's slots: a random permutation of the pool, random sets with rows in ascending "
+                             "slot order, or the pool in order")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -309,7 +322,7 @@ def main() -> None:
         for B, H in [(b, h) for b, h in CASES if b >= 64] if args.focus else CASES:
             try:
                 records.append(bench_case(B, H, fla, ceiling["copy_GBps"], args.quick, args.focus,
-                                          args.slots_in_order))
+                                          args.slot_order))
             except Exception as error:  # noqa: BLE001 - one failing case must not stop the run
                 traceback.print_exc()
                 records.append({"B": B, "H": H, "kernels": {"case": {"error": f"{type(error).__name__}: {error}"}}})
