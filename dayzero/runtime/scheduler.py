@@ -2,7 +2,8 @@
 preemption by recompute when pages run out, cancellation. Plain Python over the block manager and state pool.
 
 Each step is one kind: a prefill step (chunks of several waiting/prefilling sequences, at most `token_budget`
-tokens) when any sequence still has uncached prompt tokens, else a decode step over every running sequence. With
+tokens) when any sequence still has uncached prompt tokens, else a decode step over every running sequence (rows in
+state-slot order). With
 speculative decoding a decode step verifies up to `num_draft` drafts per sequence: pages are reserved for them too
 (never past the sequence's max_tokens, so never past the engine's max length).
 """
@@ -132,7 +133,8 @@ class Scheduler:
         reach = lambda s: s.num_tokens + self.num_lookahead(s)  # noqa: E731
         while sum(self.blocks.missing_pages(s, reach(s)) for s in decoding()) > self.blocks.num_free:
             self._preempt_newest()
-        seqs = decoding()
+        # rows in state-slot order: the KDA layers' decode kernels then read the state pool front to back
+        seqs = sorted(decoding(), key=lambda s: s.slot)
         for seq in seqs:
             self.blocks.grow(seq, reach(seq))
         return ScheduledStep(True, seqs, [1 + self.num_lookahead(s) for s in seqs]) if seqs else None

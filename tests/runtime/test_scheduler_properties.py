@@ -59,6 +59,8 @@ def test_random_request_streams_keep_ownership_exact(reqs, num_pages, max_batch,
         step = scheduler.schedule()
         if step is not None:
             assert len(step.seqs) <= max_batch and (step.decode or sum(step.num_new) <= token_budget)
+            # decode rows in state-slot order (the KDA pool is read front to back)
+            assert not step.decode or [s.slot for s in step.seqs] == sorted(s.slot for s in step.seqs)
             advance(step)
             for seq in step.seqs:
                 if len(seq.output_ids) >= seq.params.max_tokens:
@@ -73,3 +75,17 @@ def test_random_request_streams_keep_ownership_exact(reqs, num_pages, max_batch,
     assert all(len(s.output_ids) == s.params.max_tokens for s, _ in seqs if s.status is Status.FINISHED)
     assert blocks.num_free == num_pages - 1 and states.num_free == max_batch
     assert len(seqs) + len(refused) == len(reqs)
+
+
+def test_state_pool_hands_out_the_lowest_free_group():
+    pool = StatePool(6 * 2, 2, [torch.zeros(12, 3)])
+    seqs = [Sequence([1], SamplingParams(max_tokens=1), request_id=f"r{n}") for n in range(5)]
+    for seq in seqs:
+        pool.allocate(seq)
+    assert [s.slot for s in seqs] == [1, 2, 3, 4, 5]
+    pool.free(seqs[0])
+    pool.free(seqs[3])
+    late = Sequence([1], SamplingParams(max_tokens=1), request_id="late")
+    pool.allocate(late)
+    # groups 1 then 4 were freed: the lower one, not the last freed, so the live states stay packed at the start
+    assert late.slot == 1 and pool.free_groups == [4]
