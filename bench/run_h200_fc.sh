@@ -2,7 +2,8 @@
 # Third device call of 2026-12-04's fifth session: the whole GPU suite at the session's code (unchanged since
 # ccd5858), then the KDA decode quick bench with each set's slots as a random permutation of the pool (the default)
 # and in pool order (--slots-in-order), alternated twice: does B64 H32's miss come from where its slots lie?
-# usage: bash bench/run_h200_fc.sh [SECONDS] (default 400).
+# usage: bash bench/run_h200_fc.sh [SECONDS] (default 400), at commit 1197d88 (--slots-in-order became --slot-order pool
+# in 511dafc).
 . bench/h200.sh
 . bench/h200_call.sh fc ${1:-400}
 export OMP_NUM_THREADS=1
