@@ -70,15 +70,21 @@ def shuffled_table(num_seqs: int, pages_per_seq: int) -> torch.Tensor:
     return torch.randperm(num_seqs * pages_per_seq, device="cuda").int().view(num_seqs, pages_per_seq)
 
 
+# the order of a token's indices: "random" (as Top-K by score hands them over) or "position" (ascending, so the
+# gathers run in address order within each page); --index-order
+INDEX_ORDER = {"order": "random"}
+
+
 def random_indices(positions: torch.Tensor, topk: int, context: int) -> torch.Tensor:
-    """Per token topk distinct random positions <= its position (all valid: positions >= topk - 1)."""
+    """Per token topk distinct random positions <= its position (all valid: positions >= topk - 1), in
+    INDEX_ORDER."""
     out = torch.empty(positions.shape[0], topk, device="cuda", dtype=torch.int32)
     keys = torch.arange(context, device="cuda")
     for start in range(0, positions.shape[0], 1024):
         pos = positions[start : start + 1024]
         score = torch.rand(pos.shape[0], context, device="cuda").masked_fill(keys[None, :] > pos[:, None], 2.0)
         out[start : start + pos.shape[0]] = score.topk(topk, dim=1, largest=False).indices.int()
-    return out
+    return out.sort(dim=1).values if INDEX_ORDER["order"] == "position" else out
 
 
 def gathered_rows(cache, table, seq, keys):
@@ -324,7 +330,10 @@ def main() -> int:
     parser.add_argument("--prefill-only", action="store_true", help="the prefill and dense cases only")
     parser.add_argument("--quick-decode", action="store_true",
                         help="B64 decode only (H128/H64, FP8/BF16): default, old FP8 decode, 64-key blocks")
+    parser.add_argument("--index-order", choices=("random", "position"), default="random",
+                        help="each token's indices in random order (as by score) or ascending position")
     args = parser.parse_args()
+    INDEX_ORDER["order"] = args.index_order
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     start = time.time()
@@ -344,7 +353,7 @@ def main() -> int:
         (args.out / "sparse_mla.json").write_text(json.dumps({"ceilings": ceil, "records": records}, indent=1))
     stats = {} if args.quick_decode else compile_stats()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "ceilings": ceil, "records": records, "compiled_kernels": stats,
+              "ceilings": ceil, "index_order": args.index_order, "records": records, "compiled_kernels": stats,
               "wall_s": time.time() - start}
     (args.out / "sparse_mla.json").write_text(json.dumps(result, indent=1))
     print_table(ceil, records)
