@@ -67,12 +67,16 @@ def random_cache(num_pages: int, fmt: str) -> torch.Tensor:
 
 
 def shuffled_table(num_seqs: int, pages_per_seq: int) -> torch.Tensor:
+    if INDEX_ORDER["pages"] == "in-order":
+        return torch.arange(num_seqs * pages_per_seq, device="cuda").int().view(num_seqs, pages_per_seq)
     return torch.randperm(num_seqs * pages_per_seq, device="cuda").int().view(num_seqs, pages_per_seq)
 
 
 # the order of a token's indices: "random" (as Top-K by score hands them over) or "position" (ascending, so the
-# gathers run in address order within each page); --index-order
-INDEX_ORDER = {"order": "random"}
+# gathers run in address order within each page); --index-order. The page table: "shuffled" (pages anywhere in the
+# cache, as after many requests came and went) or "in-order" (a sequence's pages contiguous, a fresh cache);
+# --page-order
+INDEX_ORDER = {"order": "random", "pages": "shuffled"}
 
 
 def random_indices(positions: torch.Tensor, topk: int, context: int) -> torch.Tensor:
@@ -332,8 +336,11 @@ def main() -> int:
                         help="B64 decode only (H128/H64, FP8/BF16): default, old FP8 decode, 64-key blocks")
     parser.add_argument("--index-order", choices=("random", "position"), default="random",
                         help="each token's indices in random order (as by score) or ascending position")
+    parser.add_argument("--page-order", choices=("shuffled", "in-order"), default="shuffled",
+                        help="the page table: pages anywhere in the cache, or each sequence's pages contiguous")
     args = parser.parse_args()
     INDEX_ORDER["order"] = args.index_order
+    INDEX_ORDER["pages"] = args.page_order
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     start = time.time()
@@ -353,7 +360,8 @@ def main() -> int:
         (args.out / "sparse_mla.json").write_text(json.dumps({"ceilings": ceil, "records": records}, indent=1))
     stats = {} if args.quick_decode else compile_stats()
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-              "ceilings": ceil, "index_order": args.index_order, "records": records, "compiled_kernels": stats,
+              "ceilings": ceil, "index_order": args.index_order, "page_order": args.page_order, "records": records,
+              "compiled_kernels": stats,
               "wall_s": time.time() - start}
     (args.out / "sparse_mla.json").write_text(json.dumps(result, indent=1))
     print_table(ceil, records)
