@@ -5,9 +5,11 @@
 
 Measures the ceilings first (device-to-device copy, bytes read + written; bf16 8192^3 matmul), checks every
 benchmarked kernel against a vectorized torch equivalent of the reference on sampled tokens of the bench inputs,
-then times it (triton.testing.do_bench, median). Decode reports bytes/s (B * topk * row bytes + q + o) against the
-copy ceiling and TFLOP/s against the matmul ceiling (FLOPs = 2 * T * H * keys * (576 + 512)); prefill reports
-TFLOP/s. A few tile configs are swept on representative cases. Writes DIR/sparse_mla.json; prints a table last.
+then times it (triton.testing.do_bench, median; decode also as CUDA-graph replays of the rotated calls, as the engine
+runs it, since an eager call's time can hold its host launch time). Decode reports bytes/s (B * topk * row bytes +
+q + o) against the copy ceiling and TFLOP/s against the matmul ceiling (FLOPs = 2 * T * H * keys * (576 + 512));
+prefill reports TFLOP/s. A few tile configs are swept on representative cases. Writes DIR/sparse_mla.json; prints a
+table last.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 import triton
 import triton.testing
 
+from bench.common import graph_replay_ms
 from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, pack_fp8_latent, unpack_fp8_latent
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.sparse_mla import schedule
@@ -32,6 +35,8 @@ from dayzero.plugins.sparse_mla.kernel import dense_mla_launcher, sparse_mla_lau
 
 NOPE, ROPE, TOPK = 512, 64, 2048
 L2_BYTES = 60 * 2**20
+# calls of at most this many query tokens are decode-sized: also timed as CUDA-graph replays
+DECODE_TOKENS = 1024
 SM_SCALE = (128 + 64) ** -0.5
 SWEEP = [(32, 2), (64, 2), (16, 3), (32, 4)]  # (block_n, num_stages) tried next to the default
 # (block_n, num_stages, dv_blocks): programs that split the value columns (each recomputes the scores), against the
@@ -207,6 +212,14 @@ def timed(base: dict, run, config, sets: int) -> dict:
         torch.cuda.synchronize()
         ms = bench_ms(lambda: run(config, next(counter)), rep_ms=300 if base["flops"] > 1e12 else 200)
         record.update(ms=ms, GBps=base["bytes"] / ms / 1e6, TFLOPs=base["flops"] / ms / 1e9)
+        if base["T"] <= DECODE_TOKENS:
+            # decode runs inside the engine's CUDA graphs: the eager time above also holds the launchers' host time
+            # whenever that exceeds the L2 flush the timer puts before each call (runs ff, fg: up to 2.5x between
+            # passes of one config)
+            graph = graph_replay_ms([lambda i=i: run(config, i) for i in range(sets)],
+                                    timer=lambda fn: bench_ms(fn, rep_ms=200))
+            record.update(graph_ms=graph, graph_GBps=base["bytes"] / graph / 1e6,
+                          graph_TFLOPs=base["flops"] / graph / 1e9)
     except Exception as exc:  # one failing config must not stop the others
         record["error"] = f"{type(exc).__name__}: {exc}"[:500]
         traceback.print_exc()
@@ -299,6 +312,9 @@ def cases(args) -> list:
 def fraction(record: dict, ceil: dict) -> None:
     if "ms" not in record:
         return
+    if "graph_ms" in record:
+        record["graph_frac_copy"] = record["graph_GBps"] / ceil["copy_GBps"]
+        record["graph_frac_matmul"] = record["graph_TFLOPs"] / ceil["matmul_bf16_TFLOPs"]
     record["frac_copy"] = record["GBps"] / ceil["copy_GBps"]
     record["frac_matmul"] = record["TFLOPs"] / ceil["matmul_bf16_TFLOPs"]
     # the slower of the two floors: what the hardware allows at best for this shape
@@ -309,7 +325,7 @@ def fraction(record: dict, ceil: dict) -> None:
 def print_table(ceil: dict, records: list) -> None:
     print(f"\nceilings: copy {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s")
     print(f"{'case':34} {'config':>18} {'ok':>3} {'ms':>9} {'GB/s':>7} {'%copy':>6} {'TFLOP/s':>8} {'%mm':>5} "
-          f"{'%roof':>6}")
+          f"{'%roof':>6} {'graph ms':>9} {'%copy':>6} {'TFLOP/s':>8}")
     for r in records:
         c = r["config"]
         cfg = c if c == "default" else (f"h{c['block_h']} n{c['block_n']} s{c['num_stages']} w{c['num_warps']}"
@@ -319,8 +335,10 @@ def print_table(ceil: dict, records: list) -> None:
             print(f"{r['case']:34} {cfg:>18} ERROR {r.get('error', '')[:60]}")
             continue
         ok = "y" if r.get("correct") else "NO"
+        graph = (f" {r['graph_ms']:9.3f} {100 * r['graph_frac_copy']:5.1f}% {r['graph_TFLOPs']:8.1f}"
+                 if "graph_ms" in r else "")
         print(f"{r['case']:34} {cfg:>18} {ok:>3} {r['ms']:9.3f} {r['GBps']:7.0f} {100 * r['frac_copy']:5.1f}% "
-              f"{r['TFLOPs']:8.1f} {100 * r['frac_matmul']:4.1f}% {100 * r['frac_roofline']:5.1f}%")
+              f"{r['TFLOPs']:8.1f} {100 * r['frac_matmul']:4.1f}% {100 * r['frac_roofline']:5.1f}%{graph}")
 
 
 def main() -> int:
