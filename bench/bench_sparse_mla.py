@@ -256,7 +256,7 @@ def quick_decode_configs(heads: int, fmt: str) -> list:
     instructions (the old decode)."""
     narrow = schedule.tile_config(heads, torch.bfloat16, dense=False)
     wide = replace(narrow, block_n=64, num_stages=2)
-    default = schedule.sparse_tile_config(heads, torch.bfloat16, 64, fmt == "fp8", torch.device("cuda"))
+    default = schedule.sparse_tile_config(heads, torch.bfloat16)
     configs = [None] + [c for c in (narrow, wide) if c != default]
     if fmt == "bf16":
         return configs

@@ -278,7 +278,7 @@ def test_host_plan_adds_no_guard_on_symbolic_sizes():
     """torch.export traces the launchers with symbolic token / sequence counts: nothing may specialize them."""
     from torch._dynamo.source import ConstantSource
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
 
     from dayzero.plugins.sparse_mla.kernel import dense_mla_launcher, sparse_mla_launcher
 
@@ -382,16 +382,9 @@ def test_tile_config_puts_heads_on_the_mma_rows():
 
 
 def test_sparse_tiles_gather_64_key_blocks_two_stages_deep():
-    cpu = torch.device("cpu")
     narrow = schedule.tile_config(128, BF16, dense=False)
-    decode = schedule.sparse_tile_config(128, BF16, 64, fp8_cache=True, device=cpu)
-    assert (decode.block_n, decode.num_stages, decode.block_h) == (64, 2, narrow.block_h)
-    assert schedule.sparse_tile_config(64, BF16, 64, fp8_cache=True, device=cpu).block_n == 64
-    # prefill grids too (run be: 274 TFLOP/s against 211 with 32-key blocks), and symbolic token counts
-    symbolic = ShapeEnv().create_unbacked_symint()
-    for fp8 in (True, False):
-        assert schedule.sparse_tile_config(128, BF16, 32768, fp8_cache=fp8, device=cpu) == decode
-        assert schedule.sparse_tile_config(64, BF16, symbolic, fp8_cache=fp8, device=cpu).block_n == 64
-    # one head block over a BF16 cache at decode size measured faster with the 32-key blocks
-    assert schedule.sparse_tile_config(64, BF16, 64, fp8_cache=False, device=cpu) == narrow
-    assert schedule.sparse_tile_config(128, FP32, 1, fp8_cache=True, device=cpu).block_n == 16
+    wide = schedule.sparse_tile_config(128, BF16)
+    assert (wide.block_n, wide.num_stages, wide.block_h) == (64, 2, narrow.block_h)
+    # one head block too (run fi, graph replay: 0.107 against 0.115 ms for 32-key blocks at B64 H64 BF16)
+    assert schedule.sparse_tile_config(64, BF16).block_n == 64
+    assert schedule.sparse_tile_config(128, FP32).block_n == 16

@@ -358,8 +358,7 @@ def sparse_mla_launcher(
     """
     _check_inputs(q, latent_cache, block_table, v_dim)
     assert indices.dim() == 2 and indices.shape[0] == q.shape[0], f"indices {tuple(indices.shape)} vs q {q.shape}"
-    config = config or schedule.sparse_tile_config(q.shape[1], q.dtype, q.shape[0], is_quantized(latent_cache),
-                                                   q.device)
+    config = config or schedule.sparse_tile_config(q.shape[1], q.dtype)
     assert config.tokens_per_block == 1, "sparse attention has one token (its own key list) per program"
     return _launch_attention(q, latent_cache, block_table, cu_seqlens, indices.contiguous(), sm_scale, v_dim,
                              False, config, num_splits, launch, out)

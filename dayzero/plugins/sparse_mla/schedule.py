@@ -69,25 +69,17 @@ def tile_config(num_heads: int, q_dtype: torch.dtype, dense: bool, tokens_per_se
     return TileConfig(block_h=block_h, tokens_per_block=tokens, block_n=32, num_warps=8, num_stages=3)
 
 
-def sparse_tile_config(num_heads: int, q_dtype: torch.dtype, num_tokens, fp8_cache: bool,
-                       device: torch.device) -> TileConfig:
-    """Tiles of sparse attention (one token per program): 64-key blocks gathered two stages deep, except a decode-sized
-    grid (about one program per SM) over a BF16 cache with one head block, which keeps tile_config's 32-key blocks
-    three deep. Measured on the H200, top-2048: prefill T8192 H128 BF16 17.1 ms (274 TFLOP/s) against 22.1 ms for
-    32-key blocks and 23.3 / 34.2 / 22.2 ms for 32 keys 2 deep, 16 keys 3 deep and 32 keys 4 deep (run be); decode
-    B64 at 32K context 0.219 / 0.182 / 0.214 ms against 0.246 / 0.260 / 0.288 at H128 FP8 / H128 BF16 / H64 FP8, and
-    0.281 against 0.182 at H64 BF16 (run w). Symbolic token counts (exported engines) take the 64-key blocks too."""
+def sparse_tile_config(num_heads: int, q_dtype: torch.dtype) -> TileConfig:
+    """Tiles of sparse attention (one token per program): 64-key blocks gathered two stages deep. Measured on the H200,
+    top-2048: prefill T8192 H128 BF16 17.1 ms (274 TFLOP/s) against 22.1 ms for 32-key blocks and 23.3 / 34.2 / 22.2
+    ms for 32 keys 2 deep, 16 keys 3 deep and 32 keys 4 deep (run be); decode B64 at 32K context as CUDA-graph
+    replays (run fi, two passes alike) 0.210 / 0.175 / 0.126 / 0.107 ms at H128 FP8 / H128 BF16 / H64 FP8 / H64 BF16,
+    against 0.239 / 0.194 / 0.153 / 0.115 ms for tile_config's 32-key blocks three deep. (H64 BF16 kept the 32-key
+    blocks until run fi: the eager times that chose them, runs w and z, held host launch time.)"""
     base = tile_config(num_heads, q_dtype, dense=False)
     if q_dtype == torch.float32:
         return base
-    wide = replace(base, block_n=64, num_stages=2)
-    if not is_concrete(num_tokens):
-        return wide
-    head_blocks = -(-num_heads // base.block_h)
-    decode_grid = num_tokens * head_blocks <= 2 * device_info.num_sms(device, DEFAULT_NUM_SMS)
-    if decode_grid and not fp8_cache and head_blocks == 1:
-        return base
-    return wide
+    return replace(base, block_n=64, num_stages=2)
 
 
 def num_splits(num_programs, num_keys: int, block_n: int, device: torch.device) -> int:
