@@ -153,14 +153,14 @@ def _recurrent_kda_pool_kernel(
 
 
 @triton.jit
-def _short_conv(weights, h0, h1, h2, x):
+def short_conv_output(weights, h0, h1, h2, x):
     """Pre-activation conv output of one group's channels from its taps, a right-aligned window and the new row."""
     w0, w1, w2, w3 = weights
     return w0 * h0 + w1 * h1 + w2 * h2 + w3 * x
 
 
 @triton.jit
-def _silu_rounded(pre, dtype: tl.constexpr):
+def silu_rounded(pre, dtype: tl.constexpr):
     """SiLU rounded to the projections' dtype, as the unfused path stores the conv output."""
     return activate(pre, 1).to(dtype).to(tl.float32)
 
@@ -224,9 +224,9 @@ def _fused_kda_decode_kernel(
         b_beta = tl.sigmoid(n_beta.to(tl.float32))
         if t + 1 < L:
             n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, token + 1, h, ok, ov, C, H, K)
-        b_q = _silu_rounded(_short_conv(taps_q, q0, q1, q2, xq), dtype)
-        b_k = _silu_rounded(_short_conv(taps_k, k0, k1, k2, xk), dtype)
-        b_v = _silu_rounded(_short_conv(taps_v, v0, v1, v2, xv), dtype)
+        b_q = silu_rounded(short_conv_output(taps_q, q0, q1, q2, xq), dtype)
+        b_k = silu_rounded(short_conv_output(taps_k, k0, k1, k2, xk), dtype)
+        b_v = silu_rounded(short_conv_output(taps_v, v0, v1, v2, xv), dtype)
         q0, q1, q2 = q1, q2, xq
         k0, k1, k2 = k1, k2, xk
         v0, v1, v2 = v1, v2, xv
@@ -336,12 +336,14 @@ def fused_kda_decode_launcher(
     dt_bias: torch.Tensor, lower_bound: float | None, beta_logits: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None, *,
     out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 4, stream: bool = False,
-    launch=None,
+    walk: bool = False, num_stages: int = 1, launch=None,
 ) -> torch.Tensor:
     """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
     conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k
     windows it reads are shared by the whole head (and may be its write slot), so V is not split over programs;
-    inside the program the state tile is blocked as [K/BV, K, BV]. `stream` as in recurrent_kda_pool_launcher."""
+    inside the program the state tile is blocked as [K/BV, K, BV]. `stream` as in recurrent_kda_pool_launcher.
+    `walk` runs a one-token step (L = 1) on fused_walk_kernel.py instead: `num_warps` a head (one: every sum over K
+    inside a warp) walking its V blocks of `block_v`, `num_stages` as Triton pipelines that walk."""
     batch, length, heads, dim = z.shape
     width = conv_weight.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
@@ -358,6 +360,16 @@ def fused_kda_decode_launcher(
     block_v = min(dim, 32) if block_v is None else block_v
     assert block_v <= dim and block_v & (block_v - 1) == 0, "block_v must be a power of two <= K"
     o = torch.empty((batch, length, heads, dim), dtype=qkv.dtype, device=qkv.device) if out is None else out
+    if walk and statically_known_true(length == 1):
+        from dayzero.plugins.kda.fused_walk_kernel import fused_kda_step_walk_kernel
+
+        kernel = launch(fused_kda_step_walk_kernel) if launch else fused_kda_step_walk_kernel
+        kernel[(batch * heads,)](
+            qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots,
+            dim ** -0.5 if scale is None else scale, 0.0 if lower_bound is None else lower_bound,
+            heads, dim, width, block_v, lower_bound is not None, num_warps=num_warps, num_stages=num_stages,
+        )
+        return o
     kernel = launch(_fused_kda_decode_kernel) if launch else _fused_kda_decode_kernel
     kernel[(batch * heads,)](
         qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
