@@ -8,6 +8,10 @@ inside the warp, as in the one-tile pool kernel. The q / k conv windows are read
 alone, so no other program can see a half-updated window (the reason the four-warp step cannot split V over
 programs). With L = 1 a row's one slot is its start and its write slot; a padding row (slot -1) reads and writes
 no state and outputs zeros.
+
+Opt-in (`fused_kda_decode_launcher(..., walk=True, num_warps=1)`) and not yet measured on the H200: written when
+the fifth session of 2026-12-04 had no device time left; `bash bench/run_h200_fk.sh` times it. Offline sm_90
+builds: V blocks of 32 on one warp 254 registers (8 programs an SM), of 16 162, of 32 on two warps 165; no spills.
 """
 
 from __future__ import annotations
