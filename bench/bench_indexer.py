@@ -6,8 +6,8 @@
 Ceilings first (device-to-device copy counting bytes read + written, bf16 8192^3 matmul), then per case: a
 correctness check of the kernel against the reference on the bench inputs (a few sequences / rows of them), then
 the median time (triton.testing.do_bench, which flushes the L2 before every run; decode also as a CUDA-graph replay,
-as the engine runs it). Decode bytes: every cached key
-byte of every sequence once + q, w and the output; prefill FLOPs: 2 * HI * DI * T * T / 2 (the causal dots).
+as the engine runs it). Decode bytes: every cached key byte of every sequence once + q, w and the output; prefill
+FLOPs: 2 * HI * DI * T * T / 2 (the causal dots).
 --sweep also times a few launch configurations of each phase; --decode-kernels names the decode kernels to time
 (kernel.DECODE_LAUNCHERS, e.g. select-bytes: the select kernel with MXFP8 keys loaded byte by byte; each
 case once per kernel); --caches the decode index-cache formats. Results go to DIR/bench_indexer.json; a table is

@@ -202,8 +202,7 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all", slot_or
     p = make_params(H, rounds * B)
     state_bytes = B * H * K * V * 4 * 2
     record = {"B": B, "H": H, "K": K, "V": V, "L": 1, "dtype": "bf16", "rotation_sets": rounds,
-              "slot_order": slot_order,
-              "state_bytes": state_bytes, "kernels": {}}
+              "slot_order": slot_order, "state_bytes": state_bytes, "kernels": {}}
     unfused = [unfused_inputs(s, p) for s in sets]
 
     def add(name: str, ms: float, extra: dict | None = None):
@@ -325,9 +324,9 @@ def main() -> None:
         records = []
         result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                   "ceilings": ceiling, "fla": fla is not None, "cases": records}
+        mode = next((m for m in ("quick", "focus", "walk") if getattr(args, m)), "all")
         for B, H in [(b, h) for b, h in CASES if b >= 64] if args.focus else CASES:
             try:
-                mode = next((m for m in ("quick", "focus", "walk") if getattr(args, m)), "all")
                 records.append(bench_case(B, H, fla, ceiling["copy_GBps"], mode, args.slot_order))
             except Exception as error:  # noqa: BLE001 - one failing case must not stop the run
                 traceback.print_exc()

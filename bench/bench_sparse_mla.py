@@ -72,7 +72,7 @@ def random_cache(num_pages: int, fmt: str) -> torch.Tensor:
 
 
 def shuffled_table(num_seqs: int, pages_per_seq: int) -> torch.Tensor:
-    if INDEX_ORDER["pages"] == "in-order":
+    if INPUT_ORDER["pages"] == "in-order":
         return torch.arange(num_seqs * pages_per_seq, device="cuda").int().view(num_seqs, pages_per_seq)
     return torch.randperm(num_seqs * pages_per_seq, device="cuda").int().view(num_seqs, pages_per_seq)
 
@@ -81,19 +81,19 @@ def shuffled_table(num_seqs: int, pages_per_seq: int) -> torch.Tensor:
 # gathers run in address order within each page); --index-order. The page table: "shuffled" (pages anywhere in the
 # cache, as after many requests came and went) or "in-order" (a sequence's pages contiguous, a fresh cache);
 # --page-order
-INDEX_ORDER = {"order": "random", "pages": "shuffled"}
+INPUT_ORDER = {"indices": "random", "pages": "shuffled"}
 
 
 def random_indices(positions: torch.Tensor, topk: int, context: int) -> torch.Tensor:
     """Per token topk distinct random positions <= its position (all valid: positions >= topk - 1), in
-    INDEX_ORDER."""
+    INPUT_ORDER["indices"]."""
     out = torch.empty(positions.shape[0], topk, device="cuda", dtype=torch.int32)
     keys = torch.arange(context, device="cuda")
     for start in range(0, positions.shape[0], 1024):
         pos = positions[start : start + 1024]
         score = torch.rand(pos.shape[0], context, device="cuda").masked_fill(keys[None, :] > pos[:, None], 2.0)
         out[start : start + pos.shape[0]] = score.topk(topk, dim=1, largest=False).indices.int()
-    return out.sort(dim=1).values if INDEX_ORDER["order"] == "position" else out
+    return out.sort(dim=1).values if INPUT_ORDER["indices"] == "position" else out
 
 
 def gathered_rows(cache, table, seq, keys):
@@ -357,8 +357,7 @@ def main() -> int:
     parser.add_argument("--page-order", choices=("shuffled", "in-order"), default="shuffled",
                         help="the page table: pages anywhere in the cache, or each sequence's pages contiguous")
     args = parser.parse_args()
-    INDEX_ORDER["order"] = args.index_order
-    INDEX_ORDER["pages"] = args.page_order
+    INPUT_ORDER.update(indices=args.index_order, pages=args.page_order)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     start = time.time()

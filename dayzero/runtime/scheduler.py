@@ -3,9 +3,8 @@ preemption by recompute when pages run out, cancellation. Plain Python over the 
 
 Each step is one kind: a prefill step (chunks of several waiting/prefilling sequences, at most `token_budget`
 tokens) when any sequence still has uncached prompt tokens, else a decode step over every running sequence (rows in
-state-slot order). With
-speculative decoding a decode step verifies up to `num_draft` drafts per sequence: pages are reserved for them too
-(never past the sequence's max_tokens, so never past the engine's max length).
+state-slot order). With speculative decoding a decode step verifies up to `num_draft` drafts per sequence: pages
+are reserved for them too (never past the sequence's max_tokens, so never past the engine's max length).
 """
 
 from __future__ import annotations

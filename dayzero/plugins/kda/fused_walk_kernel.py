@@ -54,8 +54,7 @@ def fused_kda_step_walk_kernel(
     taps_k = load_short_weights(conv_weight + C * W, h * K + ok, W)
     slot = tl.load(state_slots + b).to(tl.int64)
     if slot < 0:
-        for j in range(K // BV):
-            tl.store(o + b * C + h * K + j * BV + tl.arange(0, BV), tl.zeros([BV], o.dtype.element_ty))
+        tl.store(o + b * C + h * K + ok, tl.zeros([K], o.dtype.element_ty))
         return
     dtype = qkv.dtype.element_ty
     window = conv_state + slot * 3 * (W - 1) * C

@@ -336,14 +336,14 @@ def fused_kda_decode_launcher(
     dt_bias: torch.Tensor, lower_bound: float | None, beta_logits: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None, *,
     out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 4, stream: bool = False,
-    walk: bool = False, num_stages: int = 1, launch=None,
+    walk: bool = False, launch=None,
 ) -> torch.Tensor:
     """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
     conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k
     windows it reads are shared by the whole head (and may be its write slot), so V is not split over programs;
     inside the program the state tile is blocked as [K/BV, K, BV]. `stream` as in recurrent_kda_pool_launcher.
     `walk` runs a one-token step (L = 1) on fused_walk_kernel.py instead: `num_warps` a head (one: every sum over K
-    inside a warp) walking its V blocks of `block_v`, `num_stages` as Triton pipelines that walk."""
+    inside a warp) walking its V blocks of `block_v`."""
     batch, length, heads, dim = z.shape
     width = conv_weight.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
@@ -367,7 +367,7 @@ def fused_kda_decode_launcher(
         kernel[(batch * heads,)](
             qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots,
             dim ** -0.5 if scale is None else scale, 0.0 if lower_bound is None else lower_bound,
-            heads, dim, width, block_v, lower_bound is not None, num_warps=num_warps, num_stages=num_stages,
+            heads, dim, width, block_v, lower_bound is not None, num_warps=num_warps, num_stages=1,
         )
         return o
     kernel = launch(_fused_kda_decode_kernel) if launch else _fused_kda_decode_kernel
