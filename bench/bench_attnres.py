@@ -150,14 +150,6 @@ _NARROW_PIPELINED = [MixConfig(2, 1, 8, True, 4, 3), MixConfig(2, 1, 4, True, 4,
                      MixConfig(1, 1, 2, True, 8, 4)]
 _WIDE_PIPELINED = [MixConfig(1, 1, 4, True, 4, 3), MixConfig(1, 1, 4, True, 3, 5), MixConfig(1, 1, 8, True, 2, 5),
                    MixConfig(2, 1, 4, True, 3, 3), MixConfig(1, 1, 4, True, 3, 4), MixConfig(1, 1, 2, True, 6, 3)]
-# whole tokens packed into chunks without padding (packed_kernel.py), (chunk, chunks, warps, programs per SM,
-# stages): 3 tokens of 2304 in 64 chunks of 128 or 128 of 64 or 32 of 256, 7 in 128 chunks of 128 (offline sm_90:
-# 122-128 registers at 16 warps, the 7-token group spilling 244 B; 219 at 8 warps)
-_PACKED = [MixConfig(2, 1, w, stream, per_sm, stages, chunk, chunks)
-           for chunk, chunks, w, per_sm, stages, stream in ((128, 64, 16, 1, 3, True), (128, 64, 16, 1, 4, True),
-                                                            (64, 128, 16, 1, 3, True), (128, 128, 16, 1, 2, True),
-                                                            (256, 32, 16, 1, 3, True), (128, 64, 8, 1, 3, True),
-                                                            (128, 64, 16, 1, 3, False))]
 # --sweep-cases: the cases that missed a target in run v (85% of copy at 8192 tokens; level with fla at two sources
 # and decode sizes), each with its default first and then these candidates
 FOCUSED_CONFIGS = {
@@ -166,10 +158,8 @@ FOCUSED_CONFIGS = {
     (2, 64, 7168): [MixConfig(2, 2, w, False) for w in (4, 16, 32)],
     # the two-source narrow case (81.8% of copy in run cd): cached loads (two sources, 113 MB, are twice the L2),
     # 5 programs per SM (registers allow 4: one more waits), 3 tiles ahead
-    (2, 8192, 2304): _PACKED + _NARROW + _NARROW_PIPELINED + [MixConfig(2, 1, 4, False, 4, 3),
-                                                              MixConfig(2, 1, 4, True, 5, 3),
-                                                              MixConfig(2, 1, 4, False, 4, 4),
-                                                              MixConfig(2, 1, 2, False, 8, 3)],
+    (2, 8192, 2304): _NARROW + _NARROW_PIPELINED + [MixConfig(2, 1, 4, False, 4, 3), MixConfig(2, 1, 4, True, 5, 3),
+                                                    MixConfig(2, 1, 4, False, 4, 4), MixConfig(2, 1, 2, False, 8, 3)],
     (2, 8192, 7168): _WIDE + _WIDE_PIPELINED,
     # more sources on rows of 2304 (run ee: grids of 4, 5 and 10 programs per SM against the default's 8; 8 and 4
     # tie, 5 and 10 lose 10-40%): the default alone
@@ -342,8 +332,6 @@ def config_label(config: dict | None) -> str:
     kind = f"persistent{config['persistent']}/SM " if config.get("persistent") else "per-token "
     if config.get("stages"):
         kind = f"pipelined{max(1, config['persistent'])}/SM stages{config['stages']} "
-    if config.get("chunk"):
-        kind = f"packed{max(1, config['persistent'])}/SM stages{config['stages']} {config['chunks']}x{config['chunk']} "
     return (f"{kind}tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
             f"{' evict-first' if config['stream'] else ''}")
 

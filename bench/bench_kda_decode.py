@@ -53,16 +53,10 @@ QUICK_FUSED_CONFIGS = [(32, 4, False)]
 # --focus: after the token vectors' loads moved ahead of the slot lookup (commit 224d1a1), the one-tile kernel's
 # neighbours at B >= 64 (streaming hints, a register cap for a ninth program an SM) and the fused step's
 FOCUS_POOL_CONFIGS = [(32, 1, False), (32, 1, True), (32, 1, False, 224), (32, 1, False, 200)]
-# --walk: the fused step on one warp a head walking its V blocks (fused_walk_kernel.py; offline sm_90: BV 32 on one
-# warp 254 registers, BV 16 162, BV 32 on two warps 165), against the default four-warp step and the pool kernel
-WALK_FUSED_CONFIGS = [(32, 4, False), (32, 1, False, True), (16, 1, False, True), (32, 2, False, True)]
 FOCUS_FUSED_CONFIGS = [(32, 4, False), (32, 4, True), (32, 8, False), (64, 8, False), (16, 4, False)]
 
 
 def config_name(kind: str, config) -> str:
-    if kind == "fused":
-        walk = "_walk" if len(config) > 3 and config[3] else ""
-        return f"ours_fused_bv{config[0]}_w{config[1]}{'_stream' if config[2] else ''}{walk}"
     capped = f"_r{config[3]}" if len(config) > 3 and config[3] else ""
     pipelined = f"_pipelined_s{config[4]}_{config[5]}sm" if len(config) > 4 else ""
     return f"ours_{kind}_bv{config[0]}_w{config[1]}{'_stream' if config[2] else ''}{capped}{pipelined}"
@@ -163,7 +157,7 @@ def run_pool(u: dict, s: dict, state: torch.Tensor, config=(32, 4, False)):
 def run_fused(s: dict, p: dict, state: torch.Tensor, conv_state: torch.Tensor, config=(32, 8, False)):
     return fused_kda_decode_launcher(s["qkv"], p["conv_weight"], conv_state, s["z"], p["A_log"], p["dt_bias"], None,
                                      s["beta_logits"], state, s["slots"], s["num_accepted"], block_v=config[0],
-                                     num_warps=config[1], stream=config[2], walk=len(config) > 3 and config[3])
+                                     num_warps=config[1], stream=config[2])
 
 
 def run_fla(fla, u: dict, s: dict, p: dict, state: torch.Tensor, out: torch.Tensor, gate_in_kernel: bool):
@@ -266,9 +260,8 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all", slot_or
         add("fla_gate_in_kernel" if gate_in_kernel else "fla", ms, extra)
 
     pool_configs, fused_configs = {"quick": (QUICK_POOL_CONFIGS, QUICK_FUSED_CONFIGS),
-                                   "focus": (FOCUS_POOL_CONFIGS, FOCUS_FUSED_CONFIGS),
-                                   "walk": (QUICK_POOL_CONFIGS[1:2], WALK_FUSED_CONFIGS)}.get(mode, (POOL_CONFIGS,
-                                                                                                  FUSED_CONFIGS))
+                                   "focus": (FOCUS_POOL_CONFIGS, FOCUS_FUSED_CONFIGS)}.get(mode, (POOL_CONFIGS,
+                                                                                               FUSED_CONFIGS))
     for config in pool_configs:
         attempt(config_name("pool", config), lambda c=config: ours_pool(c))
     for config in fused_configs:
@@ -310,7 +303,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="the default launch configs and fla only")
     parser.add_argument("--focus", action="store_true", help="B >= 64 only: FOCUS_*_CONFIGS and fla")
-    parser.add_argument("--walk", action="store_true", help="the pool default, WALK_FUSED_CONFIGS and fla")
     parser.add_argument("--slot-order", choices=SLOT_ORDERS, default="random",
                         help="each set's slots: a random permutation of the pool, random sets with rows in ascending "
                              "slot order, or the pool in order")
@@ -324,7 +316,7 @@ def main() -> None:
         records = []
         result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                   "ceilings": ceiling, "fla": fla is not None, "cases": records}
-        mode = next((m for m in ("quick", "focus", "walk") if getattr(args, m)), "all")
+        mode = next((m for m in ("quick", "focus") if getattr(args, m)), "all")
         for B, H in [(b, h) for b, h in CASES if b >= 64] if args.focus else CASES:
             try:
                 records.append(bench_case(B, H, fla, ceiling["copy_GBps"], mode, args.slot_order))

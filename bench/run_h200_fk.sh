@@ -3,7 +3,8 @@
 # warp a head walking its V blocks against the four-warp step and the pool kernel, slots in pool order (what the
 # runtime gives a full batch). The bench checks every kernel against the reference before timing it.
 # Runs the KDA recurrent GPU tests first (the walk step's included).
-# usage: bash bench/run_h200_fk.sh [SECONDS] (default 60).
+# usage: bash bench/run_h200_fk.sh [SECONDS] (default 60). A record: the walking step and --walk were removed after
+# this run (it lost, bench/README.md).
 . bench/h200.sh
 . bench/h200_call.sh fk ${1:-60}
 export OMP_NUM_THREADS=1

@@ -2,7 +2,8 @@
 # Sixth session of 2026-12-04, second call: AttnRes over whole tokens packed into chunks (packed_kernel.py) at
 # 2 x 8192 x 2304, the one 8192-token case under 85% of copy: its GPU tests, then the case's sweep (the default
 # first, the packed candidates next; every config checked against the reference before it is timed).
-# usage: bash bench/run_h200_fl.sh [SECONDS] (default 200).
+# usage: bash bench/run_h200_fl.sh [SECONDS] (default 200). A record: the packed kernel was removed after this run
+# (it lost, bench/README.md).
 . bench/h200.sh
 . bench/h200_call.sh fl ${1:-200}
 export OMP_NUM_THREADS=1

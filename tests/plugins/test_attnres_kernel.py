@@ -80,50 +80,6 @@ def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, ti
         assert rel_err(got_normed, expected) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("num_sources, tile, tokens, dim, chunk, chunks, dtype", sizes(
-    cpu=[(2, 2, 11, 48, 16, 8, torch.bfloat16), (1, 1, 5, 40, 8, 16, torch.float32),
-         (3, 4, 7, 24, 8, 4, torch.float32), (2, 2, 2, 48, 16, 4, torch.bfloat16)],
-    gpu=[(2, 2, 8192, 2304, 128, 64, torch.bfloat16), (2, 2, 4097, 2304, 256, 64, torch.bfloat16),
-         (2, 2, 333, 2304, 256, 32, torch.float32), (4, 4, 1000, 1536, 512, 16, torch.bfloat16)],
-))
-def test_packed_token_groups_match_reference(num_sources, tile, tokens, dim, chunk, chunks, dtype):
-    # whole tokens packed into chunks: groups that leave chunks unused (8 of 48 / 16 = 3 tokens: 2 chunks spare), a
-    # last group past the token count, a padded source row of the tile, one token a group, fewer tokens than programs
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
-
-    sources, query, rms_weight, _ = _inputs(num_sources, tokens, dim, dtype)
-    config = MixConfig(tile=tile, prefetch=1, num_warps=4, stream=True, persistent=2, stages=3, chunk=chunk,
-                       chunks=chunks)
-    out = poisoned(tokens, dim, dtype=dtype)
-    got, _ = attnres_mix_launcher(query, sources, rms_weight, 1e-6, out=out, config=config)
-    assert got is out
-    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < TOLERANCE[dtype]
-
-
-def test_packed_blocks_and_partial_match_reference():
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_blocks_launcher
-
-    sources, query, rms_weight, _ = _inputs(2, 9, 48, torch.float32)
-    blocks = torch.stack([sources[0], torch.randn_like(sources[0])])
-    config = MixConfig(tile=2, prefetch=1, num_warps=2, stream=False, persistent=1, stages=2, chunk=16, chunks=8)
-    got, _ = attnres_mix_blocks_launcher(query, blocks, 1, sources[1], rms_weight, 1e-6, out=poisoned(9, 48),
-                                         config=config)
-    assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
-
-
-@pytest.mark.parametrize("num_sources, chunk, chunks, emit_norm", [(3, 16, 8, False), (2, 20, 8, False),
-                                                                     (2, 16, 2, False), (2, 16, 8, True)])
-def test_packed_config_that_does_not_fit_is_refused(num_sources, chunk, chunks, emit_norm):
-    # more sources than the tile, a chunk that is no power of two, a token wider than a step, the emitted norm
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
-
-    sources, query, rms_weight, norm_weight = _inputs(num_sources, 3, 48, torch.float32)
-    config = MixConfig(tile=2, prefetch=1, num_warps=2, stream=True, persistent=1, stages=2, chunk=chunk,
-                       chunks=chunks)
-    with pytest.raises(ValueError, match="attnres packed config"):
-        attnres_mix_launcher(query, sources, rms_weight, 1e-6, norm_weight if emit_norm else None, config=config)
-
-
 def test_pipelined_config_too_deep_for_shared_memory_is_refused(monkeypatch):
     from dayzero.plugins import device as device_info
     from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher

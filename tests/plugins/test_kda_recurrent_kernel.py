@@ -177,34 +177,6 @@ def test_fused_kda_decode_matches_reference(B, L, H, K, W, dtype, lower_bound, s
     assert torch.equal(got["conv_state"].cpu(), expected["conv_state"])
 
 
-@pytest.mark.parametrize("B, H, K, W, dtype, lower_bound, block_v", sizes(
-    cpu=[(5, 2, 16, 4, torch.bfloat16, None, 16), (3, 1, 32, 3, torch.float32, -5.0, 16),
-         (2, 2, 16, 2, torch.float32, None, 16)],
-    gpu=[(64, 32, 128, 4, torch.bfloat16, None, 32), (33, 96, 128, 4, torch.bfloat16, -5.0, 32),
-         (1, 32, 128, 4, torch.bfloat16, None, 16), (5, 8, 64, 3, torch.float32, -5.0, 16)],
-))
-def test_fused_walk_step_matches_reference(B, H, K, W, dtype, lower_bound, block_v):
-    # one token a row on one warp a head walking its V blocks (several blocks a head), a padding row
-    from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher
-
-    num_slots = B + 3
-    inputs = fused_inputs(B, 1, H, K, W, dtype, num_slots)
-    slots, num_accepted = pool_slots(B, 1, num_slots)
-    expected = {name: inputs[name].clone() for name in ("conv_state", "state")}
-    o_ref = R.fused_kda_decode_reference(**{**inputs, **expected}, lower_bound=lower_bound, state_slots=slots,
-                                         num_accepted=num_accepted)
-    got = {name: x.to(DEVICE) for name, x in inputs.items()}
-    out = poisoned(B, 1, H, K, dtype=dtype)
-    fused_kda_decode_launcher(**got, lower_bound=lower_bound, state_slots=slots.to(DEVICE),
-                              num_accepted=num_accepted.to(DEVICE), out=out, block_v=block_v, num_warps=1,
-                              walk=True)
-    out_tol, state_tol = TOLERANCE[dtype]
-    assert rel_err(out.cpu(), o_ref) < out_tol
-    assert torch.equal(out.cpu()[slots[:, 0] < 0], torch.zeros_like(o_ref[slots[:, 0] < 0]))
-    check_pool(got["state"], expected["state"], inputs["state"], slots, state_tol)
-    assert torch.equal(got["conv_state"].cpu(), expected["conv_state"])
-
-
 def test_fused_decode_equals_unfused_steps():
     """Decoding token by token with the fused kernel follows the composition it replaces."""
     from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher

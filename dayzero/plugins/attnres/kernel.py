@@ -13,7 +13,7 @@ persistent_kernel.py (`MixConfig.persistent`), one tile ahead in registers. tile
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -22,7 +22,6 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins import device as device_info
-from dayzero.plugins.attnres.packed_kernel import attnres_mix_packed_kernel
 from dayzero.plugins.attnres.persistent_kernel import attnres_mix_persistent_kernel
 from dayzero.plugins.attnres.pipelined_kernel import attnres_mix_pipelined_kernel
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES
@@ -96,10 +95,7 @@ class MixConfig:
     (1-3) loaded ahead of the one being reduced, `num_warps` per token, `stream` = evict-first loads. `persistent`
     > 0 runs persistent_kernel.py instead, with that many programs per SM walking the tokens, one tile ahead across
     token boundaries (`prefetch` is then unused); `stages` > 0 runs pipelined_kernel.py instead: `persistent` (at
-    least 1) programs per SM, each with that many tiles copied ahead into shared memory. `chunk` > 0 runs
-    packed_kernel.py instead (every source in the one tile, no emitted norm): rows cut into chunks of `chunk` lanes
-    (a power of two dividing D), `chunks` of them (a power of two) a step, so a step mixes chunks // (D / chunk)
-    whole tokens; `persistent` and `stages` as for the pipelined kernel."""
+    least 1) programs per SM, each with that many tiles copied ahead into shared memory."""
 
     tile: int
     prefetch: int
@@ -107,8 +103,6 @@ class MixConfig:
     stream: bool
     persistent: int = 0
     stages: int = 0
-    chunk: int = 0
-    chunks: int = 0
 
 
 def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) -> MixConfig:
@@ -162,27 +156,6 @@ def _check_pipeline_fits(config: MixConfig, lanes: int, like: torch.Tensor) -> N
                          "fewer stages or a smaller tile")
 
 
-def _launch_packed(common, tokens, dim, num_blocks, num_listed, aligned, like, emit_norm, sms, launch, config):
-    num_sources = num_blocks + num_listed
-    chunk, chunks = config.chunk, config.chunks
-    for name, value in (("tile", config.tile), ("chunk", chunk), ("chunks", chunks)):
-        if value & (value - 1):
-            raise ValueError(f"attnres packed config {config}: {name} must be a power of two")
-    if emit_norm or num_sources > config.tile or dim % chunk or chunks < dim // chunk:
-        raise ValueError(f"attnres packed config {config} does not fit {num_sources} sources of {dim} lanes"
-                         f"{' with the emitted norm' if emit_norm else ''}: it needs every source in one tile, "
-                         "chunk dividing D, a whole token in `chunks` chunks, and no emitted norm")
-    _check_pipeline_fits(replace(config, tile=config.tile * chunks), chunk, like)
-    group = chunks // (dim // chunk)
-    kernel = launch(attnres_mix_packed_kernel) if launch else attnres_mix_packed_kernel
-    query, rms_weight, _, out, _, blocks, block_stride, *rest = common
-    slots, eps = rest[:MAX_LISTED_SOURCES], rest[MAX_LISTED_SOURCES]
-    kernel[(sms * max(1, config.persistent),)](
-        query, rms_weight, out, blocks, block_stride, *slots, eps, tokens, dim, num_blocks, num_listed, config.tile,
-        chunk, chunks, triton.next_power_of_2(group), config.stream, aligned, config.stages,
-        like.dtype == torch.bfloat16, num_warps=config.num_warps, num_stages=config.stages)
-
-
 def _check_vector(name: str, t: torch.Tensor, dim: int) -> None:
     assert t.numel() == dim and t.is_contiguous(), f"{name} must be a contiguous [{dim}] vector, got {tuple(t.shape)}"
 
@@ -228,10 +201,6 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     block_d = triton.next_power_of_2(dim)
     # the interpreter has no SMs: 2 stand in, so that persistent programs still walk several tokens each
     sms = device_info.num_sms(like.device, cpu_default=2)
-    if config.chunk:
-        _launch_packed(common, tokens, dim, num_blocks, len(listed), aligned, like, norm_weight is not None, sms,
-                       launch, config)
-        return out, normed
     if config.stages:
         _check_pipeline_fits(config, block_d, like)
         kernel = launch(attnres_mix_pipelined_kernel) if launch else attnres_mix_pipelined_kernel

@@ -48,7 +48,7 @@ def score_vector(query, rms_weight, cols, mask):
 
 
 @triton.jit
-def add_pairs(a0, b0, a1, b1):
+def _add_pairs(a0, b0, a1, b1):
     return a0 + a1, b0 + b1
 
 
@@ -61,7 +61,7 @@ def mix_tile(v, w, t: tl.constexpr, m, total, acc, TILE: tl.constexpr, NUM_SOURC
     one-token-a-program kernel, latency-bound: run ec, 2.7 against 2.9 us at 2 x 64 x 2304; the pipelined kernel
     keeps two sums: 107.7-108.4 against 105.3-105.8 us at 9 x 8192 x 2304, runs ec-ee against ea and cd)."""
     if PAIRED:
-        dot, squares = tl.reduce((v * w[None, :], v * v), 1, add_pairs)
+        dot, squares = tl.reduce((v * w[None, :], v * v), 1, _add_pairs)
     else:
         dot = tl.sum(v * w[None, :], axis=1)
         squares = tl.sum(v * v, axis=1)

@@ -336,14 +336,12 @@ def fused_kda_decode_launcher(
     dt_bias: torch.Tensor, lower_bound: float | None, beta_logits: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None, *,
     out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 4, stream: bool = False,
-    walk: bool = False, launch=None,
+    launch=None,
 ) -> torch.Tensor:
     """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
     conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k
     windows it reads are shared by the whole head (and may be its write slot), so V is not split over programs;
-    inside the program the state tile is blocked as [K/BV, K, BV]. `stream` as in recurrent_kda_pool_launcher.
-    `walk` runs a one-token step (L = 1) on fused_walk_kernel.py instead: `num_warps` a head (one: every sum over K
-    inside a warp) walking its V blocks of `block_v`."""
+    inside the program the state tile is blocked as [K/BV, K, BV]. `stream` as in recurrent_kda_pool_launcher."""
     batch, length, heads, dim = z.shape
     width = conv_weight.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
@@ -360,16 +358,6 @@ def fused_kda_decode_launcher(
     block_v = min(dim, 32) if block_v is None else block_v
     assert block_v <= dim and block_v & (block_v - 1) == 0, "block_v must be a power of two <= K"
     o = torch.empty((batch, length, heads, dim), dtype=qkv.dtype, device=qkv.device) if out is None else out
-    if walk and statically_known_true(length == 1):
-        from dayzero.plugins.kda.fused_walk_kernel import fused_kda_step_walk_kernel
-
-        kernel = launch(fused_kda_step_walk_kernel) if launch else fused_kda_step_walk_kernel
-        kernel[(batch * heads,)](
-            qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots,
-            dim ** -0.5 if scale is None else scale, 0.0 if lower_bound is None else lower_bound,
-            heads, dim, width, block_v, lower_bound is not None, num_warps=num_warps, num_stages=1,
-        )
-        return o
     kernel = launch(_fused_kda_decode_kernel) if launch else _fused_kda_decode_kernel
     kernel[(batch * heads,)](
         qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
