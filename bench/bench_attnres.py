@@ -150,11 +150,6 @@ _NARROW_PIPELINED = [MixConfig(2, 1, 8, True, 4, 3), MixConfig(2, 1, 4, True, 4,
                      MixConfig(1, 1, 2, True, 8, 4)]
 _WIDE_PIPELINED = [MixConfig(1, 1, 4, True, 4, 3), MixConfig(1, 1, 4, True, 3, 5), MixConfig(1, 1, 8, True, 2, 5),
                    MixConfig(2, 1, 4, True, 3, 3), MixConfig(1, 1, 4, True, 3, 4), MixConfig(1, 1, 2, True, 6, 3)]
-# the 8192-token defaults with the mix stored streaming (".cs"): two sources of 2304 (and 4 stages), more sources of
-# 2304, rows of 7168
-_STREAMED_STORES = [MixConfig(2, 1, 4, True, 4, 3, ".cs"), MixConfig(2, 1, 4, True, 4, 4, ".cs"),
-                    MixConfig(2, 1, 2, True, 8, 3, ".cs")]
-_WIDE_STREAMED_STORE = MixConfig(1, 1, 4, True, 4, 4, ".cs")
 # --sweep-cases: the cases that missed a target in run v (85% of copy at 8192 tokens; level with fla at two sources
 # and decode sizes), each with its default first and then these candidates
 FOCUSED_CONFIGS = {
@@ -163,16 +158,15 @@ FOCUSED_CONFIGS = {
     (2, 64, 7168): [MixConfig(2, 2, w, False) for w in (4, 16, 32)],
     # the two-source narrow case (81.8% of copy in run cd): cached loads (two sources, 113 MB, are twice the L2),
     # 5 programs per SM (registers allow 4: one more waits), 3 tiles ahead
-    (2, 8192, 2304): _STREAMED_STORES + _NARROW + _NARROW_PIPELINED + [
-        MixConfig(2, 1, 4, False, 4, 3), MixConfig(2, 1, 4, True, 5, 3), MixConfig(2, 1, 4, False, 4, 4),
-        MixConfig(2, 1, 2, False, 8, 3)],
-    (2, 8192, 7168): [_WIDE_STREAMED_STORE] + _WIDE + _WIDE_PIPELINED,
+    (2, 8192, 2304): _NARROW + _NARROW_PIPELINED + [MixConfig(2, 1, 4, False, 4, 3), MixConfig(2, 1, 4, True, 5, 3),
+                                                    MixConfig(2, 1, 4, False, 4, 4), MixConfig(2, 1, 2, False, 8, 3)],
+    (2, 8192, 7168): _WIDE + _WIDE_PIPELINED,
     # more sources on rows of 2304 (run ee: grids of 4, 5 and 10 programs per SM against the default's 8; 8 and 4
     # tie, 5 and 10 lose 10-40%): the default alone
-    (8, 8192, 2304): [_STREAMED_STORES[2]],
-    (9, 8192, 2304): [_STREAMED_STORES[2]],
-    (8, 8192, 7168): [_WIDE_STREAMED_STORE] + _WIDE + _WIDE_PIPELINED,
-    (9, 8192, 7168): [_WIDE_STREAMED_STORE] + _WIDE + _WIDE_PIPELINED,
+    (8, 8192, 2304): [],
+    (9, 8192, 2304): [],
+    (8, 8192, 7168): _WIDE + _WIDE_PIPELINED,
+    (9, 8192, 7168): _WIDE + _WIDE_PIPELINED,
 }
 
 
@@ -338,8 +332,6 @@ def config_label(config: dict | None) -> str:
     kind = f"persistent{config['persistent']}/SM " if config.get("persistent") else "per-token "
     if config.get("stages"):
         kind = f"pipelined{max(1, config['persistent'])}/SM stages{config['stages']} "
-    if config.get("store_cache"):
-        kind += f"store{config['store_cache']} "
     return (f"{kind}tile{config['tile']} ahead{config['prefetch']} w{config['num_warps']}"
             f"{' evict-first' if config['stream'] else ''}")
 

@@ -2,7 +2,8 @@
 # Sixth session of 2026-12-04, third call: the AttnRes mix stored with the streaming cache hint (".cs") against the
 # defaults at 2 and 9 x 8192 x 2304 and 9 x 8192 x 7168 (each sweep checks every config against the reference before
 # timing it), then the whole GPU suite at this commit.
-# usage: bash bench/run_h200_fm.sh [SECONDS] (default 420).
+# usage: bash bench/run_h200_fm.sh [SECONDS] (default 420). A record: the store hint was reverted after this run
+# (bench/README.md).
 . bench/h200.sh
 . bench/h200_call.sh fm ${1:-420}
 export OMP_NUM_THREADS=1

@@ -103,8 +103,6 @@ class MixConfig:
     stream: bool
     persistent: int = 0
     stages: int = 0
-    # the pipelined kernel's store of the mix: "" (default caching) or ".cs" (streaming)
-    store_cache: str = ""
 
 
 def default_config(tokens, dim: int, num_sources: int, emit_norm: bool = False) -> MixConfig:
@@ -208,8 +206,7 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
         kernel = launch(attnres_mix_pipelined_kernel) if launch else attnres_mix_pipelined_kernel
         kernel[(sms * max(1, config.persistent),)](
             *common, tokens, dim, block_d, num_blocks, len(listed), norm_weight is not None, config.tile,
-            config.stream, aligned, config.stages, config.store_cache, num_warps=config.num_warps,
-            num_stages=config.stages)
+            config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
         return out, normed
     if config.persistent:
         kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel

@@ -24,7 +24,7 @@ def attnres_mix_pipelined_kernel(
     eps, norm_eps, num_tokens,
     D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
     EMIT_NORM: tl.constexpr, TILE: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr,
-    STAGES: tl.constexpr, STORE_CACHE: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
     NUM_TILES: tl.constexpr = (NUM_SOURCES + TILE - 1) // TILE
@@ -48,4 +48,4 @@ def attnres_mix_pipelined_kernel(
         m = tl.where(t == 0, float("-inf"), m)
         m, total, acc = mix_tile(a.to(tl.float32), w, t, m, total, acc, TILE, NUM_SOURCES, D, eps, False)
         if t == NUM_TILES - 1:
-            store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM, STORE_CACHE)
+            store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)

@@ -75,10 +75,9 @@ def mix_tile(v, w, t: tl.constexpr, m, total, acc, TILE: tl.constexpr, NUM_SOURC
 
 @triton.jit
 def store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D: tl.constexpr, norm_eps,
-              EMIT_NORM: tl.constexpr, STORE_CACHE: tl.constexpr = ""):
-    """STORE_CACHE: the mix's store cache modifier (".cs": streaming, evict-first; "": the default)."""
+              EMIT_NORM: tl.constexpr):
     mix = (acc / total).to(out.dtype.element_ty)
-    tl.store(out + row + cols, mix, mask=mask, cache_modifier=STORE_CACHE)
+    tl.store(out + row + cols, mix, mask=mask)
     if EMIT_NORM:
         y = mix.to(tl.float32)
         rstd = tl.rsqrt(tl.sum(y * y, axis=0) / D + norm_eps)

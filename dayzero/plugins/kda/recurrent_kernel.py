@@ -153,14 +153,14 @@ def _recurrent_kda_pool_kernel(
 
 
 @triton.jit
-def short_conv_output(weights, h0, h1, h2, x):
+def _short_conv(weights, h0, h1, h2, x):
     """Pre-activation conv output of one group's channels from its taps, a right-aligned window and the new row."""
     w0, w1, w2, w3 = weights
     return w0 * h0 + w1 * h1 + w2 * h2 + w3 * x
 
 
 @triton.jit
-def silu_rounded(pre, dtype: tl.constexpr):
+def _silu_rounded(pre, dtype: tl.constexpr):
     """SiLU rounded to the projections' dtype, as the unfused path stores the conv output."""
     return activate(pre, 1).to(dtype).to(tl.float32)
 
@@ -224,9 +224,9 @@ def _fused_kda_decode_kernel(
         b_beta = tl.sigmoid(n_beta.to(tl.float32))
         if t + 1 < L:
             n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, token + 1, h, ok, ov, C, H, K)
-        b_q = silu_rounded(short_conv_output(taps_q, q0, q1, q2, xq), dtype)
-        b_k = silu_rounded(short_conv_output(taps_k, k0, k1, k2, xk), dtype)
-        b_v = silu_rounded(short_conv_output(taps_v, v0, v1, v2, xv), dtype)
+        b_q = _silu_rounded(_short_conv(taps_q, q0, q1, q2, xq), dtype)
+        b_k = _silu_rounded(_short_conv(taps_k, k0, k1, k2, xk), dtype)
+        b_v = _silu_rounded(_short_conv(taps_v, v0, v1, v2, xv), dtype)
         q0, q1, q2 = q1, q2, xq
         k0, k1, k2 = k1, k2, xk
         v0, v1, v2 = v1, v2, xv
