@@ -30,9 +30,11 @@ def sparse_mla(record: dict) -> str:
 
 
 def indexer(record: dict) -> str:
-    """Case, cache, options, check, ms, % of the ceiling, per-kernel us."""
+    """Case, cache, options, check, ms and % of the ceiling (eager, then graph replay), per-kernel us."""
+    graph = record.get("graph_ms")
+    graph_text = f"graph {graph:.3f} {100 * record.get('graph_fraction', 0):.1f}%" if graph else "graph -"
     return " ".join(map(str, (record.get("shape"), record.get("cache"), record.get("options"), record.get("ok"),
-                              round(record.get("ms", 0), 3), f"{100 * record.get('fraction', 0):.1f}%",
+                              round(record.get("ms", 0), 3), f"{100 * record.get('fraction', 0):.1f}%", graph_text,
                               record.get("kernels_us"), record.get("error", "")[:80])))
 
 
