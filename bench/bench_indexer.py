@@ -127,20 +127,20 @@ def check_rows(got: torch.Tensor, case: dict, rows: torch.Tensor, seq: int) -> d
             "worst_score_gap": worst, "ok": same_layout and worst <= tolerance}
 
 
-def run_decode(context: int, heads: int, cache: str, tokens: int, options: dict, ceilings: dict) -> dict:
+def run_decode(context: int, heads: int, cache: str, tokens: int, options: dict, batch: int, ceilings: dict) -> dict:
     quantized = cache != "bf16"
-    case = paged_inputs([context] * BATCH, [tokens] * BATCH, heads, quantized, mxfp8_query=cache == "mxfp8")
+    case = paged_inputs([context] * batch, [tokens] * batch, heads, quantized, mxfp8_query=cache == "mxfp8")
     fn = lambda: index_topk_paged_launcher(**case, topk=TOPK, phase="decode", **options)  # noqa: E731
     got = fn()
     check = check_rows(got, case, torch.arange(tokens, device=DEVICE), 0)
-    check_last = check_rows(got, case, torch.arange((BATCH - 1) * tokens, BATCH * tokens, device=DEVICE), BATCH - 1)
+    check_last = check_rows(got, case, torch.arange((batch - 1) * tokens, batch * tokens, device=DEVICE), batch - 1)
     ms = bench_ms(fn)
     breakdown = kernel_breakdown_us(fn)
-    key_bytes = BATCH * context * (DI + DI // 32 if quantized else 2 * DI)
+    key_bytes = batch * context * (DI + DI // 32 if quantized else 2 * DI)
     io_bytes = case["q"].numel() * 2 + case["w"].numel() * 4 + got.numel() * 4 + case["block_table"].numel() * 4
     gbps = (key_bytes + io_bytes) / ms / 1e6
     graph = decode_graph_ms(fn)
-    return {"phase": "decode", "shape": f"B{BATCH} ctx{context} L{tokens} HI{heads} DI{DI} k{TOPK}",
+    return {"phase": "decode", "shape": f"B{batch} ctx{context} L{tokens} HI{heads} DI{DI} k{TOPK}",
             "cache": cache, "options": options, "ms": ms, "GBps": gbps,
             "fraction": gbps / ceilings["copy_GBps"], "kernels_us": breakdown, "check": [check, check_last],
             "ok": check["ok"] and check_last["ok"], "graph_ms": graph,
@@ -189,13 +189,14 @@ def decode_cases(args) -> list[tuple]:
     cases = []
     for kernel in args.decode_kernels:
         named = {"decode_kernel": kernel, **args.decode_options}
-        cases += [(c, h, cache, 1, named) for c in contexts for h in args.heads for cache in args.caches]
+        cases += [(c, h, cache, 1, named, b) for b in args.batch for c in contexts for h in args.heads
+                  for cache in args.caches]
         if not args.contexts:
-            cases += [(32768, 64, "mxfp8", 2, named), (32768, 64, "mxfp8", 4, named)]
+            cases += [(32768, 64, "mxfp8", 2, named, BATCH), (32768, 64, "mxfp8", 4, named, BATCH)]
         if args.sweep:
             # at the longest context asked for (32K by default): the selection's share grows with the keys
             context = max(args.contexts or [32768])
-            cases += [(context, 64, "mxfp8", 1, {**named, **o}) for o in SWEEPS[kernel]]
+            cases += [(context, 64, "mxfp8", 1, {**named, **o}, BATCH) for o in SWEEPS[kernel]]
     return cases
 
 
@@ -268,6 +269,7 @@ def main() -> None:
     parser.add_argument("--decode-kernels", type=_names, default=["select"], help="comma-separated decode kernels")
     parser.add_argument("--contexts", type=_numbers, default=None, help="comma-separated decode contexts")
     parser.add_argument("--heads", type=_numbers, default=[32, 64], help="comma-separated decode head counts")
+    parser.add_argument("--batch", type=_numbers, default=[BATCH], help="comma-separated decode batch sizes")
     parser.add_argument("--caches", type=_names, default=["mxfp8", "bf16"],
                         help="decode index caches: mxfp8 (with an MXFP8 query, as the model runs it), mxfp8-bf16q "
                              "(MXFP8 keys, bf16 query), bf16")

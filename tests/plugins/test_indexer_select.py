@@ -93,7 +93,8 @@ def sorted_scores_case(length: int, order: str, cache_kind: str, num_heads: int 
     return {name: t.to(DEVICE) for name, t in case.items()}
 
 
-SMALL = {} if ON_GPU else dict(block_keys=16, union_keys=64, min_chunk=48)
+# the interpreter's few hundred keys would fit one balanced split: balance_keys 0 keeps the many-split merges
+SMALL = {} if ON_GPU else dict(block_keys=16, union_keys=64, min_chunk=48, balance_keys=0)
 
 
 @pytest.mark.parametrize("order", ["rising", "falling"])
@@ -127,3 +128,13 @@ def test_integer_ties_across_splits_and_blocks():
     got = run_kernel(case, 40, "decode", num_splits=4, **{**SMALL, "min_chunk": 32})
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=40).cpu())
 
+
+
+@pytest.mark.parametrize("balance_keys", [8, 100])
+def test_balanced_split_counts_match_reference(balance_keys):
+    """Splits of at least sqrt(keys x balance_keys) keys: rows use fewer splits than the grid has (400 keys: 7 of the
+    8 at balance 8, 2 at 100; 37 keys: 2, then 1), and the merge still folds them exactly."""
+    case = build_case((400, 150, 37), (1, 2, 1), 3, 32, "fp32", torch.float32, seed=5)
+    got = run_kernel(case, 24, "decode", num_splits=8, **{**SMALL, "min_chunk": 16, "balance_keys": balance_keys})
+    assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=24).cpu())
+    assert_rows_follow_the_rule(got, case, 24)

@@ -39,6 +39,11 @@ from dayzero.plugins.triton_utils import with_launch_config
 
 # splits whose floors the merge reads at once
 FLOOR_BLOCK = tl.constexpr(32)
+# A row's split count balances the two kernels: a split program takes about a + b x its keys, the merge about
+# c + d x the row's splits, so (a + b N / s) + (c + d s) is least at s = sqrt(N b / d), i.e. splits of
+# sqrt(N x d / b) keys. Run fn on the H200 (B64, MXFP8, 16-warp merge): a split of 4096 / 2048 keys took 73 / 48 us,
+# b = 12.5 us per 1024 keys; the merge of 2 / 4 sets 32 / 45 us, d = 6.5 us a set; d / b = 532 keys.
+MERGE_BALANCE_KEYS = 532
 
 
 @triton.jit
@@ -140,9 +145,17 @@ def _quantiles(set_keys, sets, count, k_quantile, LP: tl.constexpr, KP: tl.const
 
 
 @triton.jit
+def _balanced_min_chunk(pos, min_chunk, balance_keys):
+    """The fewest keys a split of the rows' sequence takes: min_chunk, or sqrt(keys x balance_keys) where more (see
+    MERGE_BALANCE_KEYS; 0 leaves min_chunk alone)."""
+    num_keys = (tl.max(pos) + 1).to(tl.float32)
+    return tl.maximum(min_chunk, tl.sqrt(num_keys * balance_keys.to(tl.float32)).to(tl.int32))
+
+
+@triton.jit
 def _decode_select_kernel(
     q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, counts, floors,
-    num_splits_used, scale, num_splits, min_chunk, table_stride, K,
+    num_splits_used, scale, num_splits, min_chunk, balance_keys, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
     DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
@@ -153,7 +166,7 @@ def _decode_select_kernel(
     for row0 in range(first, end, LP):
         rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
                                                              Q_QUANT, DOT_FP32, FP8_DOT)
-        num_keys, chunk = split_chunk(pos, num_splits, min_chunk, BS)
+        num_keys, chunk = split_chunk(pos, num_splits, _balanced_min_chunk(pos, min_chunk, balance_keys), BS)
         used = tl.cdiv(num_keys, chunk)
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)
@@ -236,8 +249,8 @@ def index_topk_decode_select_launcher(
     q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
-    block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
-    maxnreg: int | None | str = None, key_words: bool | None = None,
+    block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 16,
+    balance_keys: int = MERGE_BALANCE_KEYS, maxnreg: int | None | str = None, key_words: bool | None = None,
     code_words: bool | None = None, fp8_dot: bool | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
@@ -247,10 +260,13 @@ def index_topk_decode_select_launcher(
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: keys a tile, a power of two (None:
     128 on the FP8 dot, 64 otherwise: run dh, MXFP8 HI 32 / 64, split kernel 74 / 87, 189 / 222, 737 / 880 us
     against 110 / 118, 257 / 287, 1006 / 1124 with 64 at 8K / 32K / 128K keys; on the bf16 dot 128 was slower, run
-    bf); min_chunk: the fewest
-    keys of a split (default 2 * next_pow2(topk)); maxnreg: the split kernel's register cap (see
-    decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
-    the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
+    bf); min_chunk: the fewest keys of a split (default next_pow2(topk)); balance_keys: a row's splits take at least
+    sqrt(its keys x balance_keys) keys each (MERGE_BALANCE_KEYS; 0: off); merge_warps: the merge kernel's warps
+    (run fn, B64 MXFP8: 16 warps merged in 31-46 us against 39-53 with 8; with splits of at least 2048 keys and 16
+    warps, 8K keys took 0.101 / 0.107 ms at HI 32 / 64 against the old defaults' 0.123 / 0.135); maxnreg: the split
+    kernel's register cap (see decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so
+    that they are prefetched with the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too;
+    None: both wherever they apply
     (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
     32K / 128K); fp8_dot: an MXFP8 query (q_scales) and cache on the FP8 tensor cores (fp8_dot_kernel.py; None:
     wherever both are MXFP8). The split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU
@@ -270,7 +286,7 @@ def index_topk_decode_select_launcher(
         block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot else 64
     maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
     kp, union = union_layout(topk, union_keys, block_keys)
-    min_chunk = 2 * kp if min_chunk is None else min_chunk
+    min_chunk = kp if min_chunk is None else min_chunk
     if num_splits is None:
         num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device)
     num_sets = num_tokens * num_splits
@@ -289,7 +305,8 @@ def index_topk_decode_select_launcher(
     if num_seqs > 0:
         split_kernel[(num_seqs, num_splits)](
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
-            set_positions, counts, floors, used, scale, num_splits, min_chunk, block_table.stride(0), topk,
+            set_positions, counts, floors, used, scale, num_splits, min_chunk, balance_keys, block_table.stride(0),
+            topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
             KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot)
