@@ -3,7 +3,8 @@
 # max(2048, sqrt(keys x 532)) keys) against the old ones (8-warp merge, splits of at least 4096 keys, no balance) at
 # B64 (8K, 32K, 128K keys; HI 32 / 64) and at B1 / B8 (32K, 128K; HI 64), MXFP8 query and cache, every case checked
 # against the reference first; the indexer GPU tests first.
-# usage: bash bench/run_h200_fo.sh [SECONDS] (default 420).
+# usage: bash bench/run_h200_fo.sh [SECONDS] (default 420). A record: the sqrt balance lost at B1 / B8 and 128K keys and
+# was replaced by MIN_ROW_SPLITS (run fp).
 . bench/h200.sh
 . bench/h200_call.sh fo ${1:-420}
 export OMP_NUM_THREADS=1

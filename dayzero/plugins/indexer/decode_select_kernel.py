@@ -39,11 +39,12 @@ from dayzero.plugins.triton_utils import with_launch_config
 
 # splits whose floors the merge reads at once
 FLOOR_BLOCK = tl.constexpr(32)
-# A row's split count balances the two kernels: a split program takes about a + b x its keys, the merge about
-# c + d x the row's splits, so (a + b N / s) + (c + d s) is least at s = sqrt(N b / d), i.e. splits of
-# sqrt(N x d / b) keys. Run fn on the H200 (B64, MXFP8, 16-warp merge): a split of 4096 / 2048 keys took 73 / 48 us,
-# b = 12.5 us per 1024 keys; the merge of 2 / 4 sets 32 / 45 us, d = 6.5 us a set; d / b = 532 keys.
-MERGE_BALANCE_KEYS = 532
+# A row takes a split per 2 x next_pow2(topk) keys (the split kernel's time grows with its keys, the merge's by 4-6 us
+# a split), but at least this many where its keys allow splits of next_pow2(topk): 8K keys then run on 4 splits, not
+# 2, which at B64 spreads the split kernel over 256 programs instead of 128 (run fn: 0.101 / 0.107 ms against 0.123 /
+# 0.135 at HI 32 / 64). Run fo: splits balanced by sqrt(keys) instead lost at B1 / B8 and 128K keys (0.277 / 0.327
+# against 0.264 / 0.288 ms): fewer, longer splits take a lone program longer than the merge saves.
+MIN_ROW_SPLITS = 4
 
 
 @triton.jit
@@ -145,17 +146,15 @@ def _quantiles(set_keys, sets, count, k_quantile, LP: tl.constexpr, KP: tl.const
 
 
 @triton.jit
-def _balanced_min_chunk(pos, min_chunk, balance_keys):
-    """The fewest keys a split of the rows' sequence takes: min_chunk, or sqrt(keys x balance_keys) where more (see
-    MERGE_BALANCE_KEYS; 0 leaves min_chunk alone)."""
-    num_keys = (tl.max(pos) + 1).to(tl.float32)
-    return tl.maximum(min_chunk, tl.sqrt(num_keys * balance_keys.to(tl.float32)).to(tl.int32))
+def _row_splits(pos, num_splits, split_keys, min_row_splits):
+    """The splits the rows' sequence uses: one per split_keys keys, at least min_row_splits, at most num_splits."""
+    return tl.minimum(num_splits, tl.maximum(min_row_splits, tl.cdiv(tl.max(pos) + 1, split_keys)))
 
 
 @triton.jit
 def _decode_select_kernel(
     q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, counts, floors,
-    num_splits_used, scale, num_splits, min_chunk, balance_keys, table_stride, K,
+    num_splits_used, scale, num_splits, min_chunk, split_keys, min_row_splits, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
     DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
@@ -166,7 +165,7 @@ def _decode_select_kernel(
     for row0 in range(first, end, LP):
         rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
                                                              Q_QUANT, DOT_FP32, FP8_DOT)
-        num_keys, chunk = split_chunk(pos, num_splits, _balanced_min_chunk(pos, min_chunk, balance_keys), BS)
+        num_keys, chunk = split_chunk(pos, _row_splits(pos, num_splits, split_keys, min_row_splits), min_chunk, BS)
         used = tl.cdiv(num_keys, chunk)
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)
@@ -250,7 +249,8 @@ def index_topk_decode_select_launcher(
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 16,
-    balance_keys: int = MERGE_BALANCE_KEYS, maxnreg: int | None | str = None, key_words: bool | None = None,
+    split_keys: int | None = None, min_row_splits: int = MIN_ROW_SPLITS, maxnreg: int | None | str = None,
+    key_words: bool | None = None,
     code_words: bool | None = None, fp8_dot: bool | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
@@ -260,10 +260,9 @@ def index_topk_decode_select_launcher(
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: keys a tile, a power of two (None:
     128 on the FP8 dot, 64 otherwise: run dh, MXFP8 HI 32 / 64, split kernel 74 / 87, 189 / 222, 737 / 880 us
     against 110 / 118, 257 / 287, 1006 / 1124 with 64 at 8K / 32K / 128K keys; on the bf16 dot 128 was slower, run
-    bf); min_chunk: the fewest keys of a split (default next_pow2(topk)); balance_keys: a row's splits take at least
-    sqrt(its keys x balance_keys) keys each (MERGE_BALANCE_KEYS; 0: off); merge_warps: the merge kernel's warps
-    (run fn, B64 MXFP8: 16 warps merged in 31-46 us against 39-53 with 8; with splits of at least 2048 keys and 16
-    warps, 8K keys took 0.101 / 0.107 ms at HI 32 / 64 against the old defaults' 0.123 / 0.135); maxnreg: the split
+    bf); min_chunk: the fewest keys of a split (default next_pow2(topk)); split_keys (default 2 * next_pow2(topk)) and
+    min_row_splits: a row's splits (see MIN_ROW_SPLITS); merge_warps: the merge kernel's warps (run fn, B64 MXFP8: 16
+    warps merged in 31-46 us against 39-53 with 8); maxnreg: the split
     kernel's register cap (see decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so
     that they are prefetched with the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too;
     None: both wherever they apply
@@ -287,6 +286,7 @@ def index_topk_decode_select_launcher(
     maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = kp if min_chunk is None else min_chunk
+    split_keys = 2 * kp if split_keys is None else split_keys
     if num_splits is None:
         num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device)
     num_sets = num_tokens * num_splits
@@ -305,8 +305,8 @@ def index_topk_decode_select_launcher(
     if num_seqs > 0:
         split_kernel[(num_seqs, num_splits)](
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
-            set_positions, counts, floors, used, scale, num_splits, min_chunk, balance_keys, block_table.stride(0),
-            topk,
+            set_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys, min_row_splits,
+            block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
             KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot)
