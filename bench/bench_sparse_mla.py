@@ -77,11 +77,12 @@ def shuffled_table(num_seqs: int, pages_per_seq: int) -> torch.Tensor:
     return torch.randperm(num_seqs * pages_per_seq, device="cuda").int().view(num_seqs, pages_per_seq)
 
 
-# the order of a token's indices: "random" (as Top-K by score hands them over) or "position" (ascending, so the
-# gathers run in address order within each page); --index-order. The page table: "shuffled" (pages anywhere in the
+# the order of a token's indices: "position" (ascending, as the indexer hands them over since the sixth session of
+# 2026-12-04, so the gathers run in address order within each page) or "random" (as a Top-K by score did);
+# --index-order. The page table: "shuffled" (pages anywhere in the
 # cache, as after many requests came and went) or "in-order" (a sequence's pages contiguous, a fresh cache);
 # --page-order
-INPUT_ORDER = {"indices": "random", "pages": "shuffled"}
+INPUT_ORDER = {"indices": "position", "pages": "shuffled"}
 
 
 def random_indices(positions: torch.Tensor, topk: int, context: int) -> torch.Tensor:
@@ -352,7 +353,7 @@ def main() -> int:
     parser.add_argument("--prefill-only", action="store_true", help="the prefill and dense cases only")
     parser.add_argument("--quick-decode", action="store_true",
                         help="B64 decode only (H128/H64, FP8/BF16): default, old FP8 decode, 64-key blocks")
-    parser.add_argument("--index-order", choices=("random", "position"), default="random",
+    parser.add_argument("--index-order", choices=("random", "position"), default="position",
                         help="each token's indices in random order (as by score) or ascending position")
     parser.add_argument("--page-order", choices=("shuffled", "in-order"), default="shuffled",
                         help="the page table: pages anywhere in the cache, or each sequence's pages contiguous")

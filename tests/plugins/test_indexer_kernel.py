@@ -79,7 +79,7 @@ def reference_scores(case, q=None):
 
 def assert_same_topk(got, expected, case, exact, tolerance=1e-5):
     """Equal index rows; on the GPU rows may swap keys whose reference scores agree to fp32 rounding (to `tolerance`
-    of the row's largest score)."""
+    of the row's largest score): the two rows' scores, each sorted, then agree."""
     got, expected = got.cpu(), expected.cpu()
     if exact or torch.equal(got, expected):
         assert torch.equal(got, expected), f"{(got != expected).any(1).sum()} rows differ"
@@ -90,16 +90,17 @@ def assert_same_topk(got, expected, case, exact, tolerance=1e-5):
         for s in scores.cpu():
             picked, wanted = got[row][got[row] >= 0].long(), expected[row][expected[row] >= 0].long()
             assert picked.unique().numel() == picked.numel() and (picked < s.numel()).all()
-            assert torch.allclose(s[picked], s[wanted], rtol=0, atol=tolerance * float(s.abs().max())), f"row {row}"
+            assert torch.allclose(s[picked].sort().values, s[wanted].sort().values, rtol=0,
+                                  atol=tolerance * float(s.abs().max())), f"row {row}"
             row += 1
 
 
 def assert_rows_follow_the_rule(got, case, topk):
-    """K = min(topk, pos + 1) causal, distinct positions per row, -1 padding at the end."""
+    """K = min(topk, pos + 1) causal positions per row, ascending (so distinct), -1 padding at the end."""
     for row, pos in zip(got.cpu(), case["positions"].cpu().tolist()):
         valid = row[row >= 0]
         assert valid.numel() == min(topk, pos + 1) and bool((row[valid.numel():] == -1).all())
-        assert bool((valid <= pos).all()) and valid.unique().numel() == valid.numel()
+        assert bool((valid <= pos).all()) and bool((valid[1:] > valid[:-1]).all())
 
 
 @pytest.mark.parametrize("lengths, new, num_heads, dim, topk, cache_kind, q_dtype", sizes(

@@ -6,7 +6,7 @@ read once and shared by the 1 + d tokens. It goes SC keys at a time: an innermos
 the head-weighted sums of SC keys to a small scratch private to the program (SC floats per row, reused), then the
 whole chunk passes through the Top-K buffers (topk_kernel.py) at once, one key per thread. It leaves per row at
 most K candidates, plus two floors: its K-th best key and its ceil(K / S)-th best key. Kernel 2, one program per
-query row, merges the S splits' candidates in the buffer of split 0 and writes the sorted row, skipping every
+query row, merges the S splits' candidates in the buffer of split 0 and writes the row, skipping every
 candidate below the best floor: below a split's K-th key there are K better keys in that split, below the smallest
 ceil(K / S)-th key of all S splits there are at least K better keys in total. No [T, N] score matrix is ever
 stored: a row's candidates are at most S * K keys.

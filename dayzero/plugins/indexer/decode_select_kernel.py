@@ -10,8 +10,9 @@ floors: the set's K-th key and its ceil(K / (S - 1))-th key.
 Kernel 2, one program per query row, folds the splits' sets into the set of split 0 with the same `keep_best`,
 dropping every candidate below the best floor (below a split's K-th key there are K better keys in that split;
 below the smallest ceil(K / (S - 1))-th key of the first S - 1 splits there are at least K better keys in total),
-so that the merge mostly appends and searches once or twice; then sorts the final K. Memory: one set + block per
-program and row, never a [T, N] score matrix.
+so that the merge mostly appends and searches once or twice; the final K are already in position order, the
+output order (reference.py), so no sort follows. Memory: one set + block per program and row, never a [T, N] score
+matrix.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dayzero.plugins.indexer.select_kernel import (
     load_set,
     score_keys,
     union_layout,
-    write_sorted,
+    write_positions,
 )
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, sequence_span, split_chunk
 from dayzero.plugins.indexer.words_tiles_kernel import load_keys_words
@@ -233,7 +234,7 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
             count, lower = keep_best(keys, positions, base_keys, base_positions, topk, lower)
     tl.debug_barrier()
     keys, positions = load_set(base_keys, base_positions, count, floor, KP)
-    write_sorted(keys, positions, out_row, topk, KP)
+    write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
 
 
 def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device) -> int:

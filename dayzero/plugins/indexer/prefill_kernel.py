@@ -1,11 +1,11 @@
 """Varlen (chunked) prefill indexer with a bounded workspace.
 
 A persistent grid of Q programs walks the query tiles (BT consecutive tokens of one sequence); for each tile it
-streams the causal key range in tiles of BS keys: per head one tl.dot [BT, DI] x [DI, BS], relu, weight and sum
-over heads give the [BT, BS] scores in registers, which go straight into the Top-K buffers (topk_kernel.py); at
-the end of the tile every row is reduced to its Top-K and written sorted. The workspace is Q * BT buffers of CAP
-keys, whatever T is: no [T, N] matrix. Tiles are dealt to programs in zigzag order (program p takes tiles p and
-2Q - 1 - p of each pair of rounds) so that long causal rows spread over the programs.
+streams the causal key range in tiles of BS keys: per head one tl.dot [BT, DI] x [DI, BS], relu, weight and sum over
+heads give the [BT, BS] scores in registers, which go straight into the Top-K buffers (topk_kernel.py); at the end of
+the tile every row is reduced to its Top-K and written in position order. The workspace is Q * BT buffers of CAP keys,
+whatever T is: no [T, N] matrix. Tiles are dealt to programs in zigzag order (program p takes tiles p and 2Q - 1 - p
+of each pair of rounds) so that long causal rows spread over the programs.
 """
 
 from __future__ import annotations

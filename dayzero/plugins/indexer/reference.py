@@ -2,7 +2,10 @@
 
     I[t, s] = sum_h w[t, h] * scale * relu(q[t, h] . k[s])      (scale defaults to DI^-1/2), s <= pos(t)
     indices[t] = Top-K of I[t, :] with K = min(topk, pos(t) + 1); the rest of the row is -1.
-    Ties go to the earlier position; the order within a row is by descending score.
+    Ties go to the earlier position. A row lists its picks in ascending position: the attention that reads them is
+    indifferent to their order, the kernels keep their Top-K sets in position order, so none of them pays for a sort
+    by score (it took about 26 us of the decode merge, bench/README.md), and the attention gathers rows in address
+    order.
 
 `w` already carries the HI^-1/2 factor (the model applies it to weights_proj). Indices are logical token
 positions of the query's own sequence. All math in fp32.
@@ -25,7 +28,7 @@ def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, scale: float
 
 
 def causal_topk(scores: torch.Tensor, positions: torch.Tensor, topk: int) -> torch.Tensor:
-    """scores [T, S], positions [T] -> indices [T, topk] int32 over s <= positions[t], -1 padded."""
+    """scores [T, S], positions [T] -> indices [T, topk] int32 over s <= positions[t], ascending, -1 padded."""
     num_keys = scores.shape[1]
     visible = torch.arange(num_keys, device=scores.device)[None, :] <= positions[:, None]
     masked = scores.masked_fill(~visible, float("-inf"))
@@ -33,7 +36,9 @@ def causal_topk(scores: torch.Tensor, positions: torch.Tensor, topk: int) -> tor
     # does not depend on how many later keys exist; kernels implement the same rule
     values, indices = masked.sort(dim=-1, descending=True, stable=True)
     values, indices = values[:, :topk], indices[:, :topk]
-    indices = indices.masked_fill(values == float("-inf"), -1).to(torch.int32)
+    # ascending position, the invisible (-inf) ones last and then -1
+    indices = indices.masked_fill(values == float("-inf"), num_keys).sort(dim=-1).values
+    indices = indices.masked_fill(indices == num_keys, -1).to(torch.int32)
     padding = indices.new_full((scores.shape[0], topk - indices.shape[1]), -1)
     return torch.cat([indices, padding], dim=1)
 

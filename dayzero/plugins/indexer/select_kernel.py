@@ -134,14 +134,19 @@ def load_set(set_keys, set_positions, count, floor, KP: tl.constexpr):
 
 
 @triton.jit
-def write_sorted(keys, positions, out_row, topk, KP: tl.constexpr):
-    """Entries keys / positions [KP] (key 0: none) -> their positions by descending key, ties to the earlier
-    position, -1 padded, into out_row[:topk]."""
-    packed = (keys.to(tl.int64) << 31) | (2147483647 - positions.to(tl.int64))
-    packed = tl.sort(tl.where(keys > 0, packed, -1), descending=True)
-    best = tl.where(packed >= 0, 2147483647 - (packed & 2147483647), -1).to(tl.int32)
+def write_positions(keys, positions, out_row, topk, KP: tl.constexpr, ANY_ORDER: tl.constexpr):
+    """Entries keys / positions [KP] (key 0: none) -> their positions, ascending, -1 padded, into out_row[:topk].
+    A set in position order (keep_best's) is compacted as it is; ANY_ORDER (keep_best_any_order's) is sorted."""
     offs = tl.arange(0, KP)
-    tl.store(out_row + offs, best, mask=offs < topk)
+    kept = keys > 0
+    if ANY_ORDER:
+        ordered = tl.sort(tl.where(kept, positions, 2147483647))
+        tl.store(out_row + offs, tl.where(ordered < 2147483647, ordered, -1), mask=offs < topk)
+    else:
+        slot = tl.cumsum(kept.to(tl.int32), axis=0) - 1
+        count = tl.sum(kept.to(tl.int32), axis=0)
+        tl.store(out_row + offs, tl.full([KP], -1, tl.int32), mask=(offs >= count) & (offs < topk))
+        tl.store(out_row + slot, positions, mask=kept & (slot < topk))
 
 
 def union_layout(topk: int, union_keys: int, block_keys: int) -> tuple[int, int]:

@@ -2,15 +2,14 @@
 
 A candidate is one int64 *key*: the fp32 score mapped onto [0, 2^32) in its own order, shifted up 31 bits, with
 2^31 - 1 - position in the low bits. Keys are unique within a row and their integer order is the reference order
-(descending score, ties to the earlier position), so a threshold on keys is exact and a descending int64 sort
-gives the output row. -1 marks "no candidate".
+(descending score, ties to the earlier position), so a threshold on keys is exact. -1 marks "no candidate".
 
-Each query row owns a buffer of CAP keys in global memory (L2-resident, private to one program). Tiles of new
-keys above the row's threshold `tau` are appended (prefix-sum compaction); when a row would overflow, it is
-shrunk in place to a threshold that keeps between K and K + SLACK keys, found by a bitwise search over the key
-bits below the common prefix of the row's smallest and largest key. The final shrink uses SLACK = 0 (exactly K
-kept), then the row is sorted. Keys below a threshold already have K better keys, so nothing of the true Top-K is
-ever dropped.
+Each query row owns a buffer of CAP keys in global memory (L2-resident, private to one program). Tiles of new keys
+above the row's threshold `tau` are appended (prefix-sum compaction); when a row would overflow, it is shrunk in place
+to a threshold that keeps between K and K + SLACK keys, found by a bitwise search over the key bits below the common
+prefix of the row's smallest and largest key. The final shrink uses SLACK = 0 (exactly K kept), then the row's
+positions are sorted ascending (the output order, reference.py). Keys below a threshold already have K better keys, so
+nothing of the true Top-K is ever dropped.
 """
 
 from __future__ import annotations
@@ -141,14 +140,16 @@ def insert_keys(buf, row_offsets, keys, count, tau, K, SLACK, CAP: tl.constexpr,
 
 @triton.jit
 def write_topk_row(row, count, out_row, K, KP: tl.constexpr, CAP: tl.constexpr):
-    """Reduce the buffer `row` to its K best keys and store their positions, best first, -1 padded, to out_row[:K]."""
+    """Reduce the buffer `row` to its K best keys and store their positions, ascending, -1 padded, to out_row[:K]."""
     if count > K:
         count, t = shrink_row(row, count, K, 0, CAP)
     offs = tl.arange(0, KP)
     tl.debug_barrier()
     keys = tl.load(row + offs, mask=offs < count, other=-1, cache_modifier=".cg")
-    keys = tl.sort(keys, descending=True)
-    tl.store(out_row + offs, unpack_positions(keys), mask=offs < K)
+    positions = unpack_positions(keys)
+    # an int32 sort of the positions (empty ones last) where an int64 sort of the keys was
+    ordered = tl.sort(tl.where(positions >= 0, positions, 2147483647))
+    tl.store(out_row + offs, tl.where(ordered < 2147483647, ordered, -1), mask=offs < K)
 
 
 def buffer_layout(topk: int, chunk: int) -> tuple[int, int, int]:
