@@ -12,15 +12,10 @@ timeout -s INT -k 15 100 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m g
   tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_words_keys.py > $R/gpu_indexer.log 2>&1
 echo "== indexer gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer.log; save
 OLD='{"merge_warps": 8, "min_chunk": 4096, "balance_keys": 0}'
-run() {  # NAME BATCHES CONTEXTS HEADS OPTIONS_JSON
-  timeout 120 python3 bench/bench_indexer.py --decode-only --batch $2 --contexts $3 --heads $4 --caches mxfp8 \
-    --decode-options "$5" --out $R/$1 > $R/indexer_$1.log 2>&1
-  echo "== indexer $1 rc=$? at $(( $(date +%s) - start )) s"; save
-}
-run b64_new 64 8192,32768,131072 32,64 '{}'
-run b64_old 64 8192,32768,131072 32,64 "$OLD"
-run small_new 1,8 32768,131072 64 '{}'
-run small_old 1,8 32768,131072 64 "$OLD"
+indexer_decode b64_new 64 8192,32768,131072 32,64 '{}'
+indexer_decode b64_old 64 8192,32768,131072 32,64 "$OLD"
+indexer_decode small_new 1,8 32768,131072 64 '{}'
+indexer_decode small_old 1,8 32768,131072 64 "$OLD"
 for n in b64_new b64_old small_new small_old; do
   echo "-- $n"; python3 -m bench.result_rows indexer $R/$n/*.json 2>/dev/null | cut -c1-160
 done

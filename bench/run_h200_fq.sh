@@ -9,13 +9,8 @@
 export OMP_NUM_THREADS=1
 timeout -s INT -k 15 150 python3 -m pytest -q -rfE -p no:cacheprovider -n 14 -m gpu tests > $R/gpu_all.log 2>&1
 echo "== gpu suite rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_all.log; save
-run() {  # NAME BATCHES CONTEXTS HEADS
-  timeout 120 python3 bench/bench_indexer.py --decode-only --batch $2 --contexts $3 --heads $4 --caches mxfp8 \
-    --out $R/$1 > $R/indexer_$1.log 2>&1
-  echo "== indexer $1 rc=$? at $(( $(date +%s) - start )) s"; save
-}
-run b64 64 8192,32768,131072 32,64
-run small 1,8 8192,32768,131072 64
+indexer_decode b64 64 8192,32768,131072 32,64
+indexer_decode small 1,8 8192,32768,131072 64
 for order in position random; do
   if [ "$(left)" -gt 70 ]; then
     timeout $(( $(left) )) python3 bench/bench_sparse_mla.py --quick-decode --index-order $order --out $R/mla_$order \
