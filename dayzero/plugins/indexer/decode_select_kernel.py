@@ -251,8 +251,8 @@ def index_topk_decode_select_launcher(
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 16,
     split_keys: int | None = None, min_row_splits: int = MIN_ROW_SPLITS, maxnreg: int | None | str = None,
-    key_words: bool | None = None,
-    code_words: bool | None = None, fp8_dot: bool | None = None, out: torch.Tensor | None = None, launch=None,
+    key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
+    out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -263,10 +263,9 @@ def index_topk_decode_select_launcher(
     against 110 / 118, 257 / 287, 1006 / 1124 with 64 at 8K / 32K / 128K keys; on the bf16 dot 128 was slower, run
     bf); min_chunk: the fewest keys of a split (default next_pow2(topk)); split_keys (default 2 * next_pow2(topk)) and
     min_row_splits: a row's splits (see MIN_ROW_SPLITS); merge_warps: the merge kernel's warps (run fn, B64 MXFP8: 16
-    warps merged in 31-46 us against 39-53 with 8); maxnreg: the split
-    kernel's register cap (see decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so
-    that they are prefetched with the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too;
-    None: both wherever they apply
+    warps merged in 31-46 us against 39-53 with 8); maxnreg: the split kernel's register cap (see
+    decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
+    the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
     (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
     32K / 128K); fp8_dot: an MXFP8 query (q_scales) and cache on the FP8 tensor cores (fp8_dot_kernel.py; None:
     wherever both are MXFP8). The split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU
