@@ -20,7 +20,7 @@ from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned, siz
 pytestmark = needs_triton
 
 # tiny tiles under the interpreter so that a few hundred keys cross tiles, blocks, shrinks, splits and the merge
-CPU_DECODE = {"select": dict(block_keys=16, union_keys=64, num_splits=3, min_chunk=32, split_keys=1, balance_keys=0),
+CPU_DECODE = {"select": dict(block_keys=16, union_keys=64, num_splits=3, min_chunk=32, split_keys=1),
               "buffers": dict(block_keys=16, super_chunk=32, merge_chunk=16, num_splits=3, min_chunk=32),
               "chunked": dict(block_keys=16, union_keys=64, num_splits=2, chunk_keys=96, range_keys=32)}
 CPU_PREFILL = dict(block_rows=16, block_keys=16, max_programs=2)

@@ -95,7 +95,7 @@ def sorted_scores_case(length: int, order: str, cache_kind: str, num_heads: int 
 
 # the interpreter's few hundred keys would take few splits by the default rule: a split a key lets every row use the
 # grid's splits, so that many-split merges run
-SMALL = {} if ON_GPU else dict(block_keys=16, union_keys=64, min_chunk=48, split_keys=1, balance_keys=0)
+SMALL = {} if ON_GPU else dict(block_keys=16, union_keys=64, min_chunk=48, split_keys=1)
 
 
 @pytest.mark.parametrize("order", ["rising", "falling"])
@@ -131,14 +131,12 @@ def test_integer_ties_across_splits_and_blocks():
 
 
 
-@pytest.mark.parametrize("split_keys, min_row_splits, balance_keys", [(128, 2, 0), (1000, 3, 0), (16, 2, 10)])
-def test_row_split_counts_match_reference(split_keys, min_row_splits, balance_keys):
+@pytest.mark.parametrize("split_keys, min_row_splits", [(128, 2), (1000, 3)])
+def test_row_split_counts_match_reference(split_keys, min_row_splits):
     """Rows that use fewer splits than the grid has, by their keys: at 128 keys a split, 400 keys take 4 of the 8 and
-    37 keys 2 (the floor); at 1000, every row takes the floor of 3; balanced at 10, splits of sqrt(keys x 10) keys:
-    7, 4 and 2. The merge still folds them exactly."""
+    37 keys 2 (the floor); at 1000, every row takes the floor of 3. The merge still folds them exactly."""
     case = build_case((400, 150, 37), (1, 2, 1), 3, 32, "fp32", torch.float32, seed=5)
-    options = {**SMALL, "min_chunk": 16, "split_keys": split_keys, "min_row_splits": min_row_splits,
-               "balance_keys": balance_keys}
+    options = {**SMALL, "min_chunk": 16, "split_keys": split_keys, "min_row_splits": min_row_splits}
     got = run_kernel(case, 24, "decode", num_splits=8, **options)
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=24).cpu())
     assert_rows_follow_the_rule(got, case, 24)

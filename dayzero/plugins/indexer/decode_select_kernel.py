@@ -43,15 +43,9 @@ FLOOR_BLOCK = tl.constexpr(32)
 # A row takes a split per 2 x next_pow2(topk) keys (the split kernel's time grows with its keys, the merge's by 4-6 us
 # a split), but at least this many where its keys allow splits of next_pow2(topk): 8K keys then run on 4 splits, not
 # 2, which at B64 spreads the split kernel over 256 programs instead of 128 (run fn: 0.101 / 0.107 ms against 0.123 /
-# 0.135 at HI 32 / 64).
+# 0.135 at HI 32 / 64). Run fo: splits balanced by sqrt(keys) instead lost at B1 / B8 and 128K keys (0.277 / 0.327
+# against 0.264 / 0.288 ms): fewer, longer splits take a lone program longer than the merge saves.
 MIN_ROW_SPLITS = 4
-# Long rows take splits of at least sqrt(keys x this) keys: a split program's time is about a + b x its keys and the
-# merge's about c + d x the row's splits, least in sum at splits of sqrt(keys x d / b) keys. Run fq (no sort in the
-# merge), B1 / B8: b = 17.5 us per 1024 keys (2048 / 4096-key splits in 39 / 74 us), d = 4.3 us a set (32 sets in
-# 150-158 us), d / b = 250 keys; it binds above 64K keys (128K: 23 splits of 5760 keys instead of 32 of 4096). (Run
-# fo's balance, d / b = 532 from B64 figures with the sort, lost at 128K: 0.277 / 0.327 ms at B1 / B8 against 0.264 /
-# 0.288.)
-MERGE_BALANCE_KEYS = 250
 
 
 @triton.jit
@@ -153,18 +147,15 @@ def _quantiles(set_keys, sets, count, k_quantile, LP: tl.constexpr, KP: tl.const
 
 
 @triton.jit
-def _row_splits(pos, num_splits, split_keys, min_row_splits, balance_keys):
-    """The splits the rows' sequence uses: one per max(split_keys, sqrt(keys x balance_keys)) keys, at least
-    min_row_splits, at most num_splits."""
-    num_keys = tl.max(pos) + 1
-    balanced = tl.sqrt(num_keys.to(tl.float32) * balance_keys.to(tl.float32)).to(tl.int32)
-    return tl.minimum(num_splits, tl.maximum(min_row_splits, tl.cdiv(num_keys, tl.maximum(split_keys, balanced))))
+def _row_splits(pos, num_splits, split_keys, min_row_splits):
+    """The splits the rows' sequence uses: one per split_keys keys, at least min_row_splits, at most num_splits."""
+    return tl.minimum(num_splits, tl.maximum(min_row_splits, tl.cdiv(tl.max(pos) + 1, split_keys)))
 
 
 @triton.jit
 def _decode_select_kernel(
     q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, counts, floors,
-    num_splits_used, scale, num_splits, min_chunk, split_keys, min_row_splits, balance_keys, table_stride, K,
+    num_splits_used, scale, num_splits, min_chunk, split_keys, min_row_splits, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
     DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
@@ -175,8 +166,7 @@ def _decode_select_kernel(
     for row0 in range(first, end, LP):
         rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
                                                              Q_QUANT, DOT_FP32, FP8_DOT)
-        row_splits = _row_splits(pos, num_splits, split_keys, min_row_splits, balance_keys)
-        num_keys, chunk = split_chunk(pos, row_splits, min_chunk, BS)
+        num_keys, chunk = split_chunk(pos, _row_splits(pos, num_splits, split_keys, min_row_splits), min_chunk, BS)
         used = tl.cdiv(num_keys, chunk)
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)
@@ -260,9 +250,9 @@ def index_topk_decode_select_launcher(
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 16,
-    split_keys: int | None = None, min_row_splits: int = MIN_ROW_SPLITS, balance_keys: int = MERGE_BALANCE_KEYS,
-    maxnreg: int | None | str = None, key_words: bool | None = None, code_words: bool | None = None,
-    fp8_dot: bool | None = None, out: torch.Tensor | None = None, launch=None,
+    split_keys: int | None = None, min_row_splits: int = MIN_ROW_SPLITS, maxnreg: int | None | str = None,
+    key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
+    out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -271,12 +261,11 @@ def index_topk_decode_select_launcher(
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: keys a tile, a power of two (None:
     128 on the FP8 dot, 64 otherwise: run dh, MXFP8 HI 32 / 64, split kernel 74 / 87, 189 / 222, 737 / 880 us
     against 110 / 118, 257 / 287, 1006 / 1124 with 64 at 8K / 32K / 128K keys; on the bf16 dot 128 was slower, run
-    bf); min_chunk: the fewest keys of a split (default next_pow2(topk)); split_keys (default 2 * next_pow2(topk)),
-    min_row_splits and balance_keys: a row's splits (see MIN_ROW_SPLITS and MERGE_BALANCE_KEYS; balance_keys 0: off);
-    merge_warps: the merge kernel's warps (run fn, B64 MXFP8: 16 warps merged in 31-46 us against 39-53 with 8);
-    maxnreg: the split kernel's register cap (see decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as
-    int32 words, so that they are prefetched with the codes (words_tiles_kernel.py; DI a multiple of 128),
-    code_words: the codes too; None: both wherever they apply
+    bf); min_chunk: the fewest keys of a split (default next_pow2(topk)); split_keys (default 2 * next_pow2(topk)) and
+    min_row_splits: a row's splits (see MIN_ROW_SPLITS); merge_warps: the merge kernel's warps (run fn, B64 MXFP8: 16
+    warps merged in 31-46 us against 39-53 with 8); maxnreg: the split kernel's register cap (see
+    decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
+    the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
     (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
     32K / 128K); fp8_dot: an MXFP8 query (q_scales) and cache on the FP8 tensor cores (fp8_dot_kernel.py; None:
     wherever both are MXFP8). The split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU
@@ -317,7 +306,7 @@ def index_topk_decode_select_launcher(
         split_kernel[(num_seqs, num_splits)](
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
             set_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys, min_row_splits,
-            balance_keys, block_table.stride(0), topk,
+            block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
             KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot)
