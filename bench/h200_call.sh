@@ -30,3 +30,10 @@ indexer_decode() {
     --decode-options "${5:-{\}}" --out $R/$1 > $R/indexer_$1.log 2>&1
   echo "== indexer $1 rc=$? at $(( $(date +%s) - start )) s"; save
 }
+# the indexer kernels' GPU tests into $R/gpu_indexer.log, then their summary
+indexer_gpu_tests() {
+  timeout -s INT -k 15 100 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu \
+    tests/plugins/test_indexer_select.py tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_words_keys.py \
+    > $R/gpu_indexer.log 2>&1
+  echo "== indexer gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer.log; save
+}

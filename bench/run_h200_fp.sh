@@ -7,9 +7,7 @@
 . bench/h200.sh
 . bench/h200_call.sh fp ${1:-420}
 export OMP_NUM_THREADS=1
-timeout -s INT -k 15 100 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu tests/plugins/test_indexer_select.py \
-  tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_words_keys.py > $R/gpu_indexer.log 2>&1
-echo "== indexer gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer.log; save
+indexer_gpu_tests
 OLD='{"merge_warps": 8, "min_chunk": 4096, "min_row_splits": 1}'
 indexer_decode b64_new 64 8192,32768,131072 32,64 '{}'
 indexer_decode b64_old 64 8192,32768,131072 32,64 "$OLD"

@@ -7,9 +7,7 @@
 . bench/h200.sh
 . bench/h200_call.sh fr ${1:-300}
 export OMP_NUM_THREADS=1
-timeout -s INT -k 15 100 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu tests/plugins/test_indexer_select.py \
-  tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_words_keys.py > $R/gpu_indexer.log 2>&1
-echo "== indexer gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer.log; save
+indexer_gpu_tests
 indexer_decode small_balanced 1,8 32768,131072 64
 indexer_decode small_unbalanced 1,8 32768,131072 64 '{"balance_keys": 0}'
 indexer_decode b64_balanced 64 131072 64
