@@ -13,6 +13,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from dayzero.plugins.indexer.topk_kernel import store_ascending
+
 # entries of a union are counted in two 16-bit halves of one int32 scan
 MAX_UNION = 32767
 
@@ -137,12 +139,11 @@ def load_set(set_keys, set_positions, count, floor, KP: tl.constexpr):
 def write_positions(keys, positions, out_row, topk, KP: tl.constexpr, ANY_ORDER: tl.constexpr):
     """Entries keys / positions [KP] (key 0: none) -> their positions, ascending, -1 padded, into out_row[:topk].
     A set in position order (keep_best's) is compacted as it is; ANY_ORDER (keep_best_any_order's) is sorted."""
-    offs = tl.arange(0, KP)
     kept = keys > 0
     if ANY_ORDER:
-        ordered = tl.sort(tl.where(kept, positions, 2147483647))
-        tl.store(out_row + offs, tl.where(ordered < 2147483647, ordered, -1), mask=offs < topk)
+        store_ascending(positions, kept, out_row, topk, KP)
     else:
+        offs = tl.arange(0, KP)
         slot = tl.cumsum(kept.to(tl.int32), axis=0) - 1
         count = tl.sum(kept.to(tl.int32), axis=0)
         tl.store(out_row + offs, tl.full([KP], -1, tl.int32), mask=(offs >= count) & (offs < topk))

@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 INT64_MAX = tl.constexpr(9223372036854775807)
+INT32_MAX = tl.constexpr(2147483647)
 
 
 @triton.jit
@@ -147,9 +148,16 @@ def write_topk_row(row, count, out_row, K, KP: tl.constexpr, CAP: tl.constexpr):
     tl.debug_barrier()
     keys = tl.load(row + offs, mask=offs < count, other=-1, cache_modifier=".cg")
     positions = unpack_positions(keys)
-    # an int32 sort of the positions (empty ones last) where an int64 sort of the keys was
-    ordered = tl.sort(tl.where(positions >= 0, positions, 2147483647))
-    tl.store(out_row + offs, tl.where(ordered < 2147483647, ordered, -1), mask=offs < K)
+    store_ascending(positions, positions >= 0, out_row, K, KP)
+
+
+@triton.jit
+def store_ascending(positions, kept, out_row, width, KP: tl.constexpr):
+    """The kept positions [KP] (int32) sorted ascending, -1 padded, into out_row[:width]: an int32 sort, the empty
+    entries last."""
+    offs = tl.arange(0, KP)
+    ordered = tl.sort(tl.where(kept, positions, INT32_MAX))
+    tl.store(out_row + offs, tl.where(ordered < INT32_MAX, ordered, -1), mask=offs < width)
 
 
 def buffer_layout(topk: int, chunk: int) -> tuple[int, int, int]:
