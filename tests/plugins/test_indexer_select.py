@@ -140,3 +140,19 @@ def test_row_split_counts_match_reference(split_keys, min_row_splits):
     got = run_kernel(case, 24, "decode", num_splits=8, **options)
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=24).cpu())
     assert_rows_follow_the_rule(got, case, 24)
+
+
+@pytest.mark.parametrize("merge_sets", [2, 4, 16])
+def test_merge_folds_several_sets_a_step(merge_sets):
+    """Seven splits a row folded one (2), three (4) or all (16) new sets a merge step: the same rows, exactly."""
+    case = build_case((400, 150, 37), (1, 2, 1), 3, 32, "fp32", torch.float32, seed=9)
+    options = {**SMALL, "min_chunk": 16, "split_keys": 1, "merge_sets": merge_sets}
+    got = run_kernel(case, 24, "decode", num_splits=7, **options)
+    assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=24).cpu())
+    assert_rows_follow_the_rule(got, case, 24)
+
+
+def test_merge_sets_must_be_a_power_of_two():
+    case = build_case((100,), (1,), 2, 16, "fp32", torch.float32, seed=1)
+    with pytest.raises(AssertionError, match="power of two"):
+        run_kernel(case, 8, "decode", num_splits=3, **{**SMALL, "merge_sets": 3})

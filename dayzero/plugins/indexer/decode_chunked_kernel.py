@@ -26,7 +26,7 @@ import triton.language as tl
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.candidates_kernel import filter_block, filter_block_size, fold_candidates
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
-from dayzero.plugins.indexer.decode_select_kernel import _merge_select_kernel, _score_block
+from dayzero.plugins.indexer.decode_select_kernel import _merge_select_kernel, _score_block, merge_sets_of
 from dayzero.plugins.indexer.fp8_dot_kernel import mxfp8_dot_applies
 from dayzero.plugins.indexer.select_kernel import kth_key, union_layout
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, sequence_span
@@ -122,14 +122,14 @@ def index_topk_decode_chunked_launcher(
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, chunk_keys: int = 16384,
     range_keys: int = 1024, block_keys: int = 64, union_keys: int = 4096, num_warps: int = 4, fold_warps: int = 8,
     merge_warps: int = 8, key_words: bool | None = None, code_words: bool | None = None,
-    fp8_dot: bool | None = None, out: torch.Tensor | None = None, launch=None,
+    fp8_dot: bool | None = None, merge_sets: int | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given), in rounds of `chunk_keys` positions (a multiple of range_keys, itself a multiple of block_keys):
     score programs of `range_keys` keys, fold programs of chunk_keys / num_splits positions per row.
 
     The rounds are a host loop over the block table's width: eager calls only (an exported engine's width is a
-    symbol). key_words / code_words / fp8_dot as in decode_select_kernel's launcher."""
+    symbol). key_words / code_words / fp8_dot / merge_sets as in decode_select_kernel's launcher."""
     num_tokens, num_heads, dim = q.shape
     if any(isinstance(n, torch.SymInt) for n in (num_tokens, block_table.shape[1])):
         raise ValueError("the chunked decode indexer loops over rounds on the host and runs eagerly only; export "
@@ -183,5 +183,6 @@ def index_topk_decode_chunked_launcher(
             num_warps=fold_warps)
     # the merge reads set j at set_keys + j * U: the sets here are KP apart; a row's splits interleave in position
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
-                                topk, KP=kp, U=kp, ANY_ORDER=True, num_warps=merge_warps)
+                                topk, KP=kp, U=kp, SETS=merge_sets_of(kp, merge_sets), ANY_ORDER=True,
+                                num_warps=merge_warps)
     return out

@@ -8,7 +8,8 @@ scan, no sort). At the end a row's set is its split's candidates (at most K, pos
 floors: the set's K-th key and its ceil(K / (S - 1))-th key.
 
 Kernel 2, one program per query row, folds the splits' sets into the set of split 0 with the same `keep_best`,
-dropping every candidate below the best floor (below a split's K-th key there are K better keys in that split;
+several sets a step (MERGE_UNION entries: one search per step, whatever its size), dropping every candidate below
+the best floor (below a split's K-th key there are K better keys in that split;
 below the smallest ceil(K / (S - 1))-th key of the first S - 1 splits there are at least K better keys in total),
 so that the merge mostly appends and searches once or twice; the final K are already in position order, the
 output order (reference.py), so no sort follows. Memory: one set + block per program and row, never a [T, N] score
@@ -25,6 +26,7 @@ from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
 from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_BLOCK_KEYS, key_scale_words, mxfp8_dot_applies, mxfp8_logits
 from dayzero.plugins.indexer.select_kernel import (
+    MAX_UNION,
     keep_best,
     keep_best_any_order,
     kth_key,
@@ -46,6 +48,9 @@ FLOOR_BLOCK = tl.constexpr(32)
 # 0.135 at HI 32 / 64). Run fo: splits balanced by sqrt(keys) instead lost at B1 / B8 and 128K keys (0.277 / 0.327
 # against 0.264 / 0.288 ms): fewer, longer splits take a lone program longer than the merge saves.
 MIN_ROW_SPLITS = 4
+# entries a merge step searches at once: 16 a thread on the merge's 16 warps. Each step costs one bitwise search of
+# the union's K-th key whatever its size, so four sets of 2048 fold in one step, not three.
+MERGE_UNION = 8192
 
 
 @triton.jit
@@ -202,7 +207,8 @@ def _merge_floor(floors, first, used):
 
 @triton.jit
 def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_used, out, cu_seqlens, num_seqs,
-                         num_splits, topk, KP: tl.constexpr, U: tl.constexpr, ANY_ORDER: tl.constexpr):
+                         num_splits, topk, KP: tl.constexpr, U: tl.constexpr, SETS: tl.constexpr,
+                         ANY_ORDER: tl.constexpr):
     # ANY_ORDER: the splits' positions interleave (decode_chunked_kernel.py), so ties go by position, not by order
     row = tl.program_id(0).to(tl.int64)
     out_row = out + row * topk
@@ -217,17 +223,23 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
     base_positions = set_positions + first * KP
     count = tl.load(counts + first)
     lower = tl.zeros([], tl.uint32)
-    lane = tl.arange(0, 2 * KP)
-    in_base = lane < KP
-    for j in range(1, used):
-        n = tl.load(counts + first + j)
-        ok = tl.where(in_base, lane < count, lane - KP < n)
-        key_ptrs = tl.where(in_base, base_keys + lane, base_keys + j * U + lane - KP)
-        position_ptrs = tl.where(in_base, base_positions + lane, base_positions + j * KP + lane - KP)
+    # a step folds SETS - 1 splits' sets into the running set (split 0's memory) with one search: the union's lanes
+    # hold the running set, then each new set, so the union is in position order where the splits are
+    lane = tl.arange(0, SETS * KP)
+    member = lane // KP
+    within = lane % KP
+    for j in range(1, used, SETS - 1):
+        split = j + member - 1
+        n = tl.load(counts + first + split, mask=(member > 0) & (split < used), other=0)
+        ok = within < tl.where(member == 0, count, n)
+        key_offsets = tl.where(member == 0, within, split * U + within)
+        position_offsets = tl.where(member == 0, within, split * KP + within)
         tl.debug_barrier()
-        keys = tl.load(key_ptrs, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+        keys = tl.load(base_keys + key_offsets, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
         keys = tl.where(keys >= floor, keys, 0)
-        positions = tl.load(position_ptrs, mask=ok, other=0, cache_modifier=".cg")
+        positions = tl.load(base_positions + position_offsets, mask=ok, other=0, cache_modifier=".cg")
+        # with more than K entries left, all >= floor, the floor bounds the search too (and so does the last t)
+        lower = tl.maximum(lower, floor)
         if ANY_ORDER:
             count, lower = keep_best_any_order(keys, positions, base_keys, base_positions, topk, lower)
         else:
@@ -235,6 +247,15 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
     tl.debug_barrier()
     keys, positions = load_set(base_keys, base_positions, count, floor, KP)
     write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
+
+
+def merge_sets_of(kp: int, sets: int | None) -> int:
+    """Sets a merge step holds (the running set and sets - 1 new ones): a power of two >= 2; None: as many as make
+    MERGE_UNION entries."""
+    sets = max(2, MERGE_UNION // kp) if sets is None else sets
+    assert sets >= 2 and sets & (sets - 1) == 0, f"merge_sets must be a power of two >= 2, got {sets}"
+    assert sets * kp <= MAX_UNION, f"a merge step of {sets} sets of {kp} is over {MAX_UNION} entries"
+    return sets
 
 
 def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device) -> int:
@@ -252,7 +273,7 @@ def index_topk_decode_select_launcher(
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 16,
     split_keys: int | None = None, min_row_splits: int = MIN_ROW_SPLITS, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
-    out: torch.Tensor | None = None, launch=None,
+    merge_sets: int | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -311,5 +332,6 @@ def index_topk_decode_select_launcher(
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
             KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot)
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
-                                topk, KP=kp, U=union, ANY_ORDER=False, num_warps=merge_warps)
+                                topk, KP=kp, U=union, SETS=merge_sets_of(kp, merge_sets), ANY_ORDER=False,
+                                num_warps=merge_warps)
     return out
