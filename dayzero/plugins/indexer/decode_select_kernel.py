@@ -42,12 +42,12 @@ from dayzero.plugins.triton_utils import with_launch_config
 
 # splits whose floors the merge reads at once
 FLOOR_BLOCK = tl.constexpr(32)
-# A row takes a split per 2 x next_pow2(topk) keys (the split kernel's time grows with its keys, the merge's by 4-6 us
-# a split), but at least this many where its keys allow splits of next_pow2(topk): 8K keys then run on 4 splits, not
-# 2, which at B64 spreads the split kernel over 256 programs instead of 128 (run fn: 0.101 / 0.107 ms against 0.123 /
-# 0.135 at HI 32 / 64). Run fo: splits balanced by sqrt(keys) instead lost at B1 / B8 and 128K keys (0.277 / 0.327
-# against 0.264 / 0.288 ms): fewer, longer splits take a lone program longer than the merge saves.
-MIN_ROW_SPLITS = 4
+# A row takes a split per next_pow2(topk) keys (min_chunk), up to MAX_SPLITS and as many as fit one wave of two
+# programs an SM (select_num_splits): at B64, 4 splits at any context; at B1 / B8, 4 at 8K, 16 at 32K, 32 at 128K.
+# Run ga (graph ms, MXFP8 HI 64, merging 8192 entries a step): at 32K, 16 splits of 2048 took 0.090 / 0.104 ms at B1 /
+# B8 against 8 of 4096 keys' 0.127 / 0.132; at 128K, 64 splits of 2048 took 0.233 ms at B1 against 32 of 4096 keys'
+# 0.187, the merge (181 us against 93) outgrowing what the shorter splits save.
+MAX_SPLITS = 32
 # entries a merge step searches at once: 16 a thread on the merge's 16 warps. Each step costs one bitwise search of
 # the union's K-th key whatever its size, so four sets of 2048 fold in one step, not three.
 MERGE_UNION = 8192
@@ -152,15 +152,15 @@ def _quantiles(set_keys, sets, count, k_quantile, LP: tl.constexpr, KP: tl.const
 
 
 @triton.jit
-def _row_splits(pos, num_splits, split_keys, min_row_splits):
-    """The splits the rows' sequence uses: one per split_keys keys, at least min_row_splits, at most num_splits."""
-    return tl.minimum(num_splits, tl.maximum(min_row_splits, tl.cdiv(tl.max(pos) + 1, split_keys)))
+def _row_splits(pos, num_splits, split_keys):
+    """The splits the rows' sequence uses: one per split_keys keys, at most num_splits."""
+    return tl.minimum(num_splits, tl.cdiv(tl.max(pos) + 1, split_keys))
 
 
 @triton.jit
 def _decode_select_kernel(
     q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, counts, floors,
-    num_splits_used, scale, num_splits, min_chunk, split_keys, min_row_splits, table_stride, K,
+    num_splits_used, scale, num_splits, min_chunk, split_keys, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
     DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
@@ -171,7 +171,7 @@ def _decode_select_kernel(
     for row0 in range(first, end, LP):
         rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
                                                              Q_QUANT, DOT_FP32, FP8_DOT)
-        num_keys, chunk = split_chunk(pos, _row_splits(pos, num_splits, split_keys, min_row_splits), min_chunk, BS)
+        num_keys, chunk = split_chunk(pos, _row_splits(pos, num_splits, split_keys), min_chunk, BS)
         used = tl.cdiv(num_keys, chunk)
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)
@@ -259,10 +259,10 @@ def merge_sets_of(kp: int, sets: int | None) -> int:
 
 
 def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device) -> int:
-    """Splits per sequence: as many programs as fit in one wave (two per SM), each split at least min_chunk keys;
-    a second, partial wave would double the time of the last programs."""
+    """Splits per sequence: as many programs as fit in one wave (two per SM), each split at least min_chunk keys, at
+    most MAX_SPLITS; a second, partial wave would double the time of the last programs."""
     sms = device_info.num_sms(device, cpu_default=2)
-    by_sms = (2 * sms) // torch.sym_max(num_seqs, 1)
+    by_sms = torch.sym_min(MAX_SPLITS, (2 * sms) // torch.sym_max(num_seqs, 1))
     return torch.sym_max(1, torch.sym_min(by_sms, triton.cdiv(max_keys, min_chunk)))
 
 
@@ -271,7 +271,7 @@ def index_topk_decode_select_launcher(
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 16,
-    split_keys: int | None = None, min_row_splits: int = MIN_ROW_SPLITS, maxnreg: int | None | str = None,
+    split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
     merge_sets: int | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
@@ -282,8 +282,8 @@ def index_topk_decode_select_launcher(
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: keys a tile, a power of two (None:
     128 on the FP8 dot, 64 otherwise: run dh, MXFP8 HI 32 / 64, split kernel 74 / 87, 189 / 222, 737 / 880 us
     against 110 / 118, 257 / 287, 1006 / 1124 with 64 at 8K / 32K / 128K keys; on the bf16 dot 128 was slower, run
-    bf); min_chunk: the fewest keys of a split (default next_pow2(topk)); split_keys (default 2 * next_pow2(topk)) and
-    min_row_splits: a row's splits (see MIN_ROW_SPLITS); merge_warps: the merge kernel's warps (run fn, B64 MXFP8: 16
+    bf); min_chunk: the fewest keys of a split (default next_pow2(topk)); split_keys (default min_chunk): a
+    row takes a split per split_keys keys (see MAX_SPLITS); merge_warps: the merge kernel's warps (run fn, B64 MXFP8: 16
     warps merged in 31-46 us against 39-53 with 8); maxnreg: the split kernel's register cap (see
     decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
     the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
@@ -307,7 +307,7 @@ def index_topk_decode_select_launcher(
     maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = kp if min_chunk is None else min_chunk
-    split_keys = 2 * kp if split_keys is None else split_keys
+    split_keys = min_chunk if split_keys is None else split_keys
     if num_splits is None:
         num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device)
     num_sets = num_tokens * num_splits
@@ -326,7 +326,7 @@ def index_topk_decode_select_launcher(
     if num_seqs > 0:
         split_kernel[(num_seqs, num_splits)](
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
-            set_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys, min_row_splits,
+            set_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys,
             block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
