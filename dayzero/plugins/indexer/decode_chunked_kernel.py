@@ -27,7 +27,7 @@ from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.candidates_kernel import filter_block, filter_block_size, fold_candidates
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
 from dayzero.plugins.indexer.decode_select_kernel import _merge_select_kernel, _score_block, merge_sets_of
-from dayzero.plugins.indexer.fp8_dot_kernel import mxfp8_dot_applies
+from dayzero.plugins.indexer.fp8_dot_kernel import block_page_count, mxfp8_dot_applies
 from dayzero.plugins.indexer.select_kernel import kth_key, union_layout
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, sequence_span
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
@@ -39,6 +39,7 @@ def _score_chunk_kernel(
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, CHUNK: tl.constexpr, RANGE: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
     DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
+    NPB: tl.constexpr,
 ):
     seq = tl.program_id(0)
     lo = chunk_start + tl.program_id(1) * RANGE
@@ -50,7 +51,7 @@ def _score_chunk_kernel(
         # each row's scores of [lo, hi) at its workspace row, offset by the chunk's start
         row_scores = scores + rows.to(tl.int64) * CHUNK + (lo - chunk_start)
         _score_block(q_rows, w_rows, row_scores, pos, row_ok & (pos >= 0), cache, table_row, lo, hi, scale, DI, PAGE,
-                     LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT)
+                     LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, NPB)
 
 
 @triton.jit
@@ -174,7 +175,8 @@ def index_topk_decode_chunked_launcher(
                 start, block_table.stride(0), HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp,
                 DP=max(16, triton.next_power_of_2(dim)), BS=block_keys, CHUNK=chunk_keys, RANGE=range_keys,
                 KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32, KEY_WORDS=key_words,
-                CODE_WORDS=code_words, FP8_DOT=fp8_dot, num_warps=num_warps)
+                CODE_WORDS=code_words, FP8_DOT=fp8_dot, NPB=block_page_count(range_keys, PAGE_SIZE, block_keys),
+                num_warps=num_warps)
         fold_kernel[(num_tokens, num_splits)](
             scores, positions, set_keys, set_positions, pending_keys, pending_positions, counts, taus, pendings, floors,
             used, start, num_splits, topk,

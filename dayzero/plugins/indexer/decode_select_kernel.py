@@ -24,7 +24,14 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
-from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_BLOCK_KEYS, key_scale_words, mxfp8_dot_applies, mxfp8_logits
+from dayzero.plugins.indexer.fp8_dot_kernel import (
+    FP8_DOT_BLOCK_KEYS,
+    block_page_count,
+    block_pages,
+    key_scale_words,
+    mxfp8_dot_applies,
+    mxfp8_logits,
+)
 from dayzero.plugins.indexer.select_kernel import (
     MAX_UNION,
     keep_best,
@@ -57,24 +64,26 @@ MERGE_UNION = 8192
 def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale,
                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                  BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr,
-                 CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr):
+                 CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr, NPB: tl.constexpr):
     """Score keys of the keys [block, end) into block_rows[l] + (s - block) for the LP rows (0: not visible).
 
     The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
     MMA rows, so the sum over heads stays within a thread quad. KEY_WORDS: MXFP8 keys with their scales
     (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys. FP8_DOT: MXFP8 keys and
-    query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py)."""
+    query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py), the block's pages read once (NPB of them,
+    fp8_dot_kernel.block_pages)."""
     d = tl.arange(0, DP)
     if FP8_DOT:
+        pages = block_pages(table_row, block, end, PAGE, NPB)
         # the scale words of the first tile (DI = 128: a word a key; other widths read their scales as bytes)
         words = tl.zeros([BS], tl.int32)
         if DI == 128:
-            words = key_scale_words(cache, table_row, block, end, DI, PAGE, BS)
+            words = key_scale_words(cache, pages, block, block, end, DI, PAGE, BS)
     for start in range(block, end, BS):
         s = start + tl.arange(0, BS)
         s_ok = s < end
         if FP8_DOT:
-            logits, words = mxfp8_logits(cache, table_row, start, end, q_rows, words, DI, PAGE, BS, DOT_FP32)
+            logits, words = mxfp8_logits(cache, pages, block, start, end, q_rows, words, DI, PAGE, BS, DOT_FP32)
         elif KEY_WORDS:
             k = load_keys_words(cache, table_row, s, s_ok, DI, PAGE, DP, DOT_FP32, CODE_WORDS)
             logits = dot_kq(k, q_rows, DOT_FP32)
@@ -108,7 +117,7 @@ def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_pos
                   DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                   BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr,
                   DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
-                  FP8_DOT: tl.constexpr):
+                  FP8_DOT: tl.constexpr, NPB: tl.constexpr):
     """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
     (0: fewer than K entries)."""
     lane = tl.arange(0, LP)
@@ -118,7 +127,7 @@ def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_pos
     for block in range(lo, hi, U - KP):
         end = tl.minimum(block + U - KP, hi)
         _score_block(q_rows, w_rows, set_keys + sets * U + KP, pos, rows_ok, cache, table_row, block, end, scale,
-                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT)
+                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, NPB)
         for r in range(LP):
             here = lane == r
             if tl.sum((here & rows_ok).to(tl.int32)) > 0:
@@ -164,6 +173,7 @@ def _decode_select_kernel(
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
     DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
+    NPB: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
@@ -178,7 +188,7 @@ def _decode_select_kernel(
         sets = rows.to(tl.int64) * num_splits + split
         count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi,
                                    scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS,
-                                   CODE_WORDS, FP8_DOT)
+                                   CODE_WORDS, FP8_DOT, NPB)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
@@ -330,7 +340,8 @@ def index_topk_decode_select_launcher(
             block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
-            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot)
+            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot,
+            NPB=block_page_count(union - kp, PAGE_SIZE, block_keys))
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
                                 topk, KP=kp, U=union, SETS=merge_sets_of(kp, merge_sets), ANY_ORDER=False,
                                 num_warps=merge_warps)

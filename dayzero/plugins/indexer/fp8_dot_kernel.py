@@ -59,26 +59,47 @@ def query_blocks(q, q_scales, row, ok, DI: tl.constexpr, DOT_FP32: tl.constexpr)
     return operands, scales
 
 
-@triton.jit
-def _page_base(table_row, start, end, DI: tl.constexpr, PAGE: tl.constexpr, BS: tl.constexpr):
-    """Byte offsets of the pages holding keys [start, start + BS) (tiles start at multiples of BS; 0 past `end`):
-    one page for the whole tile where BS <= PAGE (a scalar load, which the pipeline prefetches), else a page a key."""
-    if BS <= PAGE:
-        page = tl.load(table_row + start // PAGE, mask=start < end, other=0).to(tl.int64)
-    else:
-        s = start + tl.arange(0, BS)
-        page = tl.load(table_row + s // PAGE, mask=s < end, other=0).to(tl.int64)
-    return page * (PAGE * (DI + DI // MX))
+def block_page_count(block_keys: int, page: int, tile_keys: int) -> int:
+    """Entries of a block's page vector (block_pages): the pages a block of up to block_keys keys spans when it starts
+    at a multiple of tile_keys (a power of two)."""
+    pages = -(-block_keys // page) + (0 if tile_keys % page == 0 else 1)
+    return triton.next_power_of_2(pages)
 
 
 @triton.jit
-def key_scale_words(cache, table_row, start, end, DI: tl.constexpr, PAGE: tl.constexpr, BS: tl.constexpr):
-    """The int32 scale words (four E8M0 codes; DI = 128: one a key) of keys [start, start + BS) -> [BS] (0 past end).
+def block_pages(table_row, block, end, PAGE: tl.constexpr, NPB: tl.constexpr):
+    """The block-table entries of keys [block, end) from block's page on -> int32 [NPB] (0 past end).
+
+    Loaded once per block: the tiles then find their pages in registers. A page load in the tile loop puts a load in
+    the address of the key copies, and Triton 3.6's pipeline then waits for every copy before each tile (its
+    `async_wait` count drops to 0), so no key tile was in flight while one was scored."""
+    j = tl.arange(0, NPB) + block // PAGE
+    return tl.load(table_row + j, mask=j * PAGE < end, other=0)
+
+
+@triton.jit
+def _page_base(pages, block, start, DI: tl.constexpr, PAGE: tl.constexpr, BS: tl.constexpr):
+    """Byte offsets of the pages holding keys [start, start + BS) -> int64 [BS], from the block's pages."""
+    # tiles start at multiples of BS: a tile spans BS / PAGE whole pages, or lies in one
+    NP: tl.constexpr = (BS + PAGE - 1) // PAGE
+    j = tl.arange(0, pages.shape[0])
+    first = start // PAGE - block // PAGE
+    key_page = (start + tl.arange(0, BS)) // PAGE - start // PAGE
+    page = tl.zeros([BS], tl.int32)
+    for p in tl.static_range(NP):
+        page = tl.where(key_page == p, tl.sum(tl.where(j == first + p, pages, 0)), page)
+    return page.to(tl.int64) * (PAGE * (DI + DI // MX))
+
+
+@triton.jit
+def key_scale_words(cache, pages, block, start, end, DI: tl.constexpr, PAGE: tl.constexpr, BS: tl.constexpr):
+    """The int32 scale words (four E8M0 codes; DI = 128: one a key) of keys [start, start + BS) -> [BS] (0 past end);
+    pages: block_pages of the block from `block`.
 
     Loaded a tile ahead by the caller: Triton's pipeline does not prefetch a load whose result it keeps in the MMA's
     layout, and the scales multiply the MMA's results."""
     s = start + tl.arange(0, BS)
-    base = _page_base(table_row, start, end, DI, PAGE, BS) + PAGE * DI
+    base = _page_base(pages, block, start, DI, PAGE, BS) + PAGE * DI
     return tl.load(cache.to(tl.pointer_type(tl.int32)) + base // 4 + s % PAGE, mask=s < end, other=0)
 
 
@@ -93,21 +114,22 @@ def _key_scale_codes(cache, scale_base, ok, words, b: tl.constexpr, DI: tl.const
 
 
 @triton.jit
-def mxfp8_logits(cache, table_row, start, end, q_blocks, words, DI: tl.constexpr, PAGE: tl.constexpr,
+def mxfp8_logits(cache, pages, block, start, end, q_blocks, words, DI: tl.constexpr, PAGE: tl.constexpr,
                  BS: tl.constexpr, DOT_FP32: tl.constexpr):
     """Keys [start, start + BS) (those < end) of an MXFP8 cache (uint8 [P, PAGE * (DI + DI / 32)],
     page-major: values, then scales) . query blocks (query_blocks) -> (logits [BS, M] fp32, 0 past end; the next
-    tile's scale words). `words`: this tile's (key_scale_words; unused unless DI = 128)."""
+    tile's scale words). pages: block_pages of the block from `block`; `words`: this tile's (key_scale_words;
+    unused unless DI = 128)."""
     operands, q_scales = q_blocks
     s = start + tl.arange(0, BS)
     ok = s < end
     offset = (s % PAGE).to(tl.int64)
-    page_base = _page_base(table_row, start, end, DI, PAGE, BS)
+    page_base = _page_base(pages, block, start, DI, PAGE, BS)
     codes = cache.to(tl.pointer_type(tl.float8e4nv)) + (page_base + offset * DI)[:, None]
     scale_base = page_base + PAGE * DI + offset * (DI // MX)
     next_words = words
     if DI == 128:
-        next_words = key_scale_words(cache, table_row, start + BS, end, DI, PAGE, BS)
+        next_words = key_scale_words(cache, pages, block, start + BS, end, DI, PAGE, BS)
     logits = tl.zeros([BS, operands[0].shape[0]], tl.float32)
     for b in tl.static_range(DI // MX):
         k = tl.load(codes + (tl.arange(0, MX) + b * MX)[None, :], mask=ok[:, None], other=0.0)
