@@ -253,10 +253,16 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
         if ANY_ORDER:
             count, lower = keep_best_any_order(keys, positions, base_keys, base_positions, topk, lower)
         else:
-            count, lower = keep_best(keys, positions, base_keys, base_positions, topk, lower)
-    tl.debug_barrier()
-    keys, positions = load_set(base_keys, base_positions, count, floor, KP)
-    write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
+            # the last step's set is the answer, in position order: its positions go straight to the output row
+            last = j + SETS - 1 >= used
+            count, lower = keep_best(keys, positions, base_keys, tl.where(last, out_row, base_positions), topk,
+                                     lower)
+    if ANY_ORDER or used == 1:
+        tl.debug_barrier()
+        keys, positions = load_set(base_keys, base_positions, count, floor, KP)
+        write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
+    else:
+        tl.store(out_row + offs, tl.full([KP], -1, tl.int32), mask=(offs >= count) & (offs < topk))
 
 
 def merge_sets_of(kp: int, sets: int | None) -> int:
