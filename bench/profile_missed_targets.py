@@ -8,7 +8,7 @@ contrast (the KDA pool at B256 H96, 93%; the AttnRes mix at 9 x 8192 x 7168, 99%
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \\
         --section SchedulerStats --section MemoryWorkloadAnalysis python3 bench/profile_missed_targets.py [CASES]
 
-CASES (comma-separated, default all): kda, attnres, indexer, sparse_mla.
+CASES (comma-separated, default all): kda, attnres, indexer, indexer_long, sparse_mla.
 """
 
 from __future__ import annotations
@@ -53,6 +53,12 @@ def indexer_calls() -> list:
     return calls
 
 
+def indexer_long_calls() -> list:
+    """The select kernels at 128K keys, HI 32, MXFP8 (the split kernel's longest case)."""
+    case = indexer.paged_inputs([131072] * indexer.BATCH, [1] * indexer.BATCH, 32, True, mxfp8_query=True)
+    return [lambda: indexer.index_topk_paged_launcher(**case, topk=indexer.TOPK, phase="decode")]
+
+
 def sparse_mla_calls() -> list:
     calls = []
     for fmt in ("fp8", "bf16"):
@@ -68,7 +74,8 @@ def sparse_mla_calls() -> list:
     return calls
 
 
-CASES = {"kda": kda_calls, "attnres": attnres_calls, "indexer": indexer_calls, "sparse_mla": sparse_mla_calls}
+CASES = {"kda": kda_calls, "attnres": attnres_calls, "indexer": indexer_calls, "indexer_long": indexer_long_calls,
+         "sparse_mla": sparse_mla_calls}
 
 
 def main() -> None:
