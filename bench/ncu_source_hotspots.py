@@ -33,7 +33,7 @@ def main() -> None:
     for r in rows:
         by_opcode[r.get("Source", "").split()[0] if r.get("Source") else "?"] += value(r)
     print("samples by opcode:", ", ".join(f"{k} {v / total:.1%}" for k, v in by_opcode.most_common(16)))
-    for i, r in enumerate(sorted(rows, key=value, reverse=True)[:top]):
+    for r in sorted(rows, key=value, reverse=True)[:top]:
         print(f"{value(r) / total:6.1%}  {r.get('Address', '?'):>6}  {r.get('Source', '')[:90]}")
 
 
