@@ -14,7 +14,9 @@ from collections import Counter
 def _rows(path: str) -> list[dict]:
     with open(path, newline="") as f:
         lines = [line for line in f if line.startswith('"')]
-    return list(csv.DictReader(lines))
+    # a kernel-name line precedes the header
+    first = next(i for i, line in enumerate(lines) if line.startswith('"Address"'))
+    return list(csv.DictReader(lines[first:]))
 
 
 def _samples_column(rows: list[dict]) -> str:

@@ -61,6 +61,20 @@ MERGE_UNION = 8192
 
 
 @triton.jit
+def _store_scores(logits, w_rows, block_rows, pos, rows_ok, block, start, end, scale, BS: tl.constexpr,
+                  LP: tl.constexpr, HP: tl.constexpr):
+    """A tile's logits [BS, LP * HP] -> the LP rows' score keys of keys [start, start + BS) at block_rows[l] +
+    (s - block) (0: not visible)."""
+    s = start + tl.arange(0, BS)
+    weighted = tl.reshape(tl.maximum(logits, 0.0) * w_rows[None, :], (BS, LP, HP))
+    # AOTInductor passes Python floats as fp64 scalars: the keys need fp32 scores
+    scores = tl.sum(weighted, axis=2) * tl.cast(scale, tl.float32)  # [BS, LP]
+    keys = score_keys(scores, s[:, None] <= pos[None, :])
+    tl.store(block_rows[None, :] + (s - block)[:, None], keys.to(tl.int32, bitcast=True),
+             mask=(s < end)[:, None] & rows_ok[None, :])
+
+
+@triton.jit
 def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale,
                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                  BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr,
@@ -72,30 +86,29 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
     (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys. FP8_DOT: MXFP8 keys and
     query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py), the block's pages read once (NPB of them,
     fp8_dot_kernel.block_pages)."""
-    d = tl.arange(0, DP)
     if FP8_DOT:
         pages = block_pages(table_row, block, end, PAGE, NPB)
         # the scale words of the first tile (DI = 128: a word a key; other widths read their scales as bytes)
         words = tl.zeros([BS], tl.int32)
         if DI == 128:
             words = key_scale_words(cache, pages, block, block, end, DI, PAGE, BS)
-    for start in range(block, end, BS):
-        s = start + tl.arange(0, BS)
-        s_ok = s < end
-        if FP8_DOT:
+        # two tiles an iteration: the next tile's scale words then land in a register of their own. With one, the
+        # loop-carried copy of the prefetched words waited for their load mid-tile (ncu, run gd: 7% of the split
+        # kernel's stall samples on that one move, at 128K keys)
+        for start in tl.range(block, end, BS, loop_unroll_factor=2):
             logits, words = mxfp8_logits(cache, pages, block, start, end, q_rows, words, DI, PAGE, BS, DOT_FP32)
-        elif KEY_WORDS:
-            k = load_keys_words(cache, table_row, s, s_ok, DI, PAGE, DP, DOT_FP32, CODE_WORDS)
-            logits = dot_kq(k, q_rows, DOT_FP32)
-        else:
-            k = load_keys(cache, table_row, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
-            logits = dot_kq(k, q_rows, DOT_FP32)  # [BS, LP * HP]
-        weighted = tl.reshape(tl.maximum(logits, 0.0) * w_rows[None, :], (BS, LP, HP))
-        # AOTInductor passes Python floats as fp64 scalars: the keys need fp32 scores
-        scores = tl.sum(weighted, axis=2) * tl.cast(scale, tl.float32)  # [BS, LP]
-        keys = score_keys(scores, s[:, None] <= pos[None, :])
-        tl.store(block_rows[None, :] + (s - block)[:, None], keys.to(tl.int32, bitcast=True),
-                 mask=s_ok[:, None] & rows_ok[None, :])
+            _store_scores(logits, w_rows, block_rows, pos, rows_ok, block, start, end, scale, BS, LP, HP)
+    else:
+        d = tl.arange(0, DP)
+        for start in range(block, end, BS):
+            s = start + tl.arange(0, BS)
+            s_ok = s < end
+            if KEY_WORDS:
+                k = load_keys_words(cache, table_row, s, s_ok, DI, PAGE, DP, DOT_FP32, CODE_WORDS)
+            else:
+                k = load_keys(cache, table_row, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
+            _store_scores(dot_kq(k, q_rows, DOT_FP32), w_rows, block_rows, pos, rows_ok, block, start, end, scale,
+                          BS, LP, HP)
 
 
 @triton.jit
