@@ -92,10 +92,12 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
         words = tl.zeros([BS], tl.int32)
         if DI == 128:
             words = key_scale_words(cache, pages, block, block, end, DI, PAGE, BS)
-        # two tiles an iteration: the next tile's scale words then land in a register of their own. With one, the
-        # loop-carried copy of the prefetched words waited for their load mid-tile (ncu, run gd: 7% of the split
-        # kernel's stall samples on that one move, at 128K keys)
-        for start in tl.range(block, end, BS, loop_unroll_factor=2):
+        # up to 32 dot rows, two tiles an iteration: the next tile's scale words then land in a register of their
+        # own. With one, the loop-carried copy of the prefetched words waited for their load mid-tile (ncu, run gd: 7%
+        # of the split kernel's stall samples on that one move, at 128K keys, HI 32); run ge: 611 against 638 us
+        # there. At 64 rows the unrolled loop spills (336 B offline) and lost: 865 against 798 us.
+        UNROLL: tl.constexpr = 2 if LP * HP <= 32 else 1
+        for start in tl.range(block, end, BS, loop_unroll_factor=UNROLL):
             logits, words = mxfp8_logits(cache, pages, block, start, end, q_rows, words, DI, PAGE, BS, DOT_FP32)
             _store_scores(logits, w_rows, block_rows, pos, rows_ok, block, start, end, scale, BS, LP, HP)
     else:
