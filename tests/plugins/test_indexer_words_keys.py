@@ -36,6 +36,7 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
+    from dayzero.plugins.indexer.pages_kernel import key_pages
     from dayzero.plugins.indexer.tiles_kernel import load_keys, mxfp8_key_blocks
     from dayzero.plugins.indexer.words_tiles_kernel import load_keys_words, mxfp8_key_word_blocks
 
@@ -44,10 +45,11 @@ if HAS_TRITON:
                        DP: tl.constexpr, BS: tl.constexpr, LOADER: tl.constexpr):
         r = tl.arange(0, BS)
         s = start + r
+        page = key_pages(table_row, s, s < num_keys, 64)
         if LOADER == 0:
-            codes, scales = mxfp8_key_blocks(cache, table_row, s, s < num_keys, DI, 64, DP)
+            codes, scales = mxfp8_key_blocks(cache, page, s, s < num_keys, DI, 64, DP)
         else:
-            codes, scales = mxfp8_key_word_blocks(cache, table_row, s, s < num_keys, DI, 64, DP, LOADER == 2)
+            codes, scales = mxfp8_key_word_blocks(cache, page, s, s < num_keys, DI, 64, DP, LOADER == 2)
         d = tl.arange(0, DP)
         tl.store(codes_out + r[:, None] * DP + d[None, :], tl.reshape(codes, (BS, DP)))
         b = tl.arange(0, DP // 32)
@@ -59,10 +61,11 @@ if HAS_TRITON:
         r = tl.arange(0, BS)
         s = start + r
         d = tl.arange(0, DP)
+        page = key_pages(table_row, s, s < num_keys, 64)
         if LOADER == 0:
-            k = load_keys(cache, table_row, s, s < num_keys, d, DI, 64, True, DOT_FP32)
+            k = load_keys(cache, page, s, s < num_keys, d, DI, 64, True, DOT_FP32)
         else:
-            k = load_keys_words(cache, table_row, s, s < num_keys, DI, 64, DP, DOT_FP32, LOADER == 2)
+            k = load_keys_words(cache, page, s, s < num_keys, DI, 64, DP, DOT_FP32, LOADER == 2)
         tl.store(k_out + r[:, None] * DP + d[None, :], k.to(tl.float32))
 
 

@@ -27,7 +27,8 @@ from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.candidates_kernel import filter_block, filter_block_size, fold_candidates
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
 from dayzero.plugins.indexer.decode_select_kernel import _merge_select_kernel, _score_block, merge_sets_of
-from dayzero.plugins.indexer.fp8_dot_kernel import block_page_count, mxfp8_dot_applies
+from dayzero.plugins.indexer.fp8_dot_kernel import mxfp8_dot_applies
+from dayzero.plugins.indexer.pages_kernel import block_page_count
 from dayzero.plugins.indexer.select_kernel import kth_key, union_layout
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, sequence_span
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE

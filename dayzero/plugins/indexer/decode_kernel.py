@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins import device as device_info
+from dayzero.plugins.indexer.pages_kernel import key_pages
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, sequence_span, split_chunk
 from dayzero.plugins.indexer.topk_kernel import (
     append_keys,
@@ -45,7 +46,7 @@ def _score_chunk(q_rows, w_rows, scratch_rows, rows_ok, cache, table_row, chunk,
     for start in range(chunk, end, BS):
         s = start + tl.arange(0, BS)
         s_ok = s < end
-        k = load_keys(cache, table_row, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
+        k = load_keys(cache, key_pages(table_row, s, s_ok, PAGE), s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
         logits = dot_kq(k, q_rows, DOT_FP32)  # [BS, LP * HP]
         weighted = tl.reshape(tl.maximum(logits, 0.0) * w_rows[None, :], (BS, LP, HP))
         sums = tl.sum(weighted, axis=2)  # [BS, LP]

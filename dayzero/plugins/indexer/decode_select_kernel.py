@@ -24,14 +24,8 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
-from dayzero.plugins.indexer.fp8_dot_kernel import (
-    FP8_DOT_BLOCK_KEYS,
-    block_page_count,
-    block_pages,
-    key_scale_words,
-    mxfp8_dot_applies,
-    mxfp8_logits,
-)
+from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_BLOCK_KEYS, key_scale_words, mxfp8_dot_applies, mxfp8_logits
+from dayzero.plugins.indexer.pages_kernel import block_page_count, block_pages, tile_pages
 from dayzero.plugins.indexer.select_kernel import (
     MAX_UNION,
     keep_best,
@@ -84,10 +78,10 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
     The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
     MMA rows, so the sum over heads stays within a thread quad. KEY_WORDS: MXFP8 keys with their scales
     (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys. FP8_DOT: MXFP8 keys and
-    query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py), the block's pages read once (NPB of them,
-    fp8_dot_kernel.block_pages)."""
+    query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py). Every path reads the block's pages once (NPB
+    of them, pages_kernel.py), so that its key loads are pipelined."""
+    pages = block_pages(table_row, block, end, PAGE, NPB)
     if FP8_DOT:
-        pages = block_pages(table_row, block, end, PAGE, NPB)
         # the scale words of the first tile (DI = 128: a word a key; other widths read their scales as bytes)
         words = tl.zeros([BS], tl.int32)
         if DI == 128:
@@ -105,10 +99,11 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
         for start in range(block, end, BS):
             s = start + tl.arange(0, BS)
             s_ok = s < end
+            page = tile_pages(pages, block, start, PAGE, BS)
             if KEY_WORDS:
-                k = load_keys_words(cache, table_row, s, s_ok, DI, PAGE, DP, DOT_FP32, CODE_WORDS)
+                k = load_keys_words(cache, page, s, s_ok, DI, PAGE, DP, DOT_FP32, CODE_WORDS)
             else:
-                k = load_keys(cache, table_row, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
+                k = load_keys(cache, page, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
             _store_scores(dot_kq(k, q_rows, DOT_FP32), w_rows, block_rows, pos, rows_ok, block, start, end, scale,
                           BS, LP, HP)
 

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.indexer.e8m0_kernel import e8m0_scale
+from dayzero.plugins.indexer.pages_kernel import tile_pages
 
 MX: tl.constexpr = tl.constexpr(32)
 # the per-block partial scores and their sum take 2 x rows / 2 fp32 registers a thread (4 warps, 64 keys): 128 rows
@@ -59,42 +60,16 @@ def query_blocks(q, q_scales, row, ok, DI: tl.constexpr, DOT_FP32: tl.constexpr)
     return operands, scales
 
 
-def block_page_count(block_keys: int, page: int, tile_keys: int) -> int:
-    """Entries of a block's page vector (block_pages): the pages a block of up to block_keys keys spans when it starts
-    at a multiple of tile_keys (a power of two)."""
-    pages = -(-block_keys // page) + (0 if tile_keys % page == 0 else 1)
-    return triton.next_power_of_2(pages)
-
-
-@triton.jit
-def block_pages(table_row, block, end, PAGE: tl.constexpr, NPB: tl.constexpr):
-    """The block-table entries of keys [block, end) from block's page on -> int32 [NPB] (0 past end).
-
-    Loaded once per block: the tiles then find their pages in registers. A page load in the tile loop puts a load in
-    the address of the key copies, and Triton 3.6's pipeline then waits for every copy before each tile (its
-    `async_wait` count drops to 0), so no key tile was in flight while one was scored."""
-    j = tl.arange(0, NPB) + block // PAGE
-    return tl.load(table_row + j, mask=j * PAGE < end, other=0)
-
-
 @triton.jit
 def _page_base(pages, block, start, DI: tl.constexpr, PAGE: tl.constexpr, BS: tl.constexpr):
     """Byte offsets of the pages holding keys [start, start + BS) -> int64 [BS], from the block's pages."""
-    # tiles start at multiples of BS: a tile spans BS / PAGE whole pages, or lies in one
-    NP: tl.constexpr = (BS + PAGE - 1) // PAGE
-    j = tl.arange(0, pages.shape[0])
-    first = start // PAGE - block // PAGE
-    key_page = (start + tl.arange(0, BS)) // PAGE - start // PAGE
-    page = tl.zeros([BS], tl.int32)
-    for p in tl.static_range(NP):
-        page = tl.where(key_page == p, tl.sum(tl.where(j == first + p, pages, 0)), page)
-    return page.to(tl.int64) * (PAGE * (DI + DI // MX))
+    return tile_pages(pages, block, start, PAGE, BS) * (PAGE * (DI + DI // MX))
 
 
 @triton.jit
 def key_scale_words(cache, pages, block, start, end, DI: tl.constexpr, PAGE: tl.constexpr, BS: tl.constexpr):
     """The int32 scale words (four E8M0 codes; DI = 128: one a key) of keys [start, start + BS) -> [BS] (0 past end);
-    pages: block_pages of the block from `block`.
+    pages: pages_kernel.block_pages of the block from `block`.
 
     Loaded a tile ahead by the caller: Triton's pipeline does not prefetch a load whose result it keeps in the MMA's
     layout, and the scales multiply the MMA's results."""
@@ -118,8 +93,8 @@ def mxfp8_logits(cache, pages, block, start, end, q_blocks, words, DI: tl.conste
                  BS: tl.constexpr, DOT_FP32: tl.constexpr):
     """Keys [start, start + BS) (those < end) of an MXFP8 cache (uint8 [P, PAGE * (DI + DI / 32)],
     page-major: values, then scales) . query blocks (query_blocks) -> (logits [BS, M] fp32, 0 past end; the next
-    tile's scale words). pages: block_pages of the block from `block`; `words`: this tile's (key_scale_words;
-    unused unless DI = 128)."""
+    tile's scale words). pages: pages_kernel.block_pages of the block from `block`; `words`: this tile's
+    (key_scale_words; unused unless DI = 128)."""
     operands, q_scales = q_blocks
     s = start + tl.arange(0, BS)
     ok = s < end

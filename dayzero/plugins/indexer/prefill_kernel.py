@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins import device as device_info
+from dayzero.plugins.indexer.pages_kernel import key_pages
 from dayzero.plugins.indexer.tiles_kernel import dot_qk, load_keys, load_query
 from dayzero.plugins.indexer.topk_kernel import buffer_layout, insert_keys, pack_keys, write_topk_row
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
@@ -50,7 +51,7 @@ def _prefill_tile(q, q_scales, w, cache, block_table, positions, buf, out, row0,
     for start in range(0, num_keys, BS):
         s = start + tl.arange(0, BS)
         s_ok = s < num_keys
-        k = load_keys(cache, table_row, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
+        k = load_keys(cache, key_pages(table_row, s, s_ok, PAGE), s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
         scores = _tile_scores(q, q_scales, w, k, rows, row_ok, d, scale, HI, DI, BT, BS, Q_QUANT, DOT_FP32)
         keys = pack_keys(scores, s[None, :], (s[None, :] <= pos[:, None]) & s_ok[None, :])
         count, tau = insert_keys(buf, offsets, keys, count, tau, K, SLACK, CAP, BT)

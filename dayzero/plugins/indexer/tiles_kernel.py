@@ -39,15 +39,15 @@ def load_query(q, q_scales, token, head, ok, d, HI: tl.constexpr, DI: tl.constex
 
 
 @triton.jit
-def load_keys(cache, table_row, s, ok, d, DI: tl.constexpr, PAGE: tl.constexpr, KEY_QUANT: tl.constexpr,
+def load_keys(cache, page, s, ok, d, DI: tl.constexpr, PAGE: tl.constexpr, KEY_QUANT: tl.constexpr,
               DOT_FP32: tl.constexpr):
-    """Index keys of logical positions s [BS] of one sequence (its block-table row) -> [BS, DP] dot operand.
+    """Index keys of logical positions s [BS] of one sequence, in pages `page` [BS] (pages_kernel.py) -> [BS, DP]
+    dot operand.
 
     Plain cache [P, PAGE, DI]; MXFP8 cache uint8 [P, PAGE * (DI + DI / 32)], page-major (values, then scales)."""
     if KEY_QUANT:
-        k = _dequantize_mxfp8_keys(cache, table_row, s, ok, DI, PAGE, d.shape[0], DOT_FP32)
+        k = _dequantize_mxfp8_keys(cache, page, s, ok, DI, PAGE, d.shape[0], DOT_FP32)
     else:
-        page = tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)
         offset = (s % PAGE).to(tl.int64)
         mask = ok[:, None] & (d < DI)[None, :]
         k = tl.load(cache + ((page * PAGE + offset) * DI)[:, None] + d[None, :], mask=mask, other=0.0)
@@ -65,11 +65,10 @@ def mxfp8_key_codes(cache, page_base, offset, ok, DI: tl.constexpr, DP: tl.const
 
 
 @triton.jit
-def mxfp8_key_blocks(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr):
-    """MXFP8 keys of positions s [BS] as (e4m3 codes [BS, DP / 32, 32], E8M0 codes [BS, DP / 32]), uint8; 0 outside
-    DI and where not ok. Blocks, so that each scale byte is loaded once per thread and block and broadcast over its
-    32 values (a per-value scale gather cost more than the keys)."""
-    page = tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)
+def mxfp8_key_blocks(cache, page, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr):
+    """MXFP8 keys of positions s [BS] in pages `page` [BS] as (e4m3 codes [BS, DP / 32, 32], E8M0 codes
+    [BS, DP / 32]), uint8; 0 outside DI and where not ok. Blocks, so that each scale byte is loaded once per thread
+    and block and broadcast over its 32 values (a per-value scale gather cost more than the keys)."""
     offset = (s % PAGE).to(tl.int64)
     page_base = page * (PAGE * (DI + DI // 32))
     codes = mxfp8_key_codes(cache, page_base, offset, ok, DI, DP)
@@ -80,10 +79,10 @@ def mxfp8_key_blocks(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.constex
 
 
 @triton.jit
-def _dequantize_mxfp8_keys(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr,
+def _dequantize_mxfp8_keys(cache, page, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr,
                            DOT_FP32: tl.constexpr):
     """MXFP8 keys [BS, DP] dequantized (fp32 or bf16)."""
-    codes, scales = mxfp8_key_blocks(cache, table_row, s, ok, DI, PAGE, DP)
+    codes, scales = mxfp8_key_blocks(cache, page, s, ok, DI, PAGE, DP)
     return dequantize_mxfp8_blocks(codes, scales, DOT_FP32)
 
 

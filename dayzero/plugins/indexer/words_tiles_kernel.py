@@ -29,11 +29,10 @@ def split_bytes(words):
 
 
 @triton.jit
-def mxfp8_key_word_blocks(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr,
+def mxfp8_key_word_blocks(cache, page, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr,
                           CODE_WORDS: tl.constexpr):
     """mxfp8_key_blocks with each key's scales loaded as int32 words (and its codes too where CODE_WORDS) ->
     (e4m3 codes [BS, DP / 32, 32], E8M0 codes [BS, DP / 32]) uint8; 0 outside DI and where not ok."""
-    page = tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)
     offset = (s % PAGE).to(tl.int64)
     words = cache.to(tl.pointer_type(tl.int32))
     page_words = page * (PAGE * (DI + DI // 32) // 4)
@@ -53,8 +52,8 @@ def mxfp8_key_word_blocks(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.co
 
 
 @triton.jit
-def load_keys_words(cache, table_row, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr,
+def load_keys_words(cache, page, s, ok, DI: tl.constexpr, PAGE: tl.constexpr, DP: tl.constexpr,
                     DOT_FP32: tl.constexpr, CODE_WORDS: tl.constexpr):
-    """MXFP8 index keys of positions s [BS] (DI a multiple of 128) -> [BS, DP] dot operand."""
-    codes, scales = mxfp8_key_word_blocks(cache, table_row, s, ok, DI, PAGE, DP, CODE_WORDS)
+    """MXFP8 index keys of positions s [BS] in pages `page` [BS] (DI a multiple of 128) -> [BS, DP] dot operand."""
+    codes, scales = mxfp8_key_word_blocks(cache, page, s, ok, DI, PAGE, DP, CODE_WORDS)
     return dot_operand(dequantize_mxfp8_blocks(codes, scales, DOT_FP32), DOT_FP32)
