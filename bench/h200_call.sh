@@ -30,10 +30,11 @@ indexer_decode() {
     --decode-options "${5:-{\}}" --out $R/$1 > $R/indexer_$1.log 2>&1
   echo "== indexer $1 rc=$? at $(( $(date +%s) - start )) s"; save
 }
-# the indexer kernels' GPU tests into $R/gpu_indexer.log, then their summary
+# the indexer kernels' GPU tests (the chunked path's too: it shares the merge and key loops) into $R/gpu_indexer.log,
+# then their summary
 indexer_gpu_tests() {
-  timeout -s INT -k 15 100 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu \
+  timeout -s INT -k 15 120 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu \
     tests/plugins/test_indexer_select.py tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_words_keys.py \
-    > $R/gpu_indexer.log 2>&1
+    tests/plugins/test_indexer_chunked.py > $R/gpu_indexer.log 2>&1
   echo "== indexer gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer.log; save
 }

@@ -6,10 +6,7 @@
 . bench/h200.sh
 . bench/h200_call.sh gb ${1:-400}
 export OMP_NUM_THREADS=1
-timeout -s INT -k 15 120 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu tests/plugins/test_indexer_select.py \
-  tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_words_keys.py tests/plugins/test_indexer_chunked.py \
-  > $R/gpu_indexer.log 2>&1
-echo "== indexer gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer.log; save
+indexer_gpu_tests
 indexer_decode b64 64 8192,32768,131072 32,64
 indexer_decode small 1,8 8192,32768,131072 64
 for n in b64 small; do echo "-- $n"; python3 -m bench.result_rows indexer $R/$n/*.json 2>/dev/null | cut -c1-240; done

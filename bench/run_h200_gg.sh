@@ -7,10 +7,7 @@
 PREV=$(pwd)/.snap/prev
 . bench/h200_call.sh gg ${1:-420}
 export OMP_NUM_THREADS=1
-timeout -s INT -k 15 120 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu tests/plugins/test_indexer_select.py \
-  tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_words_keys.py tests/plugins/test_indexer_chunked.py \
-  > $R/gpu_indexer.log 2>&1
-echo "== indexer gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer.log; save
+indexer_gpu_tests
 for tree in head prev; do
   dir=/tmp/head; [ $tree = prev ] && dir=$PREV
   (cd $dir && PYTHONPATH=/tmp/site:$dir timeout 150 python3 bench/bench_indexer.py --decode-only --batch 64 \
