@@ -306,10 +306,12 @@ def index_topk_decode_select_launcher(
 
     rows_per_program: query rows sharing each key tile (power of two); union_keys: a row's set + block length
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: keys a tile, a power of two (None:
-    128 on the FP8 dot, 64 otherwise: run dh, MXFP8 HI 32 / 64, split kernel 74 / 87, 189 / 222, 737 / 880 us
-    against 110 / 118, 257 / 287, 1006 / 1124 with 64 at 8K / 32K / 128K keys; on the bf16 dot 128 was slower, run
-    bf); min_chunk: the fewest keys of a split (default next_pow2(topk)); split_keys (default min_chunk): a
-    row takes a split per split_keys keys (see MAX_SPLITS); merge_warps: the merge kernel's warps (run fn, B64 MXFP8: 16
+    128 on the FP8 dot and a BF16 cache's bf16 dot, 64 otherwise: run dh, MXFP8 HI 32 / 64, split kernel 74 / 87,
+    189 / 222, 737 / 880 us against 110 / 118, 257 / 287, 1006 / 1124 with 64 at 8K / 32K / 128K keys; run gj, BF16
+    with its key loop pipelined, graph 0.212 / 0.219 and 0.686 / 0.722 ms against 0.215 / 0.220 and 0.725 / 0.746 at
+    32K and 128K, the same at 8K; before the pipelining 128 was slower there, run bf); min_chunk: the fewest keys
+    of a split (default next_pow2(topk)); split_keys (default min_chunk): a row takes a split per split_keys keys
+    (see MAX_SPLITS); merge_warps: the merge kernel's warps (run fn, B64 MXFP8: 16
     warps merged in 31-46 us against 39-53 with 8); maxnreg: the split kernel's register cap (see
     decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
     the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
@@ -329,7 +331,7 @@ def index_topk_decode_select_launcher(
     lp, hp, _ = decode_row_tiles(rows_per_program, num_heads, 0, None)
     fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
     if block_keys is None:
-        block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot else 64
+        block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot or not (key_quant or dot_fp32) else 64
     maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = kp if min_chunk is None else min_chunk
