@@ -253,15 +253,18 @@ def value_block_configs(heads: int, fmt: str) -> list:
 
 
 def quick_decode_configs(heads: int, fmt: str) -> list:
-    """The default next to prefill's tiles (32-key blocks, 3 stages) and 64-key blocks; FP8 also by conversion
-    instructions (the old decode)."""
+    """The default next to prefill's tiles (32-key blocks, 3 stages), 64-key blocks and the deeper pipelines that
+    keep gathers in flight during a block's dots: 32-key blocks 4 stages deep (offline sm_90 TTGIR: two blocks in
+    flight, `async_wait {num = 4}`; 64-key blocks 2 deep wait for every copy before the dots, `num = 0`) and, for
+    FP8 records (656 B a row), 64-key blocks 3 deep (231 KB of shared memory, one block in flight); FP8 also by
+    conversion instructions (the old decode)."""
     narrow = schedule.tile_config(heads, torch.bfloat16, dense=False)
     wide = replace(narrow, block_n=64, num_stages=2)
     default = schedule.sparse_tile_config(heads, torch.bfloat16)
-    configs = [None] + [c for c in (narrow, wide) if c != default]
+    configs = [None] + [c for c in (narrow, wide, replace(narrow, num_stages=4)) if c != default]
     if fmt == "bf16":
         return configs
-    return configs + [replace(default, e4m3_bits=False)]
+    return configs + [replace(wide, num_stages=3), replace(default, e4m3_bits=False)]
 
 
 def quick_decode_cases() -> list:

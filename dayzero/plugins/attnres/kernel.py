@@ -21,11 +21,13 @@ import triton.language as tl
 from torch._subclasses.fake_tensor import is_fake
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dayzero.plugins import dependent_launch
 from dayzero.plugins import device as device_info
 from dayzero.plugins.attnres.persistent_kernel import attnres_mix_persistent_kernel
 from dayzero.plugins.attnres.pipelined_kernel import attnres_mix_pipelined_kernel
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES
 from dayzero.plugins.attnres.tiles import load_tile, mix_tile, row_setup, store_mix
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
@@ -40,8 +42,9 @@ def _attnres_mix_kernel(
     eps, norm_eps,
     D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
     EMIT_NORM: tl.constexpr, TILE: tl.constexpr, PREFETCH: tl.constexpr, STREAM: tl.constexpr,
-    ALIGNED: tl.constexpr,
+    ALIGNED: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
     NUM_TILES: tl.constexpr = (NUM_SOURCES + TILE - 1) // TILE
     eps, norm_eps, cols, mask, w = row_setup(query, rms_weight, eps, norm_eps, D, BLOCK_D)
@@ -180,7 +183,7 @@ def sources_aligned(blocks: torch.Tensor, num_blocks: int, listed: Sequence[torc
 
 
 def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weight, norm_eps, out, normed, launch,
-            config):
+            config, pdl):
     dim = like.shape[-1]
     tokens = like.numel() // dim
     _check_vector("query", query, dim)
@@ -199,6 +202,8 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     aligned = sources_aligned(blocks, num_blocks, listed)
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
     block_d = triton.next_power_of_2(dim)
+    pdl = dependent_launch.use_pdl(like) if pdl is None else pdl
+    pdl_options = dependent_launch.launch_options(pdl)
     # the interpreter has no SMs: 2 stand in, so that persistent programs still walk several tokens each
     sms = device_info.num_sms(like.device, cpu_default=2)
     if config.stages:
@@ -206,44 +211,46 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
         kernel = launch(attnres_mix_pipelined_kernel) if launch else attnres_mix_pipelined_kernel
         kernel[(sms * max(1, config.persistent),)](
             *common, tokens, dim, block_d, num_blocks, len(listed), norm_weight is not None, config.tile,
-            config.stream, aligned, config.stages, num_warps=config.num_warps, num_stages=config.stages)
+            config.stream, aligned, config.stages, pdl, num_warps=config.num_warps, num_stages=config.stages,
+            **pdl_options)
         return out, normed
     if config.persistent:
         kernel = launch(attnres_mix_persistent_kernel) if launch else attnres_mix_persistent_kernel
         kernel[(sms * config.persistent,)](*common, tokens, dim, block_d, num_blocks, len(listed),
-                                           norm_weight is not None, config.tile, config.stream, aligned,
-                                           num_warps=config.num_warps, num_stages=1)
+                                           norm_weight is not None, config.tile, config.stream, aligned, pdl,
+                                           num_warps=config.num_warps, num_stages=1, **pdl_options)
         return out, normed
     kernel = launch(_attnres_mix_kernel) if launch else _attnres_mix_kernel
     kernel[(tokens,)](*common, dim, block_d, num_blocks, len(listed), norm_weight is not None, config.tile,
-                      config.prefetch, config.stream, aligned, num_warps=config.num_warps)
+                      config.prefetch, config.stream, aligned, pdl, num_warps=config.num_warps, **pdl_options)
     return out, normed
 
 
 def attnres_mix_launcher(
     query: torch.Tensor, sources: Sequence[torch.Tensor], rms_weight: torch.Tensor, eps: float,
     norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6, out: torch.Tensor | None = None,
-    normed: torch.Tensor | None = None, launch=None, config: MixConfig | None = None,
+    normed: torch.Tensor | None = None, launch=None, config: MixConfig | None = None, pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """query [D], 1..16 contiguous sources [..., D] of one dtype, rms_weight [D] -> (mix [..., D], normed or None).
 
     `normed` = RMSNorm(mix) * norm_weight, written only when norm_weight is given. `out` / `normed` may be given
     (preallocated, contiguous, the sources' shape and dtype); otherwise they are allocated. `config` overrides
-    default_config (the benchmark sweeps it).
+    default_config (the benchmark sweeps it); `pdl` overrides dependent_launch.use_pdl.
     """
     assert 1 <= len(sources) <= MAX_LISTED_SOURCES, f"1..{MAX_LISTED_SOURCES} sources, got {len(sources)}"
     like = sources[0]
     for s in sources:
         assert s.shape == like.shape and s.dtype == like.dtype, "attnres sources differ in shape or dtype"
         assert s.is_contiguous() and s.device == like.device, "attnres sources must be contiguous on one device"
-    return _launch(query, rms_weight, eps, like, 0, sources, like, norm_weight, norm_eps, out, normed, launch, config)
+    return _launch(query, rms_weight, eps, like, 0, sources, like, norm_weight, norm_eps, out, normed, launch, config,
+                   pdl)
 
 
 def attnres_mix_blocks_launcher(
     query: torch.Tensor, blocks: torch.Tensor, num_blocks: int, partial: torch.Tensor | None,
     rms_weight: torch.Tensor, eps: float, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
     out: torch.Tensor | None = None, normed: torch.Tensor | None = None, launch=None,
-    config: MixConfig | None = None,
+    config: MixConfig | None = None, pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Mix over blocks[:num_blocks] (blocks [max_blocks, ..., D], each block contiguous) and partial [..., D]."""
     assert 0 <= num_blocks <= blocks.shape[0], f"num_blocks {num_blocks} outside [0, {blocks.shape[0]}]"
@@ -255,4 +262,4 @@ def attnres_mix_blocks_launcher(
             f"partial {tuple(partial.shape)} {partial.dtype} does not match the blocks {tuple(like.shape)}")
     listed = [] if partial is None else [partial]
     return _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weight, norm_eps, out, normed,
-                   launch, config)
+                   launch, config, pdl)

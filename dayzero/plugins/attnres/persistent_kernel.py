@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.attnres.tiles import load_tile, mix_tile, row_setup, store_mix
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 
 
 @triton.jit
@@ -22,8 +23,9 @@ def attnres_mix_persistent_kernel(
     s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15,
     eps, norm_eps, num_tokens,
     D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
-    EMIT_NORM: tl.constexpr, TILE: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr,
+    EMIT_NORM: tl.constexpr, TILE: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
     NUM_TILES: tl.constexpr = (NUM_SOURCES + TILE - 1) // TILE
     eps, norm_eps, cols, mask, w = row_setup(query, rms_weight, eps, norm_eps, D, BLOCK_D)

@@ -15,6 +15,7 @@ import triton.language as tl
 
 from dayzero.plugins.attnres.sources import source_pointers_at
 from dayzero.plugins.attnres.tiles import load_rows, mix_tile, row_setup, store_mix
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 
 
 @triton.jit
@@ -24,8 +25,9 @@ def attnres_mix_pipelined_kernel(
     eps, norm_eps, num_tokens,
     D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
     EMIT_NORM: tl.constexpr, TILE: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr,
-    STAGES: tl.constexpr,
+    STAGES: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
     NUM_TILES: tl.constexpr = (NUM_SOURCES + TILE - 1) // TILE
     eps, norm_eps, cols, mask, w = row_setup(query, rms_weight, eps, norm_eps, D, BLOCK_D)

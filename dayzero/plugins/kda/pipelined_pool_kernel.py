@@ -13,6 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 from dayzero.plugins.kda.recurrent_kernel import kda_token, l2_normalize
 
 
@@ -20,8 +21,9 @@ from dayzero.plugins.kda.recurrent_kernel import kda_token, l2_normalize
 def pipelined_kda_pool_kernel(
     q, k, v, g, beta, o, state, state_slots, num_tiles, scale, q_sb, k_sb, v_sb, g_sb, beta_sb,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
-    STAGES: tl.constexpr,
+    STAGES: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     NV: tl.constexpr = V // BV
     ok = tl.arange(0, K)
     for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), num_stages=STAGES):

@@ -14,7 +14,9 @@ import triton
 import triton.language as tl
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dayzero.plugins import dependent_launch
 from dayzero.plugins import device as device_info
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
 from dayzero.plugins.triton_utils import with_launch_config
 
@@ -112,8 +114,9 @@ def _recurrent_kda_pool_kernel(
     q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L,
     q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
-    STREAM: tl.constexpr,
+    STREAM: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     # the V blocks of one head are neighbours in launch order, so the programs that run together read whole state
     # rows (DRAM pages) rather than one BV-wide column strip of every head
     bh = tl.program_id(0) // (V // BV)
@@ -178,8 +181,9 @@ def _fused_kda_decode_kernel(
     qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
     scale, lower_bound, L,
     H: tl.constexpr, K: tl.constexpr, W: tl.constexpr, BV: tl.constexpr, USE_LOWER_BOUND: tl.constexpr,
-    STREAM: tl.constexpr,
+    STREAM: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous_kernel(PDL)
     C = H * K
     # AOTInductor passes Python floats as fp64 scalars: fp64 would leak into the fp32 state recurrence
     scale = tl.cast(scale, tl.float32)
@@ -270,7 +274,7 @@ def _token_strides(x: torch.Tensor, heads: int, dim: int | None = None) -> tuple
 
 
 def _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, batch_strides, use_qk_l2norm, block_v,
-                      num_warps, stages, programs_per_sm, launch):
+                      num_warps, stages, programs_per_sm, launch, pdl):
     from dayzero.plugins.kda.pipelined_pool_kernel import pipelined_kda_pool_kernel
 
     batch, _, heads, dim_k = k.shape
@@ -279,7 +283,8 @@ def _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, batch_stri
     grid = torch.sym_max(1, torch.sym_min(num_tiles, device_info.num_sms(v.device, cpu_default=2) * programs_per_sm))
     kernel = launch(pipelined_kda_pool_kernel) if launch else pipelined_kda_pool_kernel
     kernel[(grid,)](q, k, v, g, beta, o, state, state_slots, num_tiles, scale, *batch_strides, heads, dim_k, dim_v,
-                    block_v, use_qk_l2norm, stages, num_warps=num_warps, num_stages=stages)
+                    block_v, use_qk_l2norm, stages, pdl, num_warps=num_warps, num_stages=stages,
+                    **dependent_launch.launch_options(pdl))
 
 
 def recurrent_kda_pool_launcher(
@@ -287,7 +292,7 @@ def recurrent_kda_pool_launcher(
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
     num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, stages: int | None = None,
-    programs_per_sm: int = 12, launch=None,
+    programs_per_sm: int = 12, launch=None, pdl: bool | None = None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
     Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
@@ -299,7 +304,7 @@ def recurrent_kda_pool_launcher(
     programs per SM walking the tiles with `stages` - 1 state tiles copied ahead into shared memory; None: 2 where
     the V blocks are 16 wide (run cd, B = 1, graph replay: 3.9 / 5.8 us at H32 / H96 against 4.7 / 6.5 us for the
     one-tile kernel and fla's 4.9 / 7.0; at B >= 64 the one-tile kernel on 32-wide blocks stays faster, 80-93% of
-    copy against 74-87%)."""
+    copy against 74-87%). `pdl` overrides dependent_launch.use_pdl."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
@@ -314,9 +319,10 @@ def recurrent_kda_pool_launcher(
         stages = 2 if block_v == 16 and num_warps == 1 and maxnreg is None and not stream else 0
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
     scale = dim_k ** -0.5 if scale is None else scale
+    pdl = dependent_launch.use_pdl(state) if pdl is None else pdl
     if stages and statically_known_true(length == 1):
         _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, [s for s, _ in strides],
-                          use_qk_l2norm_in_kernel, block_v, num_warps, stages, programs_per_sm, launch)
+                          use_qk_l2norm_in_kernel, block_v, num_warps, stages, programs_per_sm, launch, pdl)
         return o
     kernel = _recurrent_kda_pool_kernel
     options = {"num_warps": num_warps}
@@ -325,8 +331,8 @@ def recurrent_kda_pool_launcher(
     kernel = launch(kernel) if launch else kernel
     kernel[(batch * heads * (dim_v // block_v),)](
         q, k, v, g, beta, o, state, state_slots, num_accepted, scale, length,
-        *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, stream,
-        **options,
+        *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, stream, pdl,
+        **options, **dependent_launch.launch_options(pdl),
     )
     return o
 
@@ -336,12 +342,13 @@ def fused_kda_decode_launcher(
     dt_bias: torch.Tensor, lower_bound: float | None, beta_logits: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None, *,
     out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 4, stream: bool = False,
-    launch=None,
+    launch=None, pdl: bool | None = None,
 ) -> torch.Tensor:
     """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
     conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k
     windows it reads are shared by the whole head (and may be its write slot), so V is not split over programs;
-    inside the program the state tile is blocked as [K/BV, K, BV]. `stream` as in recurrent_kda_pool_launcher."""
+    inside the program the state tile is blocked as [K/BV, K, BV]. `stream` and `pdl` as in
+    recurrent_kda_pool_launcher."""
     batch, length, heads, dim = z.shape
     width = conv_weight.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
@@ -358,10 +365,12 @@ def fused_kda_decode_launcher(
     block_v = min(dim, 32) if block_v is None else block_v
     assert block_v <= dim and block_v & (block_v - 1) == 0, "block_v must be a power of two <= K"
     o = torch.empty((batch, length, heads, dim), dtype=qkv.dtype, device=qkv.device) if out is None else out
+    pdl = dependent_launch.use_pdl(state) if pdl is None else pdl
     kernel = launch(_fused_kda_decode_kernel) if launch else _fused_kda_decode_kernel
     kernel[(batch * heads,)](
         qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
         dim ** -0.5 if scale is None else scale, 0.0 if lower_bound is None else lower_bound, length,
-        heads, dim, width, block_v, lower_bound is not None, stream, num_warps=num_warps,
+        heads, dim, width, block_v, lower_bound is not None, stream, pdl, num_warps=num_warps,
+        **dependent_launch.launch_options(pdl),
     )
     return o

@@ -1,0 +1,193 @@
+"""What programmatic dependent launch (PDL) saves on the decode-path kernels, and what the kernels alone take.
+
+    PYTHONPATH=. python bench/bench_pdl.py --out DIR
+
+Each case is timed with PDL off and on (the launchers' `pdl` argument; dayzero/plugins/dependent_launch.py):
+  * graph: its rotating input sets captured back to back in one CUDA graph, per call (as a decode step replays);
+  * do_bench: eager calls with do_bench's 256 MB L2 flush before each (the decode-pool bench's timer);
+  * kernel: the kernels' own durations in that graph, from the profiler (CUPTI), per call: no launch gap.
+A device copy (dst = src + 0, an elementwise kernel) of the same bytes gets the same three timers, and a 1 GiB copy
+gives the ceiling. Outputs with PDL on must equal those with it off, bit for bit, before anything is timed.
+Cases: AttnRes at decode sizes and 8192 tokens (issue 5), the KDA pool kernel and the fused step at B 1 / 64 / 256
+(issue 3, slots a random permutation of the pool). JSON to DIR/bench_pdl.json; a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+from triton.testing import do_bench
+
+from bench import bench_attnres as attnres
+from bench import bench_kda_decode as kda
+from bench.common import graph_replay_ms, median_ms
+from dayzero.plugins.attnres.kernel import attnres_mix_launcher
+
+DEVICE = "cuda"
+L2_BYTES = 60 * 2**20
+ATTNRES_CASES = [(2, 1, 2304), (2, 64, 2304), (2, 64, 7168), (9, 64, 7168), (2, 8192, 2304), (9, 8192, 2304),
+                 (2, 8192, 7168), (9, 8192, 7168)]
+KDA_CASES = [(1, 32), (1, 96), (64, 32), (64, 96), (256, 32)]
+GRAPH_CALLS = 64
+
+
+def graph_us(calls) -> float:
+    return graph_replay_ms(calls[:GRAPH_CALLS], timer=lambda fn: median_ms(fn, warmup=3, iters=15)) * 1e3
+
+
+def do_bench_us(calls) -> float:
+    cycle = iter(range(10**12))
+    return do_bench(lambda: calls[next(cycle) % len(calls)](), warmup=25, rep=200, return_mode="median") * 1e3
+
+
+def kernel_us(calls, replays: int = 5) -> float:
+    """Summed kernel durations per call, from the profiler, over graph replays of the calls."""
+    calls = calls[:GRAPH_CALLS]
+    graph = torch.cuda.CUDAGraph()
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    if not kernels:
+        return float("nan")
+    return sum(e.time_range.elapsed_us() for e in kernels) / (replays * len(calls))
+
+
+TIMERS = {"graph": graph_us, "do_bench": do_bench_us, "kernel": kernel_us}
+
+
+def copy_calls(nbytes: int) -> list:
+    """Copies moving nbytes (read + written) each, over enough buffer pairs to exceed the L2 three times a cycle."""
+    pairs = max(1, min(64, math.ceil(3 * L2_BYTES / nbytes)))
+    elems = max(1, nbytes // 2 // 4)
+    bufs = [(torch.randn(elems, device=DEVICE), torch.empty(elems, device=DEVICE)) for _ in range(pairs)]
+    return [lambda s=s, d=d: torch.add(s, 0.0, out=d) for s, d in bufs]
+
+
+def attnres_calls(num_sources: int, tokens: int, dim: int):
+    nbytes = (num_sources + 1) * tokens * dim * 2
+    query, rms_weight, sets = attnres.make_sets(num_sources, tokens, dim, attnres.rotations(nbytes))
+    outs = [torch.empty_like(s[0]) for s in sets]
+
+    def calls(pdl: bool):
+        return [lambda s=s, o=o: attnres_mix_launcher(query, s, rms_weight, 1e-6, out=o, pdl=pdl)
+                for s, o in zip(sets, outs)]
+
+    return f"attnres {num_sources}x{tokens}x{dim}", nbytes, calls, lambda: outs[0].clone()
+
+
+def kda_calls(batch: int, heads: int, fused: bool):
+    rounds, sets = kda.make_sets(batch, heads)
+    p = kda.make_params(heads, rounds * batch)
+    nbytes = batch * heads * kda.K * kda.V * 4 * 2
+    state0, conv0 = p["state"].clone(), p["conv_state"].clone()
+    if fused:
+        def calls(pdl: bool):
+            return [lambda s=s: kda.fused_kda_decode_launcher(
+                s["qkv"], p["conv_weight"], p["conv_state"], s["z"], p["A_log"], p["dt_bias"], None,
+                s["beta_logits"], p["state"], s["slots"], s["num_accepted"], pdl=pdl) for s in sets]
+    else:
+        unfused = [kda.unfused_inputs(s, p) for s in sets]
+
+        def calls(pdl: bool):
+            return [lambda u=u, s=s: kda.recurrent_kda_pool_launcher(
+                u["q"], u["k"], u["v"], u["g"], u["beta"], p["state"], s["slots"], s["num_accepted"],
+                use_qk_l2norm_in_kernel=True, pdl=pdl) for u, s in zip(unfused, sets)]
+
+    def result():
+        return p["state"].clone()
+
+    def reset():
+        p["state"].copy_(state0)
+        p["conv_state"].copy_(conv0)
+
+    name = f"kda {'fused' if fused else 'pool'} B{batch} H{heads}"
+    return name, nbytes, calls, result, reset
+
+
+def same_with_and_without_pdl(calls, result, reset=lambda: None) -> bool:
+    """Every call once with PDL off, then again from the same start with it on: the results must be identical."""
+    outputs = []
+    for pdl in (False, True):
+        reset()
+        for call in calls(pdl):
+            call()
+        torch.cuda.synchronize()
+        outputs.append(result())
+    reset()
+    return torch.equal(*outputs)
+
+
+def measure(calls) -> dict:
+    calls[0]()
+    torch.cuda.synchronize()
+    return {name: timer(calls) for name, timer in TIMERS.items()}
+
+
+def cases():
+    for shape in ATTNRES_CASES:
+        name, nbytes, calls, result = attnres_calls(*shape)
+        yield name, nbytes, calls, result, lambda: None
+    for batch, heads in KDA_CASES:
+        for fused in (False, True):
+            yield kda_calls(batch, heads, fused)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    started = time.time()
+    rows = []
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
+    with torch.inference_mode():
+        result["copy_1GiB_us"] = measure(copy_calls(2**30))
+        copies = {}
+        for name, nbytes, calls, read, reset in cases():
+            row = {"case": name, "bytes": nbytes, "identical": same_with_and_without_pdl(calls, read, reset)}
+            if not row["identical"]:
+                raise AssertionError(f"{name}: PDL changed the results")
+            if nbytes not in copies:
+                copies[nbytes] = measure(copy_calls(nbytes))
+            row["copy_us"] = copies[nbytes]
+            for pdl in (False, True):
+                row["pdl_on" if pdl else "pdl_off"] = measure(calls(pdl))
+            reset()
+            rows.append(row)
+            torch.cuda.empty_cache()
+            result["seconds"] = time.time() - started
+            (args.out / "bench_pdl.json").write_text(json.dumps(result, indent=2))
+    print_table(result)
+
+
+def print_table(result: dict) -> None:
+    big = result["copy_1GiB_us"]
+    print("copy 1 GiB: " + ", ".join(f"{t} {2**30 / us / 1e3:.0f} GB/s" for t, us in big.items()))
+    print(f"{'case':<28} {'timer':<9} {'off us':>8} {'on us':>8} {'off %':>6} {'on %':>6} {'copy us':>8}")
+    for r in result["rows"]:
+        for t in TIMERS:
+            off, on, copy = r["pdl_off"][t], r["pdl_on"][t], r["copy_us"][t]
+            rate = r["bytes"] * big[t] / 2**30
+            print(f"{r['case']:<28} {t:<9} {off:8.2f} {on:8.2f} {rate / off:6.1%} {rate / on:6.1%} {copy:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
