@@ -2,12 +2,12 @@
 
     PYTHONPATH=. python bench/bench_pdl.py --out DIR
 
-Each case is timed with PDL off and on (the launchers' `pdl` argument; dayzero/plugins/dependent_launch.py):
+Each case is timed with PDL off, early and late (the launchers' `pdl` mode; dayzero/plugins/dependent_launch.py):
   * graph: its rotating input sets captured back to back in one CUDA graph, per call (as a decode step replays);
   * do_bench: eager calls with do_bench's 256 MB L2 flush before each (the decode-pool bench's timer);
   * kernel: the kernels' own durations in that graph, from the profiler (CUPTI), per call: no launch gap.
 A device copy (dst = src + 0, an elementwise kernel) of the same bytes gets the same three timers, and a 1 GiB copy
-gives the ceiling. Outputs with PDL on must equal those with it off, bit for bit, before anything is timed.
+gives the ceiling. Outputs under each PDL mode must equal those without, bit for bit, before anything is timed.
 Cases: AttnRes at decode sizes and 8192 tokens (issue 5), the KDA pool kernel and the fused step at B 1 / 64 / 256
 (issue 3, slots a random permutation of the pool). JSON to DIR/bench_pdl.json; a table last.
 """
@@ -29,6 +29,7 @@ from bench import bench_attnres as attnres
 from bench import bench_kda_decode as kda
 from bench.common import graph_replay_ms, median_ms
 from dayzero.plugins.attnres.kernel import attnres_mix_launcher
+from dayzero.plugins.dependent_launch import EARLY, LATE, OFF
 
 DEVICE = "cuda"
 L2_BYTES = 60 * 2**20
@@ -36,6 +37,7 @@ ATTNRES_CASES = [(2, 1, 2304), (2, 64, 2304), (2, 64, 7168), (9, 64, 7168), (2, 
                  (2, 8192, 7168), (9, 8192, 7168)]
 KDA_CASES = [(1, 32), (1, 96), (64, 32), (64, 96), (256, 32)]
 GRAPH_CALLS = 64
+MODES = {"off": OFF, "early": EARLY, "late": LATE}
 
 
 def graph_us(calls) -> float:
@@ -85,7 +87,7 @@ def attnres_calls(num_sources: int, tokens: int, dim: int):
     query, rms_weight, sets = attnres.make_sets(num_sources, tokens, dim, attnres.rotations(nbytes))
     outs = [torch.empty_like(s[0]) for s in sets]
 
-    def calls(pdl: bool):
+    def calls(pdl: int):
         return [lambda s=s, o=o: attnres_mix_launcher(query, s, rms_weight, 1e-6, out=o, pdl=pdl)
                 for s, o in zip(sets, outs)]
 
@@ -98,14 +100,14 @@ def kda_calls(batch: int, heads: int, fused: bool):
     nbytes = batch * heads * kda.K * kda.V * 4 * 2
     state0, conv0 = p["state"].clone(), p["conv_state"].clone()
     if fused:
-        def calls(pdl: bool):
+        def calls(pdl: int):
             return [lambda s=s: kda.fused_kda_decode_launcher(
                 s["qkv"], p["conv_weight"], p["conv_state"], s["z"], p["A_log"], p["dt_bias"], None,
                 s["beta_logits"], p["state"], s["slots"], s["num_accepted"], pdl=pdl) for s in sets]
     else:
         unfused = [kda.unfused_inputs(s, p) for s in sets]
 
-        def calls(pdl: bool):
+        def calls(pdl: int):
             return [lambda u=u, s=s: kda.recurrent_kda_pool_launcher(
                 u["q"], u["k"], u["v"], u["g"], u["beta"], p["state"], s["slots"], s["num_accepted"],
                 use_qk_l2norm_in_kernel=True, pdl=pdl) for u, s in zip(unfused, sets)]
@@ -121,17 +123,17 @@ def kda_calls(batch: int, heads: int, fused: bool):
     return name, nbytes, calls, result, reset
 
 
-def same_with_and_without_pdl(calls, result, reset=lambda: None) -> bool:
-    """Every call once with PDL off, then again from the same start with it on: the results must be identical."""
+def same_under_every_mode(calls, result, reset=lambda: None) -> bool:
+    """Every call once in each PDL mode, from the same start each time: the results must be identical."""
     outputs = []
-    for pdl in (False, True):
+    for pdl in MODES.values():
         reset()
         for call in calls(pdl):
             call()
         torch.cuda.synchronize()
         outputs.append(result())
     reset()
-    return torch.equal(*outputs)
+    return all(torch.equal(outputs[0], o) for o in outputs[1:])
 
 
 def measure(calls) -> dict:
@@ -162,14 +164,14 @@ def main() -> None:
         result["copy_1GiB_us"] = measure(copy_calls(2**30))
         copies = {}
         for name, nbytes, calls, read, reset in cases():
-            row = {"case": name, "bytes": nbytes, "identical": same_with_and_without_pdl(calls, read, reset)}
+            row = {"case": name, "bytes": nbytes, "identical": same_under_every_mode(calls, read, reset)}
             if not row["identical"]:
                 raise AssertionError(f"{name}: PDL changed the results")
             if nbytes not in copies:
                 copies[nbytes] = measure(copy_calls(nbytes))
             row["copy_us"] = copies[nbytes]
-            for pdl in (False, True):
-                row["pdl_on" if pdl else "pdl_off"] = measure(calls(pdl))
+            for mode, pdl in MODES.items():
+                row[f"pdl_{mode}"] = measure(calls(pdl))
             reset()
             rows.append(row)
             torch.cuda.empty_cache()
@@ -181,12 +183,12 @@ def main() -> None:
 def print_table(result: dict) -> None:
     big = result["copy_1GiB_us"]
     print("copy 1 GiB: " + ", ".join(f"{t} {2**30 / us / 1e3:.0f} GB/s" for t, us in big.items()))
-    print(f"{'case':<28} {'timer':<9} {'off us':>8} {'on us':>8} {'off %':>6} {'on %':>6} {'copy us':>8}")
+    print(f"{'case':<28} {'timer':<9} " + " ".join(f"{m + ' us':>9} {'%':>6}" for m in MODES) + f" {'copy us':>8}")
     for r in result["rows"]:
         for t in TIMERS:
-            off, on, copy = r["pdl_off"][t], r["pdl_on"][t], r["copy_us"][t]
             rate = r["bytes"] * big[t] / 2**30
-            print(f"{r['case']:<28} {t:<9} {off:8.2f} {on:8.2f} {rate / off:6.1%} {rate / on:6.1%} {copy:8.2f}")
+            cells = " ".join(f"{r['pdl_' + m][t]:9.2f} {rate / r['pdl_' + m][t]:6.1%}" for m in MODES)
+            print(f"{r['case']:<28} {t:<9} {cells} {r['copy_us'][t]:8.2f}")
 
 
 if __name__ == "__main__":

@@ -260,11 +260,11 @@ def quick_decode_configs(heads: int, fmt: str) -> list:
     conversion instructions (the old decode)."""
     narrow = schedule.tile_config(heads, torch.bfloat16, dense=False)
     wide = replace(narrow, block_n=64, num_stages=2)
-    default = schedule.sparse_tile_config(heads, torch.bfloat16)
+    default = schedule.sparse_tile_config(heads, torch.bfloat16, fp8_latent_rows=fmt == "fp8")
     configs = [None] + [c for c in (narrow, wide, replace(narrow, num_stages=4)) if c != default]
     if fmt == "bf16":
         return configs
-    return configs + [replace(wide, num_stages=3), replace(default, e4m3_bits=False)]
+    return configs + [replace(default, e4m3_bits=False)]
 
 
 def quick_decode_cases() -> list:
@@ -303,8 +303,9 @@ def cases(args) -> list:
                     lambda h=heads, c=configs: sparse_case(f"prefill T{prefill} H{h} bf16", prefill, 1, h,
                                                            prefill + TOPK, "bf16", c, rotate=False)))
     old_fp8 = replace(schedule.tile_config(128, torch.bfloat16, dense=False), e4m3_bits=False)
+    two_deep = schedule.sparse_tile_config(128, torch.bfloat16)
     out.append((f"prefill T{prefill} H128 fp8", lambda: sparse_case(f"prefill T{prefill} H128 fp8", prefill, 1, 128,
-                                                                     prefill + TOPK, "fp8", [None, old_fp8],
+                                                                     prefill + TOPK, "fp8", [None, two_deep, old_fp8],
                                                                      rotate=False)))
     out.append(("dense decode B64 H32 ctx8192 bf16",
                 lambda: dense_case("dense decode B64 H32 ctx8192 bf16", 1, 64, 32, 8192, "bf16", [None])))

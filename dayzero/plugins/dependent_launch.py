@@ -5,10 +5,12 @@ the last wave of the kernel before do not overlap. Launched with PDL, a kernel's
 before finishes; each one first waits (`griddepcontrol.wait`) until that kernel has completed and its writes are
 visible, then lets the next kernel start the same way. Results are those of a plain launch; only the gap goes.
 
-A kernel takes a `PDL` constexpr and calls `wait_for_previous_kernel(PDL)` before its first global access; its
-launcher passes `**launch_options(pdl)`, so the two always go together (a PDL launch of a kernel that does not wait
-would read its inputs before they are written). PDL stays off under the Triton interpreter, while tracing (exported
-engines: AOTInductor launches kernels without launch attributes) and where DAYZERO_PDL=0.
+A kernel takes a `PDL` constexpr, calls `wait_for_previous_kernel(PDL)` before its first global access and
+`let_next_kernel_start(PDL)` after its main loop; its launcher passes `**launch_options(pdl)`, so the two always go
+together (a PDL launch of a kernel that does not wait would read its inputs before they are written). PDL is a mode:
+OFF; EARLY, the next kernel may start once every program of this one has started (it waits at its own first
+access); LATE, once every program has finished its main loop. PDL stays off under the Triton interpreter, while
+tracing (exported engines: AOTInductor launches kernels without launch attributes) and where DAYZERO_PDL=0.
 """
 
 from __future__ import annotations
@@ -26,10 +28,16 @@ from dayzero.plugins.triton_utils import INTERPRETED
 
 ENV = "DAYZERO_PDL"
 MIN_CAPABILITY = (9, 0)
+OFF, EARLY, LATE = 0, 1, 2
 
 
-def use_pdl(like: torch.Tensor) -> bool:
-    """Whether a kernel launched now on `like`'s device should take PDL (see the module docstring)."""
+def pdl_mode(like: torch.Tensor, latency_bound: bool) -> int:
+    """The default mode of a kernel launched now on `like`'s device: EARLY where the call is latency-bound (a few
+    programs, microseconds), else OFF (see the module docstring for where PDL is never taken)."""
+    return EARLY if latency_bound and pdl_available(like) else OFF
+
+
+def pdl_available(like: torch.Tensor) -> bool:
     if bool(INTERPRETED) or os.environ.get(ENV, "1") == "0" or not device_info.on_gpu(like.device):
         return False
     if is_fake(like) or torch.compiler.is_compiling():
@@ -37,15 +45,23 @@ def use_pdl(like: torch.Tensor) -> bool:
     return device_info.gpu_capability(like.device) >= MIN_CAPABILITY
 
 
-def launch_options(pdl: bool) -> dict:
+def launch_options(pdl: int) -> dict:
     """Launch keywords for a kernel whose `PDL` constexpr is `pdl`."""
-    return {"launch_pdl": True} if pdl else {}
+    return {"launch_pdl": True} if pdl != OFF else {}
 
 
 @triton.jit
 def wait_for_previous_kernel(PDL: tl.constexpr):
-    """Under PDL: wait until the kernel before has finished and its writes are visible, then let the next kernel's
-    programs start (they wait in turn). Without PDL, nothing."""
-    if PDL:
+    """Under PDL: wait until the kernel before has finished and its writes are visible (EARLY: then let the next
+    kernel's programs start; they wait in turn). Without PDL, nothing."""
+    if PDL != 0:
         gdc_wait()
+    if PDL == 1:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def let_next_kernel_start(PDL: tl.constexpr):
+    """LATE PDL: this program's main work is done; the next kernel may start once every program got here."""
+    if PDL == 2:
         gdc_launch_dependents()

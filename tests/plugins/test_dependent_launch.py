@@ -12,20 +12,23 @@ from tests.plugins.triton_env import ON_GPU, gpu_only, needs_triton
 pytestmark = [needs_triton]
 
 
-def test_pdl_is_off_on_the_cpu_and_when_disabled(monkeypatch):
-    assert not dependent_launch.use_pdl(torch.zeros(1))
-    assert dependent_launch.launch_options(False) == {}
-    assert dependent_launch.launch_options(True) == {"launch_pdl": True}
+def test_pdl_is_early_for_latency_bound_gpu_launches_only(monkeypatch):
+    assert dependent_launch.pdl_mode(torch.zeros(1), latency_bound=True) == dependent_launch.OFF
+    assert dependent_launch.launch_options(dependent_launch.OFF) == {}
+    assert dependent_launch.launch_options(dependent_launch.LATE) == {"launch_pdl": True}
     if ON_GPU:
+        gpu = torch.zeros(1, device="cuda")
+        assert dependent_launch.pdl_mode(gpu, latency_bound=True) == dependent_launch.EARLY
+        assert dependent_launch.pdl_mode(gpu, latency_bound=False) == dependent_launch.OFF
         monkeypatch.setenv(dependent_launch.ENV, "0")
-        assert not dependent_launch.use_pdl(torch.zeros(1, device="cuda"))
+        assert dependent_launch.pdl_mode(gpu, latency_bound=True) == dependent_launch.OFF
 
 
 def test_pdl_is_off_while_tracing():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        assert not dependent_launch.use_pdl(torch.empty(4, device="cuda" if ON_GPU else "cpu"))
+        assert not dependent_launch.pdl_available(torch.empty(4, device="cuda" if ON_GPU else "cpu"))
 
 
 def _graph_of(step):
@@ -38,7 +41,7 @@ def _graph_of(step):
     return graph
 
 
-def _attnres_chain(tokens: int, dim: int, emit_norm: bool, pdl: bool) -> torch.Tensor:
+def _attnres_chain(tokens: int, dim: int, emit_norm: bool, pdl: int) -> torch.Tensor:
     """Six mixes, each over the previous two outputs: a PDL kernel that read before the one before had finished
     would see a half-written source."""
     from dayzero.plugins.attnres.kernel import attnres_mix_launcher
@@ -48,7 +51,7 @@ def _attnres_chain(tokens: int, dim: int, emit_norm: bool, pdl: bool) -> torch.T
     query = torch.randn(dim, device="cuda", generator=gen)
     weight = torch.rand(dim, device="cuda", generator=gen) + 0.5
     norm_weight = weight if emit_norm else None
-    normed = [torch.empty_like(r) if emit_norm else None for r in rows]
+    normed = [torch.zeros_like(r) if emit_norm else None for r in rows]
     start = [r.clone() for r in rows]
 
     def step():
@@ -67,12 +70,13 @@ def _attnres_chain(tokens: int, dim: int, emit_norm: bool, pdl: bool) -> torch.T
 @pytest.mark.parametrize("tokens, dim, emit_norm", [
     pytest.param(*case, marks=gpu_only) for case in ((1, 2304, False), (64, 7168, False), (8192, 2304, False),
                                                      (8192, 7168, False), (4097, 2304, True))])
-def test_attnres_chain_with_pdl_matches_plain_launches(tokens, dim, emit_norm):
-    assert torch.equal(_attnres_chain(tokens, dim, emit_norm, pdl=True),
-                       _attnres_chain(tokens, dim, emit_norm, pdl=False))
+@pytest.mark.parametrize("mode", [dependent_launch.EARLY, dependent_launch.LATE])
+def test_attnres_chain_with_pdl_matches_plain_launches(tokens, dim, emit_norm, mode):
+    assert torch.equal(_attnres_chain(tokens, dim, emit_norm, pdl=mode),
+                       _attnres_chain(tokens, dim, emit_norm, pdl=dependent_launch.OFF))
 
 
-def _kda_steps(batch: int, heads: int, fused: bool, pdl: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _kda_steps(batch: int, heads: int, fused: bool, pdl: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Four decode steps of the same rows on one pool (each step reads the state the step before wrote)."""
     from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher, recurrent_kda_pool_launcher
 
@@ -116,6 +120,8 @@ def _kda_steps(batch: int, heads: int, fused: bool, pdl: bool) -> tuple[torch.Te
 @pytest.mark.parametrize("batch, heads, fused", [
     pytest.param(*case, marks=gpu_only) for case in ((1, 32, False), (64, 32, False), (64, 32, True),
                                                      (256, 96, False))])
-def test_kda_decode_steps_with_pdl_match_plain_launches(batch, heads, fused):
-    with_pdl, without = _kda_steps(batch, heads, fused, pdl=True), _kda_steps(batch, heads, fused, pdl=False)
+@pytest.mark.parametrize("mode", [dependent_launch.EARLY, dependent_launch.LATE])
+def test_kda_decode_steps_with_pdl_match_plain_launches(batch, heads, fused, mode):
+    with_pdl = _kda_steps(batch, heads, fused, pdl=mode)
+    without = _kda_steps(batch, heads, fused, pdl=dependent_launch.OFF)
     assert torch.equal(with_pdl[0], without[0]) and torch.equal(with_pdl[1], without[1])

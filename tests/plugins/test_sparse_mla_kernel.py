@@ -388,3 +388,5 @@ def test_sparse_tiles_gather_64_key_blocks_two_stages_deep():
     # one head block too (run fi, graph replay: 0.107 against 0.115 ms for 32-key blocks at B64 H64 BF16)
     assert schedule.sparse_tile_config(64, BF16).block_n == 64
     assert schedule.sparse_tile_config(128, FP32).block_n == 16
+    # FP8 latent rows one block deeper: a gather in flight while the block before is scored (run la)
+    assert schedule.sparse_tile_config(128, BF16, fp8_latent_rows=True).num_stages == 3

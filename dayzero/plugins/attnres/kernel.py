@@ -27,7 +27,7 @@ from dayzero.plugins.attnres.persistent_kernel import attnres_mix_persistent_ker
 from dayzero.plugins.attnres.pipelined_kernel import attnres_mix_pipelined_kernel
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES
 from dayzero.plugins.attnres.tiles import load_tile, mix_tile, row_setup, store_mix
-from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.dependent_launch import let_next_kernel_start, wait_for_previous_kernel
 
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
@@ -90,6 +90,7 @@ def _attnres_mix_kernel(
                                s15)
         m, total, acc = mix_tile(v, w, t, m, total, acc, TILE, NUM_SOURCES, D, eps, True)
     store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)
+    let_next_kernel_start(PDL)
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,9 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     aligned = sources_aligned(blocks, num_blocks, listed)
     assert config.tile & (config.tile - 1) == 0 and 1 <= config.prefetch <= 3, f"bad attnres config {config}"
     block_d = triton.next_power_of_2(dim)
-    pdl = dependent_launch.use_pdl(like) if pdl is None else pdl
+    # PDL where a call is a few programs' latency (run la: 0.6-0.8 us of a 2.5-4.3 us decode call in graph replay)
+    pdl = dependent_launch.pdl_mode(like, latency_bound=not (config.stages or config.persistent)) if pdl is None \
+        else pdl
     pdl_options = dependent_launch.launch_options(pdl)
     # the interpreter has no SMs: 2 stand in, so that persistent programs still walk several tokens each
     sms = device_info.num_sms(like.device, cpu_default=2)
@@ -229,13 +232,13 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
 def attnres_mix_launcher(
     query: torch.Tensor, sources: Sequence[torch.Tensor], rms_weight: torch.Tensor, eps: float,
     norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6, out: torch.Tensor | None = None,
-    normed: torch.Tensor | None = None, launch=None, config: MixConfig | None = None, pdl: bool | None = None,
+    normed: torch.Tensor | None = None, launch=None, config: MixConfig | None = None, pdl: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """query [D], 1..16 contiguous sources [..., D] of one dtype, rms_weight [D] -> (mix [..., D], normed or None).
 
     `normed` = RMSNorm(mix) * norm_weight, written only when norm_weight is given. `out` / `normed` may be given
     (preallocated, contiguous, the sources' shape and dtype); otherwise they are allocated. `config` overrides
-    default_config (the benchmark sweeps it); `pdl` overrides dependent_launch.use_pdl.
+    default_config (the benchmark sweeps it); `pdl` (a dependent_launch mode) overrides the default.
     """
     assert 1 <= len(sources) <= MAX_LISTED_SOURCES, f"1..{MAX_LISTED_SOURCES} sources, got {len(sources)}"
     like = sources[0]
@@ -250,7 +253,7 @@ def attnres_mix_blocks_launcher(
     query: torch.Tensor, blocks: torch.Tensor, num_blocks: int, partial: torch.Tensor | None,
     rms_weight: torch.Tensor, eps: float, norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
     out: torch.Tensor | None = None, normed: torch.Tensor | None = None, launch=None,
-    config: MixConfig | None = None, pdl: bool | None = None,
+    config: MixConfig | None = None, pdl: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Mix over blocks[:num_blocks] (blocks [max_blocks, ..., D], each block contiguous) and partial [..., D]."""
     assert 0 <= num_blocks <= blocks.shape[0], f"num_blocks {num_blocks} outside [0, {blocks.shape[0]}]"

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.attnres.tiles import load_tile, mix_tile, row_setup, store_mix
-from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.dependent_launch import let_next_kernel_start, wait_for_previous_kernel
 
 
 @triton.jit
@@ -55,3 +55,4 @@ def attnres_mix_persistent_kernel(
                               s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
             m, total, acc = mix_tile(v, w, t, m, total, acc, TILE, NUM_SOURCES, D, eps, False)
         store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)
+    let_next_kernel_start(PDL)

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from dayzero.plugins.attnres.sources import source_pointers_at
 from dayzero.plugins.attnres.tiles import load_rows, mix_tile, row_setup, store_mix
-from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.dependent_launch import let_next_kernel_start, wait_for_previous_kernel
 
 
 @triton.jit
@@ -51,3 +51,4 @@ def attnres_mix_pipelined_kernel(
         m, total, acc = mix_tile(a.to(tl.float32), w, t, m, total, acc, TILE, NUM_SOURCES, D, eps, False)
         if t == NUM_TILES - 1:
             store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)
+    let_next_kernel_start(PDL)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.dependent_launch import let_next_kernel_start, wait_for_previous_kernel
 from dayzero.plugins.kda.recurrent_kernel import kda_token, l2_normalize
 
 
@@ -49,3 +49,4 @@ def pipelined_kda_pool_kernel(
         S, b_o = kda_token(S, b_q * scale, b_k, b_v, b_g, b_beta)
         tl.store(o + (b * H + h) * V + ov, tl.where(live, b_o, 0.0).to(o.dtype.element_ty))
         tl.store(where, S, mask=live_tile)
+    let_next_kernel_start(PDL)

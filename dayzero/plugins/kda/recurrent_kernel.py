@@ -16,7 +16,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins import dependent_launch
 from dayzero.plugins import device as device_info
-from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.dependent_launch import let_next_kernel_start, wait_for_previous_kernel
 from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
 from dayzero.plugins.triton_utils import with_launch_config
 
@@ -153,6 +153,7 @@ def _recurrent_kda_pool_kernel(
         slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
             store_state(state + slot * (H * K * V) + tile, S, STREAM)
+    let_next_kernel_start(PDL)
 
 
 @triton.jit
@@ -244,6 +245,7 @@ def _fused_kda_decode_kernel(
             store_short_window(window, q0, q1, q2, C, h * K + ok, W)
             store_short_window(window + (W - 1) * C, k0, k1, k2, C, h * K + ok, W)
             store_short_window(window + 2 * (W - 1) * C, v0, v1, v2, C, h * K + ov, W)
+    let_next_kernel_start(PDL)
 
 
 def _is_pow2_at_least_16(n: int) -> bool:
@@ -292,7 +294,7 @@ def recurrent_kda_pool_launcher(
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
     num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, stages: int | None = None,
-    programs_per_sm: int = 12, launch=None, pdl: bool | None = None,
+    programs_per_sm: int = 12, launch=None, pdl: int | None = None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
     Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
@@ -304,7 +306,8 @@ def recurrent_kda_pool_launcher(
     programs per SM walking the tiles with `stages` - 1 state tiles copied ahead into shared memory; None: 2 where
     the V blocks are 16 wide (run cd, B = 1, graph replay: 3.9 / 5.8 us at H32 / H96 against 4.7 / 6.5 us for the
     one-tile kernel and fla's 4.9 / 7.0; at B >= 64 the one-tile kernel on 32-wide blocks stays faster, 80-93% of
-    copy against 74-87%). `pdl` overrides dependent_launch.use_pdl."""
+    copy against 74-87%). `pdl` (a dependent_launch mode) overrides the default: EARLY below 1024 (row, head) pairs
+    (run la, graph replay: 3.4 / 5.6 us against 4.3 / 6.3 at B1 H32 / H96), else OFF."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
@@ -319,7 +322,7 @@ def recurrent_kda_pool_launcher(
         stages = 2 if block_v == 16 and num_warps == 1 and maxnreg is None and not stream else 0
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
     scale = dim_k ** -0.5 if scale is None else scale
-    pdl = dependent_launch.use_pdl(state) if pdl is None else pdl
+    pdl = dependent_launch.pdl_mode(state, latency_bound=batch * heads < 1024) if pdl is None else pdl
     if stages and statically_known_true(length == 1):
         _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, [s for s, _ in strides],
                           use_qk_l2norm_in_kernel, block_v, num_warps, stages, programs_per_sm, launch, pdl)
@@ -342,7 +345,7 @@ def fused_kda_decode_launcher(
     dt_bias: torch.Tensor, lower_bound: float | None, beta_logits: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None, *,
     out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 4, stream: bool = False,
-    launch=None, pdl: bool | None = None,
+    launch=None, pdl: int | None = None,
 ) -> torch.Tensor:
     """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
     conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k
@@ -365,7 +368,7 @@ def fused_kda_decode_launcher(
     block_v = min(dim, 32) if block_v is None else block_v
     assert block_v <= dim and block_v & (block_v - 1) == 0, "block_v must be a power of two <= K"
     o = torch.empty((batch, length, heads, dim), dtype=qkv.dtype, device=qkv.device) if out is None else out
-    pdl = dependent_launch.use_pdl(state) if pdl is None else pdl
+    pdl = dependent_launch.pdl_mode(state, latency_bound=batch * heads < 1024) if pdl is None else pdl
     kernel = launch(_fused_kda_decode_kernel) if launch else _fused_kda_decode_kernel
     kernel[(batch * heads,)](
         qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,

@@ -358,7 +358,9 @@ def sparse_mla_launcher(
     """
     _check_inputs(q, latent_cache, block_table, v_dim)
     assert indices.dim() == 2 and indices.shape[0] == q.shape[0], f"indices {tuple(indices.shape)} vs q {q.shape}"
-    config = config or schedule.sparse_tile_config(q.shape[1], q.dtype)
+    # the geometry whose three-stage FP8 tiles were measured (and fit in shared memory): 512 + 64 latent rows
+    fp8_rows = is_quantized(latent_cache) and v_dim == 512 and q.shape[-1] == 576
+    config = config or schedule.sparse_tile_config(q.shape[1], q.dtype, fp8_rows)
     assert config.tokens_per_block == 1, "sparse attention has one token (its own key list) per program"
     return _launch_attention(q, latent_cache, block_table, cu_seqlens, indices.contiguous(), sm_scale, v_dim,
                              False, config, num_splits, launch, out)

@@ -69,17 +69,22 @@ def tile_config(num_heads: int, q_dtype: torch.dtype, dense: bool, tokens_per_se
     return TileConfig(block_h=block_h, tokens_per_block=tokens, block_n=32, num_warps=8, num_stages=3)
 
 
-def sparse_tile_config(num_heads: int, q_dtype: torch.dtype) -> TileConfig:
+def sparse_tile_config(num_heads: int, q_dtype: torch.dtype, fp8_latent_rows: bool = False) -> TileConfig:
     """Tiles of sparse attention (one token per program): 64-key blocks gathered two stages deep. Measured on the H200,
     top-2048: prefill T8192 H128 BF16 17.1 ms (274 TFLOP/s) against 22.1 ms for 32-key blocks and 23.3 / 34.2 / 22.2
     ms for 32 keys 2 deep, 16 keys 3 deep and 32 keys 4 deep (run be); decode B64 at 32K context as CUDA-graph
     replays (run fi, two passes alike) 0.210 / 0.175 / 0.126 / 0.107 ms at H128 FP8 / H128 BF16 / H64 FP8 / H64 BF16,
     against 0.239 / 0.194 / 0.153 / 0.115 ms for tile_config's 32-key blocks three deep. (H64 BF16 kept the 32-key
-    blocks until run fi: the eager times that chose them, runs w and z, held host launch time.)"""
+    blocks until run fi: the eager times that chose them, runs w and z, held host launch time.)
+
+    `fp8_latent_rows`: FP8 records of the 512 + 64 latent row (656 bytes) take three stages, so one block's gather is
+    in flight while the one before is scored (two stages wait for every copy before the dots: offline sm_90 TTGIR,
+    `async_wait {num = 0}`); 231 KB of shared memory, within the H200's 227 KiB. Run la, graph replay: 0.200 / 0.119
+    ms at H128 / H64 against 0.213 / 0.128 for two stages. A BF16 row (1152 bytes) does not fit three deep."""
     base = tile_config(num_heads, q_dtype, dense=False)
     if q_dtype == torch.float32:
         return base
-    return replace(base, block_n=64, num_stages=2)
+    return replace(base, block_n=64, num_stages=3 if fp8_latent_rows else 2)
 
 
 def num_splits(num_programs, num_keys: int, block_n: int, device: torch.device) -> int:
