@@ -87,30 +87,31 @@ def attnres_calls(num_sources: int, tokens: int, dim: int):
     query, rms_weight, sets = attnres.make_sets(num_sources, tokens, dim, attnres.rotations(nbytes))
     outs = [torch.empty_like(s[0]) for s in sets]
 
-    def calls(pdl: int):
-        return [lambda s=s, o=o: attnres_mix_launcher(query, s, rms_weight, 1e-6, out=o, pdl=pdl)
+    def calls(**options):
+        return [lambda s=s, o=o: attnres_mix_launcher(query, s, rms_weight, 1e-6, out=o, **options)
                 for s, o in zip(sets, outs)]
 
     return f"attnres {num_sources}x{tokens}x{dim}", nbytes, calls, lambda: outs[0].clone()
 
 
-def kda_calls(batch: int, heads: int, fused: bool):
-    rounds, sets = kda.make_sets(batch, heads)
+def kda_calls(batch: int, heads: int, fused: bool, slot_order: str = "random"):
+    """(name, bytes, calls(**launcher options), result, reset) of one KDA decode case."""
+    rounds, sets = kda.make_sets(batch, heads, slot_order)
     p = kda.make_params(heads, rounds * batch)
     nbytes = batch * heads * kda.K * kda.V * 4 * 2
     state0, conv0 = p["state"].clone(), p["conv_state"].clone()
     if fused:
-        def calls(pdl: int):
+        def calls(**options):
             return [lambda s=s: kda.fused_kda_decode_launcher(
                 s["qkv"], p["conv_weight"], p["conv_state"], s["z"], p["A_log"], p["dt_bias"], None,
-                s["beta_logits"], p["state"], s["slots"], s["num_accepted"], pdl=pdl) for s in sets]
+                s["beta_logits"], p["state"], s["slots"], s["num_accepted"], **options) for s in sets]
     else:
         unfused = [kda.unfused_inputs(s, p) for s in sets]
 
-        def calls(pdl: int):
+        def calls(**options):
             return [lambda u=u, s=s: kda.recurrent_kda_pool_launcher(
                 u["q"], u["k"], u["v"], u["g"], u["beta"], p["state"], s["slots"], s["num_accepted"],
-                use_qk_l2norm_in_kernel=True, pdl=pdl) for u, s in zip(unfused, sets)]
+                use_qk_l2norm_in_kernel=True, **options) for u, s in zip(unfused, sets)]
 
     def result():
         return p["state"].clone()
@@ -119,16 +120,17 @@ def kda_calls(batch: int, heads: int, fused: bool):
         p["state"].copy_(state0)
         p["conv_state"].copy_(conv0)
 
-    name = f"kda {'fused' if fused else 'pool'} B{batch} H{heads}"
+    order = "" if slot_order == "random" else f" {slot_order}"
+    name = f"kda {'fused' if fused else 'pool'} B{batch} H{heads}{order}"
     return name, nbytes, calls, result, reset
 
 
-def same_under_every_mode(calls, result, reset=lambda: None) -> bool:
-    """Every call once in each PDL mode, from the same start each time: the results must be identical."""
+def same_under_every_option(calls, result, reset, variants: list[dict]) -> bool:
+    """Every call once under each set of launcher options, from the same start each time: identical results."""
     outputs = []
-    for pdl in MODES.values():
+    for options in variants:
         reset()
-        for call in calls(pdl):
+        for call in calls(**options):
             call()
         torch.cuda.synchronize()
         outputs.append(result())
@@ -164,14 +166,15 @@ def main() -> None:
         result["copy_1GiB_us"] = measure(copy_calls(2**30))
         copies = {}
         for name, nbytes, calls, read, reset in cases():
-            row = {"case": name, "bytes": nbytes, "identical": same_under_every_mode(calls, read, reset)}
+            variants = [{"pdl": pdl} for pdl in MODES.values()]
+            row = {"case": name, "bytes": nbytes, "identical": same_under_every_option(calls, read, reset, variants)}
             if not row["identical"]:
                 raise AssertionError(f"{name}: PDL changed the results")
             if nbytes not in copies:
                 copies[nbytes] = measure(copy_calls(nbytes))
             row["copy_us"] = copies[nbytes]
             for mode, pdl in MODES.items():
-                row[f"pdl_{mode}"] = measure(calls(pdl))
+                row[f"pdl_{mode}"] = measure(calls(pdl=pdl))
             reset()
             rows.append(row)
             torch.cuda.empty_cache()
