@@ -6,7 +6,8 @@ At B64 H32 the pool kernel's 8192 one-warp programs make about 7.8 waves; as the
 one by one, a fixed cost of about 5 us a call (runs bd-cf: time = F + bytes / rate). With the last `narrow_pairs`
 (row, head) pairs on tiles half as wide, the programs that start last take about half as long. Each case is timed
 for several counts with the three timers of bench_pdl.py (graph replay, do_bench, profiler kernel time), after
-checking that the results equal those of the default launch bit for bit. Slots a random permutation of the pool and
+checking that the results match the default launch's (relative error below 1e-5: a half-wide tile spreads K over
+the warp's lanes differently, so its sums round differently). Slots a random permutation of the pool and
 the pool in order. JSON to DIR/bench_kda_tail.json; a table last.
 """
 
@@ -41,7 +42,7 @@ def main() -> None:
             name, nbytes, calls, read, reset = kda_calls(batch, heads, False, order)
             variants = [{"narrow_pairs": n} for n in NARROW]
             row = {"case": name, "bytes": nbytes,
-                   "identical": same_under_every_option(calls, read, reset, variants)}
+                   "identical": same_under_every_option(calls, read, reset, variants, tolerance=1e-5)}
             if not row["identical"]:
                 raise AssertionError(f"{name}: narrow tail tiles changed the results")
             for options in variants:

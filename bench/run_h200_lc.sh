@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Eighth session of 2026-12-04, third call: the KDA pool kernel's last (row, head) pairs on half-wide tiles
+# Eighth session of 2026-12-04, third and fourth calls (run lc stopped at the bench's bitwise check): the KDA pool kernel's last (row, head) pairs on half-wide tiles
 # (`narrow_pairs`), against B64 H32's tail. The KDA recurrent and PDL GPU tests, then bench_kda_tail.py.
 # usage: bash bench/run_h200_lc.sh [SECONDS] (default 300).
 . bench/h200.sh
