@@ -110,27 +110,6 @@ def test_recurrent_kda_pool_block_configs(B, L, H, K, V, block_v, num_warps, str
     assert rel_err(o.cpu(), o_ref) < 1e-5 and rel_err(got.cpu(), expected) < 1e-5
 
 
-@pytest.mark.parametrize("narrow_pairs", [1, 5, 10**6])
-@pytest.mark.parametrize("B, L, H, K, V, block_v", sizes(cpu=[(3, 2, 2, 16, 32, 16)],
-                                                        gpu=[(64, 1, 32, 128, 128, 32), (9, 3, 4, 128, 128, 32)]))
-def test_narrow_tail_tiles_match_reference(B, L, H, K, V, block_v, narrow_pairs):
-    """The last (row, head) pairs on half-wide tiles (a few, the padding row among them, or all of them)."""
-    from dayzero.plugins.kda.recurrent_kernel import recurrent_kda_pool_launcher
-
-    q, k, v, g, beta = kda_inputs(B, L, H, K, V, torch.float32, False)
-    state = torch.randn(B * L + 2, H, K, V)
-    slots, num_accepted = pool_slots(B, L, state.shape[0])
-    expected = state.clone()
-    o_ref = R.recurrent_kda_pool(*(x.cpu() for x in (q, k, v, g, beta)), expected, slots, num_accepted,
-                                 use_qk_l2norm_in_kernel=True)
-    got, out = state.to(DEVICE), poisoned(B, L, H, V)
-    recurrent_kda_pool_launcher(q, k, v, g, beta, got, slots.to(DEVICE), num_accepted.to(DEVICE),
-                                use_qk_l2norm_in_kernel=True, out=out, block_v=block_v, narrow_pairs=narrow_pairs)
-    assert rel_err(out.cpu(), o_ref) < 1e-5
-    assert torch.equal(out.cpu()[slots[:, 0] < 0], torch.zeros_like(o_ref[slots[:, 0] < 0]))
-    check_pool(got, expected, state, slots, 1e-5)
-
-
 @pytest.mark.parametrize("B, H, K, V, dtype, block_v, num_warps, stages, per_sm", sizes(
     cpu=[(5, 2, 16, 32, torch.bfloat16, 16, 1, 2, 3), (3, 3, 32, 16, torch.float32, 16, 1, 3, 1),
          (1, 2, 16, 64, torch.float32, 32, 2, 2, 8)],

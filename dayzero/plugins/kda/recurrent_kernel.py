@@ -109,17 +109,21 @@ def _token_vectors(q, k, g, v, beta, b, t, h, ok, ov, q_sb, q_st, k_sb, k_st, v_
             tl.load(beta + row * beta_sb + t * beta_st + h))
 
 
-@triton.jit
-def _pool_tile(
-    q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L, bh, ov,
+@triton.jit(do_not_specialize=["L"])
+def _recurrent_kda_pool_kernel(
+    q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L,
     q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
-    STREAM: tl.constexpr,
+    STREAM: tl.constexpr, PDL: tl.constexpr,
 ):
-    """All L tokens of (row, head) bh on the V columns ov [BV], its state tile [K, BV] held in registers."""
+    wait_for_previous_kernel(PDL)
+    # the V blocks of one head are neighbours in launch order, so the programs that run together read whole state
+    # rows (DRAM pages) rather than one BV-wide column strip of every head
+    bh = tl.program_id(0) // (V // BV)
     b = bh // H
     h = bh % H
     ok = tl.arange(0, K)
+    ov = tl.program_id(0) % (V // BV) * BV + tl.arange(0, BV)
     strides = (q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st)
     # the token's vectors do not depend on the slots: loaded first (and the next token's before a step), they
     # arrive with the state. Each one's layout change passes a barrier, so loads issued between uses would wait in a
@@ -129,52 +133,26 @@ def _pool_tile(
     first, start = slot_row(slots, num_accepted, b, L)
     if first < 0:
         _zero_rows(o, (b * L * H + h).to(tl.int64) * V, L, H * V, ov, BV)
-    else:
-        tile = h * K * V + ok[:, None] * V + ov[None, :]
-        S = load_state(state + start * (H * K * V) + tile, STREAM)
-        tl.debug_barrier()
-        for t in range(L):
-            b_q = n_q.to(tl.float32)
-            b_k = n_k.to(tl.float32)
-            b_g = n_g.to(tl.float32)
-            b_v = n_v.to(tl.float32)
-            b_beta = n_beta.to(tl.float32)
-            if t + 1 < L:
-                n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, t + 1, h, ok, ov, *strides, K, V)
-            if USE_QK_L2NORM:
-                b_q = l2_normalize(b_q)
-                b_k = l2_normalize(b_k)
-            S, b_o = kda_token(S, b_q * scale, b_k, b_v, b_g, b_beta)
-            tl.store(o + ((b * L + t) * H + h).to(tl.int64) * V + ov, b_o.to(o.dtype.element_ty))
-            slot = tl.load(slots + t).to(tl.int64)
-            if slot >= 0:
-                store_state(state + slot * (H * K * V) + tile, S, STREAM)
-
-
-@triton.jit(do_not_specialize=["L", "narrow_pairs"])
-def _recurrent_kda_pool_kernel(
-    q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L, num_pairs, narrow_pairs,
-    q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st,
-    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
-    STREAM: tl.constexpr, PDL: tl.constexpr,
-):
-    """One program a state tile. The last `narrow_pairs` (row, head) pairs take tiles half as wide: programs start
-    in launch order, so the last wave is of shorter programs and the SMs run out of work closer together."""
-    wait_for_previous_kernel(PDL)
-    # the V blocks of one head are neighbours in launch order, so the programs that run together read whole state
-    # rows (DRAM pages) rather than one BV-wide column strip of every head
-    pid = tl.program_id(0)
-    wide_programs = (num_pairs - narrow_pairs) * (V // BV)
-    args = (q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L)
-    strides = (q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st)
-    if pid < wide_programs:
-        _pool_tile(*args, pid // (V // BV), pid % (V // BV) * BV + tl.arange(0, BV), *strides, H, K, V, BV,
-                   USE_QK_L2NORM, STREAM)
-    else:
-        NARROW: tl.constexpr = BV // 2
-        p = pid - wide_programs
-        _pool_tile(*args, num_pairs - narrow_pairs + p // (V // NARROW), p % (V // NARROW) * NARROW
-                   + tl.arange(0, NARROW), *strides, H, K, V, NARROW, USE_QK_L2NORM, STREAM)
+        return
+    tile = h * K * V + ok[:, None] * V + ov[None, :]
+    S = load_state(state + start * (H * K * V) + tile, STREAM)
+    tl.debug_barrier()
+    for t in range(L):
+        b_q = n_q.to(tl.float32)
+        b_k = n_k.to(tl.float32)
+        b_g = n_g.to(tl.float32)
+        b_v = n_v.to(tl.float32)
+        b_beta = n_beta.to(tl.float32)
+        if t + 1 < L:
+            n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, t + 1, h, ok, ov, *strides, K, V)
+        if USE_QK_L2NORM:
+            b_q = l2_normalize(b_q)
+            b_k = l2_normalize(b_k)
+        S, b_o = kda_token(S, b_q * scale, b_k, b_v, b_g, b_beta)
+        tl.store(o + ((b * L + t) * H + h).to(tl.int64) * V + ov, b_o.to(o.dtype.element_ty))
+        slot = tl.load(slots + t).to(tl.int64)
+        if slot >= 0:
+            store_state(state + slot * (H * K * V) + tile, S, STREAM)
     let_next_kernel_start(PDL)
 
 
@@ -316,7 +294,7 @@ def recurrent_kda_pool_launcher(
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
     num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, stages: int | None = None,
-    programs_per_sm: int = 12, narrow_pairs: int | None = None, launch=None, pdl: int | None = None,
+    programs_per_sm: int = 12, launch=None, pdl: int | None = None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
     Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
@@ -328,10 +306,8 @@ def recurrent_kda_pool_launcher(
     programs per SM walking the tiles with `stages` - 1 state tiles copied ahead into shared memory; None: 2 where
     the V blocks are 16 wide (run cd, B = 1, graph replay: 3.9 / 5.8 us at H32 / H96 against 4.7 / 6.5 us for the
     one-tile kernel and fla's 4.9 / 7.0; at B >= 64 the one-tile kernel on 32-wide blocks stays faster, 80-93% of
-    copy against 74-87%). `narrow_pairs`: the last that many (row, head) pairs take tiles of block_v / 2 (the
-    programs that start last are shorter, so the call's tail is). `pdl` (a dependent_launch mode) overrides the
-    default: EARLY below 1024 (row, head) pairs (runs la, lb, graph replay: 3.4-3.5 / 5.6-5.9 us against 4.1-4.3 /
-    6.3-6.5 at B1 H32 / H96), else OFF."""
+    copy against 74-87%). `pdl` (a dependent_launch mode) overrides the default: EARLY below 1024 (row, head)
+    pairs (runs la, lb, graph replay: 3.4-3.5 / 5.6-5.9 us against 4.1-4.3 / 6.3-6.5 at B1 H32 / H96), else OFF."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
@@ -355,11 +331,9 @@ def recurrent_kda_pool_launcher(
     options = {"num_warps": num_warps}
     if maxnreg is not None:
         kernel, options = with_launch_config(kernel, num_warps, maxnreg), {}
-    pairs = batch * heads
-    narrow = 0 if narrow_pairs is None or block_v < 2 else torch.sym_min(narrow_pairs, pairs)
     kernel = launch(kernel) if launch else kernel
-    kernel[((pairs - narrow) * (dim_v // block_v) + narrow * (2 * dim_v // block_v),)](
-        q, k, v, g, beta, o, state, state_slots, num_accepted, scale, length, pairs, narrow,
+    kernel[(batch * heads * (dim_v // block_v),)](
+        q, k, v, g, beta, o, state, state_slots, num_accepted, scale, length,
         *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, stream, pdl,
         **options, **dependent_launch.launch_options(pdl),
     )
