@@ -8,7 +8,9 @@ triton.testing.do_bench:
   * eager: back-to-back launcher calls (bounded by the host-side launch cost wherever that exceeds the GPU time:
     decode sizes, and fla's 90-270 us launch path even at 8192 tokens);
   * graph: the same calls captured in one CUDA graph and replayed, per call: GPU time alone (how the engine runs
-    decode); bandwidth, fractions and speedups come from it, at every size.
+    decode); bandwidth, fractions and speedups come from it, at every size;
+  * kernel: the kernel's own duration in that graph (the profiler's, bench/common.kernel_ms), without the gap a
+    graph leaves between kernels, against a 1 GiB copy kernel timed the same way (`copy_kernel_ceiling_gbs`).
 do_bench clears the L2 before each eager call, and inputs rotate through up to 1024 copies (at least 3x the 60 MB
 L2 per cycle), so the numbers are cold-cache ones. Bandwidth counts the bytes the kernel must move: every source
 read once plus the output written. The headline columns use the kernel's default
@@ -37,7 +39,7 @@ from pathlib import Path
 import torch
 from triton.testing import do_bench
 
-from bench.common import graph_replay_ms
+from bench.common import graph_replay_ms, kernel_ms
 from dayzero.plugins.attnres import reference
 from dayzero.plugins.attnres.kernel import (
     DECODE_TOKENS,
@@ -60,11 +62,18 @@ else:
 
 
 def copy_ceiling_gbs() -> float:
-    """Device-to-device copy bandwidth, bytes read + written, GB/s."""
+    """Device-to-device copy bandwidth, bytes read + written, GB/s; also (KERNEL_CEILING) that of an elementwise copy
+    kernel by its profiler duration, the ceiling of the kernel-time column."""
     src = torch.randn(2**28, device=DEVICE, dtype=DTYPE)
     dst = torch.empty_like(src)
     ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=300, return_mode="median")
-    return 2 * src.numel() * src.element_size() / ms / 1e6
+    nbytes = 2 * src.numel() * src.element_size()
+    KERNEL_CEILING[0] = nbytes / kernel_ms([lambda: torch.add(src, 0, out=dst)]) / 1e6
+    return nbytes / ms / 1e6
+
+
+# GB/s of a 1 GiB elementwise copy by kernel duration (set by copy_ceiling_gbs)
+KERNEL_CEILING = [float("nan")]
 
 
 def rotations(bytes_per_call: int) -> int:
@@ -273,6 +282,10 @@ def run_case(num_sources, tokens, dim, ceiling, with_sweep=True) -> dict:
     if fused_attnres is not None:
         with torch.inference_mode():
             timed("fla_graph_us", lambda: graph_ms(fla_calls(query, rms_weight, sets)), result)
+    # the kernel alone (profiler durations, no launch gap), against the copy kernel timed the same way
+    timed("ours_kernel_us", lambda: kernel_ms(ours_calls(query, rms_weight, sets[:64])), result)
+    if "ours_kernel_us" in result:
+        result["ours_kernel_copy_fraction"] = bytes_per_call / result["ours_kernel_us"] / 1e3 / KERNEL_CEILING[0]
     best = result.get("ours_graph_us", result.get("ours_eager_us"))
     if best:
         result["ours_gbs"] = bytes_per_call / best / 1e3
@@ -340,8 +353,11 @@ def print_tables(cases, variants, ceiling) -> None:
     print(f"\ncopy ceiling {ceiling:.0f} GB/s (read + write); {FLA_MISSING or 'peer: fla 0.6.0 fused_attnres'}")
     print("us/call: eager = back-to-back launches, graph = CUDA-graph replay per call; GB/s, fraction and speedup "
           "from the graph times")
+    print(f"kernel = the kernel's own duration (profiler), of copy against a copy kernel timed so "
+          f"({KERNEL_CEILING[0]:.0f} GB/s)")
     header = (f"{'N':>2} {'T':>5} {'D':>5}  {'ours eager':>10} {'ours graph':>10} {'fla eager':>10} "
-              f"{'fla graph':>10} {'GB/s':>7} {'of copy':>7} {'speedup':>8} {'best us':>8}  best config")
+              f"{'fla graph':>10} {'GB/s':>7} {'of copy':>7} {'speedup':>8} {'kernel':>7} {'of copy':>7} "
+              f"{'best us':>8}  best config")
     print(header)
     for c in cases:
         if "error" in c:
@@ -354,6 +370,7 @@ def print_tables(cases, variants, ceiling) -> None:
               f"{fmt(c.get('ours_graph_us'), '10.1f')} {fmt(c.get('fla_eager_us'), '10.1f')} "
               f"{fmt(c.get('fla_graph_us'), '10.1f')} {fmt(c.get('ours_gbs'), '7.0f')} "
               f"{fmt(c.get('ours_copy_fraction'), '7.1%')} {fmt(speedup, '7.2f')}{'x' if speedup else ' '} "
+              f"{fmt(c.get('ours_kernel_us'), '7.1f')} {fmt(c.get('ours_kernel_copy_fraction'), '7.1%')} "
               f"{fmt(c.get('best_us'), '8.1f')}  {config_label(c.get('best_config'))}")
     print(f"\n{'variant':<22} {'T':>5} {'D':>5} {'timer':>9} {'us':>9} {'GB/s':>7} {'of copy':>7}")
     for v in variants:
@@ -398,8 +415,9 @@ def main() -> None:
         main_focused(args.out, DECODE_TOKENS if args.decode_cases else None, args.case)
         return
     ceiling = copy_ceiling_gbs()
-    report = {"copy_ceiling_gbs": ceiling, "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": [],
-              "variants": [], "device": torch.cuda.get_device_name()}
+    report = {"copy_ceiling_gbs": ceiling, "copy_kernel_ceiling_gbs": KERNEL_CEILING[0],
+              "peer": FLA_MISSING or "fla 0.6.0 fused_attnres", "cases": [], "variants": [],
+              "device": torch.cuda.get_device_name()}
     for num_sources, tokens, dim in itertools.product((2, 8, 9), (1, 64, 8192), (2304, 7168)):
         try:
             swept = not args.no_sweep and (num_sources, tokens, dim) in SWEPT_CASES

@@ -23,13 +23,11 @@ import time
 from pathlib import Path
 
 import torch
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
 from triton.testing import do_bench
 
 from bench import bench_attnres as attnres
 from bench import bench_kda_decode as kda
-from bench.common import graph_replay_ms, median_ms, rel_err
+from bench.common import graph_replay_ms, kernel_ms, median_ms, rel_err
 from dayzero.plugins.attnres.kernel import attnres_mix_launcher
 from dayzero.plugins.dependent_launch import EARLY, LATE, OFF
 
@@ -50,26 +48,8 @@ def do_bench_us(calls) -> float:
     return do_bench(lambda: calls[next(cycle) % len(calls)](), warmup=25, rep=200, return_mode="median") * 1e3
 
 
-def kernel_us(calls, replays: int = 5) -> float:
-    """Summed kernel durations per call, from the profiler, over graph replays of the calls."""
-    calls = calls[:GRAPH_CALLS]
-    graph = torch.cuda.CUDAGraph()
-    for call in calls:
-        call()
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            graph.replay()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    if not kernels:
-        return float("nan")
-    return sum(e.time_range.elapsed_us() for e in kernels) / (replays * len(calls))
+def kernel_us(calls) -> float:
+    return kernel_ms(calls[:GRAPH_CALLS]) * 1e3
 
 
 TIMERS = {"graph": graph_us, "do_bench": do_bench_us, "kernel": kernel_us}

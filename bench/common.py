@@ -41,6 +41,32 @@ def graph_replay_ms(calls, timer=median_ms) -> float:
     return timer(graph.replay) / len(calls)
 
 
+def kernel_ms(calls, replays: int = 5) -> float:
+    """Milliseconds of GPU kernel time per call: the profiler's (CUPTI) kernel durations over replays of the calls
+    captured back to back in one CUDA graph, summed and divided by the calls. Unlike a replay's wall time it leaves
+    out the gap a graph leaves between kernels (their launch), as a bandwidth figure of the kernel should."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    if not kernels:
+        return float("nan")
+    return sum(e.time_range.elapsed_us() for e in kernels) / (replays * len(calls)) / 1e3
+
+
 def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
     """Device-to-device copy, bytes read + written per second (GB/s)."""
     src = torch.randn(nbytes // 4, device="cuda")
