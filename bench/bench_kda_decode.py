@@ -6,9 +6,10 @@ Cases: B in {1, 64, 256} x H in {32, 96}, K = V = 128, L = 1, bf16 activations, 
 permutation (`--slot-order`: also random sets with rows in slot order, or the pool in order). Every kernel is
 checked against the reference on the bench inputs before it is timed. Times are triton.testing.do_bench medians of
 eager calls (Python launch overhead included, as a caller sees it); at B = 1 a CUDA-graph replay of the step is
-timed as well (launch overhead removed). Bandwidth counts the state bytes read + written (B*H*K*V*4*2) against the
-measured device copy ceiling. Inputs rotate over enough slot sets to exceed the L2 cache. Writes
-DIR/kda_decode.json and prints a table last.
+timed as well (launch overhead removed), and at B >= 64 the kernels' own durations (the profiler's, no launch
+gap: bench/common.kernel_ms) against a copy kernel timed the same way. Bandwidth counts the state bytes read +
+written (B*H*K*V*4*2) against the measured device copy ceiling. Inputs rotate over enough slot sets to exceed the L2
+cache. Writes DIR/kda_decode.json and prints a table last.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 import triton
 
-from bench.common import graph_replay_ms
+from bench.common import graph_replay_ms, kernel_ms
 from dayzero.plugins.kda import reference as R
 from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher, recurrent_kda_pool_launcher
 
@@ -76,9 +77,11 @@ def ceilings() -> dict:
     x = torch.randn(2**28 // 2, device=DEVICE)  # 512 MiB fp32
     y = torch.empty_like(x)
     copy_ms = bench(lambda: y.copy_(x))
+    copy_kernel = kernel_ms([lambda: torch.add(x, 0, out=y)])
     a, b = (torch.randn(8192, 8192, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
     mm_ms = bench(lambda: a @ b)
-    return {"copy_GBps": 2 * x.numel() * 4 / copy_ms / 1e6, "bf16_matmul_TFLOPs": 2 * 8192**3 / mm_ms / 1e9}
+    return {"copy_GBps": 2 * x.numel() * 4 / copy_ms / 1e6, "copy_kernel_GBps": 2 * x.numel() * 4 / copy_kernel / 1e6,
+            "bf16_matmul_TFLOPs": 2 * 8192**3 / mm_ms / 1e9}
 
 
 def load_fla():
@@ -191,7 +194,8 @@ def rotating(fns):
     return lambda: fns[next(calls) % len(fns)]()
 
 
-def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all", slot_order: str = "random") -> dict:
+def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all", slot_order: str = "random",
+               copy_kernel_GBps: float = float("nan")) -> dict:
     rounds, sets = make_sets(B, H, slot_order)
     p = make_params(H, rounds * B)
     state_bytes = B * H * K * V * 4 * 2
@@ -202,6 +206,12 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all", slot_or
     def add(name: str, ms: float, extra: dict | None = None):
         gbps = state_bytes / ms / 1e6
         record["kernels"][name] = {"ms": ms, "GBps": gbps, "frac_copy": gbps / copy_GBps, **(extra or {})}
+
+    def kernel_time(steps, extra: dict) -> None:
+        # B >= 64: the kernels' own durations (no launch gap) against a copy kernel timed the same way
+        if B >= 64:
+            extra["kernel_ms"] = kernel_ms(steps[:64])
+            extra["kernel_frac_copy"] = state_bytes / extra["kernel_ms"] / 1e6 / copy_kernel_GBps
 
     def attempt(name: str, fn):
         try:
@@ -227,6 +237,7 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all", slot_or
         errors = check("recurrent_kda_pool", run_pool(u0, s0, st, config), o_pool_ref, st, pool_after, s0["slots"])
         ms = bench(rotating([lambda u=u, s=s: run_pool(u, s, p["state"], config) for u, s in zip(unfused, sets)]))
         extra = {**pool_options(config), **errors}
+        kernel_time([lambda u=u, s=s: run_pool(u, s, p["state"], config) for u, s in zip(unfused, sets)], extra)
         if B == 1:
             extra["graph_ms"] = graph_ms([lambda u=u, s=s: run_pool(u, s, p["state"], config)
                                           for u, s in list(zip(unfused, sets))[:32]])
@@ -241,6 +252,7 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all", slot_or
             raise AssertionError("fused_kda_decode wrote different conv windows than the reference")
         ms = bench(rotating([lambda s=s: run_fused(s, p, p["state"], p["conv_state"], config) for s in sets]))
         extra = {"block_v": config[0], "num_warps": config[1], "stream": config[2], **errors}
+        kernel_time([lambda s=s: run_fused(s, p, p["state"], p["conv_state"], config) for s in sets], extra)
         if B == 1:
             extra["graph_ms"] = graph_ms([lambda s=s: run_fused(s, p, p["state"], p["conv_state"], config)
                                           for s in sets[:32]])
@@ -254,6 +266,8 @@ def bench_case(B: int, H: int, fla, copy_GBps: float, mode: str = "all", slot_or
         ms = bench(rotating([lambda u=u, s=s, o=o: run_fla(fla, u, s, p, p["state"], o, gate_in_kernel)
                              for u, s, o in zip(unfused, sets, outs)]))
         extra = dict(errors)
+        kernel_time([lambda u=u, s=s, o=o: run_fla(fla, u, s, p, p["state"], o, gate_in_kernel)
+                     for u, s, o in zip(unfused, sets, outs)], extra)
         if B == 1:
             extra["graph_ms"] = graph_ms([lambda u=u, s=s, o=o: run_fla(fla, u, s, p, p["state"], o, gate_in_kernel)
                                           for u, s, o in list(zip(unfused, sets, outs))[:32]])
@@ -281,18 +295,20 @@ def summary_rows(record: dict) -> list[list[str]]:
     for name, r in kernels.items():
         shape = f"B{record['B']} H{record['H']}"
         if "error" in r:
-            rows.append([shape, name, "ERROR", r["error"][:60], "", "", "", ""])
+            rows.append([shape, name, "ERROR", r["error"][:60], "", "", "", "", ""])
             continue
         speedup = f"{fla_ms / r['ms']:.2f}x" if fla_ms else "-"
         graph = f"{r['graph_ms'] * 1e3:.1f}" if "graph_ms" in r else "-"
         graph_speedup = f"{fla_graph / r['graph_ms']:.2f}x" if fla_graph and "graph_ms" in r else "-"
+        kernel = f"{r['kernel_ms'] * 1e3:.1f} ({r['kernel_frac_copy']:.1%})" if "kernel_ms" in r else "-"
         rows.append([shape, name, f"{r['ms'] * 1e3:.1f}", f"{r['GBps']:.0f}", f"{r['frac_copy']:.0%}",
-                     f"{fla_ms * 1e3:.1f}" if fla_ms else "-", speedup, f"{graph} ({graph_speedup})"])
+                     f"{fla_ms * 1e3:.1f}" if fla_ms else "-", speedup, f"{graph} ({graph_speedup})", kernel])
     return rows
 
 
 def print_table(rows: list[list[str]]) -> None:
-    header = ["shape", "kernel", "us", "GB/s", "of copy", "fla us", "speedup", "graph us (vs fla graph)"]
+    header = ["shape", "kernel", "us", "GB/s", "of copy", "fla us", "speedup", "graph us (vs fla graph)",
+              "kernel us (of copy kernel)"]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
@@ -306,6 +322,8 @@ def main() -> None:
     parser.add_argument("--slot-order", choices=SLOT_ORDERS, default="random",
                         help="each set's slots: a random permutation of the pool, random sets with rows in ascending "
                              "slot order, or the pool in order")
+    parser.add_argument("--cases", type=lambda text: [tuple(int(x) for x in c.split("x")) for c in text.split(",")],
+                        default=None, help="only these BxH cases, e.g. 64x32,64x96")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -317,9 +335,11 @@ def main() -> None:
         result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                   "ceilings": ceiling, "fla": fla is not None, "cases": records}
         mode = next((m for m in ("quick", "focus") if getattr(args, m)), "all")
-        for B, H in [(b, h) for b, h in CASES if b >= 64] if args.focus else CASES:
+        cases = args.cases or ([(b, h) for b, h in CASES if b >= 64] if args.focus else CASES)
+        for B, H in cases:
             try:
-                records.append(bench_case(B, H, fla, ceiling["copy_GBps"], mode, args.slot_order))
+                records.append(bench_case(B, H, fla, ceiling["copy_GBps"], mode, args.slot_order,
+                                          ceiling["copy_kernel_GBps"]))
             except Exception as error:  # noqa: BLE001 - one failing case must not stop the run
                 traceback.print_exc()
                 records.append({"B": B, "H": H, "kernels": {"case": {"error": f"{type(error).__name__}: {error}"}}})
