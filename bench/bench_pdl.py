@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -27,12 +26,11 @@ from triton.testing import do_bench
 
 from bench import bench_attnres as attnres
 from bench import bench_kda_decode as kda
-from bench.common import graph_replay_ms, kernel_ms, median_ms, rel_err
+from bench.common import copy_calls, graph_replay_ms, kernel_ms, median_ms, rel_err
 from dayzero.plugins.attnres.kernel import attnres_mix_launcher
 from dayzero.plugins.dependent_launch import EARLY, LATE, OFF
 
 DEVICE = "cuda"
-L2_BYTES = 60 * 2**20
 ATTNRES_CASES = [(2, 1, 2304), (2, 64, 2304), (2, 64, 7168), (9, 64, 7168), (2, 8192, 2304), (9, 8192, 7168)]
 KDA_CASES = [(1, 32), (1, 96), (64, 32), (64, 96)]
 GRAPH_CALLS = 64
@@ -53,14 +51,6 @@ def kernel_us(calls) -> float:
 
 
 TIMERS = {"graph": graph_us, "do_bench": do_bench_us, "kernel": kernel_us}
-
-
-def copy_calls(nbytes: int) -> list:
-    """Copies moving nbytes (read + written) each, over enough buffer pairs to exceed the L2 three times a cycle."""
-    pairs = max(1, min(64, math.ceil(3 * L2_BYTES / nbytes)))
-    elems = max(1, nbytes // 2 // 4)
-    bufs = [(torch.randn(elems, device=DEVICE), torch.empty(elems, device=DEVICE)) for _ in range(pairs)]
-    return [lambda s=s, d=d: torch.add(s, 0.0, out=d) for s, d in bufs]
 
 
 def attnres_calls(num_sources: int, tokens: int, dim: int):

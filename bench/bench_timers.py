@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from triton.testing import do_bench
 
 from bench import bench_attnres as attnres
 from bench import bench_kda_decode as kda
-from bench.common import graph_replay_ms, median_ms
+from bench.common import copy_calls, graph_replay_ms, median_ms
 
 L2_BYTES = 60 * 2**20
 DEVICE = "cuda"
@@ -63,14 +62,6 @@ def back_to_back_ms(calls) -> float:
 
 
 TIMERS = {"zero_flush": zero_flush_ms, "read_flush": read_flush_ms, "back_to_back": back_to_back_ms}
-
-
-def copy_calls(nbytes: int) -> list:
-    """Copies moving nbytes (read + written) each, over enough buffer pairs to exceed the L2 three times a cycle."""
-    pairs = max(1, min(64, math.ceil(3 * L2_BYTES / nbytes)))
-    elems = nbytes // 2 // 4
-    bufs = [(torch.randn(elems, device=DEVICE), torch.empty(elems, device=DEVICE)) for _ in range(pairs)]
-    return [lambda s=s, d=d: torch.add(s, 0.0, out=d) for s, d in bufs]
 
 
 def kda_cases(fla):

@@ -67,6 +67,17 @@ def kernel_ms(calls, replays: int = 5) -> float:
     return sum(e.time_range.elapsed_us() for e in kernels) / (replays * len(calls)) / 1e3
 
 
+def copy_calls(nbytes: int, l2_bytes: int = 60 * 2**20) -> list:
+    """Elementwise copies (dst = src + 0: a kernel, also inside a CUDA graph, where `copy_` becomes a copy-engine
+    memcpy node) moving nbytes (read + written) each, over enough buffer pairs to exceed the L2 three times a cycle."""
+    import math
+
+    pairs = max(1, min(64, math.ceil(3 * l2_bytes / nbytes)))
+    elems = max(1, nbytes // 2 // 4)
+    bufs = [(torch.randn(elems, device="cuda"), torch.empty(elems, device="cuda")) for _ in range(pairs)]
+    return [lambda s=s, d=d: torch.add(s, 0.0, out=d) for s, d in bufs]
+
+
 def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
     """Device-to-device copy, bytes read + written per second (GB/s)."""
     src = torch.randn(nbytes // 4, device="cuda")
