@@ -31,10 +31,13 @@ MIN_CAPABILITY = (9, 0)
 OFF, EARLY, LATE = 0, 1, 2
 
 
-def pdl_mode(like: torch.Tensor, latency_bound: bool) -> int:
+def pdl_mode(like: torch.Tensor, latency_bound) -> int:
     """The default mode of a kernel launched now on `like`'s device: EARLY where the call is latency-bound (a few
-    programs, microseconds), else OFF (see the module docstring for where PDL is never taken)."""
-    return EARLY if latency_bound and pdl_available(like) else OFF
+    programs, microseconds), else OFF (see the module docstring for where PDL is never taken). `latency_bound` is
+    looked at only where PDL is available, never while tracing: a symbolic size's comparison would become a guard."""
+    if not pdl_available(like):
+        return OFF
+    return EARLY if latency_bound else OFF
 
 
 def pdl_available(like: torch.Tensor) -> bool:

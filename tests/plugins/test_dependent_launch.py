@@ -31,6 +31,20 @@ def test_pdl_is_off_while_tracing():
         assert not dependent_launch.pdl_available(torch.empty(4, device="cuda" if ON_GPU else "cpu"))
 
 
+def test_pdl_mode_does_not_guard_a_symbolic_size():
+    """While tracing, the latency test on a symbolic batch is never evaluated (a bool() of it would narrow the
+    exported engine's batch range)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    shape_env = ShapeEnv()
+    with FakeTensorMode(shape_env=shape_env) as mode:
+        batch = shape_env.create_unbacked_symint()
+        like = mode.from_tensor(torch.empty(4))
+        assert dependent_launch.pdl_mode(like, latency_bound=batch * 32 < 1024) == dependent_launch.OFF
+    assert not shape_env.guards
+
+
 def _graph_of(step):
     """step() run once eagerly (compiles), then captured; returns the graph."""
     step()
