@@ -123,6 +123,22 @@ def measure(calls, steady_ms: float = 200.0) -> dict:
     return {name: timer(calls) for name, timer in TIMERS.items()}
 
 
+def measure_modes(name: str, calls, read, reset) -> dict:
+    """Checks that every PDL mode gives the results of plain launches, then times each mode twice, in a palindrome
+    (off early late late early off): a drift over the case shows as a difference between a mode's two passes, and
+    each mode's mean is fair to the others."""
+    if not same_under_every_option(calls, read, reset, [{"pdl": pdl} for pdl in MODES.values()]):
+        raise AssertionError(f"{name}: PDL changed the results")
+    row = {"identical": True}
+    for mode in [*MODES, *reversed(MODES)]:
+        row.setdefault(f"pdl_{mode}_passes", []).append(measure(calls(pdl=MODES[mode])))
+    for mode in MODES:
+        passes = row[f"pdl_{mode}_passes"]
+        row[f"pdl_{mode}"] = {t: sum(p[t] for p in passes) / len(passes) for t in TIMERS}
+    reset()
+    return row
+
+
 def cases():
     for shape in ATTNRES_CASES:
         name, nbytes, calls, result = attnres_calls(*shape)
@@ -145,22 +161,10 @@ def main() -> None:
         result["copy_1GiB_us"] = measure(copy_calls(2**30))
         copies = {}
         for name, nbytes, calls, read, reset in cases():
-            variants = [{"pdl": pdl} for pdl in MODES.values()]
-            row = {"case": name, "bytes": nbytes, "identical": same_under_every_option(calls, read, reset, variants)}
-            if not row["identical"]:
-                raise AssertionError(f"{name}: PDL changed the results")
             if nbytes not in copies:
                 copies[nbytes] = measure(copy_calls(nbytes))
-            row["copy_us"] = copies[nbytes]
-            # each mode twice, in a palindrome (off early late late early off): a drift over the case shows as a
-            # difference between a mode's two passes, and each mode's mean is fair to the others
-            for mode in [*MODES, *reversed(MODES)]:
-                row.setdefault(f"pdl_{mode}_passes", []).append(measure(calls(pdl=MODES[mode])))
-            for mode in MODES:
-                passes = row[f"pdl_{mode}_passes"]
-                row[f"pdl_{mode}"] = {t: sum(p[t] for p in passes) / len(passes) for t in TIMERS}
-            reset()
-            rows.append(row)
+            rows.append({"case": name, "bytes": nbytes, "copy_us": copies[nbytes],
+                         **measure_modes(name, calls, read, reset)})
             torch.cuda.empty_cache()
             result["seconds"] = time.time() - started
             (args.out / "bench_pdl.json").write_text(json.dumps(result, indent=2))
