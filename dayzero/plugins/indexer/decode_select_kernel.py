@@ -32,6 +32,7 @@ from dayzero.plugins.indexer.select_kernel import (
     keep_best_any_order,
     kth_key,
     load_set,
+    pad_row,
     score_keys,
     union_layout,
     write_positions,
@@ -232,9 +233,8 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
     # ANY_ORDER: the splits' positions interleave (decode_chunked_kernel.py), so ties go by position, not by order
     row = tl.program_id(0).to(tl.int64)
     out_row = out + row * topk
-    offs = tl.arange(0, KP)
     if row >= tl.load(cu_seqlens + num_seqs):
-        tl.store(out_row + offs, tl.full([KP], -1, dtype=tl.int32), mask=offs < topk)
+        pad_row(out_row, 0, topk, KP)
         return
     first = row * num_splits
     used = tl.load(num_splits_used + row)
@@ -272,7 +272,7 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
         keys, positions = load_set(base_keys, base_positions, count, floor, KP)
         write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
     else:
-        tl.store(out_row + offs, tl.full([KP], -1, tl.int32), mask=(offs >= count) & (offs < topk))
+        pad_row(out_row, count, topk, KP)
 
 
 def merge_sets_of(kp: int, sets: int | None) -> int:

@@ -143,11 +143,16 @@ def write_positions(keys, positions, out_row, topk, KP: tl.constexpr, ANY_ORDER:
     if ANY_ORDER:
         store_ascending(positions, kept, out_row, topk, KP)
     else:
-        offs = tl.arange(0, KP)
         slot = tl.cumsum(kept.to(tl.int32), axis=0) - 1
-        count = tl.sum(kept.to(tl.int32), axis=0)
-        tl.store(out_row + offs, tl.full([KP], -1, tl.int32), mask=(offs >= count) & (offs < topk))
+        pad_row(out_row, tl.sum(kept.to(tl.int32), axis=0), topk, KP)
         tl.store(out_row + slot, positions, mask=kept & (slot < topk))
+
+
+@triton.jit
+def pad_row(out_row, count, topk, KP: tl.constexpr):
+    """-1 into out_row[count:topk]: the entries of a row past its `count` picks."""
+    offs = tl.arange(0, KP)
+    tl.store(out_row + offs, tl.full([KP], -1, tl.int32), mask=(offs >= count) & (offs < topk))
 
 
 def union_layout(topk: int, union_keys: int, block_keys: int) -> tuple[int, int]:
