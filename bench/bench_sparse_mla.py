@@ -44,6 +44,9 @@ SWEEP = [(32, 2), (64, 2), (16, 3), (32, 4)]  # (block_n, num_stages) tried next
 # spills 456 B (FP8) / 272 B (BF16); BF16 n32 s2 dv2: no spills, 180 KB shared (s3 would need 233 KB: over the
 # 227 KB limit); FP8 n32 s3 dv2: 272 B; FP8 n16 s3 dv4: 56 B
 VALUE_BLOCK_SWEEP = [(32, 2, 2), (32, 3, 2), (16, 3, 4)]
+# --decode-warps: the quick decode default also at these warp counts (16: a [64, 512] accumulator of 64 registers a
+# thread, where 8 warps hold 128 of 255)
+EXTRA_DECODE_WARPS: list[int] = []
 
 
 def bench_ms(fn, rep_ms: int = 200) -> float:
@@ -262,6 +265,7 @@ def quick_decode_configs(heads: int, fmt: str) -> list:
     wide = replace(narrow, block_n=64, num_stages=2)
     default = schedule.sparse_tile_config(heads, torch.bfloat16, fp8_latent_rows=fmt == "fp8")
     configs = [None] + [c for c in (narrow, wide, replace(narrow, num_stages=4)) if c != default]
+    configs += [replace(default, num_warps=w) for w in EXTRA_DECODE_WARPS]
     if fmt == "bf16":
         return configs
     return configs + [replace(default, e4m3_bits=False)]
@@ -361,7 +365,10 @@ def main() -> int:
                         help="each token's indices in random order (as by score) or ascending position")
     parser.add_argument("--page-order", choices=("shuffled", "in-order"), default="shuffled",
                         help="the page table: pages anywhere in the cache, or each sequence's pages contiguous")
+    parser.add_argument("--decode-warps", type=lambda text: [int(w) for w in text.split(",")], default=[],
+                        help="with --quick-decode: also time the default tiles at these warp counts, e.g. 16")
     args = parser.parse_args()
+    EXTRA_DECODE_WARPS.extend(args.decode_warps)
     INPUT_ORDER.update(indices=args.index_order, pages=args.page_order)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
