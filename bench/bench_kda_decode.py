@@ -7,8 +7,9 @@ permutation (`--slot-order`: also random sets with rows in slot order, or the po
 checked against the reference on the bench inputs before it is timed. Times are triton.testing.do_bench medians of
 eager calls (Python launch overhead included, as a caller sees it); at B = 1 a CUDA-graph replay of the step is
 timed as well (launch overhead removed), and at B >= 64 the kernels' own durations (the profiler's, no launch
-gap: bench/common.kernel_ms) against a copy kernel timed the same way, 1 GiB and the step's own state bytes. Bandwidth counts the state bytes read +
-written (B*H*K*V*4*2) against the measured device copy ceiling. Inputs rotate over enough slot sets to exceed the L2
+gap: bench/common.kernel_ms) against a copy kernel timed the same way, 1 GiB and the step's own state bytes.
+Bandwidth counts the state bytes read + written (B*H*K*V*4*2) against the measured device copy ceiling. Inputs
+rotate over enough slot sets to exceed the L2
 cache. Writes DIR/kda_decode.json and prints a table last.
 """
 
