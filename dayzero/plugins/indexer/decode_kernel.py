@@ -20,6 +20,7 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.pages_kernel import key_pages
+from dayzero.plugins.indexer.select_kernel import pad_row
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, sequence_span, split_chunk
 from dayzero.plugins.indexer.topk_kernel import (
     append_keys,
@@ -140,8 +141,7 @@ def _merge_kernel(buf, counts, floors, out, cu_seqlens, num_seqs, num_splits, to
     row = tl.program_id(0).to(tl.int64)
     out_row = out + row * topk
     if row >= tl.load(cu_seqlens + num_seqs):
-        offs = tl.arange(0, KP)
-        tl.store(out_row + offs, tl.full([KP], -1, dtype=tl.int32), mask=offs < topk)
+        pad_row(out_row, 0, topk, KP)
         return
     first = row * num_splits
     # candidates must be >= the floor, i.e. > tau; the ones of split 0 stay where they are, unfiltered

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.pages_kernel import key_pages
+from dayzero.plugins.indexer.select_kernel import pad_row
 from dayzero.plugins.indexer.tiles_kernel import dot_qk, load_keys, load_query
 from dayzero.plugins.indexer.topk_kernel import buffer_layout, insert_keys, pack_keys, write_topk_row
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
@@ -65,10 +66,8 @@ def _prefill_tile(q, q_scales, w, cache, block_table, positions, buf, out, row0,
 @triton.jit
 def _pad_rows_outside_sequences(out, cu_seqlens, num_seqs, num_tokens, pid, num_programs, K, KP: tl.constexpr):
     """Rows of tokens after the last sequence (cu_seqlens[N] < T) are all -1, as in the reference."""
-    offs = tl.arange(0, KP)
     for row in range(tl.load(cu_seqlens + num_seqs) + pid, num_tokens, num_programs):
-        start = (tl.zeros([KP], dtype=tl.int64) + row) * K
-        tl.store(out + start + offs, tl.full([KP], -1, dtype=tl.int32), mask=offs < K)
+        pad_row(out + tl.cast(row, tl.int64) * K, 0, K, KP)
 
 
 @triton.jit
