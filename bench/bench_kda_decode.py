@@ -107,11 +107,9 @@ def set_slots(rounds: int, B: int, order: str) -> torch.Tensor:
     return slots.sort(dim=1).values if order == "sorted" else slots
 
 
-# at least two input sets, so that consecutive calls touch different states, as consecutive KDA layers of the model
-# do: one set replayed back to back (B64 H96 and B256, whose state exceeds the L2 four times alone) ran most of its
-# profiled calls 8-10% slower than its first (run mb: B256 H96 824-910 us, median 907), the same kernel that
-# do_bench, with an L2 flush between calls, timed at 828 us; not understood
-MIN_SETS = 2
+# input sets rotated at least: 1 since run mc, where two sets alternating gave the same 8-10% slower profiled replays at
+# B256 H96 as one set replayed back to back (824-927 us against do_bench's 828; bench_kda_sustained.py looks closer)
+MIN_SETS = 1
 
 
 def make_sets(B: int, H: int, slot_order: str = "random", min_sets: int = MIN_SETS) -> tuple[int, list[dict]]:

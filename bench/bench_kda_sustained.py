@@ -1,0 +1,102 @@
+"""The KDA pool decode run back to back for a while, against a copy kernel of the same bytes: each kernel's duration in
+launch order (the profiler's) and the GPU's clocks and power (nvidia-smi every 50 ms) while they run.
+
+    PYTHONPATH=. python bench/bench_kda_sustained.py --out DIR [--case 256x96] [--calls 100]
+
+The question (runs mb, mc): profiled back-to-back replays of the pool kernel at B256 H96 ran 8-10% slower than its
+first replay and than its isolated calls under do_bench, where a copy of the same bytes did not slow down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from bench.bench_kda_decode import make_params, make_sets, run_pool, unfused_inputs
+from bench.common import copy_calls
+
+SMI_FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active"
+POOL_CONFIG = (32, 1, False)
+
+
+def kernel_durations_us(graph: torch.cuda.CUDAGraph) -> list[float]:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
+    return [e.time_range.elapsed_us() for e in kernels]
+
+
+def captured(calls) -> torch.cuda.CUDAGraph:
+    for call in calls[:2]:
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    return graph
+
+
+def phase(name: str, graph: torch.cuda.CUDAGraph, replays: int, marks: list) -> dict:
+    """Idle a second, then one profiled replay of the graph (from idle), `replays` unprofiled ones (for the clock
+    samples) and one more profiled -> the two profiled replays' kernel durations (us, launch order)."""
+    time.sleep(1.0)
+    marks.append((name, time.time()))
+    first = kernel_durations_us(graph)
+    for _ in range(replays):
+        graph.replay()
+    torch.cuda.synchronize()
+    last = kernel_durations_us(graph)
+    marks.append((name + " end", time.time()))
+    return {"from_idle": first, "sustained": last}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--case", default="256x96")
+    parser.add_argument("--calls", type=int, default=100)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    B, H = (int(x) for x in args.case.split("x"))
+    torch.manual_seed(0)
+    rounds, sets = make_sets(B, H, "pool", 1)
+    p = make_params(H, rounds * B)
+    unfused = [unfused_inputs(s, p) for s in sets]
+    state_bytes = B * H * 128 * 128 * 4 * 2
+    pool = captured([lambda i=i: run_pool(unfused[i % rounds], sets[i % rounds], p["state"], POOL_CONFIG)
+                     for i in range(args.calls)])
+    copies = copy_calls(state_bytes)
+    copy = captured([copies[i % len(copies)] for i in range(args.calls)])
+    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader", "-lms", "50"],
+                           stdout=open(args.out / "smi.csv", "w"), stderr=subprocess.DEVNULL)
+    marks: list = []
+    try:
+        result = {"case": args.case, "calls": args.calls, "state_bytes": state_bytes,
+                  "pool": phase("pool", pool, 10, marks), "copy": phase("copy", copy, 10, marks),
+                  "pool again": phase("pool again", pool, 10, marks)}
+    finally:
+        time.sleep(0.3)
+        smi.terminate()
+    result["marks"] = marks
+    (args.out / "kda_sustained.json").write_text(json.dumps(result, indent=1))
+    for name in ("pool", "copy", "pool again"):
+        for when, d in result[name].items():
+            picks = [d[i] for i in (0, 1, 2, 5, 10, 20, 50, len(d) - 1) if i < len(d)]
+            median = sorted(d)[len(d) // 2]
+            print(f"{name:10} {when:9} median {median:8.1f} us ({state_bytes / (median * 1e3):.0f} GB/s), in launch "
+                  "order: " + " ".join(f"{x:.0f}" for x in picks))
+    print("marks: " + ", ".join(f"{n} {t:.2f}" for n, t in marks))
+
+
+if __name__ == "__main__":
+    main()
