@@ -107,8 +107,8 @@ def set_slots(rounds: int, B: int, order: str) -> torch.Tensor:
     return slots.sort(dim=1).values if order == "sorted" else slots
 
 
-# input sets rotated at least: 1 since run mc, where two sets alternating gave the same 8-10% slower profiled replays at
-# B256 H96 as one set replayed back to back (824-927 us against do_bench's 828; bench_kda_sustained.py looks closer)
+# input sets rotated at least: 1, as before run mc, where two sets alternating gave the same bimodal kernel times at
+# B256 H96 as one set replayed back to back (the cause was the graph's length: bench/common.replay_kernel_ms)
 MIN_SETS = 1
 
 

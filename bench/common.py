@@ -41,28 +41,31 @@ def graph_replay_ms(calls, timer=median_ms) -> float:
     return timer(graph.replay) / len(calls)
 
 
-def kernel_ms(calls, replays: int | None = None) -> float:
+def kernel_ms(calls, replays: int = 5) -> float:
     """Milliseconds of GPU kernel time per call: the median of `replay_kernel_ms`. Unlike a replay's wall time it
     leaves out the gap a graph leaves between kernels (their launch), as a bandwidth figure of the kernel should."""
     per_replay = replay_kernel_ms(calls, replays)
     return per_replay[len(per_replay) // 2] if per_replay else float("nan")
 
 
-def replay_kernel_ms(calls, replays: int | None = None) -> list[float]:
-    """The profiler's (CUPTI) kernel durations over replays of the calls captured back to back in one CUDA graph:
-    per replay their sum divided by the calls, in ms, sorted. At least 20 calls are profiled (a graph of one long
-    kernel is replayed 20 times): run ma's figure for one KDA kernel, the mean of five replays, moved from 87.7% to
-    82.4% of copy between two calls of the bench, where do_bench moved by 2%."""
+def replay_kernel_ms(calls, replays: int = 5, min_graph_calls: int = 64) -> list[float]:
+    """The profiler's (CUPTI) kernel durations over replays of the calls captured back to back in one CUDA graph,
+    repeated to at least `min_graph_calls` calls: per replay their sum divided by the graph's calls, in ms, sorted.
+
+    Graphs of one or two long calls replayed 20 times (run mb) timed most replays of the KDA pool kernel 8-10% slower
+    than its first, in two modes (B256 H96: 824-927 us); graphs of 100 back-to-back calls (bench_kda_sustained.py,
+    runs md, me) ran every call at the fast mode's time, steady from the first, at 1980 MHz without throttling, as
+    did do_bench's isolated calls. Not understood; the longer graphs are what the engine replays."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    replays = replays or max(5, -(-20 // len(calls)))
+    graph_calls = list(calls) * -(-min_graph_calls // len(calls))
     for call in calls:
         call()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for call in calls:
+        for call in graph_calls:
             call()
     graph.replay()
     torch.cuda.synchronize()
@@ -74,7 +77,7 @@ def replay_kernel_ms(calls, replays: int | None = None) -> list[float]:
     if not kernels or len(kernels) % replays:
         return []
     size = len(kernels) // replays
-    return sorted(sum(e.time_range.elapsed_us() for e in kernels[i * size:(i + 1) * size]) / len(calls) / 1e3
+    return sorted(sum(e.time_range.elapsed_us() for e in kernels[i * size:(i + 1) * size]) / len(graph_calls) / 1e3
                   for i in range(replays))
 
 
