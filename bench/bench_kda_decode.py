@@ -108,7 +108,7 @@ def set_slots(rounds: int, B: int, order: str) -> torch.Tensor:
 
 
 # input sets rotated at least: 1, as before run mc, where two sets alternating gave the same bimodal kernel times at
-# B256 H96 as one set replayed back to back (the cause was the graph's length: bench/common.replay_kernel_ms)
+# B256 H96 as one set replayed back to back; graphs of 64 calls ended them (run mf, bench/common.replay_kernel_ms)
 MIN_SETS = 1
 
 
