@@ -19,33 +19,11 @@ from pathlib import Path
 import torch
 
 from bench.bench_kda_decode import SLOT_ORDERS, make_params, make_sets, run_fused, run_pool, unfused_inputs
-from bench.common import copy_calls
+from bench.common import captured_graph, copy_calls, profiled_kernel_us
 
 SMI_FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active"
 POOL_CONFIG = (32, 1, False)
 FUSED_CONFIG = (32, 4, False)
-
-
-def kernel_durations_us(graph: torch.cuda.CUDAGraph) -> list[float]:
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        graph.replay()
-        torch.cuda.synchronize()
-    kernels = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
-    return [e.time_range.elapsed_us() for e in kernels]
-
-
-def captured(calls) -> torch.cuda.CUDAGraph:
-    for call in calls[:2]:
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    return graph
 
 
 def phase(name: str, graph: torch.cuda.CUDAGraph, replays: int, marks: list) -> dict:
@@ -53,11 +31,11 @@ def phase(name: str, graph: torch.cuda.CUDAGraph, replays: int, marks: list) -> 
     samples) and one more profiled -> the two profiled replays' kernel durations (us, launch order)."""
     time.sleep(1.0)
     marks.append((name, time.time()))
-    first = kernel_durations_us(graph)
+    first = profiled_kernel_us(graph)
     for _ in range(replays):
         graph.replay()
     torch.cuda.synchronize()
-    last = kernel_durations_us(graph)
+    last = profiled_kernel_us(graph)
     marks.append((name + " end", time.time()))
     return {"from_idle": first, "sustained": last}
 
@@ -76,12 +54,14 @@ def main() -> None:
     p = make_params(H, rounds * B)
     unfused = [unfused_inputs(s, p) for s in sets]
     state_bytes = B * H * 128 * 128 * 4 * 2
-    pool = captured([lambda i=i: run_pool(unfused[i % rounds], sets[i % rounds], p["state"], POOL_CONFIG)
-                     for i in range(args.calls)])
-    fused = captured([lambda i=i: run_fused(sets[i % rounds], p, p["state"], p["conv_state"], FUSED_CONFIG)
-                      for i in range(args.calls)])
+    pool_calls = [lambda i=i: run_pool(unfused[i % rounds], sets[i % rounds], p["state"], POOL_CONFIG)
+                  for i in range(args.calls)]
+    pool = captured_graph(pool_calls, warm=pool_calls[:2])
+    fused_calls = [lambda i=i: run_fused(sets[i % rounds], p, p["state"], p["conv_state"], FUSED_CONFIG)
+                   for i in range(args.calls)]
+    fused = captured_graph(fused_calls, warm=fused_calls[:2])
     copies = copy_calls(state_bytes)
-    copy = captured([copies[i % len(copies)] for i in range(args.calls)])
+    copy = captured_graph([copies[i % len(copies)] for i in range(args.calls)], warm=copies[:2])
     smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader", "-lms", "50"],
                            stdout=open(args.out / "smi.csv", "w"), stderr=subprocess.DEVNULL)
     marks: list = []

@@ -56,29 +56,40 @@ def replay_kernel_ms(calls, replays: int = 5, min_graph_calls: int = 64) -> list
     than its first, in two modes (B256 H96: 824-927 us); graphs of 100 back-to-back calls (bench_kda_sustained.py,
     runs md, me) ran every call at the fast mode's time, steady from the first, at 1980 MHz without throttling, as
     did do_bench's isolated calls. Not understood; the longer graphs are what the engine replays."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
     graph_calls = list(calls) * -(-min_graph_calls // len(calls))
-    for call in calls:
+    graph = captured_graph(graph_calls, warm=calls)
+    graph.replay()
+    torch.cuda.synchronize()
+    durations = profiled_kernel_us(graph, replays)
+    if not durations or len(durations) % replays:
+        return []
+    size = len(durations) // replays
+    return sorted(sum(durations[i * size:(i + 1) * size]) / len(graph_calls) / 1e3 for i in range(replays))
+
+
+def captured_graph(calls, warm) -> torch.cuda.CUDAGraph:
+    """`calls` captured back to back in one CUDA graph, after the `warm` calls ran eagerly (compiles, allocations)."""
+    for call in warm:
         call()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for call in graph_calls:
+        for call in calls:
             call()
-    graph.replay()
-    torch.cuda.synchronize()
+    return graph
+
+
+def profiled_kernel_us(graph: torch.cuda.CUDAGraph, replays: int = 1) -> list[float]:
+    """The profiler's (CUPTI) durations of the kernels of `replays` replays of the graph, in us, in launch order."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
             graph.replay()
         torch.cuda.synchronize()
     kernels = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
-    if not kernels or len(kernels) % replays:
-        return []
-    size = len(kernels) // replays
-    return sorted(sum(e.time_range.elapsed_us() for e in kernels[i * size:(i + 1) * size]) / len(graph_calls) / 1e3
-                  for i in range(replays))
+    return [e.time_range.elapsed_us() for e in kernels]
 
 
 def copy_calls(nbytes: int, l2_bytes: int = 60 * 2**20) -> list:
