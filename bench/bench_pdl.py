@@ -26,7 +26,7 @@ from triton.testing import do_bench
 
 from bench import bench_attnres as attnres
 from bench import bench_kda_decode as kda
-from bench.common import copy_calls, graph_replay_ms, kernel_ms, median_ms, rel_err
+from bench.common import copy_times_by_size, graph_replay_ms, kernel_ms, median_ms, rel_err
 from dayzero.plugins.attnres.kernel import attnres_mix_launcher
 from dayzero.plugins.dependent_launch import EARLY, LATE, OFF
 
@@ -158,12 +158,10 @@ def main() -> None:
     rows = []
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     with torch.inference_mode():
-        result["copy_1GiB_us"] = measure(copy_calls(2**30))
-        copies = {}
+        copy_us = copy_times_by_size(measure)
+        result["copy_1GiB_us"] = copy_us(2**30)
         for name, nbytes, calls, read, reset in cases():
-            if nbytes not in copies:
-                copies[nbytes] = measure(copy_calls(nbytes))
-            rows.append({"case": name, "bytes": nbytes, "copy_us": copies[nbytes],
+            rows.append({"case": name, "bytes": nbytes, "copy_us": copy_us(nbytes),
                          **measure_modes(name, calls, read, reset)})
             torch.cuda.empty_cache()
             result["seconds"] = time.time() - started

@@ -29,7 +29,7 @@ from triton.testing import do_bench
 
 from bench import bench_attnres as attnres
 from bench import bench_kda_decode as kda
-from bench.common import copy_calls, graph_replay_ms, median_ms
+from bench.common import copy_times_by_size, graph_replay_ms, median_ms
 
 L2_BYTES = 60 * 2**20
 DEVICE = "cuda"
@@ -105,12 +105,11 @@ def main() -> None:
     rows = []
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     with torch.inference_mode():
-        result["copy_1GiB_us"] = measure(copy_calls(2**30))
-        copies = {}
+        copy_us = copy_times_by_size(measure)
+        result["copy_1GiB_us"] = copy_us(2**30)
         for case, who, nbytes, calls in [*kda_cases(kda.load_fla()), *attnres_cases()]:
-            if nbytes not in copies:
-                copies[nbytes] = measure(copy_calls(nbytes))
-            rows.append({"case": case, "who": who, "bytes": nbytes, "us": measure(calls), "copy_us": copies[nbytes]})
+            copy = copy_us(nbytes)
+            rows.append({"case": case, "who": who, "bytes": nbytes, "us": measure(calls), "copy_us": copy})
             del calls
             torch.cuda.empty_cache()
             result["seconds"] = time.time() - started

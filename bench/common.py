@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -101,6 +102,11 @@ def copy_calls(nbytes: int, l2_bytes: int = 60 * 2**20) -> list:
     elems = max(1, nbytes // 2 // 4)
     bufs = [(torch.randn(elems, device="cuda"), torch.empty(elems, device="cuda")) for _ in range(pairs)]
     return [lambda s=s, d=d: torch.add(s, 0.0, out=d) for s, d in bufs]
+
+
+def copy_times_by_size(measure):
+    """nbytes -> measure(copy_calls(nbytes)), each size measured once: the cases of one size share their copy."""
+    return functools.cache(lambda nbytes: measure(copy_calls(nbytes)))
 
 
 def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
