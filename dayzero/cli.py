@@ -52,9 +52,57 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
     click.echo(f"wrote {out} in {time.perf_counter() - start:.1f} s")
 
 
+ENGINE_OPTIONS = [
+    click.option("--checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+                 help="HF checkpoint directory (default: the embedded tiny-hybrid model, created if missing)."),
+    click.option("--backend", type=click.Choice(["eager", "aoti"]), default="eager", show_default=True,
+                 help="eager: the laid-out reference model; aoti: AOTInductor engines (compiled once, then cached)."),
+    click.option("--device", default="cpu", show_default=True),
+    click.option("--tp", type=int, default=1, show_default=True,
+                 help="Tensor-parallel ranks: one process each (on --device cuda, GPUs 0..tp-1)."),
+    click.option("--ep", type=int, default=1, show_default=True,
+                 help="1: every expert's neurons split over the --tp ranks; = --tp: whole experts split over them."),
+    click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True),
+    click.option("--memory-mb", type=int, default=None, help="Cache memory (default: --gpu-memory-fraction of free "
+                 "GPU memory, 256 MiB on CPU)."),
+    click.option("--gpu-memory-fraction", type=float, default=0.8, show_default=True,
+                 help="Share of the free GPU memory the caches take when --memory-mb is not given."),
+    click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU."),
+    click.option("--num-draft", type=int, default=0, show_default=True,
+                 help="Speculative decoding: draft tokens (prompt lookup) verified per decode step; 0 = off."),
+]
+
+
+def engine_options(command):
+    """The options that pick, export and size the engine: shared by `run` and `serve`."""
+    for option in reversed(ENGINE_OPTIONS):
+        command = option(command)
+    return command
+
+
+def _load_llm(checkpoint, backend, device, tp, ep, dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft,
+              max_batch):
+    from dayzero.export.options import ExportOptions
+    from dayzero.runtime.llm import LLM
+    from dayzero.runtime.llm_engine import RuntimeOptions
+
+    if backend == "aoti":
+        from dayzero.export.preload import reexec_with_libstdcxx
+
+        # before any package loads: on GPU images that need it, this restarts the command with the preload set
+        reexec_with_libstdcxx()
+    export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max_batch, num_draft=num_draft,
+                           tp=tp, ep=ep)
+    runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
+                             gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs)
+    llm = LLM(checkpoint, export, runtime)
+    ranks = f" x {tp} ranks" if tp > 1 else ""
+    click.echo(f"[engine: {backend} on {device}{ranks}, loaded in {llm.load_seconds:.1f} s; "
+               f"{llm.engine.capacity.describe()}]")
+    return llm
+
+
 @cli.command()
-@click.option("--checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="HF checkpoint directory (default: the embedded tiny-hybrid model, created if missing).")
 @click.option("--prompt", "prompts", multiple=True, help="A prompt (repeat for several; default: one built-in).")
 @click.option("--prompt-file", type=click.File(), default=None, help="One prompt per line.")
 @click.option("--batch", type=int, default=1, show_default=True, help="Copies of each prompt sent together.")
@@ -63,43 +111,13 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
 @click.option("--top-k", type=int, default=0, show_default=True)
 @click.option("--top-p", type=float, default=1.0, show_default=True)
 @click.option("--seed", type=int, default=None)
-@click.option("--backend", type=click.Choice(["eager", "aoti"]), default="eager", show_default=True,
-              help="eager: the laid-out reference model; aoti: AOTInductor engines (compiled once, then cached).")
-@click.option("--device", default="cpu", show_default=True)
-@click.option("--tp", type=int, default=1, show_default=True,
-              help="Tensor-parallel ranks: one process each (on --device cuda, GPUs 0..tp-1).")
-@click.option("--ep", type=int, default=1, show_default=True,
-              help="1: every expert's neurons split over the --tp ranks; = --tp: whole experts split over them.")
-@click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
-@click.option("--memory-mb", type=int, default=None, help="Cache memory (default: --gpu-memory-fraction of free GPU "
-              "memory, 256 MiB on CPU).")
-@click.option("--gpu-memory-fraction", type=float, default=0.8, show_default=True,
-              help="Share of the free GPU memory the caches take when --memory-mb is not given.")
-@click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU.")
-@click.option("--num-draft", type=int, default=0, show_default=True,
-              help="Speculative decoding: draft tokens (prompt lookup) verified per decode step; 0 = off.")
-def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, backend, device, tp,
-        ep, dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft) -> None:
+@engine_options
+def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, num_draft, **engine) -> None:
     """Export (or find in the cache) the engine, then generate for the prompts with continuous batching."""
-    from dayzero.export.options import ExportOptions
-    from dayzero.runtime.llm import LLM
-    from dayzero.runtime.llm_engine import RuntimeOptions
     from dayzero.runtime.sampling import SamplingParams
 
-    if backend == "aoti":
-        from dayzero.export.preload import reexec_with_libstdcxx
-
-        # before any package loads: on GPU images that need it, this restarts the command with the preload set
-        reexec_with_libstdcxx()
     texts = [*prompts, *(line.rstrip("\n") for line in prompt_file or [])] or [DEFAULT_PROMPT]
-    export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max(16, batch), num_draft=num_draft,
-                           tp=tp, ep=ep)
-    runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
-                             gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs)
-    with LLM(checkpoint, export, runtime) as llm:
-        ranks = f" x {tp} ranks" if tp > 1 else ""
-        click.echo(f"[engine: {backend} on {device}{ranks}, loaded in {llm.load_seconds:.1f} s; "
-                   f"{llm.engine.capacity.describe()}]")
+    with _load_llm(**engine, num_draft=num_draft, max_batch=max(16, batch)) as llm:
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         start = time.perf_counter()
         outputs = llm.generate([t for t in texts for _ in range(batch)], params)
@@ -107,6 +125,27 @@ def run(checkpoint, prompts, prompt_file, batch, max_tokens, temperature, top_k,
     for out in outputs:
         click.echo(f"--- {out.request_id} ({out.finish_reason})\n{out.prompt}{_printable(out.text)}")
     _summary(outputs, elapsed, llm.engine.stats if num_draft else None)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: all).")
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--served-model-name", default=None, help="The model's name in the API (default: the checkpoint "
+              "folder's name).")
+@click.option("--max-batch", type=int, default=16, show_default=True, help="Sequences decoded together.")
+@click.option("--max-open", type=int, default=256, show_default=True,
+              help="Requests (choices) open at once, running or queued; more are answered 503.")
+@click.option("--max-body-bytes", type=int, default=4 << 20, show_default=True)
+@engine_options
+def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, **engine) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models)."""
+    from dayzero.runtime.server import ServerOptions
+    from dayzero.runtime.server import serve as serve_http
+
+    options = ServerOptions(host=host, port=port, model_name=served_model_name, max_open=max_open,
+                            max_body_bytes=max_body_bytes)
+    with _load_llm(**engine, max_batch=max_batch) as llm:
+        serve_http(llm, options)
 
 
 @cli.command()

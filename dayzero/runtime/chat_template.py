@@ -1,0 +1,67 @@
+"""Chat messages -> one prompt, with the checkpoint's own chat template.
+
+HF checkpoints carry the template as Jinja, in `chat_template.jinja` or under "chat_template" in
+`tokenizer_config.json` (a string, or a list of named templates). It renders in a sandbox. A checkpoint without one
+(the embedded byte-level model) gets a plain "role: content" transcript ending in "assistant:".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from dayzero.errors import DayzeroError
+
+
+def _plain(messages: list[dict[str, str]]) -> str:
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+
+
+def _token_text(value) -> str:
+    """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
+    return value.get("content", "") if isinstance(value, dict) else value or ""
+
+
+def _raise(message: str):
+    raise DayzeroError(f"the chat template refused the messages: {message}")
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    source: str | None  # Jinja text; None: the plain transcript
+    bos_token: str = ""
+    eos_token: str = ""
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        if self.source is None:
+            return _plain(messages)
+        from jinja2.exceptions import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise
+        try:
+            return env.from_string(self.source).render(messages=messages, add_generation_prompt=True,
+                                                       bos_token=self.bos_token, eos_token=self.eos_token)
+        except TemplateError as err:
+            raise DayzeroError(f"the checkpoint's chat template failed: {err}") from err
+
+
+def _named(template) -> str | None:
+    """tokenizer_config's chat_template: a string, or [{"name", "template"}] (the one named "default")."""
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        return named.get("default") or next(iter(named.values()), None)
+    return template
+
+
+def load_chat_template(checkpoint: Path) -> ChatTemplate:
+    config_file = checkpoint / "tokenizer_config.json"
+    try:
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    except json.JSONDecodeError as err:
+        raise DayzeroError(f"{config_file} is not valid JSON ({err}); fix or remove it") from err
+    jinja_file = checkpoint / "chat_template.jinja"
+    source = jinja_file.read_text() if jinja_file.is_file() else _named(config.get("chat_template"))
+    return ChatTemplate(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))

@@ -1,0 +1,154 @@
+"""The engine on a thread of its own, for a server: requests come in from an asyncio event loop, tokens go back.
+
+`LLMEngine` is synchronous and not thread-safe, so one thread owns it: it takes commands (add, cancel, stop) from a
+queue, runs a step whenever it has work and posts each request's new tokens back through the request's `post`
+callable (`Updates.poster`: onto the event loop). With no work it sleeps on the queue. If a step raises, the engine's
+state can no longer be trusted: every open request gets the error, and the loop refuses new ones (the server then
+reports itself unhealthy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dayzero.errors import DayzeroError
+from dayzero.runtime.llm_engine import LLMEngine
+from dayzero.runtime.sampling import SamplingParams
+from dayzero.runtime.sequence import Sequence
+
+Post = Callable[["Update"], None]
+
+
+@dataclass
+class Update:
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None  # set on a request's last update
+    error: str | None = None  # nothing follows: the request was refused (refused=True) or the engine failed
+    refused: bool = False
+
+    @property
+    def is_last(self) -> bool:
+        return self.finish_reason is not None or self.error is not None
+
+
+class Updates:
+    """One HTTP request's updates, for all its choices, read in arrival order on the event loop."""
+
+    def __init__(self):
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[tuple[int, Update]] = asyncio.Queue()
+
+    def poster(self, index: int) -> Post:
+        """A callable the engine thread posts choice `index`'s updates with."""
+        def post(update: Update) -> None:
+            try:
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, (index, update))
+            except RuntimeError:
+                # the event loop is closed: nobody is left to read
+                pass
+        return post
+
+    async def next(self) -> tuple[int, Update]:
+        return await self._queue.get()
+
+
+@dataclass
+class _Live:
+    seq: Sequence
+    post: Post
+    sent: int = 0
+
+
+class EngineLoop:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._live: dict[str, _Live] = {}
+        self.failure: str | None = None
+        self._thread = threading.Thread(target=self._run, name="dayzero-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams, request_id: str, post: Post) -> None:
+        """Queue a request. The engine thread calls `post` with an empty update once it accepted the request (or
+        one with the error that refused it), then with its tokens as they come."""
+        if self.failure is not None:
+            raise DayzeroError(f"the engine stopped after an error and takes no new requests: {self.failure}")
+        self._commands.put(("add", request_id, list(prompt_ids), params, post))
+
+    def cancel(self, request_id: str) -> None:
+        """Drop a request that has not finished (its client went away): its pages and state slot are freed."""
+        self._commands.put(("cancel", request_id))
+
+    def close(self, timeout: float = 30.0) -> None:
+        self._commands.put(("stop",))
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            idle = not self.engine.has_work or self.failure is not None
+            if not self._take_commands(wait=idle):
+                break
+            if self.engine.has_work and self.failure is None:
+                self._step()
+        for live in self._live.values():
+            live.post(Update(error="the server is shutting down"))
+
+    def _take_commands(self, wait: bool) -> bool:
+        """Apply queued commands (wait for one when idle) -> False once told to stop."""
+        try:
+            command = self._commands.get() if wait else self._commands.get_nowait()
+            while True:
+                if command[0] == "stop":
+                    return False
+                self._apply(command)
+                command = self._commands.get_nowait()
+        except queue.Empty:
+            return True
+
+    def _apply(self, command: tuple) -> None:
+        if command[0] == "cancel":
+            live = self._live.pop(command[1], None)
+            if live is not None:
+                self.engine.cancel(live.seq.request_id)
+            return
+        _, request_id, prompt_ids, params, post = command
+        if self.failure is not None:
+            post(Update(error=f"the engine failed: {self.failure}"))
+            return
+        try:
+            seq = self.engine.add_request(prompt_ids, params, request_id)
+        except DayzeroError as err:
+            # the scheduler's message names the request; the client knows which one it sent
+            post(Update(error=str(err).removeprefix(f"{request_id}: "), refused=True))
+            return
+        self._live[request_id] = _Live(seq, post)
+        post(Update())
+
+    def _step(self) -> None:
+        try:
+            self.engine.step()
+        # any failure ends every open request; the traceback goes to the server's stderr
+        except Exception as err:
+            traceback.print_exc(file=sys.stderr)
+            self.failure = f"{type(err).__name__}: {err}"
+            for live in self._live.values():
+                live.post(Update(error=f"the engine failed: {self.failure}"))
+            self._live.clear()
+            return
+        self._publish()
+
+    def _publish(self) -> None:
+        for request_id, live in list(self._live.items()):
+            new = live.seq.output_ids[live.sent:]
+            reason = live.seq.finish_reason if live.seq.is_done else None
+            if new or reason:
+                live.sent += len(new)
+                live.post(Update(list(new), reason))
+            if live.seq.is_done:
+                del self._live[request_id]

@@ -1,0 +1,182 @@
+"""The OpenAI API's request fields as dayzero reads them, and the error body it answers with.
+
+`/v1/completions` and `/v1/chat/completions` share the sampling fields. Fields dayzero cannot honour (log
+probabilities, penalties, tools, ...) are refused by name rather than ignored, so a client never gets an answer
+computed differently from what it asked for. `top_k` and `ignore_eos` are accepted as extensions, as in vLLM.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dayzero.errors import DayzeroError
+from dayzero.runtime.sampling import SamplingParams
+
+MAX_CHOICES = 16
+MAX_STOP_STRINGS = 16
+ROLES = ("system", "developer", "user", "assistant", "tool")
+# field -> the values that mean "not used" (anything else is refused)
+UNSUPPORTED = {
+    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
+    "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
+    "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "best_of": (None, 1),
+}
+
+
+class RequestError(DayzeroError):
+    """A request the server refuses: an HTTP status and OpenAI's error body."""
+
+    TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error",
+             503: "server_error", 500: "server_error"}
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.param, self.code = status, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": str(self), "type": self.TYPES.get(self.status, "invalid_request_error"),
+                          "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The sampling fields of a request; max_tokens None = up to the engine's max length."""
+
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    stop: tuple[str, ...]
+    ignore_eos: bool
+
+    def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
+        """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay."""
+        max_tokens = self.max_tokens if self.max_tokens is not None else max(1, max_len - num_prompt_tokens)
+        seed = None if self.seed is None else self.seed + choice
+        return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
+                              top_p=self.top_p, seed=seed, stop=self.stop, ignore_eos=self.ignore_eos)
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    prompts: tuple[str | tuple[int, ...], ...]  # text, or token ids
+    sampling: Sampling
+    n: int
+    stream: bool
+    include_usage: bool
+
+
+def _number(body: dict, name: str, default, kind: type, low: float, high: float):
+    value = body.get(name, default)
+    if value is None:
+        return default
+    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not integral):
+        raise RequestError(f"'{name}' must be {'an integer' if kind is int else 'a number'}, got {value!r}",
+                           param=name)
+    if not math.isfinite(value) or not low <= value <= high:
+        raise RequestError(f"'{name}' must be in [{low}, {high}], got {value}", param=name)
+    return kind(value)
+
+
+def _flag(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise RequestError(f"'{name}' must be true or false, got {value!r}", param=name)
+    return value
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    stop = () if stop is None else (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+        raise RequestError("'stop' must be a non-empty string or a list of them", param="stop")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(stop)}", param="stop")
+    return tuple(stop)
+
+
+def _refuse_unsupported(body: dict) -> None:
+    for name, unused in UNSUPPORTED.items():
+        if name in body and body[name] not in unused:
+            raise RequestError(f"'{name}' is not supported by dayzero; leave it out", param=name)
+    response_format = body.get("response_format")
+    if response_format not in (None, {"type": "text"}):
+        raise RequestError("'response_format' other than text is not supported by dayzero", param="response_format")
+
+
+def _sampling(body: dict, max_tokens_field: str) -> Sampling:
+    max_tokens = _number(body, max_tokens_field, None, int, 1, 2**31 - 1)
+    top_k = _number(body, "top_k", 0, int, -1, 2**31 - 1)
+    return Sampling(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, float, 0.0, 2.0),
+                    top_p=_number(body, "top_p", 1.0, float, 1e-9, 1.0), top_k=max(top_k, 0),
+                    seed=_number(body, "seed", None, int, -(2**63), 2**63 - 1), stop=_stop(body),
+                    ignore_eos=_flag(body, "ignore_eos"))
+
+
+def _stream_options(body: dict, stream: bool) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not stream or not isinstance(options, dict):
+        raise RequestError("'stream_options' needs \"stream\": true and must be an object", param="stream_options")
+    return _flag(options, "include_usage")
+
+
+def _request(body: dict, prompts: tuple, max_tokens_field: str) -> GenerateRequest:
+    _refuse_unsupported(body)
+    stream = _flag(body, "stream")
+    return GenerateRequest(prompts=prompts, sampling=_sampling(body, max_tokens_field),
+                           n=_number(body, "n", 1, int, 1, MAX_CHOICES), stream=stream,
+                           include_usage=_stream_options(body, stream))
+
+
+def _prompts(prompt) -> tuple[str | tuple[int, ...], ...]:
+    """OpenAI's four prompt forms: a string, a list of strings, a token list, a list of token lists."""
+    is_tokens = lambda p: isinstance(p, list) and bool(p) and all(isinstance(t, int) and t >= 0 for t in p)  # noqa: E731
+    if isinstance(prompt, str):
+        return (prompt,)
+    if is_tokens(prompt):
+        return (tuple(prompt),)
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) or is_tokens(p) for p in prompt):
+        return tuple(p if isinstance(p, str) else tuple(p) for p in prompt)
+    raise RequestError("'prompt' must be a string, a list of strings, a list of token ids or a list of such lists",
+                       param="prompt")
+
+
+def parse_completion(body: dict) -> GenerateRequest:
+    if "prompt" not in body:
+        raise RequestError("'prompt' is required", param="prompt")
+    return _request(body, _prompts(body["prompt"]), "max_tokens")
+
+
+def _content(message: dict, index: int) -> str:
+    content = message.get("content")
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise RequestError(f"messages[{index}].content must be a string or a list of text parts (dayzero serves text "
+                       "models)", param="messages")
+
+
+def chat_messages(body: dict) -> list[dict[str, str]]:
+    """The request's messages as [{"role", "content"}] with text content."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty list", param="messages")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise RequestError(f"messages[{i}] needs a role, one of {', '.join(ROLES)}", param="messages")
+        out.append({"role": message["role"], "content": _content(message, i)})
+    return out
+
+
+def parse_chat(body: dict, prompt: str) -> GenerateRequest:
+    """A chat request whose messages were rendered into `prompt`."""
+    field_name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    return _request(body, (prompt,), field_name)

@@ -1,0 +1,74 @@
+"""The OpenAI API's response bodies: whole completions and streamed chunks, for text and chat completions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Choice:
+    index: int
+    text: str
+    finish_reason: str | None
+
+
+def usage(num_prompt_tokens: int, num_completion_tokens: int) -> dict:
+    return {"prompt_tokens": num_prompt_tokens, "completion_tokens": num_completion_tokens,
+            "total_tokens": num_prompt_tokens + num_completion_tokens}
+
+
+class TextFormat:
+    """/v1/completions"""
+
+    id_prefix = "cmpl"
+    object = "text_completion"
+    chunk_object = "text_completion"
+
+    @staticmethod
+    def choice(choice: Choice) -> dict:
+        return {"index": choice.index, "text": choice.text, "logprobs": None, "finish_reason": choice.finish_reason}
+
+    @staticmethod
+    def delta(choice: Choice, first: bool) -> dict | None:
+        """A streamed piece of a choice; None when there is nothing to send."""
+        if not choice.text and choice.finish_reason is None:
+            return None
+        return TextFormat.choice(choice)
+
+
+class ChatFormat:
+    """/v1/chat/completions"""
+
+    id_prefix = "chatcmpl"
+    object = "chat.completion"
+    chunk_object = "chat.completion.chunk"
+
+    @staticmethod
+    def choice(choice: Choice) -> dict:
+        return {"index": choice.index, "message": {"role": "assistant", "content": choice.text}, "logprobs": None,
+                "finish_reason": choice.finish_reason}
+
+    @staticmethod
+    def delta(choice: Choice, first: bool) -> dict | None:
+        """The first chunk of a choice names the role; the last one carries the finish reason."""
+        if not (first or choice.text or choice.finish_reason):
+            return None
+        delta = {"role": "assistant", "content": choice.text} if first else {"content": choice.text}
+        if not first and not choice.text:
+            delta = {}
+        return {"index": choice.index, "delta": delta, "logprobs": None, "finish_reason": choice.finish_reason}
+
+
+FORMATS = {"completion": TextFormat, "chat": ChatFormat}
+
+
+def response(fmt, request_id: str, created: int, model: str, choices: list[Choice], usage_body: dict) -> dict:
+    return {"id": request_id, "object": fmt.object, "created": created, "model": model,
+            "choices": [fmt.choice(c) for c in choices], "usage": usage_body}
+
+
+def chunk(fmt, request_id: str, created: int, model: str, choices: list[dict], usage_body: dict | None = None) -> dict:
+    body = {"id": request_id, "object": fmt.chunk_object, "created": created, "model": model, "choices": choices}
+    if usage_body is not None:
+        body["usage"] = usage_body
+    return body

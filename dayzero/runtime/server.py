@@ -1,0 +1,310 @@
+"""OpenAI-compatible HTTP API over the engine (`dayzero serve`): /v1/completions and /v1/chat/completions, whole or
+streamed as server-sent events, /v1/models and /health.
+
+The engine runs on its own thread (`EngineLoop`); each HTTP request submits one engine request per choice (prompts
+x n) and reads their tokens back on the event loop. A request is answered with an error before any output when it
+cannot run (400: a prompt too long for the engine, a bad field; 404: another model; 413: a body over the limit; 503:
+too many requests open, or the engine failed). A client that goes away has its requests cancelled, which frees their
+cache pages and state slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from dayzero.errors import DayzeroError
+from dayzero.runtime.chat_template import ChatTemplate, load_chat_template
+from dayzero.runtime.detokenizer import ChoiceText
+from dayzero.runtime.engine_loop import EngineLoop, Update, Updates
+from dayzero.runtime.llm import LLM
+from dayzero.runtime.openai_protocol import (
+    GenerateRequest,
+    RequestError,
+    chat_messages,
+    parse_chat,
+    parse_completion,
+)
+from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response, usage
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model_name: str | None = None  # default: the checkpoint folder's name
+    max_open: int = 256  # choices (engine requests) open at once; a request past it gets 503
+    max_body_bytes: int = 4 << 20
+
+    def __post_init__(self):
+        if not 0 <= self.port < 65536:
+            raise DayzeroError(f"--port must be in [0, 65535], got {self.port}")
+        if self.max_open < 1 or self.max_body_bytes < 1:
+            raise DayzeroError("--max-open and --max-body-bytes must be >= 1")
+
+
+class ClientGone(Exception):
+    """The HTTP client disconnected before its answer was complete."""
+
+
+@dataclass
+class _Run:
+    """One HTTP request's engine requests (one per choice) and what they produced."""
+
+    request_id: str
+    kind: str
+    parsed: GenerateRequest
+    prompt_ids: list[list[int]]
+    updates: Updates
+    texts: list[ChoiceText]
+    created: int = field(default_factory=lambda: int(time.time()))
+    reasons: dict[int, str] = field(default_factory=dict)
+    accepted: int = 0
+    early: list[tuple[int, Update]] = field(default_factory=list)
+    ended: bool = False
+
+    @property
+    def num_choices(self) -> int:
+        return len(self.texts)
+
+    @property
+    def is_open(self) -> bool:
+        return len(self.reasons) < self.num_choices
+
+    def engine_id(self, index: int) -> str:
+        return f"{self.request_id}-{index}"
+
+    def apply(self, index: int, update: Update) -> str:
+        """An update -> the text it adds to choice `index` (an engine failure raises)."""
+        if update.error is not None:
+            raise RequestError(update.error, 400 if update.refused else 503)
+        text = self.texts[index].add(update.token_ids)
+        if update.finish_reason is not None:
+            self.reasons[index] = update.finish_reason
+            text += self.texts[index].finish()
+        return text
+
+    def usage(self) -> dict:
+        return usage(sum(len(ids) for ids in self.prompt_ids), sum(t.num_tokens for t in self.texts))
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone away."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _sse(body: dict) -> str:
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+class OpenAIServer:
+    def __init__(self, llm: LLM, options: ServerOptions = ServerOptions(), chat_template: ChatTemplate | None = None):
+        self.llm, self.options = llm, options
+        self.model_name = options.model_name or llm.checkpoint.name
+        self.template = chat_template or load_chat_template(llm.checkpoint)
+        self.max_len = llm.engine.manifest.max_len
+        self.num_open = 0
+        self.loop = EngineLoop(llm.engine)
+        routes = [Route("/health", self.health), Route("/v1/models", self.models),
+                  Route("/v1/completions", self.completions, methods=["POST"]),
+                  Route("/v1/chat/completions", self.chat_completions, methods=["POST"])]
+        handlers = {RequestError: self._error, DayzeroError: self._user_error, HTTPException: self._http_error}
+        self.app = Starlette(routes=routes, exception_handlers=handlers, lifespan=self._lifespan)
+
+    def close(self) -> None:
+        self.loop.close()
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette):
+        yield
+        self.close()
+
+    async def health(self, request: Request) -> Response:
+        if self.loop.failure is not None:
+            return JSONResponse({"status": "failed", "error": self.loop.failure}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def models(self, request: Request) -> Response:
+        card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "dayzero",
+                "max_model_len": self.max_len}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def completions(self, request: Request) -> Response:
+        body = await self._body(request)
+        return await self._generate(request, "completion", parse_completion(body))
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = await self._body(request)
+        prompt = self.template.render(chat_messages(body))
+        return await self._generate(request, "chat", parse_chat(body, prompt))
+
+    async def _error(self, request: Request, err: RequestError) -> Response:
+        return JSONResponse(err.body(), status_code=err.status)
+
+    async def _user_error(self, request: Request, err: DayzeroError) -> Response:
+        return await self._error(request, RequestError(str(err)))
+
+    async def _http_error(self, request: Request, err: HTTPException) -> Response:
+        return JSONResponse(RequestError(err.detail, err.status_code).body(), status_code=err.status_code)
+
+    async def _body(self, request: Request) -> dict:
+        """The JSON object of the request body, refused past max_body_bytes, and of another model than ours."""
+        limit = self.options.max_body_bytes
+        declared = request.headers.get("content-length", "0")
+        if not declared.isdigit() or int(declared) > limit:
+            raise RequestError(f"the request body is over {limit} bytes (--max-body-bytes)", 413)
+        raw = bytearray()
+        async for piece in request.stream():
+            raw += piece
+            if len(raw) > limit:
+                raise RequestError(f"the request body is over {limit} bytes (--max-body-bytes)", 413)
+        try:
+            body = json.loads(raw)
+        except ValueError as err:
+            raise RequestError(f"the request body is not valid JSON: {err}") from err
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        if body.get("model") not in (None, self.model_name):
+            raise RequestError(f"the model {body['model']!r} is not served here; this server serves "
+                               f"{self.model_name!r}", 404, "model", "model_not_found")
+        return body
+
+    def _encode(self, prompt: str | tuple[int, ...]) -> list[int]:
+        if isinstance(prompt, str):
+            return self.llm.tokenizer.encode(prompt)
+        vocab = self.llm.engine.manifest.vocab_size
+        if max(prompt) >= vocab:
+            raise RequestError(f"token id {max(prompt)} is outside the vocabulary of {vocab}", param="prompt")
+        return list(prompt)
+
+    async def _generate(self, request: Request, kind: str, parsed: GenerateRequest) -> Response:
+        prompt_ids = [self._encode(p) for p in parsed.prompts]
+        run = await self._start(kind, parsed, prompt_ids)
+        if parsed.stream:
+            headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+            return StreamingResponse(self._events(request, run), media_type="text/event-stream", headers=headers)
+        try:
+            await self._collect(request, run)
+        except ClientGone:
+            return Response(status_code=499)
+        fmt = FORMATS[kind]
+        choices = [Choice(i, t.text, run.reasons[i]) for i, t in enumerate(run.texts)]
+        return JSONResponse(response(fmt, run.request_id, run.created, self.model_name, choices, run.usage()))
+
+    async def _start(self, kind: str, parsed: GenerateRequest, prompt_ids: list[list[int]]) -> _Run:
+        """Submit every choice and wait until the engine took them all (or refused one: then none runs)."""
+        count = len(prompt_ids) * parsed.n
+        if self.loop.failure is not None:
+            raise RequestError(f"the engine failed and takes no new requests ({self.loop.failure}); restart the "
+                               "server", 503)
+        if self.num_open + count > self.options.max_open:
+            raise RequestError(f"the server has {self.num_open} requests open, the most it takes is "
+                               f"{self.options.max_open} (--max-open); retry later", 503)
+        request_id = f"{FORMATS[kind].id_prefix}-{uuid.uuid4().hex}"
+        texts = [ChoiceText(self.llm.tokenizer.decode, parsed.sampling.stop) for _ in range(count)]
+        run = _Run(request_id, kind, parsed, prompt_ids, Updates(), texts)
+        self.num_open += count
+        try:
+            for index in range(count):
+                prompt, choice = divmod(index, parsed.n)
+                params = parsed.sampling.params(len(prompt_ids[prompt]), self.max_len, choice)
+                self.loop.submit(prompt_ids[prompt], params, run.engine_id(index), run.updates.poster(index))
+                run.accepted -= 1
+            await self._accepted(run)
+        except BaseException:
+            self._end(run)
+            raise
+        return run
+
+    async def _accepted(self, run: _Run) -> None:
+        # run.accepted counts down from -submitted: one empty update per choice says the engine took it
+        while run.accepted < 0:
+            index, update = await run.updates.next()
+            if update.error is not None:
+                run.apply(index, update)
+            if update.token_ids or update.finish_reason:
+                run.early.append((index, update))
+            else:
+                run.accepted += 1
+
+    async def _next(self, request: Request, run: _Run, gone: asyncio.Task) -> tuple[int, Update]:
+        if run.early:
+            return run.early.pop(0)
+        update = asyncio.ensure_future(run.updates.next())
+        done, _ = await asyncio.wait({update, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if update not in done:
+            update.cancel()
+            raise ClientGone
+        return update.result()
+
+    async def _collect(self, request: Request, run: _Run) -> None:
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            while run.is_open:
+                run.apply(*await self._next(request, run, gone))
+        finally:
+            gone.cancel()
+            self._end(run)
+
+    async def _events(self, request: Request, run: _Run):
+        fmt = FORMATS[run.kind]
+        gone = asyncio.ensure_future(_disconnected(request))
+        say = partial(self._chunk_event, run)
+        try:
+            firsts = [d for d in (fmt.delta(Choice(i, "", None), first=True) for i in range(run.num_choices)) if d]
+            if firsts:
+                yield say(firsts)
+            while run.is_open:
+                index, update = await self._next(request, run, gone)
+                try:
+                    text = run.apply(index, update)
+                except RequestError as err:
+                    yield _sse(err.body())
+                    return
+                delta = fmt.delta(Choice(index, text, run.reasons.get(index)), first=False)
+                if delta:
+                    yield say([delta])
+            if run.parsed.include_usage:
+                yield say([], usage_body=run.usage())
+            yield "data: [DONE]\n\n"
+        except ClientGone:
+            return
+        finally:
+            gone.cancel()
+            self._end(run)
+
+    def _chunk_event(self, run: _Run, pieces: list[dict], usage_body: dict | None = None) -> str:
+        fmt = FORMATS[run.kind]
+        return _sse(chunk(fmt, run.request_id, run.created, self.model_name, pieces, usage_body))
+
+    def _end(self, run: _Run) -> None:
+        """Cancel the run's unfinished engine requests and give back its share of max_open (once)."""
+        if run.ended:
+            return
+        for index in range(run.num_choices):
+            if index not in run.reasons:
+                self.loop.cancel(run.engine_id(index))
+        self.num_open -= run.num_choices
+        run.ended = True
+
+
+def serve(llm: LLM, options: ServerOptions) -> None:
+    """Serve until interrupted (Ctrl-C / SIGTERM)."""
+    import uvicorn
+
+    server = OpenAIServer(llm, options)
+    print(f"serving {server.model_name!r} at http://{options.host}:{options.port}/v1 (completions, chat/completions, "
+          "models) and /health", flush=True)
+    uvicorn.run(server.app, host=options.host, port=options.port, log_level="info", timeout_graceful_shutdown=5)

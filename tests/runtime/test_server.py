@@ -1,0 +1,270 @@
+"""The OpenAI-compatible server: answers equal the eager reference's greedy tokens, whole or streamed, alone or
+side by side; bad requests get OpenAI error bodies with the right status and leave nothing open; a client that
+goes away has its requests cancelled; an engine that fails says so."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
+from dayzero.model.caches import CacheFormat
+from dayzero.model.generate import greedy_generate
+from dayzero.runtime.llm import LLM
+from dayzero.runtime.llm_engine import RuntimeOptions
+from dayzero.runtime.server import OpenAIServer, ServerOptions
+from dayzero.tokenizer import ByteTokenizer
+from tests.helpers import random_model, tiny_config_dict
+
+MODEL = "tiny-test"
+MAX_LEN = 512
+
+
+@pytest.fixture(scope="module")
+def model():
+    return random_model(tiny_config_dict())
+
+
+def make_server(model, tmp_path, **options) -> OpenAIServer:
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=MAX_LEN)
+    budget = 5 * manifest.unit_bytes(SLOT) + 40 * manifest.unit_bytes(PAGE)
+    llm = LLM(tmp_path, runtime=RuntimeOptions(token_budget=32, memory_bytes=budget),
+              engine=EagerEngine(model, manifest))
+    return OpenAIServer(llm, ServerOptions(model_name=MODEL, **options))
+
+
+@pytest.fixture(scope="module")
+def server(model, tmp_path_factory):
+    server = make_server(model, tmp_path_factory.mktemp("checkpoint"), max_open=6, max_body_bytes=4096)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with TestClient(server.app) as client:
+        yield client
+
+
+def expected_text(model, prompt: str, max_tokens: int) -> str:
+    tokens = list(greedy_generate(model, ByteTokenizer().encode(prompt), max_tokens))
+    return ByteTokenizer().decode(tokens)
+
+
+def events(response: httpx.Response) -> list:
+    lines = [line.removeprefix("data: ") for line in response.text.split("\n\n") if line]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def assert_nothing_open(server: OpenAIServer, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (server.num_open or server.llm.engine.has_work) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.num_open == 0 and not server.llm.engine.has_work
+
+
+def greedy(**fields) -> dict:
+    return {"model": MODEL, "temperature": 0, "ignore_eos": True, **fields}
+
+
+def test_completion_is_the_reference_greedy_text(client, server, model):
+    reply = client.post("/v1/completions", json=greedy(prompt="The hybrid model", max_tokens=7))
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["object"] == "text_completion" and body["model"] == MODEL and body["id"].startswith("cmpl-")
+    assert body["choices"] == [{"index": 0, "text": expected_text(model, "The hybrid model", 7), "logprobs": None,
+                                "finish_reason": "length"}]
+    assert body["usage"] == {"prompt_tokens": 17, "completion_tokens": 7, "total_tokens": 24}
+    assert_nothing_open(server)
+
+
+def test_streamed_pieces_add_up_to_the_whole_answer(client, server, model):
+    request = greedy(prompt="Stream me", max_tokens=9, stream=True, stream_options={"include_usage": True})
+    reply = client.post("/v1/completions", json=request)
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+    chunks = events(reply)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 9
+    pieces = [c["choices"][0] for c in chunks[:-1]]
+    assert "".join(p["text"] for p in pieces) == expected_text(model, "Stream me", 9)
+    assert [p["finish_reason"] for p in pieces] == [None] * (len(pieces) - 1) + ["length"]
+    assert_nothing_open(server)
+
+
+def test_chat_stream_names_the_role_first_and_matches_the_whole_answer(client, server):
+    request = greedy(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+                     max_tokens=6)
+    whole = client.post("/v1/chat/completions", json=request).json()
+    assert whole["object"] == "chat.completion" and whole["choices"][0]["message"]["role"] == "assistant"
+    # the embedded model has no chat template: a plain transcript ending in "assistant:"
+    assert whole["usage"]["prompt_tokens"] == len(ByteTokenizer().encode("system: Be brief.\nuser: Hi\nassistant:"))
+    chunks = events(client.post("/v1/chat/completions", json={**request, "stream": True}))
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == whole["choices"][0]["message"]["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert_nothing_open(server)
+
+
+def test_concurrent_requests_each_get_their_own_answer(server, model):
+    prompts = ["a", "a longer prompt of several words", "x" * 70, "mid-sized prompt"]
+
+    async def ask_all():
+        transport = httpx.ASGITransport(app=server.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            requests = [http.post("/v1/completions", json=greedy(prompt=p, max_tokens=5 + i))
+                        for i, p in enumerate(prompts)]
+            return await asyncio.gather(*requests)
+
+    replies = asyncio.run(ask_all())
+    for i, (prompt, reply) in enumerate(zip(prompts, replies)):
+        assert reply.json()["choices"][0]["text"] == expected_text(model, prompt, 5 + i), prompt
+    assert_nothing_open(server)
+
+
+def test_prompt_lists_and_n_choices_are_indexed_and_seeds_replay(client, server, model):
+    request = {"model": MODEL, "prompt": ["one", [256, 120, 121]], "n": 2, "max_tokens": 4, "temperature": 1.0,
+               "seed": 7, "ignore_eos": True}
+    first = client.post("/v1/completions", json=request).json()
+    again = client.post("/v1/completions", json=request).json()
+    assert [c["index"] for c in first["choices"]] == [0, 1, 2, 3]
+    assert [c["text"] for c in first["choices"]] == [c["text"] for c in again["choices"]]
+    assert first["usage"] == {"prompt_tokens": 4 + 3, "completion_tokens": 16, "total_tokens": 23}
+    assert_nothing_open(server)
+
+
+def test_stop_string_ends_the_answer_and_is_cut_out(client, server, model):
+    text = expected_text(model, "stop here", 12)
+    # two whole characters from inside the answer (U+FFFD stands for bytes that are not yet a character)
+    stop = next(text[i:i + 2] for i in range(2, len(text) - 2) if "\ufffd" not in text[i:i + 2])
+    cut = text[: text.index(stop)]
+    request = greedy(prompt="stop here", max_tokens=12, stop=[stop, "\x00never\x00"])
+    whole = client.post("/v1/completions", json=request).json()["choices"][0]
+    assert (whole["text"], whole["finish_reason"]) == (cut, "stop")
+    pieces = [c["choices"][0] for c in events(client.post("/v1/completions", json={**request, "stream": True}))]
+    assert "".join(p["text"] for p in pieces) == cut and pieces[-1]["finish_reason"] == "stop"
+    assert_nothing_open(server)
+
+
+@pytest.mark.parametrize("body, status, says", [
+    ("not json", 400, "not valid JSON"),
+    ([1, 2], 400, "JSON object"),
+    ({"max_tokens": 3}, 400, "'prompt' is required"),
+    ({"prompt": []}, 400, "'prompt' must be"),
+    ({"prompt": "x", "logprobs": 3}, 400, "'logprobs' is not supported"),
+    ({"prompt": "x", "presence_penalty": 0.5}, 400, "'presence_penalty' is not supported"),
+    ({"prompt": "x", "n": 0}, 400, "'n' must be in"),
+    ({"prompt": "x", "temperature": -1}, 400, "'temperature' must be in"),
+    ({"prompt": "x", "max_tokens": 2.5}, 400, "'max_tokens' must be an integer"),
+    ({"prompt": "x", "stop": [""]}, 400, "'stop' must be"),
+    ({"prompt": "x", "stream": "yes"}, 400, "'stream' must be true or false"),
+    ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "needs \"stream\": true"),
+    ({"prompt": "x" * 600, "max_tokens": 4}, 400, "exceeds the engine's max length 512"),
+    ({"prompt": [1, 999]}, 400, "outside the vocabulary of 260"),
+    ({"prompt": "x", "model": "gpt-4"}, 404, "is not served here"),
+    ({"prompt": "x" * 5000}, 413, "over 4096 bytes"),
+    ({"prompt": "x", "n": 7}, 503, "the most it takes is 6"),
+])
+def test_bad_requests_get_an_openai_error_and_leave_nothing_open(client, server, body, status, says):
+    content = body if isinstance(body, str) else json.dumps(body)
+    reply = client.post("/v1/completions", content=content, headers={"content-type": "application/json"})
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert says in error["message"] and set(error) == {"message", "type", "param", "code"}
+    assert_nothing_open(server)
+
+
+@pytest.mark.parametrize("messages, says", [
+    ([], "'messages' must be a non-empty list"),
+    ([{"role": "wizard", "content": "hi"}], "needs a role"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], "text parts"),
+])
+def test_bad_chat_messages_are_refused(client, server, messages, says):
+    reply = client.post("/v1/chat/completions", json={"messages": messages})
+    assert reply.status_code == 400 and says in reply.json()["error"]["message"]
+
+
+def test_unknown_routes_and_methods_answer_in_openai_form(client):
+    assert client.get("/v1/nothing").status_code == 404
+    reply = client.get("/v1/completions")
+    assert reply.status_code == 405 and "error" in reply.json()
+    assert client.get("/v1/models").json()["data"][0] == {"id": MODEL, "object": "model", "created": 0,
+                                                          "owned_by": "dayzero", "max_model_len": MAX_LEN}
+
+
+def serve_in_thread(app):
+    """A real uvicorn server on a free port (the TestClient cannot hang up mid-answer) -> (base url, stop)."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not uv.started:
+        time.sleep(0.02)
+
+    def stop():
+        uv.should_exit = True
+        thread.join(10)
+
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", stop
+
+
+def test_a_client_that_hangs_up_has_its_requests_cancelled(model, tmp_path):
+    server = make_server(model, tmp_path)
+    stats = server.llm.engine.stats
+    base, stop = serve_in_thread(server.app)
+    try:
+        # 500 tokens would take the engine seconds; a cancelled request stops after a step or two
+        long = greedy(prompt="go on", max_tokens=500)
+        with httpx.stream("POST", f"{base}/v1/completions", json={**long, "stream": True}) as reply:
+            assert reply.status_code == 200
+            next(reply.iter_lines())
+        assert_nothing_open(server)
+        assert stats.decode_tokens < 100
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{base}/v1/completions", json=long, timeout=0.5)
+        assert_nothing_open(server)
+        assert stats.decode_tokens < 200
+        # the engine serves the next client as before
+        reply = httpx.post(f"{base}/v1/completions", json=greedy(prompt="next", max_tokens=3)).json()
+        assert reply["choices"][0]["text"] == expected_text(model, "next", 3)
+    finally:
+        stop()
+        server.close()
+
+
+def test_an_engine_failure_ends_open_requests_and_the_server_reports_it(model, tmp_path, monkeypatch):
+    server = make_server(model, tmp_path)
+
+    def broken_step():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(server.llm.engine, "step", broken_step)
+    with TestClient(server.app) as client:
+        reply = client.post("/v1/completions", json=greedy(prompt="x", max_tokens=3))
+        assert reply.status_code == 503 and "illegal memory access" in reply.json()["error"]["message"]
+        assert client.get("/health").status_code == 503
+        assert client.post("/v1/completions", json=greedy(prompt="y")).status_code == 503
+
+
+def test_server_options_are_checked():
+    from dayzero.errors import DayzeroError
+
+    with pytest.raises(DayzeroError, match="--port"):
+        ServerOptions(port=70000)
+    with pytest.raises(DayzeroError, match="--max-open"):
+        ServerOptions(max_open=0)
+
+
+def test_health(client):
+    assert client.get("/health").json() == {"status": "ok"}
