@@ -2,9 +2,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 
+import httpx
 from click.testing import CliRunner
 
 from dayzero.cli import cli
@@ -63,3 +67,33 @@ def test_plan_prints_the_weights_each_rank_holds():
     assert "2779.66 B parameters" in result.output and "per rank (--tp 8 --ep 8): 354.70 B parameters" in result.output
     refused = CliRunner().invoke(cli, ["plan", "tiny-hybrid", "--tp", "3"])
     assert "does not divide this model" in str(refused.exception)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_serve_answers_over_http_and_stops_on_ctrl_c(tmp_path):
+    port = free_port()
+    command = [sys.executable, "-c", "from dayzero.cli import main; main()", "serve", "--port", str(port),
+               "--served-model-name", "tiny"]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "DAYZERO_CACHE_DIR": str(tmp_path)})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                if httpx.get(f"{base}/health").status_code == 200:
+                    break
+            except httpx.ConnectError:
+                time.sleep(0.2)
+        reply = httpx.post(f"{base}/v1/completions", json={"model": "tiny", "prompt": "hello", "max_tokens": 3})
+        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] <= 3
+    finally:
+        server.send_signal(signal.SIGINT)
+        output = server.communicate(timeout=60)[0]
+    assert server.returncode == 0, output
+    assert f"serving 'tiny' at http://127.0.0.1:{port}/v1" in output and "Traceback" not in output
