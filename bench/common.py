@@ -127,7 +127,8 @@ def matmul_tflops(n: int = 8192) -> float:
 def write_results(out_dir: str | Path, name: str, payload: dict) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    payload = {"device": device, "torch": torch.__version__,
                "time": time.strftime("%Y-%m-%d %H:%M:%S"), **payload}
     path = out / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2))

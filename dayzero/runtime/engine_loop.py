@@ -66,13 +66,21 @@ class _Live:
 
 
 class EngineLoop:
+    """Runs on the thread that calls `run` (`dayzero serve`: the main thread, the HTTP server on another) or on a
+    thread of its own after `start` (tests, embedding). On CPUs the main thread is the faster home: torch's OpenMP
+    ops issued from another thread ran 2.5x slower on the 2-core test machine (tiny-hybrid, 2 intra-op threads)."""
+
     def __init__(self, engine: LLMEngine):
         self.engine = engine
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._live: dict[str, _Live] = {}
         self.failure: str | None = None
-        self._thread = threading.Thread(target=self._run, name="dayzero-engine", daemon=True)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> EngineLoop:
+        self._thread = threading.Thread(target=self.run, name="dayzero-engine", daemon=True)
         self._thread.start()
+        return self
 
     def submit(self, prompt_ids: list[int], params: SamplingParams, request_id: str, post: Post) -> None:
         """Queue a request. The engine thread calls `post` with an empty update once it accepted the request (or
@@ -85,11 +93,17 @@ class EngineLoop:
         """Drop a request that has not finished (its client went away): its pages and state slot are freed."""
         self._commands.put(("cancel", request_id))
 
-    def close(self, timeout: float = 30.0) -> None:
+    def stop(self) -> None:
+        """Make `run` return after the step in progress (open requests get an error)."""
         self._commands.put(("stop",))
-        self._thread.join(timeout)
 
-    def _run(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
+        self.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self) -> None:
+        """Take commands and step the engine until `stop`."""
         while True:
             idle = not self.engine.has_work or self.failure is not None
             if not self._take_commands(wait=idle):

@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import socket
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -110,13 +114,15 @@ def _sse(body: dict) -> str:
 
 
 class OpenAIServer:
-    def __init__(self, llm: LLM, options: ServerOptions = ServerOptions(), chat_template: ChatTemplate | None = None):
+    def __init__(self, llm: LLM, options: ServerOptions = ServerOptions(), chat_template: ChatTemplate | None = None,
+                 engine_thread: bool = True):
         self.llm, self.options = llm, options
         self.model_name = options.model_name or llm.checkpoint.name
         self.template = chat_template or load_chat_template(llm.checkpoint)
         self.max_len = llm.engine.manifest.max_len
         self.num_open = 0
-        self.loop = EngineLoop(llm.engine)
+        # engine_thread=False: the caller runs self.loop.run() itself (serve() does, on the main thread)
+        self.loop = EngineLoop(llm.engine).start() if engine_thread else EngineLoop(llm.engine)
         routes = [Route("/health", self.health), Route("/v1/models", self.models),
                   Route("/v1/completions", self.completions, methods=["POST"]),
                   Route("/v1/chat/completions", self.chat_completions, methods=["POST"])]
@@ -209,6 +215,9 @@ class OpenAIServer:
         if self.loop.failure is not None:
             raise RequestError(f"the engine failed and takes no new requests ({self.loop.failure}); restart the "
                                "server", 503)
+        if count > self.options.max_open:
+            raise RequestError(f"the request asks for {count} choices (prompts x n); this server takes at most "
+                               f"{self.options.max_open} at once (--max-open)", param="n")
         if self.num_open + count > self.options.max_open:
             raise RequestError(f"the server has {self.num_open} requests open, the most it takes is "
                                f"{self.options.max_open} (--max-open); retry later", 503)
@@ -301,10 +310,46 @@ class OpenAIServer:
 
 
 def serve(llm: LLM, options: ServerOptions) -> None:
-    """Serve until interrupted (Ctrl-C / SIGTERM)."""
+    """Serve until Ctrl-C / SIGTERM: the engine on this (the main) thread, the HTTP server on another."""
+    server = OpenAIServer(llm, options, engine_thread=False)
+    base, stop_http = serve_in_thread(server.app, options.host, options.port, log_level="info")
+    print(f"serving {server.model_name!r} at {base}/v1 (completions, chat/completions, models) and /health",
+          flush=True)
+
+    def stop(signum, frame) -> None:
+        server.loop.stop()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.loop.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        stop_http()
+
+
+def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 0,
+                    log_level: str = "warning") -> tuple[str, Callable[[], None]]:
+    """Serve `app` with uvicorn from a background thread (port 0: a free one) -> (base URL, a function that stops
+    it). Raises when the address cannot be had."""
     import uvicorn
 
-    server = OpenAIServer(llm, options)
-    print(f"serving {server.model_name!r} at http://{options.host}:{options.port}/v1 (completions, chat/completions, "
-          "models) and /health", flush=True)
-    uvicorn.run(server.app, host=options.host, port=options.port, log_level="info", timeout_graceful_shutdown=5)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise DayzeroError(f"cannot listen on {host}:{port} ({err.strerror}); pick another --port or --host") from err
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dayzero-http", daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.02)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+    return f"http://{host}:{sock.getsockname()[1]}", stop

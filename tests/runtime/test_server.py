@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 
 import httpx
@@ -19,7 +17,7 @@ from dayzero.model.caches import CacheFormat
 from dayzero.model.generate import greedy_generate
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.llm_engine import RuntimeOptions
-from dayzero.runtime.server import OpenAIServer, ServerOptions
+from dayzero.runtime.server import OpenAIServer, ServerOptions, serve_in_thread
 from dayzero.tokenizer import ByteTokenizer
 from tests.helpers import random_model, tiny_config_dict
 
@@ -171,7 +169,7 @@ def test_stop_string_ends_the_answer_and_is_cut_out(client, server, model):
     ({"prompt": [1, 999]}, 400, "outside the vocabulary of 260"),
     ({"prompt": "x", "model": "gpt-4"}, 404, "is not served here"),
     ({"prompt": "x" * 5000}, 413, "over 4096 bytes"),
-    ({"prompt": "x", "n": 7}, 503, "the most it takes is 6"),
+    ({"prompt": "x", "n": 7}, 400, "takes at most 6 at once"),
 ])
 def test_bad_requests_get_an_openai_error_and_leave_nothing_open(client, server, body, status, says):
     content = body if isinstance(body, str) else json.dumps(body)
@@ -192,31 +190,28 @@ def test_bad_chat_messages_are_refused(client, server, messages, says):
     assert reply.status_code == 400 and says in reply.json()["error"]["message"]
 
 
+def test_a_full_server_answers_503_until_requests_finish(server, model):
+    async def ask():
+        transport = httpx.ASGITransport(app=server.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            busy = asyncio.ensure_future(http.post("/v1/completions", json=greedy(prompt="x", n=5, max_tokens=40)))
+            while server.num_open == 0:
+                await asyncio.sleep(0.01)
+            refused = await http.post("/v1/completions", json=greedy(prompt="y", n=2, max_tokens=2))
+            return refused, await busy
+
+    refused, busy = asyncio.run(ask())
+    assert refused.status_code == 503 and "retry later" in refused.json()["error"]["message"]
+    assert busy.status_code == 200 and len(busy.json()["choices"]) == 5
+    assert_nothing_open(server)
+
+
 def test_unknown_routes_and_methods_answer_in_openai_form(client):
     assert client.get("/v1/nothing").status_code == 404
     reply = client.get("/v1/completions")
     assert reply.status_code == 405 and "error" in reply.json()
     assert client.get("/v1/models").json()["data"][0] == {"id": MODEL, "object": "model", "created": 0,
                                                           "owned_by": "dayzero", "max_model_len": MAX_LEN}
-
-
-def serve_in_thread(app):
-    """A real uvicorn server on a free port (the TestClient cannot hang up mid-answer) -> (base url, stop)."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not uv.started:
-        time.sleep(0.02)
-
-    def stop():
-        uv.should_exit = True
-        thread.join(10)
-
-    return f"http://127.0.0.1:{sock.getsockname()[1]}", stop
 
 
 def test_a_client_that_hangs_up_has_its_requests_cancelled(model, tmp_path):

@@ -1,0 +1,119 @@
+"""What the HTTP layer costs: the same greedy requests through the engine directly and through `dayzero serve`'s
+OpenAI API (uvicorn on a local port, streamed, all requests at once), on the embedded model or a checkpoint.
+
+    PYTHONPATH=. python bench/bench_server.py [--checkpoint DIR] [--device cpu|cuda] [--requests 16]
+                                              [--prompt-tokens 64] [--max-tokens 32] [--out bench/results]
+
+Both runs generate the same tokens (checked: greedy, EOS ignored). Reported: wall time, generated tokens/s, and
+for the served run the time to each request's first streamed text (p50 / max) and the mean gap between its pieces.
+The engine runs on the main thread in both, as `dayzero serve` runs it; the clients share the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import threading
+import time
+
+import httpx
+import torch
+
+from bench.common import table, write_results
+from dayzero.export.options import ExportOptions
+from dayzero.runtime.llm import LLM
+from dayzero.runtime.sampling import SamplingParams
+from dayzero.runtime.server import OpenAIServer, ServerOptions, serve_in_thread
+
+
+def direct(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[list[int]]]:
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    start = time.perf_counter()
+    seqs = [llm.engine.add_request(p, params) for p in prompts]
+    while llm.engine.has_work:
+        llm.engine.step()
+    wall = time.perf_counter() - start
+    tokens = sum(len(s.output_ids) for s in seqs)
+    return {"mode": "engine", "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall}, [
+        s.output_ids for s in seqs]
+
+
+async def streamed(http: httpx.AsyncClient, prompt: list[int], max_tokens: int, start: float) -> dict:
+    request = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
+               "stream_options": {"include_usage": True}}
+    arrivals, text, usage = [], "", None
+    async with http.stream("POST", "/v1/completions", json=request) as reply:
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            body = json.loads(line.removeprefix("data: "))
+            if body["choices"] and body["choices"][0]["text"]:
+                arrivals.append(time.perf_counter() - start)
+                text += body["choices"][0]["text"]
+            usage = body.get("usage", usage)
+    return {"arrivals": arrivals, "text": text, "tokens": usage["completion_tokens"]}
+
+
+async def served_all(base: str, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[str]]:
+    limits = httpx.Limits(max_connections=len(prompts))
+    async with httpx.AsyncClient(base_url=base, timeout=600, limits=limits) as http:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(streamed(http, p, max_tokens, start) for p in prompts))
+        wall = time.perf_counter() - start
+    firsts = [r["arrivals"][0] for r in results if r["arrivals"]]
+    gaps = [b - a for r in results for a, b in zip(r["arrivals"], r["arrivals"][1:])]
+    tokens = sum(r["tokens"] for r in results)
+    row = {"mode": "http (streamed)", "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall,
+           "first_text_p50_s": statistics.median(firsts), "first_text_max_s": max(firsts),
+           "piece_gap_mean_ms": 1e3 * statistics.fmean(gaps) if gaps else None}
+    return row, [r["text"] for r in results]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args()
+
+    export = ExportOptions(backend="eager", device=args.device, dtype=args.dtype, max_batch=args.requests)
+    llm = LLM(args.checkpoint, export)
+    vocab = min(llm.engine.manifest.vocab_size, 256)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, vocab, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.requests)]
+    direct(llm, prompts[:2], 2)  # warm-up (first-call allocations, graph capture)
+    engine_row, engine_tokens = direct(llm, prompts, args.max_tokens)
+    # as `dayzero serve` runs: the engine on the main thread, the HTTP server and (here) the clients on others
+    server = OpenAIServer(llm, ServerOptions(), engine_thread=False)
+    base, stop = serve_in_thread(server.app)
+    served = {}
+
+    def clients() -> None:
+        try:
+            served["row"], served["texts"] = asyncio.run(served_all(base, prompts, args.max_tokens))
+        finally:
+            server.loop.stop()
+
+    client_thread = threading.Thread(target=clients)
+    client_thread.start()
+    server.loop.run()
+    client_thread.join()
+    stop()
+    http_row, texts = served["row"], served["texts"]
+    same = texts == [llm.tokenizer.decode(t) for t in engine_tokens]
+    rows = [engine_row, {**http_row, "same_text_as_engine": same}]
+    for row in rows:
+        row.update({k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
+    write_results(args.out, f"bench_server_{args.device}_r{args.requests}", {"args": vars(args), "rows": rows})
+    print(table(rows, ["mode", "wall_s", "tokens", "tokens_per_s", "first_text_p50_s", "first_text_max_s",
+                       "piece_gap_mean_ms", "same_text_as_engine"]))
+
+
+if __name__ == "__main__":
+    main()
