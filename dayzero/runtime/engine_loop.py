@@ -102,14 +102,17 @@ class EngineLoop:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def run(self) -> None:
-        """Take commands and step the engine until `stop`."""
+    def run(self, stop_on_failure: bool = False) -> None:
+        """Take commands and step the engine until `stop` (or, with stop_on_failure, until a step fails: a server
+        process then exits for its supervisor to restart it, rather than stay up unable to serve)."""
         while True:
             idle = not self.engine.has_work or self.failure is not None
             if not self._take_commands(wait=idle):
                 break
             if self.engine.has_work and self.failure is None:
                 self._step()
+            if stop_on_failure and self.failure is not None:
+                break
         for live in self._live.values():
             live.post(Update(error="the server is shutting down"))
 

@@ -311,7 +311,13 @@ class OpenAIServer:
 
 def serve(llm: LLM, options: ServerOptions) -> None:
     """Serve until Ctrl-C / SIGTERM: the engine on this (the main) thread, the HTTP server on another."""
-    server = OpenAIServer(llm, options, engine_thread=False)
+    run_server(OpenAIServer(llm, options, engine_thread=False))
+
+
+def run_server(server: OpenAIServer) -> None:
+    """Run a server built with engine_thread=False until its loop stops (Ctrl-C / SIGTERM, or loop.stop()). A failed
+    engine step ends it too (open requests get the error first) and raises."""
+    options = server.options
     base, stop_http = serve_in_thread(server.app, options.host, options.port, log_level="info")
     print(f"serving {server.model_name!r} at {base}/v1 (completions, chat/completions, models) and /health",
           flush=True)
@@ -321,11 +327,14 @@ def serve(llm: LLM, options: ServerOptions) -> None:
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server.loop.run()
+        server.loop.run(stop_on_failure=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         stop_http()
+    if server.loop.failure is not None:
+        raise DayzeroError(f"the engine failed ({server.loop.failure}; traceback above), so the server stopped; "
+                           "restart it")
 
 
 def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 0,

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
 import time
 
 import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from dayzero.errors import DayzeroError
 from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
 from dayzero.model.generate import greedy_generate
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.llm_engine import RuntimeOptions
-from dayzero.runtime.server import OpenAIServer, ServerOptions, serve_in_thread
+from dayzero.runtime.server import OpenAIServer, ServerOptions, run_server, serve_in_thread
 from dayzero.tokenizer import ByteTokenizer
 from tests.helpers import random_model, tiny_config_dict
 
@@ -30,12 +33,12 @@ def model():
     return random_model(tiny_config_dict())
 
 
-def make_server(model, tmp_path, **options) -> OpenAIServer:
+def make_server(model, tmp_path, engine_thread: bool = True, **options) -> OpenAIServer:
     manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=MAX_LEN)
     budget = 5 * manifest.unit_bytes(SLOT) + 40 * manifest.unit_bytes(PAGE)
     llm = LLM(tmp_path, runtime=RuntimeOptions(token_budget=32, memory_bytes=budget),
               engine=EagerEngine(model, manifest))
-    return OpenAIServer(llm, ServerOptions(model_name=MODEL, **options))
+    return OpenAIServer(llm, ServerOptions(model_name=MODEL, **options), engine_thread=engine_thread)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,12 @@ def assert_nothing_open(server: OpenAIServer, timeout: float = 10.0) -> None:
     while (server.num_open or server.llm.engine.has_work) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert server.num_open == 0 and not server.llm.engine.has_work
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def greedy(**fields) -> dict:
@@ -252,9 +261,46 @@ def test_an_engine_failure_ends_open_requests_and_the_server_reports_it(model, t
         assert client.post("/v1/completions", json=greedy(prompt="y")).status_code == 503
 
 
-def test_server_options_are_checked():
-    from dayzero.errors import DayzeroError
+def test_serve_stops_when_the_engine_fails(model, tmp_path, monkeypatch):
+    port = free_port()
+    server = make_server(model, tmp_path, port=port, engine_thread=False)
 
+    def broken_step():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(server.llm.engine, "step", broken_step)
+    replies = []
+
+    def client():
+        base = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(500):
+                try:
+                    httpx.get(f"{base}/health")
+                    break
+                except httpx.ConnectError:
+                    time.sleep(0.02)
+            replies.append(httpx.post(f"{base}/v1/completions", json=greedy(prompt="x", max_tokens=3)))
+        finally:
+            server.loop.stop()  # only a safety net: the failure should have stopped it already
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    with pytest.raises(DayzeroError, match="illegal memory access.*the server stopped"):
+        run_server(server)
+    thread.join(10)
+    assert replies[0].status_code == 503 and "illegal memory access" in replies[0].json()["error"]["message"]
+
+
+def test_a_port_in_use_is_refused_with_what_to_do(server):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(DayzeroError, match="cannot listen on 127.0.0.1:.*pick another --port"):
+            serve_in_thread(server.app, port=taken.getsockname()[1])
+
+
+def test_server_options_are_checked():
     with pytest.raises(DayzeroError, match="--port"):
         ServerOptions(port=70000)
     with pytest.raises(DayzeroError, match="--max-open"):
