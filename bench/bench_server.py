@@ -3,6 +3,8 @@ OpenAI API (uvicorn on a local port, streamed, all requests at once), on the emb
 
     PYTHONPATH=. python bench/bench_server.py [--checkpoint DIR] [--device cpu|cuda] [--requests 16]
                                               [--prompt-tokens 64] [--max-tokens 32] [--out bench/results]
+    PYTHONPATH=. python bench/bench_server.py --h200-slice [--num-layers N] ...   (on the H200: random bf16 weights
+        built on the GPU, FP8 latent + MXFP8 index caches, CUDA-graph decode; prompts and text as token ids)
 
 Both runs generate the same tokens (checked: greedy, EOS ignored). Reported: wall time, generated tokens/s, and
 for the served run the time to each request's first streamed text (p50 / max) and the mean gap between its pieces.
@@ -71,6 +73,30 @@ async def served_all(base: str, prompts: list[list[int]], max_tokens: int) -> tu
     return row, [r["text"] for r in results]
 
 
+class TokenIds:
+    """A stand-in tokenizer for a model without tokenizer files: text is the token ids, space-separated."""
+
+    eos_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in text.split()]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(f" {i}" for i in ids)
+
+
+def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int) -> LLM:
+    from bench.h200_model import h200_slice_model
+    from dayzero.export.engine import EagerEngine, eager_manifest
+    from dayzero.model.caches import CacheFormat
+    from dayzero.runtime.llm_engine import RuntimeOptions
+
+    model = h200_slice_model(num_layers)
+    fmt = CacheFormat(kv_fp8=True, index_mxfp8=True)
+    engine = EagerEngine(model, eager_manifest(model, fmt, max_batch=max_batch, max_len=max_len))
+    return LLM("h200-slice", runtime=RuntimeOptions(gpu_memory_fraction=0.5), engine=engine, tokenizer=TokenIds())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None)
@@ -79,15 +105,21 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--h200-slice", action="store_true", help="the h200-slice model built on the GPU")
+    parser.add_argument("--num-layers", type=int, default=None, help="with --h200-slice: its first N layers")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
-    export = ExportOptions(backend="eager", device=args.device, dtype=args.dtype, max_batch=args.requests)
-    llm = LLM(args.checkpoint, export)
+    if args.h200_slice:
+        args.device = "cuda"
+        llm = h200_slice_llm(args.num_layers, args.requests, args.prompt_tokens + args.max_tokens + 8)
+    else:
+        export = ExportOptions(backend="eager", device=args.device, dtype=args.dtype, max_batch=args.requests)
+        llm = LLM(args.checkpoint, export)
     vocab = min(llm.engine.manifest.vocab_size, 256)
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.requests)]
-    direct(llm, prompts[:2], 2)  # warm-up (first-call allocations, graph capture)
+    direct(llm, prompts, 2)  # warm-up: first-call allocations, Triton compiles, the batch's decode graph
     engine_row, engine_tokens = direct(llm, prompts, args.max_tokens)
     # as `dayzero serve` runs: the engine on the main thread, the HTTP server and (here) the clients on others
     server = OpenAIServer(llm, ServerOptions(), engine_thread=False)
@@ -110,7 +142,8 @@ def main() -> None:
     rows = [engine_row, {**http_row, "same_text_as_engine": same}]
     for row in rows:
         row.update({k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
-    write_results(args.out, f"bench_server_{args.device}_r{args.requests}", {"args": vars(args), "rows": rows})
+    name = "h200_slice" if args.h200_slice else args.device
+    write_results(args.out, f"bench_server_{name}_r{args.requests}", {"args": vars(args), "rows": rows})
     print(table(rows, ["mode", "wall_s", "tokens", "tokens_per_s", "first_text_p50_s", "first_text_max_s",
                        "piece_gap_mean_ms", "same_text_as_engine"]))
 

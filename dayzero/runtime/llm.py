@@ -39,7 +39,8 @@ def _default_checkpoint() -> Path:
 
 class LLM:
     def __init__(self, checkpoint: str | Path | None = None, export: ExportOptions | None = None,
-                 runtime: RuntimeOptions | None = None, engine: StepEngine | None = None):
+                 runtime: RuntimeOptions | None = None, engine: StepEngine | None = None, tokenizer=None):
+        """engine / tokenizer: ones built already (tests, benchmarks) instead of the checkpoint's."""
         from dayzero.tokenizer import load_tokenizer
 
         self.checkpoint = Path(checkpoint) if checkpoint is not None else _default_checkpoint()
@@ -47,7 +48,7 @@ class LLM:
         started = time.perf_counter()
         self.step_engine = engine or load_step_engine(self.checkpoint, self.export_options)
         self.load_seconds = time.perf_counter() - started
-        self.tokenizer = load_tokenizer(self.checkpoint, self.step_engine.manifest.vocab_size)
+        self.tokenizer = tokenizer or load_tokenizer(self.checkpoint, self.step_engine.manifest.vocab_size)
         eos = getattr(self.tokenizer, "eos_token_id", None)
         self.engine = LLMEngine(self.step_engine, runtime or RuntimeOptions(), self.tokenizer.decode,
                                 frozenset() if eos is None else frozenset({eos}))

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Tenth session of 2026-12-04 (no device machine was lent; written for the next one): the OpenAI server's cost on
+# the H200. bench_server.py on the h200-slice (8 layers at full width, random bf16 weights built on the GPU, FP8
+# latent + MXFP8 index caches, CUDA-graph decode): the same greedy requests through the engine and through the HTTP
+# API (streamed), 16 and 64 requests of 512 + 128 tokens. Needs starlette, uvicorn, httpx and their dependencies
+# in .whl/ (pip download --no-deps starlette uvicorn httpx httpcore h11 anyio idna certifi sniffio click).
+# usage: bash bench/run_h200_na.sh [SECONDS] (default 420).
+. bench/h200.sh
+. bench/h200_call.sh na ${1:-420}
+export OMP_NUM_THREADS=1
+for requests in 16 64; do
+  timeout $(( $(left) / 2 )) python3 bench/bench_server.py --h200-slice --requests $requests --prompt-tokens 512 \
+    --max-tokens 128 --out $R > $R/server_r$requests.log 2>&1
+  echo "== server r$requests rc=$? at $(( $(date +%s) - start )) s"; save
+done
+save_caches
+tail -n 4 $R/server_r16.log $R/server_r64.log | cut -c1-200
