@@ -9,7 +9,9 @@
 . bench/h200_call.sh na ${1:-420}
 export OMP_NUM_THREADS=1
 for requests in 16 64; do
-  timeout $(( $(left) / 2 )) python3 bench/bench_server.py --h200-slice --requests $requests --prompt-tokens 512 \
+  # the first run gets 2/5 of the time left, the second the rest
+  share=$([ $requests = 16 ] && echo $(( $(left) * 2 / 5 )) || left)
+  timeout $share python3 bench/bench_server.py --h200-slice --requests $requests --prompt-tokens 512 \
     --max-tokens 128 --out $R > $R/server_r$requests.log 2>&1
   echo "== server r$requests rc=$? at $(( $(date +%s) - start )) s"; save
 done
