@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from dayzero.errors import DayzeroError
 from dayzero.runtime.llm_engine import LLMEngine
+from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.sequence import Sequence
 
@@ -31,6 +32,7 @@ class Update:
     finish_reason: str | None = None  # set on a request's last update
     error: str | None = None  # nothing follows: the request was refused (refused=True) or the engine failed
     refused: bool = False
+    logprobs: list[TokenLogprob] | None = None  # one per token, when the request asked for them
 
     @property
     def is_last(self) -> bool:
@@ -165,7 +167,8 @@ class EngineLoop:
             new = live.seq.output_ids[live.sent:]
             reason = live.seq.finish_reason if live.seq.is_done else None
             if new or reason:
+                logprobs = None if live.seq.logprobs is None else live.seq.logprobs[live.sent:]
                 live.sent += len(new)
-                live.post(Update(list(new), reason))
+                live.post(Update(list(new), reason, logprobs=logprobs))
             if live.seq.is_done:
                 del self._live[request_id]

@@ -15,6 +15,7 @@ from dayzero.runtime.batch import decode_inputs, prefill_inputs
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.graphs import decode_runner
+from dayzero.runtime.logprobs import token_logprob
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
@@ -109,7 +110,7 @@ class LLMEngine:
         for seq, count, row in zip(step.seqs, step.num_new, logits):
             seq.num_cached += count
             # a chunk that did not reach the prompt's last token samples nothing
-            if not seq.num_uncached and self._emit(seq, [seq.sampler(row)]):
+            if not seq.num_uncached and self._emit(seq, [seq.sampler(row)], row[None]):
                 finished.append(seq)
         return finished
 
@@ -121,7 +122,7 @@ class LLMEngine:
         logits = self.decode(input_ids, meta)
         finished = []
         for seq, draft, rows in zip(step.seqs, drafts, logits):
-            if self._emit(seq, self._verify(seq, draft, rows)):
+            if self._emit(seq, self._verify(seq, draft, rows), rows):
                 finished.append(seq)
         return finished
 
@@ -140,10 +141,13 @@ class LLMEngine:
         self.stats.decode_tokens += len(tokens)
         return tokens
 
-    def _emit(self, seq: Sequence, tokens: list[int]) -> bool:
-        """Append tokens until one finishes the sequence (the rest are dropped); -> whether it finished."""
-        for token in tokens:
+    def _emit(self, seq: Sequence, tokens: list[int], rows: torch.Tensor) -> bool:
+        """Append tokens (token i drawn from logits rows[i]) until one finishes the sequence (the rest are dropped);
+        -> whether it finished."""
+        for token, row in zip(tokens, rows):
             seq.output_ids.append(token)
+            if seq.logprobs is not None:
+                seq.logprobs.append(token_logprob(row, token, seq.params.logprobs))
             self.stats.first_token_at.setdefault(seq.request_id, time.perf_counter())
             reason = self._finish_reason(seq)
             if reason:

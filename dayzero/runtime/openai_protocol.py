@@ -1,8 +1,9 @@
 """The OpenAI API's request fields as dayzero reads them, and the error body it answers with.
 
-`/v1/completions` and `/v1/chat/completions` share the sampling fields. Fields dayzero cannot honour (log
-probabilities, penalties, tools, ...) are refused by name rather than ignored, so a client never gets an answer
-computed differently from what it asked for. `top_k` and `ignore_eos` are accepted as extensions, as in vLLM.
+`/v1/completions` and `/v1/chat/completions` share the sampling fields; they ask for log probabilities in their own
+ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). Fields dayzero cannot honour (penalties, tools, echo,
+...) are refused by name rather than ignored, so a client never gets an answer computed differently from what it
+asked for. `top_k` and `ignore_eos` are accepted as extensions, as in vLLM.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from dayzero.errors import DayzeroError
+from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
 from dayzero.runtime.sampling import SamplingParams
 
 MAX_CHOICES = 16
@@ -18,7 +20,7 @@ MAX_STOP_STRINGS = 16
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # field -> the values that mean "not used" (anything else is refused)
 UNSUPPORTED = {
-    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
+    "echo": (None, False), "suffix": (None, ""),
     "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
     "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "best_of": (None, 1),
 }
@@ -50,13 +52,15 @@ class Sampling:
     seed: int | None
     stop: tuple[str, ...]
     ignore_eos: bool
+    logprobs: int | None = None  # top alternatives a token; None: no log probabilities
 
     def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
         """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay."""
         max_tokens = self.max_tokens if self.max_tokens is not None else max(1, max_len - num_prompt_tokens)
         seed = None if self.seed is None else self.seed + choice
         return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
-                              top_p=self.top_p, seed=seed, stop=self.stop, ignore_eos=self.ignore_eos)
+                              top_p=self.top_p, seed=seed, stop=self.stop, ignore_eos=self.ignore_eos,
+                              logprobs=self.logprobs)
 
 
 @dataclass(frozen=True)
@@ -107,13 +111,13 @@ def _refuse_unsupported(body: dict) -> None:
         raise RequestError("'response_format' other than text is not supported by dayzero", param="response_format")
 
 
-def _sampling(body: dict, max_tokens_field: str) -> Sampling:
+def _sampling(body: dict, max_tokens_field: str, logprobs: int | None) -> Sampling:
     max_tokens = _number(body, max_tokens_field, None, int, 1, 2**31 - 1)
     top_k = _number(body, "top_k", 0, int, -1, 2**31 - 1)
     return Sampling(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, float, 0.0, 2.0),
                     top_p=_number(body, "top_p", 1.0, float, 1e-9, 1.0), top_k=max(top_k, 0),
                     seed=_number(body, "seed", None, int, -(2**63), 2**63 - 1), stop=_stop(body),
-                    ignore_eos=_flag(body, "ignore_eos"))
+                    ignore_eos=_flag(body, "ignore_eos"), logprobs=logprobs)
 
 
 def _stream_options(body: dict, stream: bool) -> bool:
@@ -125,10 +129,10 @@ def _stream_options(body: dict, stream: bool) -> bool:
     return _flag(options, "include_usage")
 
 
-def _request(body: dict, prompts: tuple, max_tokens_field: str) -> GenerateRequest:
+def _request(body: dict, prompts: tuple, max_tokens_field: str, logprobs: int | None) -> GenerateRequest:
     _refuse_unsupported(body)
     stream = _flag(body, "stream")
-    return GenerateRequest(prompts=prompts, sampling=_sampling(body, max_tokens_field),
+    return GenerateRequest(prompts=prompts, sampling=_sampling(body, max_tokens_field, logprobs),
                            n=_number(body, "n", 1, int, 1, MAX_CHOICES), stream=stream,
                            include_usage=_stream_options(body, stream))
 
@@ -149,7 +153,8 @@ def _prompts(prompt) -> tuple[str | tuple[int, ...], ...]:
 def parse_completion(body: dict) -> GenerateRequest:
     if "prompt" not in body:
         raise RequestError("'prompt' is required", param="prompt")
-    return _request(body, _prompts(body["prompt"]), "max_tokens")
+    logprobs = _number(body, "logprobs", None, int, 0, MAX_TOP_LOGPROBS)
+    return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs)
 
 
 def _content(message: dict, index: int) -> str:
@@ -179,4 +184,7 @@ def chat_messages(body: dict) -> list[dict[str, str]]:
 def parse_chat(body: dict, prompt: str) -> GenerateRequest:
     """A chat request whose messages were rendered into `prompt`."""
     field_name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    return _request(body, (prompt,), field_name)
+    top = _number(body, "top_logprobs", None, int, 0, MAX_TOP_LOGPROBS)
+    if top is not None and not _flag(body, "logprobs"):
+        raise RequestError("'top_logprobs' needs \"logprobs\": true", param="top_logprobs")
+    return _request(body, (prompt,), field_name, (top or 0) if _flag(body, "logprobs") else None)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from dayzero.runtime.logprobs import TokenLogprob
 
 
 @dataclass(frozen=True)
@@ -10,6 +13,7 @@ class Choice:
     index: int
     text: str
     finish_reason: str | None
+    logprobs: dict | None = None  # already in the endpoint's form
 
 
 def usage(num_prompt_tokens: int, num_completion_tokens: int) -> dict:
@@ -26,14 +30,23 @@ class TextFormat:
 
     @staticmethod
     def choice(choice: Choice) -> dict:
-        return {"index": choice.index, "text": choice.text, "logprobs": None, "finish_reason": choice.finish_reason}
+        return {"index": choice.index, "text": choice.text, "logprobs": choice.logprobs,
+                "finish_reason": choice.finish_reason}
 
     @staticmethod
     def delta(choice: Choice, first: bool) -> dict | None:
         """A streamed piece of a choice; None when there is nothing to send."""
-        if not choice.text and choice.finish_reason is None:
+        if not choice.text and choice.finish_reason is None and choice.logprobs is None:
             return None
         return TextFormat.choice(choice)
+
+    @staticmethod
+    def logprobs(entries: list[TokenLogprob], token_text: Callable[[int], str], offset: int) -> dict:
+        """The legacy completions form; text_offset counts from `offset` (the choice's text before these tokens)."""
+        tokens = [token_text(e.token) for e in entries]
+        offsets = [offset + sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+        return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+                "top_logprobs": [{token_text(t): lp for t, lp in e.top} for e in entries], "text_offset": offsets}
 
 
 class ChatFormat:
@@ -45,18 +58,28 @@ class ChatFormat:
 
     @staticmethod
     def choice(choice: Choice) -> dict:
-        return {"index": choice.index, "message": {"role": "assistant", "content": choice.text}, "logprobs": None,
-                "finish_reason": choice.finish_reason}
+        return {"index": choice.index, "message": {"role": "assistant", "content": choice.text},
+                "logprobs": choice.logprobs, "finish_reason": choice.finish_reason}
 
     @staticmethod
     def delta(choice: Choice, first: bool) -> dict | None:
         """The first chunk of a choice names the role; the last one carries the finish reason."""
-        if not (first or choice.text or choice.finish_reason):
+        if not (first or choice.text or choice.finish_reason or choice.logprobs):
             return None
         delta = {"role": "assistant", "content": choice.text} if first else {"content": choice.text}
         if not first and not choice.text:
             delta = {}
-        return {"index": choice.index, "delta": delta, "logprobs": None, "finish_reason": choice.finish_reason}
+        return {"index": choice.index, "delta": delta, "logprobs": choice.logprobs,
+                "finish_reason": choice.finish_reason}
+
+    @staticmethod
+    def logprobs(entries: list[TokenLogprob], token_text: Callable[[int], str], offset: int) -> dict:
+        def entry(token: int, logprob: float) -> dict:
+            text = token_text(token)
+            return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+        return {"content": [{**entry(e.token, e.logprob), "top_logprobs": [entry(t, lp) for t, lp in e.top]}
+                            for e in entries]}
 
 
 FORMATS = {"completion": TextFormat, "chat": ChatFormat}

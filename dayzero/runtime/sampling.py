@@ -20,10 +20,15 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()  # stop strings (checked on the decoded text)
     ignore_eos: bool = False
+    logprobs: int | None = None  # None: no log probabilities; n: the chosen token's and the n most likely ones'
 
     def __post_init__(self):
+        from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
+
         if self.max_tokens < 1:
             raise DayzeroError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise DayzeroError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise DayzeroError("need temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))

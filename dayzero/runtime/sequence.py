@@ -6,6 +6,7 @@ import enum
 import itertools
 from dataclasses import dataclass, field
 
+from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.sampling import Sampler, SamplingParams
 
 _ids = itertools.count()
@@ -33,9 +34,13 @@ class Sequence:
     num_accepted: int = 1
     finish_reason: str | None = None
     num_preemptions: int = 0
+    # one per output token when params.logprobs is set
+    logprobs: list[TokenLogprob] | None = None
 
     def __post_init__(self):
         self.sampler = Sampler(self.params)
+        if self.params.logprobs is not None and self.logprobs is None:
+            self.logprobs = []
 
     @property
     def token_ids(self) -> list[int]:

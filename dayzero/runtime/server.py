@@ -33,6 +33,7 @@ from dayzero.runtime.chat_template import ChatTemplate, load_chat_template
 from dayzero.runtime.detokenizer import ChoiceText
 from dayzero.runtime.engine_loop import EngineLoop, Update, Updates
 from dayzero.runtime.llm import LLM
+from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.openai_protocol import (
     GenerateRequest,
     RequestError,
@@ -77,6 +78,7 @@ class _Run:
     accepted: int = 0
     early: list[tuple[int, Update]] = field(default_factory=list)
     ended: bool = False
+    logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)  # choice -> its tokens' so far
 
     @property
     def num_choices(self) -> int:
@@ -93,6 +95,8 @@ class _Run:
         """An update -> the text it adds to choice `index` (an engine failure raises)."""
         if update.error is not None:
             raise RequestError(update.error, 400 if update.refused else 503)
+        if update.logprobs is not None:
+            self.logprobs.setdefault(index, []).extend(update.logprobs)
         text = self.texts[index].add(update.token_ids)
         if update.finish_reason is not None:
             self.reasons[index] = update.finish_reason
@@ -206,8 +210,17 @@ class OpenAIServer:
         except ClientGone:
             return Response(status_code=499)
         fmt = FORMATS[kind]
-        choices = [Choice(i, t.text, run.reasons[i]) for i, t in enumerate(run.texts)]
+        choices = [Choice(i, t.text, run.reasons[i], self._logprobs(run, i, run.logprobs.get(i), 0))
+                   for i, t in enumerate(run.texts)]
         return JSONResponse(response(fmt, run.request_id, run.created, self.model_name, choices, run.usage()))
+
+    def _logprobs(self, run: _Run, index: int, entries: list[TokenLogprob] | None, offset: int) -> dict | None:
+        if run.parsed.sampling.logprobs is None or entries is None:
+            return None
+        return FORMATS[run.kind].logprobs(entries, self._token_text, offset)
+
+    def _token_text(self, token: int) -> str:
+        return self.llm.tokenizer.decode([token])
 
     async def _start(self, kind: str, parsed: GenerateRequest, prompt_ids: list[list[int]]) -> _Run:
         """Submit every choice and wait until the engine took them all (or refused one: then none runs)."""
@@ -275,6 +288,7 @@ class OpenAIServer:
             firsts = [d for d in (fmt.delta(Choice(i, "", None), first=True) for i in range(run.num_choices)) if d]
             if firsts:
                 yield say(firsts)
+            offsets = [0] * run.num_choices
             while run.is_open:
                 index, update = await self._next(request, run, gone)
                 try:
@@ -282,7 +296,9 @@ class OpenAIServer:
                 except RequestError as err:
                     yield _sse(err.body())
                     return
-                delta = fmt.delta(Choice(index, text, run.reasons.get(index)), first=False)
+                logprobs = self._logprobs(run, index, update.logprobs or None, offsets[index])
+                offsets[index] += sum(len(self._token_text(t)) for t in update.token_ids) if logprobs else 0
+                delta = fmt.delta(Choice(index, text, run.reasons.get(index), logprobs), first=False)
                 if delta:
                     yield say([delta])
             if run.parsed.include_usage:

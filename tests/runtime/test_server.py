@@ -166,7 +166,8 @@ def test_stop_string_ends_the_answer_and_is_cut_out(client, server, model):
     ([1, 2], 400, "JSON object"),
     ({"max_tokens": 3}, 400, "'prompt' is required"),
     ({"prompt": []}, 400, "'prompt' must be"),
-    ({"prompt": "x", "logprobs": 3}, 400, "'logprobs' is not supported"),
+    ({"prompt": "x", "logprobs": 21}, 400, "'logprobs' must be in [0, 20]"),
+    ({"prompt": "x", "echo": True}, 400, "'echo' is not supported"),
     ({"prompt": "x", "presence_penalty": 0.5}, 400, "'presence_penalty' is not supported"),
     ({"prompt": "x", "n": 0}, 400, "'n' must be in"),
     ({"prompt": "x", "temperature": -1}, 400, "'temperature' must be in"),
@@ -189,14 +190,20 @@ def test_bad_requests_get_an_openai_error_and_leave_nothing_open(client, server,
     assert_nothing_open(server)
 
 
-@pytest.mark.parametrize("messages, says", [
-    ([], "'messages' must be a non-empty list"),
-    ([{"role": "wizard", "content": "hi"}], "needs a role"),
-    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], "text parts"),
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("body, says", [
+    ({"messages": []}, "'messages' must be a non-empty list"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "needs a role"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "text parts"),
+    ({"messages": HI, "top_logprobs": 2}, "'top_logprobs' needs \"logprobs\": true"),
+    ({"messages": HI, "tools": [{"type": "function"}]}, "'tools' is not supported"),
 ])
-def test_bad_chat_messages_are_refused(client, server, messages, says):
-    reply = client.post("/v1/chat/completions", json={"messages": messages})
+def test_bad_chat_requests_are_refused(client, server, body, says):
+    reply = client.post("/v1/chat/completions", json=body)
     assert reply.status_code == 400 and says in reply.json()["error"]["message"]
+    assert_nothing_open(server)
 
 
 def test_a_full_server_answers_503_until_requests_finish(server, model):
