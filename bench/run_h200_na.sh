@@ -15,5 +15,11 @@ for requests in 16 64; do
     --max-tokens 128 --out $R > $R/server_r$requests.log 2>&1
   echo "== server r$requests rc=$? at $(( $(date +%s) - start )) s"; save
 done
+# dayzero bench on the embedded tiny model (created on the fly): a smoke run of the command on the GPU
+DAYZERO_CACHE_DIR=/tmp/dz_home timeout 150 python3 -c "from dayzero.cli import main; main()" bench --device cuda \
+  --dtype bfloat16 --batch 1 --batch 16 --prompt-tokens 256 --output-tokens 32 --json $R/dayzero_bench.json \
+  > $R/dayzero_bench.log 2>&1
+echo "== dayzero bench rc=$? at $(( $(date +%s) - start )) s"; save
 save_caches
+tail -n 4 $R/dayzero_bench.log | cut -c1-200
 tail -n 4 $R/server_r16.log $R/server_r64.log | cut -c1-200

@@ -149,6 +149,58 @@ def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, **
 
 
 @cli.command()
+@click.option("--batch", "batches", type=int, multiple=True,
+              help="Requests run together; repeat for several runs (default: 1, 16 and 64).")
+@click.option("--prompt-tokens", type=int, default=512, show_default=True)
+@click.option("--output-tokens", type=int, default=64, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the rows to this JSON file.")
+@engine_options
+def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine) -> None:
+    """Prefill and decode throughput of the engine through the runtime, and each decode step against the least
+    memory traffic it must move (weights, KDA states, caches) at the device's measured copy bandwidth."""
+    import json
+
+    from dayzero.dist.rank_plan import RankPlan
+    from dayzero.model.config import ModelConfig
+    from dayzero.perf.engine_bench import copy_bandwidth, run_engine
+
+    batches = batches or (1, 16, 64)
+    if min(batches) < 1 or prompt_tokens < 1 or output_tokens < 2:
+        raise DayzeroError("--batch and --prompt-tokens must be >= 1 and --output-tokens >= 2 (one token comes from "
+                           "prefill, the rest from decode steps)")
+    with _load_llm(**engine, num_draft=num_draft, max_batch=max(batches)) as llm:
+        cfg = RankPlan(engine["tp"], 0, engine["ep"]).local_config(ModelConfig.from_hf(llm.checkpoint))
+        bandwidth = copy_bandwidth(engine["device"])
+        click.echo(f"[copy bandwidth {bandwidth / 1e9:.1f} GB/s on {engine['device']}]")
+        rows = [_bench_row(llm, cfg, run_engine(llm.engine, b, prompt_tokens, output_tokens), bandwidth)
+                for b in batches]
+    click.echo(_table(rows))
+    if json_path is not None:
+        json_path.write_text(json.dumps({"copy_bytes_per_s": bandwidth, "engine": engine, "rows": rows}, indent=2))
+
+
+def _bench_row(llm, cfg, run, bandwidth: float) -> dict:
+    from dayzero.perf.decode_traffic import decode_traffic
+
+    # the cache grows over the decode steps: their mean context
+    traffic = decode_traffic(cfg, llm.engine.manifest, run.batch, run.prompt_tokens + run.output_tokens // 2)
+    floor_ms = 1e3 * traffic.seconds(bandwidth)
+    return {"batch": run.batch, "prompt": run.prompt_tokens, "output": run.output_tokens,
+            "prefill tok/s": round(run.prefill_tokens_per_s, 1), "TTFT p50 ms": round(1e3 * run.ttft_p50_s, 1),
+            "decode tok/s": round(run.decode_tokens_per_s, 1), "step ms": round(run.step_ms, 3),
+            "floor ms": round(floor_ms, 3), "floor / step": round(floor_ms / run.step_ms, 3),
+            "floor MB": round(traffic.total_bytes / 1e6, 2)}
+
+
+def _table(rows: list[dict]) -> str:
+    columns = list(rows[0])
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    return "\n".join(lines + ["  ".join(str(r[c]).rjust(w) for c, w in zip(columns, widths)) for r in rows])
+
+
+@cli.command()
 @click.argument("config")
 @click.option("--tp", type=int, default=1, show_default=True)
 @click.option("--ep", type=int, default=1, show_default=True)

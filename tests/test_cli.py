@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -97,3 +98,22 @@ def test_serve_answers_over_http_and_stops_on_ctrl_c(tmp_path):
         output = server.communicate(timeout=60)[0]
     assert server.returncode == 0, output
     assert f"serving 'tiny' at http://127.0.0.1:{port}/v1" in output and "Traceback" not in output
+
+
+def test_bench_reports_throughput_and_the_decode_floor(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(cli, ["bench", "--batch", "1", "--batch", "3", "--prompt-tokens", "20",
+                                      "--output-tokens", "4", "--json", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "copy bandwidth" in result.output and "floor / step" in result.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["batch"] for r in rows] == [1, 3]
+    assert all(r["decode tok/s"] > 0 and 0 < r["floor ms"] and r["prefill tok/s"] > 0 for r in rows)
+    # 3 sequences move more state and cache bytes a step than one
+    assert rows[1]["floor MB"] > rows[0]["floor MB"]
+
+
+def test_bench_needs_decode_steps(tmp_path):
+    result = run_main("bench", "--output-tokens", "1", env={**os.environ, "DAYZERO_CACHE_DIR": str(tmp_path)})
+    assert result.returncode == 2 and "--output-tokens >= 2" in result.stderr
