@@ -16,6 +16,11 @@ class Choice:
     logprobs: dict | None = None  # already in the endpoint's form
 
 
+def _entry(choice: Choice, **content) -> dict:
+    """A choice as both endpoints write it, around its endpoint-specific content."""
+    return {"index": choice.index, **content, "logprobs": choice.logprobs, "finish_reason": choice.finish_reason}
+
+
 def usage(num_prompt_tokens: int, num_completion_tokens: int) -> dict:
     return {"prompt_tokens": num_prompt_tokens, "completion_tokens": num_completion_tokens,
             "total_tokens": num_prompt_tokens + num_completion_tokens}
@@ -30,8 +35,7 @@ class TextFormat:
 
     @staticmethod
     def choice(choice: Choice) -> dict:
-        return {"index": choice.index, "text": choice.text, "logprobs": choice.logprobs,
-                "finish_reason": choice.finish_reason}
+        return _entry(choice, text=choice.text)
 
     @staticmethod
     def delta(choice: Choice, first: bool) -> dict | None:
@@ -58,8 +62,7 @@ class ChatFormat:
 
     @staticmethod
     def choice(choice: Choice) -> dict:
-        return {"index": choice.index, "message": {"role": "assistant", "content": choice.text},
-                "logprobs": choice.logprobs, "finish_reason": choice.finish_reason}
+        return _entry(choice, message={"role": "assistant", "content": choice.text})
 
     @staticmethod
     def delta(choice: Choice, first: bool) -> dict | None:
@@ -69,8 +72,7 @@ class ChatFormat:
         delta = {"role": "assistant", "content": choice.text} if first else {"content": choice.text}
         if not first and not choice.text:
             delta = {}
-        return {"index": choice.index, "delta": delta, "logprobs": choice.logprobs,
-                "finish_reason": choice.finish_reason}
+        return _entry(choice, delta=delta)
 
     @staticmethod
     def logprobs(entries: list[TokenLogprob], token_text: Callable[[int], str], offset: int) -> dict:
