@@ -1,11 +1,11 @@
 """OpenAI-compatible HTTP API over the engine (`dayzero serve`): /v1/completions and /v1/chat/completions, whole or
-streamed as server-sent events, /v1/models and /health.
+streamed as server-sent events, /v1/models, /health and /metrics (Prometheus, server_metrics.py).
 
-The engine runs on its own thread (`EngineLoop`); each HTTP request submits one engine request per choice (prompts
-x n) and reads their tokens back on the event loop. A request is answered with an error before any output when it
-cannot run (400: a prompt too long for the engine, a bad field; 404: another model; 413: a body over the limit; 503:
-too many requests open, or the engine failed). A client that goes away has its requests cancelled, which frees their
-cache pages and state slots.
+The engine runs on a thread of its own or on the main thread (`EngineLoop`); each HTTP request submits one engine
+request per choice (prompts x n) and reads their tokens back on the event loop. A request is answered with an error
+before any output when it cannot run (400: a prompt too long for the engine, a bad field; 404: another model; 413: a
+body over the limit; 503: too many requests open, or the engine failed). A client that goes away has its requests
+cancelled, which frees their cache pages and state slots.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -42,6 +44,7 @@ from dayzero.runtime.openai_protocol import (
     parse_completion,
 )
 from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response, usage
+from dayzero.runtime.server_metrics import CountRequests, ServerMetrics
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class _Run:
     updates: Updates
     texts: list[ChoiceText]
     created: int = field(default_factory=lambda: int(time.time()))
+    started: float = field(default_factory=time.perf_counter)
+    answered: set[int] = field(default_factory=set)  # choices whose first token came
     reasons: dict[int, str] = field(default_factory=dict)
     accepted: int = 0
     early: list[tuple[int, Update]] = field(default_factory=list)
@@ -127,11 +132,14 @@ class OpenAIServer:
         self.num_open = 0
         # engine_thread=False: the caller runs self.loop.run() itself (serve() does, on the main thread)
         self.loop = EngineLoop(llm.engine).start() if engine_thread else EngineLoop(llm.engine)
-        routes = [Route("/health", self.health), Route("/v1/models", self.models),
+        self.metrics = ServerMetrics(llm.engine, lambda: self.num_open)
+        routes = [Route("/health", self.health), Route("/v1/models", self.models), Route("/metrics", self.scrape),
                   Route("/v1/completions", self.completions, methods=["POST"]),
                   Route("/v1/chat/completions", self.chat_completions, methods=["POST"])]
         handlers = {RequestError: self._error, DayzeroError: self._user_error, HTTPException: self._http_error}
-        self.app = Starlette(routes=routes, exception_handlers=handlers, lifespan=self._lifespan)
+        counting = Middleware(CountRequests, metrics=self.metrics, routes=frozenset(r.path for r in routes))
+        self.app = Starlette(routes=routes, exception_handlers=handlers, middleware=[counting],
+                             lifespan=self._lifespan)
 
     def close(self) -> None:
         self.loop.close()
@@ -145,6 +153,9 @@ class OpenAIServer:
         if self.loop.failure is not None:
             return JSONResponse({"status": "failed", "error": self.loop.failure}, status_code=503)
         return JSONResponse({"status": "ok"})
+
+    async def scrape(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     async def models(self, request: Request) -> Response:
         card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "dayzero",
@@ -263,13 +274,19 @@ class OpenAIServer:
 
     async def _next(self, request: Request, run: _Run, gone: asyncio.Task) -> tuple[int, Update]:
         if run.early:
-            return run.early.pop(0)
+            return self._seen(run, *run.early.pop(0))
         update = asyncio.ensure_future(run.updates.next())
         done, _ = await asyncio.wait({update, gone}, return_when=asyncio.FIRST_COMPLETED)
         if update not in done:
             update.cancel()
             raise ClientGone
-        return update.result()
+        return self._seen(run, *update.result())
+
+    def _seen(self, run: _Run, index: int, update: Update) -> tuple[int, Update]:
+        if update.token_ids and index not in run.answered:
+            run.answered.add(index)
+            self.metrics.first_token.observe(time.perf_counter() - run.started)
+        return index, update
 
     async def _collect(self, request: Request, run: _Run) -> None:
         gone = asyncio.ensure_future(_disconnected(request))
@@ -323,6 +340,11 @@ class OpenAIServer:
                 self.loop.cancel(run.engine_id(index))
         self.num_open -= run.num_choices
         run.ended = True
+        usage_body = run.usage()
+        self.metrics.prompt_tokens.inc(usage_body["prompt_tokens"])
+        self.metrics.generation_tokens.inc(usage_body["completion_tokens"])
+        if not run.is_open:
+            self.metrics.latency.observe(time.perf_counter() - run.started)
 
 
 def serve(llm: LLM, options: ServerOptions) -> None:

@@ -307,6 +307,31 @@ def test_a_port_in_use_is_refused_with_what_to_do(server):
             serve_in_thread(server.app, port=taken.getsockname()[1])
 
 
+def test_metrics_count_requests_tokens_and_the_engine_state(model, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server = make_server(model, tmp_path)
+    with TestClient(server.app) as client:
+        client.post("/v1/completions", json=greedy(prompt="abc", max_tokens=3))
+        client.post("/v1/completions", json=greedy(prompt="de", max_tokens=2, n=2, stream=True))
+        client.post("/v1/completions", json={"prompt": "x", "n": 0})
+        text = client.get("/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def value(name: str, **labels) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    assert value("dayzero_requests_total", route="/v1/completions", status="200") == 2
+    assert value("dayzero_requests_total", route="/v1/completions", status="400") == 1
+    assert value("dayzero_prompt_tokens_total") == 4 + 3 and value("dayzero_generation_tokens_total") == 3 + 2 * 2
+    assert value("dayzero_time_to_first_token_seconds_count") == 3 and value("dayzero_request_seconds_count") == 2
+    assert value("dayzero_running_sequences") == 0 and value("dayzero_open_requests") == 0
+    engine = server.llm.engine
+    assert value("dayzero_free_cache_pages") == engine.blocks.num_pages - 1
+    assert value("dayzero_engine_steps_total") == engine.stats.steps > 0
+
+
 def test_server_options_are_checked():
     with pytest.raises(DayzeroError, match="--port"):
         ServerOptions(port=70000)
