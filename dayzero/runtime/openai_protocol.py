@@ -18,6 +18,8 @@ from dayzero.runtime.sampling import SamplingParams
 MAX_CHOICES = 16
 MAX_STOP_STRINGS = 16
 ROLES = ("system", "developer", "user", "assistant", "tool")
+# as in OpenAI's API: 16 tokens for a text completion, up to the context's end for a chat answer
+DEFAULT_MAX_TOKENS = {"max_tokens": 16, "max_completion_tokens": None}
 # field -> the values that mean "not used" (anything else is refused)
 UNSUPPORTED = {
     "echo": (None, False), "suffix": (None, ""),
@@ -112,7 +114,7 @@ def _refuse_unsupported(body: dict) -> None:
 
 
 def _sampling(body: dict, max_tokens_field: str, logprobs: int | None) -> Sampling:
-    max_tokens = _number(body, max_tokens_field, None, int, 1, 2**31 - 1)
+    max_tokens = _number(body, max_tokens_field, DEFAULT_MAX_TOKENS[max_tokens_field], int, 1, 2**31 - 1)
     top_k = _number(body, "top_k", 0, int, -1, 2**31 - 1)
     return Sampling(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, float, 0.0, 2.0),
                     top_p=_number(body, "top_p", 1.0, float, 1e-9, 1.0), top_k=max(top_k, 0),
@@ -183,7 +185,7 @@ def chat_messages(body: dict) -> list[dict[str, str]]:
 
 def parse_chat(body: dict, prompt: str) -> GenerateRequest:
     """A chat request whose messages were rendered into `prompt`."""
-    field_name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    field_name = "max_tokens" if body.get("max_tokens") is not None else "max_completion_tokens"
     top = _number(body, "top_logprobs", None, int, 0, MAX_TOP_LOGPROBS)
     if top is not None and not _flag(body, "logprobs"):
         raise RequestError("'top_logprobs' needs \"logprobs\": true", param="top_logprobs")

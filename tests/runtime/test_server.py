@@ -341,3 +341,15 @@ def test_server_options_are_checked():
 
 def test_health(client):
     assert client.get("/health").json() == {"status": "ok"}
+
+
+def test_default_lengths_follow_openai(client, server):
+    from dayzero.runtime.openai_protocol import parse_chat, parse_completion
+
+    reply = client.post("/v1/completions", json=greedy(prompt="how long")).json()
+    assert reply["usage"]["completion_tokens"] == 16 and reply["choices"][0]["finish_reason"] == "length"
+    chat = parse_chat({"messages": HI}, "user: hi\nassistant:").sampling
+    assert chat.max_tokens is None and chat.params(20, MAX_LEN, 0).max_tokens == MAX_LEN - 20
+    assert parse_chat({"messages": HI, "max_completion_tokens": 5}, "p").sampling.max_tokens == 5
+    assert parse_completion({"prompt": "p", "max_tokens": 7}).sampling.max_tokens == 7
+    assert_nothing_open(server)
