@@ -3,7 +3,8 @@
 # the H200. bench_server.py on the h200-slice (8 layers at full width, random bf16 weights built on the GPU, FP8
 # latent + MXFP8 index caches, CUDA-graph decode): the same greedy requests through the engine and through the HTTP
 # API (streamed), 16 and 64 requests of 512 + 128 tokens. Needs starlette, uvicorn, httpx and their dependencies
-# in .whl/ (pip download --no-deps starlette uvicorn httpx httpcore h11 anyio idna certifi sniffio click).
+# in .whl/ (pip download --no-deps starlette uvicorn httpx httpcore h11 anyio idna certifi sniffio click
+# prometheus_client).
 # usage: bash bench/run_h200_na.sh [SECONDS] (default 420).
 . bench/h200.sh
 . bench/h200_call.sh na ${1:-420}
