@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from dayzero.errors import DayzeroError
+from dayzero.runtime.api_key import RequireApiKey
 from dayzero.runtime.chat_template import ChatTemplate, load_chat_template
 from dayzero.runtime.detokenizer import ChoiceText
 from dayzero.runtime.engine_loop import EngineLoop, Update, Updates
@@ -54,12 +55,15 @@ class ServerOptions:
     model_name: str | None = None  # default: the checkpoint folder's name
     max_open: int = 256  # choices (engine requests) open at once; a request past it gets 503
     max_body_bytes: int = 4 << 20
+    api_key: str | None = None  # when set, /v1/ routes need "Authorization: Bearer <api_key>"
 
     def __post_init__(self):
         if not 0 <= self.port < 65536:
             raise DayzeroError(f"--port must be in [0, 65535], got {self.port}")
         if self.max_open < 1 or self.max_body_bytes < 1:
             raise DayzeroError("--max-open and --max-body-bytes must be >= 1")
+        if self.api_key is not None and not self.api_key.strip():
+            raise DayzeroError("--api-key must not be empty")
 
 
 class ClientGone(Exception):
@@ -137,8 +141,10 @@ class OpenAIServer:
                   Route("/v1/completions", self.completions, methods=["POST"]),
                   Route("/v1/chat/completions", self.chat_completions, methods=["POST"])]
         handlers = {RequestError: self._error, DayzeroError: self._user_error, HTTPException: self._http_error}
-        counting = Middleware(CountRequests, metrics=self.metrics, routes=frozenset(r.path for r in routes))
-        self.app = Starlette(routes=routes, exception_handlers=handlers, middleware=[counting],
+        middleware = [Middleware(CountRequests, metrics=self.metrics, routes=frozenset(r.path for r in routes))]
+        if options.api_key is not None:
+            middleware.append(Middleware(RequireApiKey, api_key=options.api_key))
+        self.app = Starlette(routes=routes, exception_handlers=handlers, middleware=middleware,
                              lifespan=self._lifespan)
 
     def close(self) -> None:

@@ -332,11 +332,26 @@ def test_metrics_count_requests_tokens_and_the_engine_state(model, tmp_path):
     assert value("dayzero_engine_steps_total") == engine.stats.steps > 0
 
 
+def test_an_api_key_guards_the_openai_routes_only(model, tmp_path):
+    server = make_server(model, tmp_path, api_key="sesame")
+    with TestClient(server.app) as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sesame"}):
+            reply = client.post("/v1/completions", json=greedy(prompt="x", max_tokens=2), headers=headers)
+            assert reply.status_code == 401 and reply.json()["error"]["code"] == "invalid_api_key"
+        assert client.get("/v1/models").status_code == 401
+        good = {"Authorization": "Bearer sesame"}
+        assert client.post("/v1/completions", json=greedy(prompt="x", max_tokens=2), headers=good).status_code == 200
+        assert client.get("/health").status_code == 200 and client.get("/metrics").status_code == 200
+    assert_nothing_open(server)
+
+
 def test_server_options_are_checked():
     with pytest.raises(DayzeroError, match="--port"):
         ServerOptions(port=70000)
     with pytest.raises(DayzeroError, match="--max-open"):
         ServerOptions(max_open=0)
+    with pytest.raises(DayzeroError, match="--api-key must not be empty"):
+        ServerOptions(api_key=" ")
 
 
 def test_health(client):
