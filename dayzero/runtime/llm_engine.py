@@ -16,6 +16,7 @@ from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.logprobs import token_logprob
+from dayzero.runtime.penalties import penalized
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
@@ -110,9 +111,13 @@ class LLMEngine:
         for seq, count, row in zip(step.seqs, step.num_new, logits):
             seq.num_cached += count
             # a chunk that did not reach the prompt's last token samples nothing
-            if not seq.num_uncached and self._emit(seq, [seq.sampler(row)], row[None]):
+            if not seq.num_uncached and self._emit(seq, [self._sample(seq, row)], row[None]):
                 finished.append(seq)
         return finished
+
+    @staticmethod
+    def _sample(seq: Sequence, row: torch.Tensor) -> int:
+        return seq.sampler(penalized(row[None], seq.output_ids, [], seq.params)[0])
 
     def _decode(self, step: ScheduledStep) -> list[Sequence]:
         """Verify each sequence's drafts (none without speculation) and keep the accepted run."""
@@ -132,7 +137,7 @@ class LLMEngine:
 
     def _verify(self, seq: Sequence, draft: list[int], rows: torch.Tensor) -> list[int]:
         """The tokens seq's verify rows [width, vocab] emit; its cache length and entry slot move past the run."""
-        tokens = accept(rows[: 1 + len(draft)], draft, seq.sampler)
+        tokens = accept(penalized(rows[: 1 + len(draft)], seq.output_ids, draft, seq.params), draft, seq.sampler)
         # the last token and the accepted drafts entered the cache; the model's own next token did not yet
         seq.num_cached += len(tokens)
         seq.num_accepted = len(tokens)

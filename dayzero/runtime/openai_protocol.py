@@ -1,7 +1,7 @@
 """The OpenAI API's request fields as dayzero reads them, and the error body it answers with.
 
 `/v1/completions` and `/v1/chat/completions` share the sampling fields; they ask for log probabilities in their own
-ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). Fields dayzero cannot honour (penalties, tools, echo,
+ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). Fields dayzero cannot honour (logit_bias, tools, echo,
 ...) are refused by name rather than ignored, so a client never gets an answer computed differently from what it
 asked for. `top_k` and `ignore_eos` are accepted as extensions, as in vLLM.
 """
@@ -23,7 +23,7 @@ DEFAULT_MAX_TOKENS = {"max_tokens": 16, "max_completion_tokens": None}
 # field -> the values that mean "not used" (anything else is refused)
 UNSUPPORTED = {
     "echo": (None, False), "suffix": (None, ""),
-    "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
+    "logit_bias": (None, {}),
     "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "best_of": (None, 1),
 }
 
@@ -55,6 +55,8 @@ class Sampling:
     stop: tuple[str, ...]
     ignore_eos: bool
     logprobs: int | None = None  # top alternatives a token; None: no log probabilities
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
     def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
         """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay."""
@@ -62,7 +64,8 @@ class Sampling:
         seed = None if self.seed is None else self.seed + choice
         return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
                               top_p=self.top_p, seed=seed, stop=self.stop, ignore_eos=self.ignore_eos,
-                              logprobs=self.logprobs)
+                              logprobs=self.logprobs, presence_penalty=self.presence_penalty,
+                              frequency_penalty=self.frequency_penalty)
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,9 @@ def _sampling(body: dict, max_tokens_field: str, logprobs: int | None) -> Sampli
     return Sampling(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, float, 0.0, 2.0),
                     top_p=_number(body, "top_p", 1.0, float, 1e-9, 1.0), top_k=max(top_k, 0),
                     seed=_number(body, "seed", None, int, -(2**63), 2**63 - 1), stop=_stop(body),
-                    ignore_eos=_flag(body, "ignore_eos"), logprobs=logprobs)
+                    ignore_eos=_flag(body, "ignore_eos"), logprobs=logprobs,
+                    presence_penalty=_number(body, "presence_penalty", 0.0, float, -2.0, 2.0),
+                    frequency_penalty=_number(body, "frequency_penalty", 0.0, float, -2.0, 2.0))
 
 
 def _stream_options(body: dict, stream: bool) -> bool:

@@ -21,12 +21,16 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # stop strings (checked on the decoded text)
     ignore_eos: bool = False
     logprobs: int | None = None  # None: no log probabilities; n: the chosen token's and the n most likely ones'
+    presence_penalty: float = 0.0  # penalties.py
+    frequency_penalty: float = 0.0
 
     def __post_init__(self):
         from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
 
         if self.max_tokens < 1:
             raise DayzeroError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not (-2 <= self.presence_penalty <= 2 and -2 <= self.frequency_penalty <= 2):
+            raise DayzeroError("presence_penalty and frequency_penalty must be in [-2, 2]")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
             raise DayzeroError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:

@@ -161,6 +161,15 @@ def test_stop_string_ends_the_answer_and_is_cut_out(client, server, model):
     assert_nothing_open(server)
 
 
+def test_penalties_reach_the_engine(client, server, model):
+    from tests.runtime.test_penalties import MAX_TOKENS, PROMPTS, penalized_greedy
+
+    request = greedy(prompt=PROMPTS[0], max_tokens=MAX_TOKENS, frequency_penalty=1.5)
+    text = client.post("/v1/completions", json=request).json()["choices"][0]["text"]
+    assert text == ByteTokenizer().decode(penalized_greedy(model, PROMPTS[0], 0.0, 1.5))
+    assert_nothing_open(server)
+
+
 @pytest.mark.parametrize("body, status, says", [
     ("not json", 400, "not valid JSON"),
     ([1, 2], 400, "JSON object"),
@@ -168,7 +177,8 @@ def test_stop_string_ends_the_answer_and_is_cut_out(client, server, model):
     ({"prompt": []}, 400, "'prompt' must be"),
     ({"prompt": "x", "logprobs": 21}, 400, "'logprobs' must be in [0, 20]"),
     ({"prompt": "x", "echo": True}, 400, "'echo' is not supported"),
-    ({"prompt": "x", "presence_penalty": 0.5}, 400, "'presence_penalty' is not supported"),
+    ({"prompt": "x", "presence_penalty": 3}, 400, "'presence_penalty' must be in [-2.0, 2.0]"),
+    ({"prompt": "x", "logit_bias": {"5": 10}}, 400, "'logit_bias' is not supported"),
     ({"prompt": "x", "n": 0}, 400, "'n' must be in"),
     ({"prompt": "x", "temperature": -1}, 400, "'temperature' must be in"),
     ({"prompt": "x", "max_tokens": 2.5}, 400, "'max_tokens' must be an integer"),
