@@ -138,14 +138,17 @@ def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed
 @click.option("--max-body-bytes", type=int, default=4 << 20, show_default=True)
 @click.option("--api-key", envvar="DAYZERO_API_KEY", default=None,
               help="Require 'Authorization: Bearer KEY' on /v1/ routes (also read from $DAYZERO_API_KEY).")
+@click.option("--drain-seconds", type=float, default=30.0, show_default=True,
+              help="On Ctrl-C / SIGTERM, how long accepted requests may still run (a second signal stops at once).")
 @engine_options
-def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, api_key, **engine) -> None:
+def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, api_key, drain_seconds,
+          **engine) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models)."""
     from dayzero.runtime.server import ServerOptions
     from dayzero.runtime.server import serve as serve_http
 
     options = ServerOptions(host=host, port=port, model_name=served_model_name, max_open=max_open,
-                            max_body_bytes=max_body_bytes, api_key=api_key)
+                            max_body_bytes=max_body_bytes, api_key=api_key, drain_seconds=drain_seconds)
     with _load_llm(**engine, max_batch=max_batch) as llm:
         serve_http(llm, options)
 

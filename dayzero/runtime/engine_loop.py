@@ -13,6 +13,7 @@ import asyncio
 import queue
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,6 +79,8 @@ class EngineLoop:
         self._live: dict[str, _Live] = {}
         self.failure: str | None = None
         self._thread: threading.Thread | None = None
+        # set by drain(): accepted requests finish (until this perf_counter time), new ones are turned away
+        self.drain_deadline: float | None = None
 
     def start(self) -> EngineLoop:
         self._thread = threading.Thread(target=self.run, name="dayzero-engine", daemon=True)
@@ -99,6 +102,15 @@ class EngineLoop:
         """Make `run` return after the step in progress (open requests get an error)."""
         self._commands.put(("stop",))
 
+    def drain(self, seconds: float) -> None:
+        """Make `run` return once the accepted requests have finished, or after `seconds` (then the rest get an
+        error); requests submitted meanwhile are turned away."""
+        self._commands.put(("drain", time.perf_counter() + seconds))
+
+    @property
+    def draining(self) -> bool:
+        return self.drain_deadline is not None
+
     def close(self, timeout: float = 30.0) -> None:
         self.stop()
         if self._thread is not None:
@@ -109,7 +121,9 @@ class EngineLoop:
         process then exits for its supervisor to restart it, rather than stay up unable to serve)."""
         while True:
             idle = not self.engine.has_work or self.failure is not None
-            if not self._take_commands(wait=idle):
+            if self.draining and (idle or time.perf_counter() > self.drain_deadline):
+                break
+            if not self._take_commands(wait=idle and not self.draining):
                 break
             if self.engine.has_work and self.failure is None:
                 self._step()
@@ -131,6 +145,9 @@ class EngineLoop:
             return True
 
     def _apply(self, command: tuple) -> None:
+        if command[0] == "drain":
+            self.drain_deadline = command[1]
+            return
         if command[0] == "cancel":
             live = self._live.pop(command[1], None)
             if live is not None:
@@ -139,6 +156,9 @@ class EngineLoop:
         _, request_id, prompt_ids, params, post = command
         if self.failure is not None:
             post(Update(error=f"the engine failed: {self.failure}"))
+            return
+        if self.draining:
+            post(Update(error="the server is shutting down and takes no new requests"))
             return
         try:
             seq = self.engine.add_request(prompt_ids, params, request_id)

@@ -56,6 +56,7 @@ class ServerOptions:
     max_open: int = 256  # choices (engine requests) open at once; a request past it gets 503
     max_body_bytes: int = 4 << 20
     api_key: str | None = None  # when set, /v1/ routes need "Authorization: Bearer <api_key>"
+    drain_seconds: float = 30.0  # on Ctrl-C / SIGTERM: how long accepted requests may still run
 
     def __post_init__(self):
         if not 0 <= self.port < 65536:
@@ -64,6 +65,8 @@ class ServerOptions:
             raise DayzeroError("--max-open and --max-body-bytes must be >= 1")
         if self.api_key is not None and not self.api_key.strip():
             raise DayzeroError("--api-key must not be empty")
+        if self.drain_seconds < 0:
+            raise DayzeroError(f"--drain-seconds must be >= 0, got {self.drain_seconds}")
 
 
 class ClientGone(Exception):
@@ -158,6 +161,9 @@ class OpenAIServer:
     async def health(self, request: Request) -> Response:
         if self.loop.failure is not None:
             return JSONResponse({"status": "failed", "error": self.loop.failure}, status_code=503)
+        if self.loop.draining:
+            # a load balancer stops sending requests here while the accepted ones finish
+            return JSONResponse({"status": "draining"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def scrape(self, request: Request) -> Response:
@@ -248,6 +254,8 @@ class OpenAIServer:
         if count > self.options.max_open:
             raise RequestError(f"the request asks for {count} choices (prompts x n); this server takes at most "
                                f"{self.options.max_open} at once (--max-open)", param="n")
+        if self.loop.draining:
+            raise RequestError("the server is shutting down and takes no new requests; send it elsewhere", 503)
         if self.num_open + count > self.options.max_open:
             raise RequestError(f"the server has {self.num_open} requests open, the most it takes is "
                                f"{self.options.max_open} (--max-open); retry later", 503)
@@ -359,15 +367,22 @@ def serve(llm: LLM, options: ServerOptions) -> None:
 
 
 def run_server(server: OpenAIServer) -> None:
-    """Run a server built with engine_thread=False until its loop stops (Ctrl-C / SIGTERM, or loop.stop()). A failed
-    engine step ends it too (open requests get the error first) and raises."""
+    """Run a server built with engine_thread=False until its loop stops. The first Ctrl-C / SIGTERM drains it: new
+    requests get 503 (and /health says "draining") while the accepted ones run to their end, for at most
+    drain_seconds; a second one stops it at once. A failed engine step ends it too (open requests get the error
+    first) and raises."""
     options = server.options
     base, stop_http = serve_in_thread(server.app, options.host, options.port, log_level="info")
     print(f"serving {server.model_name!r} at {base}/v1 (completions, chat/completions, models) and /health",
           flush=True)
 
     def stop(signum, frame) -> None:
-        server.loop.stop()
+        if server.loop.draining:
+            server.loop.stop()
+        else:
+            print(f"draining: accepted requests may run {options.drain_seconds:g} s more; again to stop now",
+                  flush=True)
+            server.loop.drain(options.drain_seconds)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -355,6 +355,50 @@ def test_an_api_key_guards_the_openai_routes_only(model, tmp_path):
     assert_nothing_open(server)
 
 
+def stream_while_draining(server, max_tokens: int, drain_seconds: float) -> tuple[list, int, int]:
+    """A streamed request; after its first piece the loop drains -> (its events, /health and a new request's
+    status during the drain)."""
+    base, stop = serve_in_thread(server.app)
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            request = greedy(prompt="drain", max_tokens=max_tokens, stream=True)
+            async with http.stream("POST", "/v1/completions", json=request) as reply:
+                lines = reply.aiter_lines()
+                first = await anext(lines)
+                server.loop.drain(drain_seconds)
+                while not server.loop.draining:
+                    await asyncio.sleep(0.01)
+                health = (await http.get("/health")).status_code
+                refused = (await http.post("/v1/completions", json=greedy(prompt="late"))).status_code
+                rest = [line async for line in lines]
+        return [first, *rest], health, refused
+
+    try:
+        lines, health, refused = asyncio.run(scenario())
+    finally:
+        stop()
+    return [json.loads(x.removeprefix("data: ")) for x in lines if x.startswith("data: {")], health, refused
+
+
+def test_draining_finishes_accepted_requests_and_turns_new_ones_away(model, tmp_path):
+    server = make_server(model, tmp_path)
+    chunks, health, refused = stream_while_draining(server, max_tokens=60, drain_seconds=60)
+    assert (health, refused) == (503, 503)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert "".join(c["choices"][0]["text"] for c in chunks) == expected_text(model, "drain", 60)
+    server.loop._thread.join(10)
+    assert not server.loop._thread.is_alive() and not server.llm.engine.has_work
+
+
+def test_a_drain_past_its_deadline_ends_what_is_left(model, tmp_path):
+    server = make_server(model, tmp_path)
+    chunks, _, _ = stream_while_draining(server, max_tokens=500, drain_seconds=0.2)
+    assert "shutting down" in chunks[-1]["error"]["message"]
+    server.loop._thread.join(10)
+    assert not server.loop._thread.is_alive()
+
+
 def test_server_options_are_checked():
     with pytest.raises(DayzeroError, match="--port"):
         ServerOptions(port=70000)
@@ -362,6 +406,8 @@ def test_server_options_are_checked():
         ServerOptions(max_open=0)
     with pytest.raises(DayzeroError, match="--api-key must not be empty"):
         ServerOptions(api_key=" ")
+    with pytest.raises(DayzeroError, match="--drain-seconds"):
+        ServerOptions(drain_seconds=-1)
 
 
 def test_health(client):
