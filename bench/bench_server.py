@@ -25,9 +25,10 @@ import torch
 
 from bench.common import table, write_results
 from dayzero.export.options import ExportOptions
+from dayzero.runtime.http_host import serve_in_thread
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.sampling import SamplingParams
-from dayzero.runtime.server import OpenAIServer, ServerOptions, serve_in_thread
+from dayzero.runtime.server import OpenAIServer, ServerOptions
 
 
 def direct(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[list[int]]]:

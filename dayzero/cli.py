@@ -144,8 +144,8 @@ def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed
 def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, api_key, drain_seconds,
           **engine) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models)."""
+    from dayzero.runtime.http_host import serve as serve_http
     from dayzero.runtime.server import ServerOptions
-    from dayzero.runtime.server import serve as serve_http
 
     options = ServerOptions(host=host, port=port, model_name=served_model_name, max_open=max_open,
                             max_body_bytes=max_body_bytes, api_key=api_key, drain_seconds=drain_seconds)

@@ -13,13 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
-import socket
-import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -44,7 +40,8 @@ from dayzero.runtime.openai_protocol import (
     parse_chat,
     parse_completion,
 )
-from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response, usage
+from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response
+from dayzero.runtime.request_run import RequestRun
 from dayzero.runtime.server_metrics import CountRequests, ServerMetrics
 
 
@@ -71,52 +68,6 @@ class ServerOptions:
 
 class ClientGone(Exception):
     """The HTTP client disconnected before its answer was complete."""
-
-
-@dataclass
-class _Run:
-    """One HTTP request's engine requests (one per choice) and what they produced."""
-
-    request_id: str
-    kind: str
-    parsed: GenerateRequest
-    prompt_ids: list[list[int]]
-    updates: Updates
-    texts: list[ChoiceText]
-    created: int = field(default_factory=lambda: int(time.time()))
-    started: float = field(default_factory=time.perf_counter)
-    answered: set[int] = field(default_factory=set)  # choices whose first token came
-    reasons: dict[int, str] = field(default_factory=dict)
-    accepted: int = 0
-    early: list[tuple[int, Update]] = field(default_factory=list)
-    ended: bool = False
-    logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)  # choice -> its tokens' so far
-
-    @property
-    def num_choices(self) -> int:
-        return len(self.texts)
-
-    @property
-    def is_open(self) -> bool:
-        return len(self.reasons) < self.num_choices
-
-    def engine_id(self, index: int) -> str:
-        return f"{self.request_id}-{index}"
-
-    def apply(self, index: int, update: Update) -> str:
-        """An update -> the text it adds to choice `index` (an engine failure raises)."""
-        if update.error is not None:
-            raise RequestError(update.error, 400 if update.refused else 503)
-        if update.logprobs is not None:
-            self.logprobs.setdefault(index, []).extend(update.logprobs)
-        text = self.texts[index].add(update.token_ids)
-        if update.finish_reason is not None:
-            self.reasons[index] = update.finish_reason
-            text += self.texts[index].finish()
-        return text
-
-    def usage(self) -> dict:
-        return usage(sum(len(ids) for ids in self.prompt_ids), sum(t.num_tokens for t in self.texts))
 
 
 async def _disconnected(request: Request) -> None:
@@ -237,7 +188,7 @@ class OpenAIServer:
                    for i, t in enumerate(run.texts)]
         return JSONResponse(response(fmt, run.request_id, run.created, self.model_name, choices, run.usage()))
 
-    def _logprobs(self, run: _Run, index: int, entries: list[TokenLogprob] | None, offset: int) -> dict | None:
+    def _logprobs(self, run: RequestRun, index: int, entries: list[TokenLogprob] | None, offset: int) -> dict | None:
         if run.parsed.sampling.logprobs is None or entries is None:
             return None
         return FORMATS[run.kind].logprobs(entries, self._token_text, offset)
@@ -245,7 +196,7 @@ class OpenAIServer:
     def _token_text(self, token: int) -> str:
         return self.llm.tokenizer.decode([token])
 
-    async def _start(self, kind: str, parsed: GenerateRequest, prompt_ids: list[list[int]]) -> _Run:
+    async def _start(self, kind: str, parsed: GenerateRequest, prompt_ids: list[list[int]]) -> RequestRun:
         """Submit every choice and wait until the engine took them all (or refused one: then none runs)."""
         count = len(prompt_ids) * parsed.n
         if self.loop.failure is not None:
@@ -261,7 +212,7 @@ class OpenAIServer:
                                f"{self.options.max_open} (--max-open); retry later", 503)
         request_id = f"{FORMATS[kind].id_prefix}-{uuid.uuid4().hex}"
         texts = [ChoiceText(self.llm.tokenizer.decode, parsed.sampling.stop) for _ in range(count)]
-        run = _Run(request_id, kind, parsed, prompt_ids, Updates(), texts)
+        run = RequestRun(request_id, kind, parsed, prompt_ids, Updates(), texts)
         self.num_open += count
         try:
             for index in range(count):
@@ -275,7 +226,7 @@ class OpenAIServer:
             raise
         return run
 
-    async def _accepted(self, run: _Run) -> None:
+    async def _accepted(self, run: RequestRun) -> None:
         # run.accepted counts down from -submitted: one empty update per choice says the engine took it
         while run.accepted < 0:
             index, update = await run.updates.next()
@@ -286,7 +237,7 @@ class OpenAIServer:
             else:
                 run.accepted += 1
 
-    async def _next(self, request: Request, run: _Run, gone: asyncio.Task) -> tuple[int, Update]:
+    async def _next(self, request: Request, run: RequestRun, gone: asyncio.Task) -> tuple[int, Update]:
         if run.early:
             return self._seen(run, *run.early.pop(0))
         update = asyncio.ensure_future(run.updates.next())
@@ -296,13 +247,13 @@ class OpenAIServer:
             raise ClientGone
         return self._seen(run, *update.result())
 
-    def _seen(self, run: _Run, index: int, update: Update) -> tuple[int, Update]:
+    def _seen(self, run: RequestRun, index: int, update: Update) -> tuple[int, Update]:
         if update.token_ids and index not in run.answered:
             run.answered.add(index)
             self.metrics.first_token.observe(time.perf_counter() - run.started)
         return index, update
 
-    async def _collect(self, request: Request, run: _Run) -> None:
+    async def _collect(self, request: Request, run: RequestRun) -> None:
         gone = asyncio.ensure_future(_disconnected(request))
         try:
             while run.is_open:
@@ -311,7 +262,7 @@ class OpenAIServer:
             gone.cancel()
             self._end(run)
 
-    async def _events(self, request: Request, run: _Run):
+    async def _events(self, request: Request, run: RequestRun):
         fmt = FORMATS[run.kind]
         gone = asyncio.ensure_future(_disconnected(request))
         say = partial(self._chunk_event, run)
@@ -341,11 +292,11 @@ class OpenAIServer:
             gone.cancel()
             self._end(run)
 
-    def _chunk_event(self, run: _Run, pieces: list[dict], usage_body: dict | None = None) -> str:
+    def _chunk_event(self, run: RequestRun, pieces: list[dict], usage_body: dict | None = None) -> str:
         fmt = FORMATS[run.kind]
         return _sse(chunk(fmt, run.request_id, run.created, self.model_name, pieces, usage_body))
 
-    def _end(self, run: _Run) -> None:
+    def _end(self, run: RequestRun) -> None:
         """Cancel the run's unfinished engine requests and give back its share of max_open (once)."""
         if run.ended:
             return
@@ -359,65 +310,3 @@ class OpenAIServer:
         self.metrics.generation_tokens.inc(usage_body["completion_tokens"])
         if not run.is_open:
             self.metrics.latency.observe(time.perf_counter() - run.started)
-
-
-def serve(llm: LLM, options: ServerOptions) -> None:
-    """Serve until Ctrl-C / SIGTERM: the engine on this (the main) thread, the HTTP server on another."""
-    run_server(OpenAIServer(llm, options, engine_thread=False))
-
-
-def run_server(server: OpenAIServer) -> None:
-    """Run a server built with engine_thread=False until its loop stops. The first Ctrl-C / SIGTERM drains it: new
-    requests get 503 (and /health says "draining") while the accepted ones run to their end, for at most
-    drain_seconds; a second one stops it at once. A failed engine step ends it too (open requests get the error
-    first) and raises."""
-    options = server.options
-    base, stop_http = serve_in_thread(server.app, options.host, options.port, log_level="info")
-    print(f"serving {server.model_name!r} at {base}/v1 (completions, chat/completions, models) and /health",
-          flush=True)
-
-    def stop(signum, frame) -> None:
-        if server.loop.draining:
-            server.loop.stop()
-        else:
-            print(f"draining: accepted requests may run {options.drain_seconds:g} s more; again to stop now",
-                  flush=True)
-            server.loop.drain(options.drain_seconds)
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        server.loop.run(stop_on_failure=True)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        stop_http()
-    if server.loop.failure is not None:
-        raise DayzeroError(f"the engine failed ({server.loop.failure}; traceback above), so the server stopped; "
-                           "restart it")
-
-
-def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 0,
-                    log_level: str = "warning") -> tuple[str, Callable[[], None]]:
-    """Serve `app` with uvicorn from a background thread (port 0: a free one) -> (base URL, a function that stops
-    it). Raises when the address cannot be had."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as err:
-        sock.close()
-        raise DayzeroError(f"cannot listen on {host}:{port} ({err.strerror}); pick another --port or --host") from err
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dayzero-http", daemon=True)
-    thread.start()
-    while not server.started and thread.is_alive():
-        time.sleep(0.02)
-
-    def stop() -> None:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
-
-    return f"http://{host}:{sock.getsockname()[1]}", stop

@@ -18,9 +18,10 @@ from dayzero.errors import DayzeroError
 from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
 from dayzero.model.generate import greedy_generate
+from dayzero.runtime.http_host import run_server, serve_in_thread
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.llm_engine import RuntimeOptions
-from dayzero.runtime.server import OpenAIServer, ServerOptions, run_server, serve_in_thread
+from dayzero.runtime.server import OpenAIServer, ServerOptions
 from dayzero.tokenizer import ByteTokenizer
 from tests.helpers import random_model, tiny_config_dict
 

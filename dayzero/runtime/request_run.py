@@ -1,0 +1,59 @@
+"""One HTTP request's engine requests (one per choice: prompts x n) and what they produced so far, as the server
+reads their updates back: text (stop strings cut), finish reasons, log probabilities, token counts."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from dayzero.runtime.detokenizer import ChoiceText
+from dayzero.runtime.engine_loop import Update, Updates
+from dayzero.runtime.logprobs import TokenLogprob
+from dayzero.runtime.openai_protocol import GenerateRequest, RequestError
+from dayzero.runtime.openai_responses import usage
+
+
+@dataclass
+class RequestRun:
+    """One HTTP request's engine requests (one per choice) and what they produced."""
+
+    request_id: str
+    kind: str
+    parsed: GenerateRequest
+    prompt_ids: list[list[int]]
+    updates: Updates
+    texts: list[ChoiceText]
+    created: int = field(default_factory=lambda: int(time.time()))
+    started: float = field(default_factory=time.perf_counter)
+    answered: set[int] = field(default_factory=set)  # choices whose first token came
+    reasons: dict[int, str] = field(default_factory=dict)
+    accepted: int = 0
+    early: list[tuple[int, Update]] = field(default_factory=list)
+    ended: bool = False
+    logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)  # choice -> its tokens' so far
+
+    @property
+    def num_choices(self) -> int:
+        return len(self.texts)
+
+    @property
+    def is_open(self) -> bool:
+        return len(self.reasons) < self.num_choices
+
+    def engine_id(self, index: int) -> str:
+        return f"{self.request_id}-{index}"
+
+    def apply(self, index: int, update: Update) -> str:
+        """An update -> the text it adds to choice `index` (an engine failure raises)."""
+        if update.error is not None:
+            raise RequestError(update.error, 400 if update.refused else 503)
+        if update.logprobs is not None:
+            self.logprobs.setdefault(index, []).extend(update.logprobs)
+        text = self.texts[index].add(update.token_ids)
+        if update.finish_reason is not None:
+            self.reasons[index] = update.finish_reason
+            text += self.texts[index].finish()
+        return text
+
+    def usage(self) -> dict:
+        return usage(sum(len(ids) for ids in self.prompt_ids), sum(t.num_tokens for t in self.texts))
