@@ -1,7 +1,7 @@
 """The OpenAI API's request fields as dayzero reads them, and the error body it answers with.
 
 `/v1/completions` and `/v1/chat/completions` share the sampling fields; they ask for log probabilities in their own
-ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). Fields dayzero cannot honour (logit_bias, tools, echo,
+ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). Fields dayzero cannot honour (tools, echo, suffix,
 ...) are refused by name rather than ignored, so a client never gets an answer computed differently from what it
 asked for. `top_k` and `ignore_eos` are accepted as extensions, as in vLLM.
 """
@@ -23,7 +23,6 @@ DEFAULT_MAX_TOKENS = {"max_tokens": 16, "max_completion_tokens": None}
 # field -> the values that mean "not used" (anything else is refused)
 UNSUPPORTED = {
     "echo": (None, False), "suffix": (None, ""),
-    "logit_bias": (None, {}),
     "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "best_of": (None, 1),
 }
 
@@ -57,6 +56,7 @@ class Sampling:
     logprobs: int | None = None  # top alternatives a token; None: no log probabilities
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
         """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay."""
@@ -65,7 +65,7 @@ class Sampling:
         return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
                               top_p=self.top_p, seed=seed, stop=self.stop, ignore_eos=self.ignore_eos,
                               logprobs=self.logprobs, presence_penalty=self.presence_penalty,
-                              frequency_penalty=self.frequency_penalty)
+                              frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias)
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,20 @@ def _stop(body: dict) -> tuple[str, ...]:
     return tuple(stop)
 
 
+def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
+    """{"token id": bias in [-100, 100]} -> ((token, bias), ...); the server checks the ids against the vocabulary."""
+    bias = body.get("logit_bias") or {}
+    if not isinstance(bias, dict):
+        raise RequestError("'logit_bias' must map token ids to biases", param="logit_bias")
+    try:
+        pairs = tuple((int(token), float(value)) for token, value in bias.items())
+    except (TypeError, ValueError) as err:
+        raise RequestError(f"'logit_bias' must map token ids to numbers: {err}", param="logit_bias") from err
+    if any(token < 0 or not -100 <= value <= 100 for token, value in pairs):
+        raise RequestError("'logit_bias' takes token ids >= 0 and biases in [-100, 100]", param="logit_bias")
+    return pairs
+
+
 def _refuse_unsupported(body: dict) -> None:
     for name, unused in UNSUPPORTED.items():
         if name in body and body[name] not in unused:
@@ -124,7 +138,8 @@ def _sampling(body: dict, max_tokens_field: str, logprobs: int | None) -> Sampli
                     seed=_number(body, "seed", None, int, -(2**63), 2**63 - 1), stop=_stop(body),
                     ignore_eos=_flag(body, "ignore_eos"), logprobs=logprobs,
                     presence_penalty=_number(body, "presence_penalty", 0.0, float, -2.0, 2.0),
-                    frequency_penalty=_number(body, "frequency_penalty", 0.0, float, -2.0, 2.0))
+                    frequency_penalty=_number(body, "frequency_penalty", 0.0, float, -2.0, 2.0),
+                    logit_bias=_logit_bias(body))
 
 
 def _stream_options(body: dict, stream: bool) -> bool:

@@ -1,6 +1,6 @@
-"""OpenAI's presence and frequency penalties: each token's logit less frequency_penalty x (times it was generated so
-far) and presence_penalty x (whether it was). Applied to the logits a token is drawn from, before sampling or
-speculative acceptance; log probabilities stay those of the model."""
+"""OpenAI's logit adjustments: each token's logit plus its logit_bias, less frequency_penalty x (times it was
+generated so far) and presence_penalty x (whether it was). Applied to the logits a token is drawn from, before
+sampling or speculative acceptance; log probabilities stay those of the model."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dayzero.runtime.sampling import SamplingParams
 
 
 def penalized(rows: torch.Tensor, generated: list[int], drafts: list[int], params: SamplingParams) -> torch.Tensor:
-    """rows [n, vocab]: row i picks the token after `generated` + drafts[:i] -> the rows with the penalties applied
-    (the rows themselves when the request has none)."""
-    if not params.presence_penalty and not params.frequency_penalty:
+    """rows [n, vocab]: row i picks the token after `generated` + drafts[:i] -> the rows with the bias and penalties
+    applied (the rows themselves when the request has none)."""
+    if not params.presence_penalty and not params.frequency_penalty and not params.logit_bias:
         return rows
     num_rows, vocab = rows.shape
     tokens = torch.tensor(generated, dtype=torch.long)
@@ -20,5 +20,8 @@ def penalized(rows: torch.Tensor, generated: list[int], drafts: list[int], param
     for i, draft in enumerate(drafts[: num_rows - 1]):
         # a draft counts for the rows after it
         counts[i + 1:, draft] += 1
-    counts = counts.to(rows.device)
-    return rows.float() - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).float()
+    bias = torch.zeros(vocab)
+    for token, value in params.logit_bias:
+        bias[token] = value
+    counts, bias = counts.to(rows.device), bias.to(rows.device)
+    return rows.float() + bias - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).float()

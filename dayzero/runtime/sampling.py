@@ -23,6 +23,7 @@ class SamplingParams:
     logprobs: int | None = None  # None: no log probabilities; n: the chosen token's and the n most likely ones'
     presence_penalty: float = 0.0  # penalties.py
     frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token, added to its logit)
 
     def __post_init__(self):
         from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
@@ -31,6 +32,9 @@ class SamplingParams:
             raise DayzeroError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not (-2 <= self.presence_penalty <= 2 and -2 <= self.frequency_penalty <= 2):
             raise DayzeroError("presence_penalty and frequency_penalty must be in [-2, 2]")
+        object.__setattr__(self, "logit_bias", tuple((int(t), float(b)) for t, b in dict(self.logit_bias).items()))
+        if any(t < 0 or not -100 <= b <= 100 for t, b in self.logit_bias):
+            raise DayzeroError("logit_bias takes token ids >= 0 and biases in [-100, 100]")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
             raise DayzeroError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:

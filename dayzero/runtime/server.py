@@ -174,6 +174,9 @@ class OpenAIServer:
         return list(prompt)
 
     async def _generate(self, request: Request, kind: str, parsed: GenerateRequest) -> Response:
+        vocab = self.llm.engine.manifest.vocab_size
+        if any(token >= vocab for token, _ in parsed.sampling.logit_bias):
+            raise RequestError(f"'logit_bias' names a token outside the vocabulary of {vocab}", param="logit_bias")
         prompt_ids = [self._encode(p) for p in parsed.prompts]
         run = await self._start(kind, parsed, prompt_ids)
         if parsed.stream:

@@ -74,8 +74,12 @@ def test_penalties_change_the_answer_and_count_drafts_for_later_rows():
     assert out[1].tolist() == [0, -2.0, -1.5, -1.5, 0]
     assert out[2].tolist() == [0, -2.0, -1.5, -2.0, 0]
     assert penalized(rows, [1], [], SamplingParams()) is rows
+    biased = penalized(rows, [], [0], SamplingParams(logit_bias=((4, 2.5), (0, -1))))
+    assert biased.tolist() == [[-1, 0, 0, 0, 2.5]] * 3
 
 
 def test_penalties_outside_openai_range_are_refused():
     with pytest.raises(DayzeroError, match="must be in \\[-2, 2\\]"):
         SamplingParams(frequency_penalty=2.5)
+    with pytest.raises(DayzeroError, match="biases in \\[-100, 100\\]"):
+        SamplingParams(logit_bias=((3, 150.0),))

@@ -162,6 +162,12 @@ def test_stop_string_ends_the_answer_and_is_cut_out(client, server, model):
     assert_nothing_open(server)
 
 
+def test_logit_bias_steers_every_token(client, server):
+    request = greedy(prompt="anything", max_tokens=5, logit_bias={str(ord("A")): 100, "66": -100})
+    assert client.post("/v1/completions", json=request).json()["choices"][0]["text"] == "AAAAA"
+    assert_nothing_open(server)
+
+
 def test_penalties_reach_the_engine(client, server, model):
     from tests.runtime.test_penalties import MAX_TOKENS, PROMPTS, penalized_greedy
 
@@ -179,7 +185,9 @@ def test_penalties_reach_the_engine(client, server, model):
     ({"prompt": "x", "logprobs": 21}, 400, "'logprobs' must be in [0, 20]"),
     ({"prompt": "x", "echo": True}, 400, "'echo' is not supported"),
     ({"prompt": "x", "presence_penalty": 3}, 400, "'presence_penalty' must be in [-2.0, 2.0]"),
-    ({"prompt": "x", "logit_bias": {"5": 10}}, 400, "'logit_bias' is not supported"),
+    ({"prompt": "x", "logit_bias": {"a": 10}}, 400, "'logit_bias' must map token ids to numbers"),
+    ({"prompt": "x", "logit_bias": {"5": 101}}, 400, "biases in [-100, 100]"),
+    ({"prompt": "x", "logit_bias": {"260": 1}}, 400, "outside the vocabulary of 260"),
     ({"prompt": "x", "n": 0}, 400, "'n' must be in"),
     ({"prompt": "x", "temperature": -1}, 400, "'temperature' must be in"),
     ({"prompt": "x", "max_tokens": 2.5}, 400, "'max_tokens' must be an integer"),
