@@ -57,6 +57,10 @@ class StepStats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
+def _first_bad_token(prompt_ids: list, vocab: int):
+    return next((t for t in prompt_ids if not (type(t) is int and 0 <= t < vocab)), None)
+
+
 class LLMEngine:
     def __init__(self, engine: StepEngine, options: RuntimeOptions = RuntimeOptions(),
                  detokenize: Callable[[list[int]], str] | None = None, stop_ids: frozenset[int] = frozenset()):
@@ -79,6 +83,10 @@ class LLMEngine:
         self.stats = StepStats()
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
+        # a bad id would fail inside a model step, which ends every request in the batch
+        bad = _first_bad_token(prompt_ids, self.manifest.vocab_size)
+        if bad is not None:
+            raise DayzeroError(f"prompt token ids must be integers in [0, {self.manifest.vocab_size}); got {bad!r}")
         seq = Sequence(list(prompt_ids), params) if request_id is None else Sequence(list(prompt_ids), params,
                                                                                        request_id)
         self.scheduler.add(seq)

@@ -161,7 +161,8 @@ def _request(body: dict, prompts: tuple, max_tokens_field: str, logprobs: int | 
 
 def _prompts(prompt) -> tuple[str | tuple[int, ...], ...]:
     """OpenAI's four prompt forms: a string, a list of strings, a token list, a list of token lists."""
-    is_tokens = lambda p: isinstance(p, list) and bool(p) and all(isinstance(t, int) and t >= 0 for t in p)  # noqa: E731
+    # bool is an int in Python, not a token id
+    is_tokens = lambda p: isinstance(p, list) and bool(p) and all(type(t) is int and t >= 0 for t in p)  # noqa: E731
     if isinstance(prompt, str):
         return (prompt,)
     if is_tokens(prompt):

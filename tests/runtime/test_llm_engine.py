@@ -81,6 +81,9 @@ def test_cancelled_request_returns_its_pages_and_slot(model):
 
 @pytest.mark.parametrize("prompt, max_tokens, message", [
     ([], 4, "prompt is empty"),
+    ([1, True, 3], 4, "integers in \\[0, 260\\); got True"),
+    ([1, 260], 4, "got 260"),
+    ([-1], 4, "got -1"),
     (list(range(200)) * 3, 4, "exceeds the engine's max length"),
     (list(range(100)), 450, "exceeds the engine's max length"),
 ])

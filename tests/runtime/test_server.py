@@ -12,6 +12,8 @@ import time
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from dayzero.errors import DayzeroError
@@ -432,4 +434,28 @@ def test_default_lengths_follow_openai(client, server):
     assert chat.max_tokens is None and chat.params(20, MAX_LEN, 0).max_tokens == MAX_LEN - 20
     assert parse_chat({"messages": HI, "max_completion_tokens": 5}, "p").sampling.max_tokens == 5
     assert parse_completion({"prompt": "p", "max_tokens": 7}).sampling.max_tokens == 7
+    assert_nothing_open(server)
+
+
+FIELDS = ["prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "seed",
+          "stop", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
+          "logit_bias", "ignore_eos", "echo", "model", "tools", "response_format"]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 300) | st.floats(-3, 3, allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    max_leaves=4)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(extra=st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=3), chat=st.booleans())
+def test_any_json_body_gets_an_answer_or_an_openai_error_never_a_crash(client, server, extra, chat):
+    # a valid request with up to three fields set to arbitrary JSON: most still run, the rest are refused
+    body = {"messages": HI} if chat else {"prompt": "hi"}
+    body = {**body, "max_tokens": 2, **extra}
+    if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+        body["max_tokens"] = 2  # keep chat answers short (they otherwise run to the context's end)
+    reply = client.post("/v1/chat/completions" if chat else "/v1/completions", json=body)
+    assert reply.status_code in (200, 400, 404, 503), reply.text
+    if reply.status_code != 200:
+        assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
     assert_nothing_open(server)
