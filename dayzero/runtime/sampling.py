@@ -9,6 +9,8 @@ import torch
 
 from dayzero.errors import DayzeroError
 
+GREEDY_TEMPERATURE = 1e-5
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -44,7 +46,8 @@ class SamplingParams:
 
     @property
     def method(self) -> str:
-        return "greedy" if self.temperature == 0 else "random"
+        # below GREEDY_TEMPERATURE the distribution is the argmax to within fp32 (1e-300 would even round to 0)
+        return "greedy" if self.temperature < GREEDY_TEMPERATURE else "random"
 
 
 def _greedy(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
@@ -52,7 +55,10 @@ def _greedy(logits: torch.Tensor, params: SamplingParams, generator: torch.Gener
 
 
 def _filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    logits = logits.float() / params.temperature
+    logits = logits.float()
+    # shifted so that the largest is 0 first: a tiny temperature then sends the others to -inf, never to +inf (inf -
+    # inf is NaN in the softmax, and one such request would fail the whole batch's step)
+    logits = (logits - logits.max()) / params.temperature
     if params.top_k:
         kth = torch.topk(logits, min(params.top_k, logits.numel())).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -63,3 +63,12 @@ def test_padded_rows_write_only_to_the_dummy_page_and_slot():
     assert padded.cu_seqlens.tolist() == [0, 1, 2, 3, 4]
     assert padded.block_table[2:].eq(0).all() and padded.state_slots[2:].eq(0).all()
     assert padded.num_accepted.tolist() == [1, 1, 1, 1] and padded.positions.tolist() == [5, 9, 0, 0]
+
+
+def test_a_tiny_temperature_samples_the_argmax_instead_of_failing():
+    from dayzero.runtime.sampling import Sampler
+
+    logits = torch.randn(300) * 30
+    for temperature in (1e-300, 5e-324, 1e-6, 2e-5):
+        sampler = Sampler(SamplingParams(temperature=temperature, top_p=0.9, top_k=5, seed=1))
+        assert sampler(logits) == int(logits.argmax())

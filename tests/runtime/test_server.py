@@ -164,6 +164,13 @@ def test_stop_string_ends_the_answer_and_is_cut_out(client, server, model):
     assert_nothing_open(server)
 
 
+def test_a_tiny_temperature_does_not_fail_the_engine(client, server, model):
+    # 1e-300 rounds to 0 in fp32: it once made NaN probabilities and failed the step for every request
+    reply = client.post("/v1/completions", json={**greedy(prompt="warm", max_tokens=4), "temperature": 1e-300})
+    assert reply.status_code == 200 and reply.json()["choices"][0]["text"] == expected_text(model, "warm", 4)
+    assert client.get("/health").json() == {"status": "ok"}
+
+
 def test_logit_bias_steers_every_token(client, server):
     request = greedy(prompt="anything", max_tokens=5, logit_bias={str(ord("A")): 100, "66": -100})
     assert client.post("/v1/completions", json=request).json()["choices"][0]["text"] == "AAAAA"
