@@ -87,6 +87,8 @@ class LLMEngine:
         bad = _first_bad_token(prompt_ids, self.manifest.vocab_size)
         if bad is not None:
             raise DayzeroError(f"prompt token ids must be integers in [0, {self.manifest.vocab_size}); got {bad!r}")
+        if any(token >= self.manifest.vocab_size for token, _ in params.logit_bias):
+            raise DayzeroError(f"logit_bias names a token outside the vocabulary of {self.manifest.vocab_size}")
         seq = Sequence(list(prompt_ids), params) if request_id is None else Sequence(list(prompt_ids), params,
                                                                                        request_id)
         self.scheduler.add(seq)

@@ -94,6 +94,13 @@ def test_requests_that_can_never_run_are_refused_with_the_reason(model, prompt, 
     assert not engine.has_work
 
 
+def test_a_logit_bias_outside_the_vocabulary_is_refused_before_a_step(model):
+    engine = runtime(model, num_pages=10)
+    with pytest.raises(DayzeroError, match="outside the vocabulary of 260"):
+        engine.add_request([1, 2], SamplingParams(logit_bias=((260, 1.0),)))
+    assert not engine.has_work
+
+
 def test_request_larger_than_the_whole_cache_is_refused(model):
     engine = runtime(model, num_pages=3)
     with pytest.raises(DayzeroError, match="cache pages"):
