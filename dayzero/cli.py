@@ -162,13 +162,14 @@ def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, ap
               help="Also write the rows to this JSON file.")
 @engine_options
 def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine) -> None:
-    """Prefill and decode throughput of the engine through the runtime, and each decode step against the least
-    memory traffic it must move (weights, KDA states, caches) at the device's measured copy bandwidth."""
+    """Prefill and decode throughput of the engine through the runtime: prefill against the device's measured matmul
+    rate, each decode step against the least memory traffic it must move (weights, KDA states, caches) at the
+    measured copy bandwidth."""
     import json
 
     from dayzero.dist.rank_plan import RankPlan
     from dayzero.model.config import ModelConfig
-    from dayzero.perf.engine_bench import copy_bandwidth, run_engine
+    from dayzero.perf.engine_bench import copy_bandwidth, matmul_rate, run_engine
 
     batches = batches or (1, 16, 64)
     if min(batches) < 1 or prompt_tokens < 1 or output_tokens < 2:
@@ -176,23 +177,30 @@ def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine)
                            "prefill, the rest from decode steps)")
     with _load_llm(**engine, num_draft=num_draft, max_batch=max(batches)) as llm:
         cfg = RankPlan(engine["tp"], 0, engine["ep"]).local_config(ModelConfig.from_hf(llm.checkpoint))
-        bandwidth = copy_bandwidth(engine["device"])
-        click.echo(f"[copy bandwidth {bandwidth / 1e9:.1f} GB/s on {engine['device']}]")
-        rows = [_bench_row(llm, cfg, run_engine(llm.engine, b, prompt_tokens, output_tokens), bandwidth)
+        ceilings = {"copy_bytes_per_s": copy_bandwidth(engine["device"]),
+                    "matmul_flops_per_s": matmul_rate(engine["device"], _dtype(engine["dtype"]))}
+        click.echo(f"[on {engine['device']}: copy {ceilings['copy_bytes_per_s'] / 1e9:.1f} GB/s, {engine['dtype']} "
+                   f"matmul {ceilings['matmul_flops_per_s'] / 1e12:.2f} TFLOP/s]")
+        rows = [_bench_row(llm, cfg, run_engine(llm.engine, b, prompt_tokens, output_tokens), ceilings)
                 for b in batches]
     click.echo(_table(rows))
     if json_path is not None:
-        json_path.write_text(json.dumps({"copy_bytes_per_s": bandwidth, "engine": engine, "rows": rows}, indent=2))
+        json_path.write_text(json.dumps({**ceilings, "engine": engine, "rows": rows}, indent=2))
 
 
-def _bench_row(llm, cfg, run, bandwidth: float) -> dict:
+def _bench_row(llm, cfg, run, ceilings: dict) -> dict:
     from dayzero.perf.decode_traffic import decode_traffic
+    from dayzero.perf.prefill_work import prefill_flops
 
     # the cache grows over the decode steps: their mean context
     traffic = decode_traffic(cfg, llm.engine.manifest, run.batch, run.prompt_tokens + run.output_tokens // 2)
-    floor_ms = 1e3 * traffic.seconds(bandwidth)
+    floor_ms = 1e3 * traffic.seconds(ceilings["copy_bytes_per_s"])
+    prefill_rate = run.batch * prefill_flops(cfg, run.prompt_tokens) / run.prefill_s
     return {"batch": run.batch, "prompt": run.prompt_tokens, "output": run.output_tokens,
-            "prefill tok/s": round(run.prefill_tokens_per_s, 1), "TTFT p50 ms": round(1e3 * run.ttft_p50_s, 1),
+            "prefill tok/s": round(run.prefill_tokens_per_s, 1),
+            "prefill TFLOP/s": round(prefill_rate / 1e12, 4),
+            "of matmul": round(prefill_rate / ceilings["matmul_flops_per_s"], 3),
+            "TTFT p50 ms": round(1e3 * run.ttft_p50_s, 1),
             "decode tok/s": round(run.decode_tokens_per_s, 1), "step ms": round(run.step_ms, 3),
             "floor ms": round(floor_ms, 3), "floor / step": round(floor_ms / run.step_ms, 3),
             "floor MB": round(traffic.total_bytes / 1e6, 2)}

@@ -106,7 +106,8 @@ def test_bench_reports_throughput_and_the_decode_floor(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["bench", "--batch", "1", "--batch", "3", "--prompt-tokens", "20",
                                       "--output-tokens", "4", "--json", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert "copy bandwidth" in result.output and "floor / step" in result.output
+    assert "copy" in result.output and "matmul" in result.output and "floor / step" in result.output
+    assert all(r["prefill TFLOP/s"] > 0 and r["of matmul"] > 0 for r in json.loads(out.read_text())["rows"])
     rows = json.loads(out.read_text())["rows"]
     assert [r["batch"] for r in rows] == [1, 3]
     assert all(r["decode tok/s"] > 0 and 0 < r["floor ms"] and r["prefill tok/s"] > 0 for r in rows)

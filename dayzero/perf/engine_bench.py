@@ -54,6 +54,22 @@ def copy_bandwidth(device: str, nbytes: int = 256 << 20, repeats: int = 5) -> fl
     return 2 * nbytes / min(times[1:])
 
 
+def matmul_rate(device: str, dtype: torch.dtype) -> float:
+    """Floating-point operations per second of the fastest of a few square matmuls in `dtype` on `device` (8192 on a
+    GPU, 1024 on a CPU)."""
+    n = 8192 if torch.device(device).type == "cuda" else 1024
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    times = []
+    for _ in range(4):
+        _synchronize(device)
+        start = time.perf_counter()
+        a @ b
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / min(times[1:])
+
+
 def _synchronize(device: str) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
