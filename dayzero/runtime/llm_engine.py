@@ -16,11 +16,11 @@ from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.logprobs import token_logprob
-from dayzero.runtime.penalties import penalized
+from dayzero.runtime.penalties import adjusts_logits, penalized
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
-from dayzero.runtime.spec_decode import PROPOSERS, accept
+from dayzero.runtime.spec_decode import PROPOSERS, accept, greedy_run
 from dayzero.runtime.state_pool import StatePool
 
 
@@ -55,6 +55,11 @@ class StepStats:
     @property
     def acceptance_rate(self) -> float:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+
+def _plain_greedy(params: SamplingParams) -> bool:
+    """Greedy with no logit adjustments: the token is the row's argmax."""
+    return params.method == "greedy" and not adjusts_logits(params)
 
 
 def _first_bad_token(prompt_ids: list, vocab: int):
@@ -118,15 +123,18 @@ class LLMEngine:
         logits = self.engine.prefill(input_ids, meta, self.caches)
         self.stats.prefill_tokens += sum(step.num_new)
         finished = []
-        for seq, count, row in zip(step.seqs, step.num_new, logits):
+        # every row's argmax in one device sync, rather than one a greedy sequence
+        for seq, count, row, best in zip(step.seqs, step.num_new, logits, logits.argmax(-1).tolist()):
             seq.num_cached += count
             # a chunk that did not reach the prompt's last token samples nothing
-            if not seq.num_uncached and self._emit(seq, [self._sample(seq, row)], row[None]):
+            if not seq.num_uncached and self._emit(seq, [self._sample(seq, row, best)], row[None]):
                 finished.append(seq)
         return finished
 
     @staticmethod
-    def _sample(seq: Sequence, row: torch.Tensor) -> int:
+    def _sample(seq: Sequence, row: torch.Tensor, argmax: int) -> int:
+        if _plain_greedy(seq.params):
+            return argmax
         return seq.sampler(penalized(row[None], seq.output_ids, [], seq.params)[0])
 
     def _decode(self, step: ScheduledStep) -> list[Sequence]:
@@ -136,8 +144,9 @@ class LLMEngine:
                                         self.capacity.slots_per_seq, self.max_pages, self.manifest.device)
         logits = self.decode(input_ids, meta)
         finished = []
-        for seq, draft, rows in zip(step.seqs, drafts, logits):
-            if self._emit(seq, self._verify(seq, draft, rows), rows):
+        # every verify row's argmax in one device sync, rather than one a greedy sequence
+        for seq, draft, rows, best in zip(step.seqs, drafts, logits, logits.argmax(-1).tolist()):
+            if self._emit(seq, self._verify(seq, draft, rows, best), rows):
                 finished.append(seq)
         return finished
 
@@ -145,9 +154,13 @@ class LLMEngine:
         # without speculation skip the proposer: token_ids copies the whole sequence
         return self.propose(seq.token_ids, num_draft) if num_draft else []
 
-    def _verify(self, seq: Sequence, draft: list[int], rows: torch.Tensor) -> list[int]:
-        """The tokens seq's verify rows [width, vocab] emit; its cache length and entry slot move past the run."""
-        tokens = accept(penalized(rows[: 1 + len(draft)], seq.output_ids, draft, seq.params), draft, seq.sampler)
+    def _verify(self, seq: Sequence, draft: list[int], rows: torch.Tensor, argmax: list[int]) -> list[int]:
+        """The tokens seq's verify rows [width, vocab] (argmax: each row's) emit; its cache length and entry slot move
+        past the run."""
+        if _plain_greedy(seq.params):
+            tokens = greedy_run(argmax, draft)
+        else:
+            tokens = accept(penalized(rows[: 1 + len(draft)], seq.output_ids, draft, seq.params), draft, seq.sampler)
         # the last token and the accepted drafts entered the cache; the model's own next token did not yet
         seq.num_cached += len(tokens)
         seq.num_accepted = len(tokens)

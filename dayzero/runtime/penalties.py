@@ -9,10 +9,14 @@ import torch
 from dayzero.runtime.sampling import SamplingParams
 
 
+def adjusts_logits(params: SamplingParams) -> bool:
+    return bool(params.presence_penalty or params.frequency_penalty or params.logit_bias)
+
+
 def penalized(rows: torch.Tensor, generated: list[int], drafts: list[int], params: SamplingParams) -> torch.Tensor:
     """rows [n, vocab]: row i picks the token after `generated` + drafts[:i] -> the rows with the bias and penalties
     applied (the rows themselves when the request has none)."""
-    if not params.presence_penalty and not params.frequency_penalty and not params.logit_bias:
+    if not adjusts_logits(params):
         return rows
     num_rows, vocab = rows.shape
     tokens = torch.tensor(generated, dtype=torch.long)

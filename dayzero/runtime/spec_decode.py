@@ -62,14 +62,18 @@ def _continuation(token_ids: list[int], source: int, num_draft: int) -> list[int
 PROPOSERS: dict[str, Callable[[], DraftProposer]] = {"ngram": NgramProposer}
 
 
-def accept_greedy(logits: torch.Tensor, drafts: list[int], sampler: Sampler) -> list[int]:
-    """logits [1+n, vocab] of [x0, *drafts] -> the longest prefix of drafts equal to the argmax at each position,
-    then the argmax after it. The tokens equal greedy decoding without drafts, one by one."""
-    targets = logits.argmax(-1).tolist()
+def greedy_run(targets: list[int], drafts: list[int]) -> list[int]:
+    """The argmax at each verify position -> the longest prefix of drafts equal to it, then the argmax after it."""
     accepted = 0
     while accepted < len(drafts) and drafts[accepted] == targets[accepted]:
         accepted += 1
     return targets[: accepted + 1]
+
+
+def accept_greedy(logits: torch.Tensor, drafts: list[int], sampler: Sampler) -> list[int]:
+    """logits [1+n, vocab] of [x0, *drafts] -> `greedy_run` of their argmax. The tokens equal greedy decoding without
+    drafts, one by one."""
+    return greedy_run(logits.argmax(-1).tolist(), drafts)
 
 
 def accept_random(logits: torch.Tensor, drafts: list[int], sampler: Sampler) -> list[int]:
