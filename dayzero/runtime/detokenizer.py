@@ -77,3 +77,22 @@ class ChoiceText:
         """text up to its first stop string."""
         hits = [i for i in (text.find(s) for s in self._stop) if i >= 0]
         return text[: min(hits)] if hits else text
+
+
+class StopStringWatch:
+    """Whether a growing token list's text now holds one of the stop strings, for the engine's finish check: each
+    token decodes a short window and searches only the text it added (with the characters before it that a stop
+    string could start in), where decoding the whole output every token cost O(n^2) over a long answer."""
+
+    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...]):
+        self._detokenizer = IncrementalDetokenizer(decode)
+        self._stop = tuple(s for s in stop if s)
+        self._overlap = max((len(s) for s in self._stop), default=1) - 1
+        self._searched = 0
+
+    def add(self, token: int) -> bool:
+        self._detokenizer.add([token])
+        text = self._detokenizer.text
+        fresh = text[max(0, self._searched - self._overlap):]
+        self._searched = len(text)
+        return any(s in fresh for s in self._stop)

@@ -14,6 +14,7 @@ from dayzero.export.engine import StepEngine, allocate_flat_caches, slot_tensors
 from dayzero.runtime.batch import decode_inputs, prefill_inputs
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
+from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.logprobs import token_logprob
 from dayzero.runtime.penalties import adjusts_logits, penalized
@@ -188,8 +189,9 @@ class LLMEngine:
         if token in seq.params.stop_token_ids or (token in self.stop_ids and not seq.params.ignore_eos):
             return "stop"
         if seq.params.stop and self.detokenize:
-            text = self.detokenize(seq.output_ids)
-            if any(s in text for s in seq.params.stop):
+            if seq.stop_watch is None:
+                seq.stop_watch = StopStringWatch(self.detokenize, seq.params.stop)
+            if seq.stop_watch.add(token):
                 return "stop"
         if len(seq.output_ids) >= seq.params.max_tokens:
             return "length"

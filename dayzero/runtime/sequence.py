@@ -6,6 +6,7 @@ import enum
 import itertools
 from dataclasses import dataclass, field
 
+from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.sampling import Sampler, SamplingParams
 
@@ -36,6 +37,8 @@ class Sequence:
     num_preemptions: int = 0
     # one per output token when params.logprobs is set
     logprobs: list[TokenLogprob] | None = None
+    # the engine's incremental stop-string check, made at the first output token when params.stop is set
+    stop_watch: StopStringWatch | None = None
 
     def __post_init__(self):
         self.sampler = Sampler(self.params)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dayzero.runtime.detokenizer import ChoiceText, IncrementalDetokenizer
+from dayzero.runtime.detokenizer import ChoiceText, IncrementalDetokenizer, StopStringWatch
 from dayzero.tokenizer import ByteTokenizer
 
 decode = ByteTokenizer().decode
@@ -65,3 +65,13 @@ def test_shown_text_never_holds_a_stop_string_and_ends_cut_before_the_first(text
     hits = [generated.find(s) for s in stop if s in generated]
     assert shown == (generated[: min(hits)] if hits else generated) == choice.text
     assert choice.num_tokens == len(generated)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text("abc€", max_size=30), st.lists(st.text("abc€", min_size=1, max_size=3), min_size=1, max_size=3))
+def test_stop_watch_fires_at_the_token_the_whole_decode_first_holds_a_stop_string(text, stop):
+    tokens = list(text.encode())
+    watch = StopStringWatch(decode, tuple(stop))
+    fired = next((i for i, token in enumerate(tokens) if watch.add(token)), None)
+    expected = next((i for i in range(len(tokens)) if any(s in decode(tokens[: i + 1]) for s in stop)), None)
+    assert fired == expected
