@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dayzero.errors import DayzeroError
+from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
 
 GREEDY_TEMPERATURE = 1e-5
 
@@ -28,8 +29,6 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, added to its logit)
 
     def __post_init__(self):
-        from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
-
         if self.max_tokens < 1:
             raise DayzeroError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not (-2 <= self.presence_penalty <= 2 and -2 <= self.frequency_penalty <= 2):
