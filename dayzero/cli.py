@@ -140,15 +140,18 @@ def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed
               help="Require 'Authorization: Bearer KEY' on /v1/ routes (also read from $DAYZERO_API_KEY).")
 @click.option("--drain-seconds", type=float, default=30.0, show_default=True,
               help="On Ctrl-C / SIGTERM, how long accepted requests may still run (a second signal stops at once).")
+@click.option("--no-warm-up", is_flag=True, help="Take requests at once, before a first request has compiled the "
+              "kernels (by default /health answers 503 until it has).")
 @engine_options
-def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, api_key, drain_seconds,
+def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, api_key, drain_seconds, no_warm_up,
           **engine) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models)."""
     from dayzero.runtime.http_host import serve as serve_http
     from dayzero.runtime.server import ServerOptions
 
     options = ServerOptions(host=host, port=port, model_name=served_model_name, max_open=max_open,
-                            max_body_bytes=max_body_bytes, api_key=api_key, drain_seconds=drain_seconds)
+                            max_body_bytes=max_body_bytes, api_key=api_key, drain_seconds=drain_seconds,
+                            warm_up=not no_warm_up)
     with _load_llm(**engine, max_batch=max_batch) as llm:
         serve_http(llm, options)
 

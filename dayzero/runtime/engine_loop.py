@@ -81,8 +81,12 @@ class EngineLoop:
         self._thread: threading.Thread | None = None
         # set by drain(): accepted requests finish (until this perf_counter time), new ones are turned away
         self.drain_deadline: float | None = None
+        # False until run() takes requests (after warm_up, if any)
+        self.ready = False
 
     def start(self) -> EngineLoop:
+        # ready before the thread runs: a caller may ask at once
+        self.ready = True
         self._thread = threading.Thread(target=self.run, name="dayzero-engine", daemon=True)
         self._thread.start()
         return self
@@ -116,9 +120,24 @@ class EngineLoop:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def warm_up(self, prompt_tokens: int = 16, output_tokens: int = 4) -> None:
+        """Run one short request to its end before taking requests: the first call of each kernel compiles it (on a
+        GPU, Triton's JIT: seconds to minutes without a warm cache) and the first decode step captures its graph, so
+        the first client does not wait for them. A failure here is an engine failure."""
+        params = SamplingParams(max_tokens=output_tokens, ignore_eos=True)
+        try:
+            self.engine.add_request(list(range(1, prompt_tokens + 1)), params, "warm-up")
+            while self.engine.has_work:
+                self.engine.step()
+        # any failure: as a failed step during serving
+        except Exception as err:
+            traceback.print_exc(file=sys.stderr)
+            self.failure = f"{type(err).__name__}: {err}"
+
     def run(self, stop_on_failure: bool = False) -> None:
         """Take commands and step the engine until `stop` (or, with stop_on_failure, until a step fails: a server
         process then exits for its supervisor to restart it, rather than stay up unable to serve)."""
+        self.ready = True
         while True:
             idle = not self.engine.has_work or self.failure is not None
             if self.draining and (idle or time.perf_counter() > self.drain_deadline):

@@ -41,6 +41,10 @@ def run_server(server: OpenAIServer) -> None:
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if options.warm_up:
+            started = time.perf_counter()
+            server.loop.warm_up()
+            print(f"warmed up in {time.perf_counter() - started:.1f} s", flush=True)
         server.loop.run(stop_on_failure=True)
     finally:
         for sig, handler in previous.items():

@@ -54,6 +54,7 @@ class ServerOptions:
     max_body_bytes: int = 4 << 20
     api_key: str | None = None  # when set, /v1/ routes need "Authorization: Bearer <api_key>"
     drain_seconds: float = 30.0  # on Ctrl-C / SIGTERM: how long accepted requests may still run
+    warm_up: bool = True  # run_server: one short request through the engine before serving (/health: 503 till then)
 
     def __post_init__(self):
         if not 0 <= self.port < 65536:
@@ -115,6 +116,8 @@ class OpenAIServer:
         if self.loop.draining:
             # a load balancer stops sending requests here while the accepted ones finish
             return JSONResponse({"status": "draining"}, status_code=503)
+        if not self.loop.ready:
+            return JSONResponse({"status": "warming up"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def scrape(self, request: Request) -> Response:

@@ -417,6 +417,15 @@ def test_a_drain_past_its_deadline_ends_what_is_left(model, tmp_path):
     assert not server.loop._thread.is_alive()
 
 
+def test_health_says_warming_up_until_the_engine_loop_runs(model, tmp_path):
+    server = make_server(model, tmp_path, engine_thread=False)
+    with TestClient(server.app) as client:
+        assert client.get("/health").json() == {"status": "warming up"}
+        server.loop.warm_up()
+        assert server.llm.engine.stats.decode_tokens == 3 and not server.llm.engine.has_work
+        assert server.loop.failure is None and client.get("/health").status_code == 503
+
+
 def test_server_options_are_checked():
     with pytest.raises(DayzeroError, match="--port"):
         ServerOptions(port=70000)
