@@ -8,7 +8,7 @@ OpenAI API (uvicorn on a local port, streamed, all requests at once), on the emb
 
 Both runs generate the same tokens (checked: greedy, EOS ignored). Reported: wall time, generated tokens/s, and
 for the served run the time to each request's first streamed text (p50 / max) and the mean gap between its pieces.
-The engine runs on the main thread in both, as `dayzero serve` runs it; the clients share the process.
+The engine runs on the main thread in both, as `dayzero serve` runs it; the clients run in a process of their own.
 """
 
 from __future__ import annotations
@@ -17,15 +17,19 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import torch
 
 from bench.common import table, write_results
 from dayzero.export.options import ExportOptions
-from dayzero.runtime.http_host import serve_in_thread
+from dayzero.runtime.http_host import leave_a_core_for_http, serve_in_thread
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.server import OpenAIServer, ServerOptions
@@ -98,6 +102,32 @@ def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int) -> LLM:
     return LLM("h200-slice", runtime=RuntimeOptions(gpu_memory_fraction=0.5), engine=engine, tokenizer=TokenIds())
 
 
+def served_run(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[str]]:
+    """As `dayzero serve` runs: the engine on the main thread (on a CPU with a core left for HTTP), the HTTP server
+    on another; the clients in a process of their own, as remote clients would be (in this process they took GIL
+    time from the engine: 1.36 against 1.17-1.22 s on the 2-core CPU)."""
+    leave_a_core_for_http(llm.engine.manifest.device)
+    server = OpenAIServer(llm, ServerOptions(), engine_thread=False)
+    base, stop = serve_in_thread(server.app)
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as request_file:
+        json.dump({"base": base, "prompts": prompts, "max_tokens": max_tokens}, request_file)
+        request_file.flush()
+        clients = subprocess.Popen([sys.executable, "-m", "bench.bench_server", "--clients", request_file.name],
+                                   stdout=subprocess.PIPE, text=True)
+        threading.Thread(target=lambda: (clients.wait(), server.loop.stop()), daemon=True).start()
+        server.loop.run()
+        answer = json.loads(clients.stdout.read())
+    stop()
+    return answer["row"], answer["texts"]
+
+
+def clients_main(request_file: str) -> None:
+    """The clients' process: the requests in request_file, streamed all at once -> JSON on stdout."""
+    request = json.loads(Path(request_file).read_text())
+    row, texts = asyncio.run(served_all(request["base"], request["prompts"], request["max_tokens"]))
+    print(json.dumps({"row": row, "texts": texts}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default=None)
@@ -109,7 +139,10 @@ def main() -> None:
     parser.add_argument("--h200-slice", action="store_true", help="the h200-slice model built on the GPU")
     parser.add_argument("--num-layers", type=int, default=None, help="with --h200-slice: its first N layers")
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--clients", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.clients:
+        return clients_main(args.clients)
 
     if args.h200_slice:
         args.device = "cuda"
@@ -122,23 +155,7 @@ def main() -> None:
     prompts = [torch.randint(0, vocab, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.requests)]
     direct(llm, prompts, 2)  # warm-up: first-call allocations, Triton compiles, the batch's decode graph
     engine_row, engine_tokens = direct(llm, prompts, args.max_tokens)
-    # as `dayzero serve` runs: the engine on the main thread, the HTTP server and (here) the clients on others
-    server = OpenAIServer(llm, ServerOptions(), engine_thread=False)
-    base, stop = serve_in_thread(server.app)
-    served = {}
-
-    def clients() -> None:
-        try:
-            served["row"], served["texts"] = asyncio.run(served_all(base, prompts, args.max_tokens))
-        finally:
-            server.loop.stop()
-
-    client_thread = threading.Thread(target=clients)
-    client_thread.start()
-    server.loop.run()
-    client_thread.join()
-    stop()
-    http_row, texts = served["row"], served["texts"]
+    http_row, texts = served_run(llm, prompts, args.max_tokens)
     same = texts == [llm.tokenizer.decode(t) for t in engine_tokens]
     rows = [engine_row, {**http_row, "same_text_as_engine": same}]
     for row in rows:

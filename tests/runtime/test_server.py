@@ -12,6 +12,7 @@ import time
 
 import httpx
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
@@ -424,6 +425,22 @@ def test_health_says_warming_up_until_the_engine_loop_runs(model, tmp_path):
         server.loop.warm_up()
         assert server.llm.engine.stats.decode_tokens == 3 and not server.llm.engine.has_work
         assert server.loop.failure is None and client.get("/health").status_code == 503
+
+
+def test_a_cpu_engine_leaves_the_http_thread_a_core():
+    from dayzero.runtime.http_host import leave_a_core_for_http
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        leave_a_core_for_http("cuda:0")
+        assert torch.get_num_threads() == 2
+        leave_a_core_for_http("cpu")
+        assert torch.get_num_threads() == 1
+        leave_a_core_for_http("cpu")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_server_options_are_checked():
