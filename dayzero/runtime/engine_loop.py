@@ -164,15 +164,18 @@ class EngineLoop:
             return True
 
     def _apply(self, command: tuple) -> None:
-        if command[0] == "drain":
-            self.drain_deadline = command[1]
-            return
-        if command[0] == "cancel":
-            live = self._live.pop(command[1], None)
-            if live is not None:
-                self.engine.cancel(live.seq.request_id)
-            return
-        _, request_id, prompt_ids, params, post = command
+        handlers = {"add": self._add, "cancel": self._cancel, "drain": self._drain}
+        handlers[command[0]](*command[1:])
+
+    def _drain(self, deadline: float) -> None:
+        self.drain_deadline = deadline
+
+    def _cancel(self, request_id: str) -> None:
+        live = self._live.pop(request_id, None)
+        if live is not None:
+            self.engine.cancel(live.seq.request_id)
+
+    def _add(self, request_id: str, prompt_ids: list[int], params: SamplingParams, post: Post) -> None:
         if self.failure is not None:
             post(Update(error=f"the engine failed: {self.failure}"))
             return
