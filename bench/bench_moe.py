@@ -18,16 +18,15 @@ is printed last. Times: triton.testing.do_bench medians (L2 cleared before each 
 
 from __future__ import annotations
 
-import argparse
 import json
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
+from bench.common import out_dir_argument
 from dayzero.plugins.moe import LatentProjection, MoEWeights, RouterSpec, moe_layer, reference
 from dayzero.plugins.moe.grouped_mlp import grouped_mlp_grouped_mm, grouped_mlp_triton, grouped_mm_available
 from dayzero.plugins.moe.op import gated_mlp
@@ -274,11 +273,7 @@ def print_table(cases, ceiling) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
+    out = out_dir_argument(__doc__.splitlines()[0])
     ceiling = ceilings()
     torch.cuda.empty_cache()
     cases = []
@@ -299,7 +294,7 @@ def main() -> None:
         torch.cuda.empty_cache()
     report = {"ceilings": ceiling, "cases": cases, "device": torch.cuda.get_device_name(),
               "torch": torch.__version__}
-    (args.out / "bench_moe.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "bench_moe.json").write_text(json.dumps(report, indent=1, default=str))
     print_table(cases, ceiling)
 
 

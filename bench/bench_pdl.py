@@ -16,17 +16,15 @@ Cases: AttnRes at decode sizes and 8192 tokens (issue 5), the KDA pool kernel an
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 from triton.testing import do_bench
 
 from bench import bench_attnres as attnres
 from bench import bench_kda_decode as kda
-from bench.common import copy_times_by_size, graph_replay_ms, kernel_ms, median_ms, rel_err
+from bench.common import copy_times_by_size, graph_replay_ms, kernel_ms, median_ms, out_dir_argument, rel_err
 from dayzero.plugins.attnres.kernel import attnres_mix_launcher
 from dayzero.plugins.dependent_launch import EARLY, LATE, OFF
 
@@ -149,11 +147,7 @@ def cases():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
+    out = out_dir_argument(__doc__.splitlines()[0])
     started = time.time()
     rows = []
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
@@ -165,7 +159,7 @@ def main() -> None:
                          **measure_modes(name, calls, read, reset)})
             torch.cuda.empty_cache()
             result["seconds"] = time.time() - started
-            (args.out / "bench_pdl.json").write_text(json.dumps(result, indent=2))
+            (out / "bench_pdl.json").write_text(json.dumps(result, indent=2))
     print_table(result)
 
 

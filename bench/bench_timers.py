@@ -19,17 +19,15 @@ last.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 from triton.testing import do_bench
 
 from bench import bench_attnres as attnres
 from bench import bench_kda_decode as kda
-from bench.common import copy_times_by_size, graph_replay_ms, median_ms
+from bench.common import copy_times_by_size, graph_replay_ms, median_ms, out_dir_argument
 
 L2_BYTES = 60 * 2**20
 DEVICE = "cuda"
@@ -96,11 +94,7 @@ def measure(calls) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
+    out = out_dir_argument(__doc__.splitlines()[0])
     started = time.time()
     rows = []
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
@@ -113,7 +107,7 @@ def main() -> None:
             del calls
             torch.cuda.empty_cache()
             result["seconds"] = time.time() - started
-            (args.out / "bench_timers.json").write_text(json.dumps(result, indent=2))
+            (out / "bench_timers.json").write_text(json.dumps(result, indent=2))
     big = result["copy_1GiB_us"]
     print("copy 1 GiB: " + ", ".join(f"{t} {2**30 / us / 1e3:.0f} GB/s" for t, us in big.items()))
     print(f"{'case':<24} {'who':<4} " + " ".join(f"{t:>26}" for t in TIMERS))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import time
@@ -122,6 +123,16 @@ def matmul_tflops(n: int = 8192) -> float:
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     ms = median_ms(lambda: a @ b, iters=10)
     return 2 * n ** 3 / ms / 1e9
+
+
+def out_dir_argument(description: str) -> Path:
+    """The one argument of the benches that take only `--out DIR`: the folder, created; torch seeded."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, required=True)
+    out = parser.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    return out
 
 
 def write_results(out_dir: str | Path, name: str, payload: dict) -> Path:
