@@ -285,7 +285,8 @@ class OpenAIServer:
                     yield _sse(err.body())
                     return
                 logprobs = self._logprobs(run, index, update.logprobs or None, offsets[index])
-                offsets[index] += sum(len(self._token_text(t)) for t in update.token_ids) if logprobs else 0
+                # the text offsets of the completions form go on from these tokens' text (decoded once, above)
+                offsets[index] += sum(len(token) for token in (logprobs or {}).get("tokens", ()))
                 delta = fmt.delta(Choice(index, text, run.reasons.get(index), logprobs), first=False)
                 if delta:
                     yield say([delta])
