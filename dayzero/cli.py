@@ -60,6 +60,9 @@ ENGINE_OPTIONS = [
     click.option("--device", default="cpu", show_default=True),
     click.option("--tp", type=int, default=1, show_default=True,
                  help="Tensor-parallel ranks: one process each (on --device cuda, GPUs 0..tp-1)."),
+    click.option("--cp", type=int, default=1, show_default=True,
+                 help="Context-parallel ranks (eager engine, no --tp): each prefill's prompts split zigzag over one "
+                 "process each; every rank keeps the whole caches and decodes."),
     click.option("--ep", type=int, default=1, show_default=True,
                  help="1: every expert's neurons split over the --tp ranks; = --tp: whole experts split over them."),
     click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True),
@@ -80,7 +83,7 @@ def engine_options(command):
     return command
 
 
-def _load_llm(checkpoint, backend, device, tp, ep, dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft,
+def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft,
               max_batch):
     from dayzero.export.options import ExportOptions
     from dayzero.runtime.llm import LLM
@@ -92,11 +95,11 @@ def _load_llm(checkpoint, backend, device, tp, ep, dtype, memory_mb, gpu_memory_
         # before any package loads: on GPU images that need it, this restarts the command with the preload set
         reexec_with_libstdcxx()
     export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max_batch, num_draft=num_draft,
-                           tp=tp, ep=ep)
+                           tp=tp, cp=cp, ep=ep)
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs)
     llm = LLM(checkpoint, export, runtime)
-    ranks = f" x {tp} ranks" if tp > 1 else ""
+    ranks = f" x {export.ranks} ranks" if export.ranks > 1 else ""
     click.echo(f"[engine: {backend} on {device}{ranks}, loaded in {llm.load_seconds:.1f} s; "
                f"{llm.engine.capacity.describe()}]")
     return llm
@@ -184,14 +187,14 @@ def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine)
                     "matmul_flops_per_s": matmul_rate(engine["device"], _dtype(engine["dtype"]))}
         click.echo(f"[on {engine['device']}: copy {ceilings['copy_bytes_per_s'] / 1e9:.1f} GB/s, {engine['dtype']} "
                    f"matmul {ceilings['matmul_flops_per_s'] / 1e12:.2f} TFLOP/s]")
-        rows = [_bench_row(llm, cfg, run_engine(llm.engine, b, prompt_tokens, output_tokens), ceilings)
+        rows = [_bench_row(llm, cfg, run_engine(llm.engine, b, prompt_tokens, output_tokens), ceilings, engine["cp"])
                 for b in batches]
     click.echo(_table(rows))
     if json_path is not None:
         json_path.write_text(json.dumps({**ceilings, "engine": engine, "rows": rows}, indent=2))
 
 
-def _bench_row(llm, cfg, run, ceilings: dict) -> dict:
+def _bench_row(llm, cfg, run, ceilings: dict, prefill_devices: int) -> dict:
     from dayzero.perf.decode_traffic import decode_traffic
     from dayzero.perf.prefill_work import prefill_flops
 
@@ -202,7 +205,8 @@ def _bench_row(llm, cfg, run, ceilings: dict) -> dict:
     return {"batch": run.batch, "prompt": run.prompt_tokens, "output": run.output_tokens,
             "prefill tok/s": round(run.prefill_tokens_per_s, 1),
             "prefill TFLOP/s": round(prefill_rate / 1e12, 4),
-            "of matmul": round(prefill_rate / ceilings["matmul_flops_per_s"], 3),
+            # context-parallel prefill runs on every rank's device
+            "of matmul": round(prefill_rate / (prefill_devices * ceilings["matmul_flops_per_s"]), 3),
             "TTFT p50 ms": round(1e3 * run.ttft_p50_s, 1),
             "decode tok/s": round(run.decode_tokens_per_s, 1), "step ms": round(run.step_ms, 3),
             "floor ms": round(floor_ms, 3), "floor / step": round(floor_ms / run.step_ms, 3),

@@ -39,3 +39,11 @@ def unordered_collectives(graph: torch.fx.Graph) -> list[tuple[str, str]]:
     them in either order, and ranks that pick different orders deadlock (or mix up equal-sized buffers)."""
     collectives = [node for node in graph.nodes if _is_collective(node)]
     return [(a.name, b.name) for a, b in zip(collectives, collectives[1:]) if not _depends_on(b, a)]
+
+
+def gather_ranks(x: torch.Tensor, group: str, world: int) -> torch.Tensor:
+    """x [rows, ...] of every rank -> [world, rows, ...] in rank order (context parallelism's exchanges)."""
+    # all_gather_single replaces all_gather_tensor from torch 2.13 on; the H200 image has 2.11
+    gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+    gathered = gather(x.contiguous(), 0, group)
+    return gathered.view(world, *x.shape)

@@ -1,10 +1,10 @@
-"""A tensor-parallel engine: rank 0's engine in this process and one worker process per other rank, stepped in
-lockstep.
+"""A multi-rank engine (tensor or context parallel): rank 0's engine in this process and one worker process per
+other rank, stepped in lockstep.
 
 The runtime sees one StepEngine. Each step, rank 0 broadcasts the step's inputs (and the state slots its pool
 zeroed since the last step) to the workers as two int64 tensors (step_message.py), then every rank runs its own
-engine over its own caches; the engines' all-reduces meet inside the step. Rank 0's logits are the step's result
-(every rank computes the same ones).
+engine over its own caches; the engines' collectives meet inside the step. Rank 0's logits are the step's result
+(tensor-parallel ranks all compute them; of context-parallel ranks, rank 0 runs every sequence's last chunk).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dayzero.export.engine import PAGE, SLOT, StepMeta
 WORKER_START_TIMEOUT_S = 600
 
 
-class TensorParallelEngine:
+class MultiRankEngine:
     # the per-step broadcast of inputs is host work that a CUDA graph cannot replay
     graph_capturable = False
 
@@ -59,7 +59,7 @@ class TensorParallelEngine:
             while not ready_file(folder, rank).exists():
                 failure = self._startup_failure(folder, rank, process, deadline)
                 if failure:
-                    raise DayzeroError(f"tensor-parallel rank {rank} could not load its engine: {failure}")
+                    raise DayzeroError(f"rank {rank} could not load its engine: {failure}")
                 time.sleep(0.05)
 
     @staticmethod
@@ -85,7 +85,7 @@ class TensorParallelEngine:
     def _send_step(self, kind: str, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> None:
         for rank, process in enumerate(self.workers, start=1):
             if process.poll() is not None:
-                raise DayzeroError(f"tensor-parallel rank {rank} exited (status {process.returncode}); its caches are "
+                raise DayzeroError(f"rank {rank} exited (status {process.returncode}); its caches are "
                                    "gone, so this engine cannot step again: restart it")
         counts = {spec.unit: tensor.shape[0] for tensor, spec in zip(caches, self.manifest.cache_tensors)}
         self._broadcast(StepCommand(kind, input_ids, meta, self._resets, counts.get(PAGE, 0), counts.get(SLOT, 0)))

@@ -1,4 +1,4 @@
-"""A tensor-parallel worker process (`python -m dayzero.dist.worker`, started by TensorParallelEngine): loads its
+"""A worker process of a multi-rank engine (`python -m dayzero.dist.worker`, started by MultiRankEngine): loads its
 rank's engine, says so in the rendezvous folder, joins the world and runs every step rank 0 broadcasts over caches
 of its own, until rank 0 sends the stop command."""
 

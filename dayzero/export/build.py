@@ -1,8 +1,8 @@
 """The export pipeline: checkpoint -> laid-out model -> traced steps -> per-rank engines in the compilation cache,
 and `load_engine`, which turns a cache entry back into a StepEngine.
 
-Entry layout: one folder per tensor-parallel rank, `rank{r}/`, holding the rank's `engine.json` (its EngineManifest)
-and, for AOTInductor, `weights.safetensors` (the rank's laid-out weights, shared by its
+Entry layout: one folder per rank (tensor or context parallel), `rank{r}/`, holding the rank's `engine.json` (its
+EngineManifest) and, for AOTInductor, `weights.safetensors` (the rank's laid-out weights, shared by its
 packages) + `prefill.pt2` + `decode.pt2`; for ONNX (one rank), `decode.onnx` (the interchange graph, one custom
 node per plugin op) with prefill served by the eager model.
 An eager entry records the checkpoint instead of compiled code (loading rebuilds each rank's laid-out model).
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from dayzero.cache import CompilationCache, Entry, cache_key
-from dayzero.dist.collectives import unordered_collectives
+from dayzero.dist.collectives import WORLD_GROUP, unordered_collectives
 from dayzero.dist.rank_plan import RankPlan
 from dayzero.dist.world import compile_group
 from dayzero.errors import DayzeroError
@@ -34,6 +34,7 @@ from dayzero.export.options import ExportOptions
 from dayzero.export.replace import check_plugin_ops
 from dayzero.export.trace import trace_step
 from dayzero.model.hybrid import HybridModel
+from dayzero.model.zigzag import ContextPlan
 from dayzero.plugins.paged_cache.formats import latent_cache_shape
 
 ENGINE_FILE = "engine.json"  # in each rank's folder
@@ -67,7 +68,7 @@ class Progress:
 
 def ingredients(checkpoint: Path, options: ExportOptions) -> dict:
     return {"config": fingerprint.config_fingerprint(checkpoint), "weights": fingerprint.weight_fingerprint(checkpoint),
-            "options": dataclasses.asdict(options), "ranks": options.tp, "world": options.world,
+            "options": dataclasses.asdict(options), "ranks": options.ranks, "world": options.world,
             "source": fingerprint.source_fingerprint(), "toolchain": fingerprint.toolchain(options.device)}
 
 
@@ -88,8 +89,12 @@ def load_rank_model(checkpoint: Path, options: ExportOptions, rank: int = 0) -> 
     """The laid-out network one rank runs (the whole model on one rank), on the rank's device."""
     from dayzero.model import load
 
+    # a context-parallel rank holds the whole model (--cp and --tp are not combined yet)
+    tp_rank = rank if options.cp == 1 else 0
     model = load(checkpoint, dtype=getattr(torch, options.dtype), device=options.rank_device(rank),
-                 plan=RankPlan(options.tp, rank, options.ep))
+                 plan=RankPlan(options.tp, tp_rank, options.ep))
+    if options.cp > 1:
+        model.context_plan = ContextPlan(options.cp, rank, WORLD_GROUP)
     _check_formats(model, options)
     lay_out(model)
     return model.eval()
@@ -97,7 +102,8 @@ def load_rank_model(checkpoint: Path, options: ExportOptions, rank: int = 0) -> 
 
 def _manifest(model: HybridModel, options: ExportOptions, rank: int) -> EngineManifest:
     manifest = eager_manifest(model, options.cache_format, options.max_batch, options.max_len, options.num_draft)
-    return dataclasses.replace(manifest, backend=options.backend, extra={"tp": options.tp, "rank": rank})
+    extra = {"tp": options.tp, "cp": options.cp, "rank": rank}
+    return dataclasses.replace(manifest, backend=options.backend, extra=extra)
 
 
 def _check_collective_order(graph, step: str) -> None:
@@ -135,7 +141,7 @@ BUILDERS: dict[str, Callable[[HybridModel, EngineManifest, Path, Progress], dict
 
 
 def _build_rank(checkpoint: Path, options: ExportOptions, rank: int, out: Path, progress: Progress) -> dict:
-    prefix = f"rank {rank}: " if options.tp > 1 else ""
+    prefix = f"rank {rank}: " if options.ranks > 1 else ""
     with progress.stage(f"{prefix}load + lay out weights"):
         model = load_rank_model(checkpoint, options, rank)
     manifest = _manifest(model, options, rank)
@@ -147,7 +153,7 @@ def _build_rank(checkpoint: Path, options: ExportOptions, rank: int, out: Path, 
 
 def _builder(checkpoint: Path, options: ExportOptions, progress: Progress) -> Callable[[Path], dict]:
     def build(out: Path) -> dict:
-        ranks = [_build_rank(checkpoint, options, rank, out, progress) for rank in range(options.tp)]
+        ranks = [_build_rank(checkpoint, options, rank, out, progress) for rank in range(options.ranks)]
         return {"backend": options.backend, "checkpoint": str(checkpoint.resolve()),
                 "options": dataclasses.asdict(options), "stage_seconds": dict(progress.seconds), **ranks[0]}
 

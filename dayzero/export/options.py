@@ -50,9 +50,12 @@ class ExportOptions:
         if 1 + self.num_draft > MAX_STEP_TOKENS:
             raise DayzeroError(f"num_draft must be <= {MAX_STEP_TOKENS - 1} (the KDA decode kernels step through at "
                                f"most {MAX_STEP_TOKENS} tokens a sequence), got {self.num_draft}")
-        if self.cp != 1:
-            raise DayzeroError("context parallelism (--cp > 1) is not built yet; use --tp N, which splits the heads "
-                               "and the experts over N ranks")
+        if self.cp > 1 and self.tp > 1:
+            raise DayzeroError("--cp with --tp > 1 is not built yet: choose one (--cp N splits long prompts' prefill "
+                               "over N ranks, --tp N splits the heads and experts)")
+        if self.cp > 1 and self.backend != "eager":
+            # a rank's share of a step depends on the step's sequence lengths, which a traced graph cannot branch on
+            raise DayzeroError("context-parallel ranks run the eager engine; export --cp with --backend eager")
         check_expert_split(self.ep, self.tp)
         if self.tp > 1 and self.backend == "onnx":
             raise DayzeroError("the ONNX interchange graph is single-rank; export it with --tp 1")
@@ -66,10 +69,15 @@ class ExportOptions:
     def cache_format(self) -> CacheFormat:
         return CacheFormat(kv_fp8=self.kv_cache == "fp8", index_mxfp8=self.index_cache == "mxfp8")
 
+    @property
+    def ranks(self) -> int:
+        """Processes (and GPUs) the engine runs on."""
+        return self.tp * self.cp
+
     def rank_device(self, rank: int) -> str:
         """Rank r of a multi-GPU engine runs on GPU r of the host."""
         device = torch.device(self.device)
-        if self.tp == 1 or device.type != "cuda":
+        if self.ranks == 1 or device.type != "cuda":
             return self.device
         return f"cuda:{(device.index or 0) + rank}"
 

@@ -13,6 +13,7 @@ from dayzero.model.moe import MoE
 from dayzero.model.norm import RMSNorm
 from dayzero.model.residual import mix_params
 from dayzero.model.step import StepMeta
+from dayzero.model.zigzag import ContextShard
 
 
 class DecoderLayer(nn.Module):
@@ -38,7 +39,7 @@ class DecoderLayer(nn.Module):
     def ffn(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
         return self.mlp(x) if hasattr(self, "mlp") else self.block_sparse_moe(x, decode)
 
-    def forward(self, stream, meta: StepMeta, cache, decode: bool) -> None:
+    def forward(self, stream, meta: StepMeta, cache, decode: bool, shard: ContextShard | None = None) -> None:
         x = self.input_layernorm(stream.attn_input(self))
-        stream.add(self.self_attn(x, meta, cache, decode))
+        stream.add(self.self_attn(x, meta, cache, decode, shard))
         stream.add(self.ffn(self.post_attention_layernorm(stream.mlp_input(self)), decode))

@@ -17,6 +17,7 @@ from dayzero.model.config import ModelConfig
 from dayzero.model.norm import RMSNorm, linear
 from dayzero.model.residual import BlockAttnResidual, PlainResidual, mix_params
 from dayzero.model.step import StepMeta, contiguous_meta
+from dayzero.model.zigzag import ContextPlan, ContextShard, split_step
 from dayzero.plugins.paged_cache import PAGE_SIZE
 
 
@@ -36,11 +37,12 @@ class Backbone(nn.Module):
             return PlainResidual(embeddings)
         return BlockAttnResidual(embeddings, self.cfg.attn_res_block_size)
 
-    def forward(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache], decode: bool):
+    def forward(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache], decode: bool,
+                shard: ContextShard | None = None):
         """input_ids [T] -> normed final hidden states [T, D]."""
         stream = self._stream(self.embed_tokens(input_ids))
         for layer, cache in zip(self.layers, caches):
-            layer(stream, meta, cache, decode)
+            layer(stream, meta, cache, decode, shard)
         return self.norm(stream.output(self))
 
 
@@ -50,6 +52,8 @@ class HybridModel(nn.Module):
         self.config = cfg
         self.model = Backbone(cfg)
         self.lm_head = linear(cfg.hidden_size, cfg.vocab_size)
+        # set on a context-parallel rank: prefill runs its zigzag chunks of the step (dist/zigzag.py)
+        self.context_plan: ContextPlan | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -60,7 +64,13 @@ class HybridModel(nn.Module):
         return self.lm_head.weight.device
 
     def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache]) -> torch.Tensor:
-        """Varlen prefill of input_ids [T] -> logits [N, vocab] of each sequence's last new token."""
+        """Varlen prefill of input_ids [T] -> logits [N, vocab] of each sequence's last new token.
+
+        On a context-parallel rank, the rank's chunks of the step; the logits are the step's on rank 0, which runs
+        every sequence's last chunk."""
+        if self.context_plan is not None:
+            input_ids, meta, shard = split_step(input_ids, meta, self.context_plan)
+            return self.lm_head(self.model(input_ids, meta, caches, decode=False, shard=shard)[shard.last_rows])
         hidden = self.model(input_ids, meta, caches, decode=False)
         return self.lm_head(hidden[meta.cu_seqlens[1:].long() - 1])
 

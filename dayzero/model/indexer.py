@@ -8,6 +8,7 @@ from torch import nn
 from dayzero.model.config import IndexerConfig
 from dayzero.model.norm import LayerNorm, linear
 from dayzero.model.step import StepMeta
+from dayzero.model.zigzag import ContextShard, rows_of_all_ranks
 from dayzero.plugins import indexer as indexer_ops
 from dayzero.plugins import paged_cache
 from dayzero.plugins import quant as quant_ops
@@ -27,14 +28,15 @@ class Indexer(nn.Module):
     # (ARCHITECTURE.md's input preparation streams); traced / compiled graphs keep one stream
     side_stream: torch.cuda.Stream | None = None
 
-    def forward(self, x: torch.Tensor, q_input: torch.Tensor, meta: StepMeta,
-                index_cache: torch.Tensor) -> torch.Tensor:
-        """x [T, D], q_input [T, q_lora_rank] (c_q) -> logical Top-K positions [T, topk]; writes the new keys."""
+    def forward(self, x: torch.Tensor, q_input: torch.Tensor, meta: StepMeta, index_cache: torch.Tensor,
+                shard: ContextShard | None = None) -> torch.Tensor:
+        """x [T, D], q_input [T, q_lora_rank] (c_q) -> logical Top-K positions [T, topk]; writes the new keys (of
+        every context-parallel rank, with `shard`)."""
         if self.side_stream is not None and x.is_cuda:
-            q, w = self._inputs_on_two_streams(x, q_input, meta, index_cache)
+            q, w = self._inputs_on_two_streams(x, q_input, meta, index_cache, shard)
         else:
             q = self._query(q_input)
-            w = self._keys_and_weights(x, meta, index_cache)
+            w = self._keys_and_weights(x, meta, index_cache, shard)
         q_scales = None
         if formats.is_quantized(index_cache):
             # MXFP8 query against MXFP8 keys: the indexer's dot runs on the FP8 tensor cores
@@ -45,16 +47,18 @@ class Indexer(nn.Module):
     def _query(self, q_input: torch.Tensor) -> torch.Tensor:
         return self.wq_b(q_input).view(q_input.shape[0], self.cfg.num_heads, self.cfg.head_dim)
 
-    def _keys_and_weights(self, x: torch.Tensor, meta: StepMeta, index_cache: torch.Tensor) -> torch.Tensor:
+    def _keys_and_weights(self, x: torch.Tensor, meta: StepMeta, index_cache: torch.Tensor,
+                          shard: ContextShard | None) -> torch.Tensor:
         """Writes the new index keys; -> head weights w [T, HI] fp32."""
-        paged_cache.write_index_keys(index_cache, self.k_norm(self.wk(x)), meta.slot_mapping)
+        paged_cache.write_index_keys(index_cache, *rows_of_all_ranks(self.k_norm(self.wk(x)), meta.slot_mapping,
+                                                                     shard))
         return self.weights_proj(x).float() * self.cfg.num_heads ** -0.5
 
-    def _inputs_on_two_streams(self, x, q_input, meta, index_cache) -> tuple[torch.Tensor, torch.Tensor]:
+    def _inputs_on_two_streams(self, x, q_input, meta, index_cache, shard) -> tuple[torch.Tensor, torch.Tensor]:
         main = torch.cuda.current_stream(x.device)
         self.side_stream.wait_stream(main)
         with torch.cuda.stream(self.side_stream):
-            w = self._keys_and_weights(x, meta, index_cache)
+            w = self._keys_and_weights(x, meta, index_cache, shard)
         q = self._query(q_input)
         main.wait_stream(self.side_stream)
         # w was allocated on the side stream: keep its memory from being reused before main is done with it

@@ -6,9 +6,11 @@ import torch
 from torch import nn
 
 from dayzero.dist.collectives import reduce_partial
+from dayzero.model import kda_context
 from dayzero.model.config import KDAConfig
 from dayzero.model.norm import GatedRMSNorm, linear
 from dayzero.model.step import KDACache, StepMeta
+from dayzero.model.zigzag import ContextShard
 from dayzero.plugins import kda as kda_ops
 from dayzero.plugins import short_conv
 
@@ -67,33 +69,67 @@ class KDAttention(nn.Module):
 
     def _prefill(self, p: dict[str, torch.Tensor], meta: StepMeta, cache: KDACache) -> torch.Tensor:
         """Varlen prefill: short conv from each sequence's window, chunked recurrence from its state slot."""
-        qkv = torch.stack([p["q_proj"], p["k_proj"], p["v_proj"]], dim=1)  # [T, 3, C]
         slots = meta.state_slots[:, 0]
-        qkv = short_conv.short_conv_prefill(qkv, self._conv_weight(), cache.conv, meta.cu_seqlens, slots)
+        qkv = short_conv.short_conv_prefill(self._pre_conv(p), self._conv_weight(), cache.conv, meta.cu_seqlens,
+                                            slots)
+        q, k, v, g, beta = self._recurrence_inputs(p, qkv)
+        slots = slots.long()
+        o, final = kda_ops.chunk_kda(q, k, v, g, beta, initial_state=cache.state[slots], output_final_state=True,
+                                     use_qk_l2norm_in_kernel=True, cu_seqlens=meta.cu_seqlens)
+        cache.state.index_copy_(0, slots, final)
+        return o[0]
+
+    def _prefill_across_ranks(self, p: dict[str, torch.Tensor], meta: StepMeta, cache: KDACache,
+                              shard: ContextShard) -> torch.Tensor:
+        """Context-parallel prefill of this rank's chunks (kda_context.py): windows and states that enter them from
+        the other ranks' summaries, then the same conv and chunked recurrence from those."""
+        pre_conv, segments, real = self._pre_conv(p), meta.cu_seqlens.shape[0] - 1, shard.cells.numel()
+        windows, exit_window = kda_context.entry_windows(
+            kda_context.segment_tails(pre_conv, meta.cu_seqlens, real, self.cfg.conv_size - 1),
+            shard.chunk_lengths, cache.conv[shard.seq_slots].transpose(1, 2), shard)
+        pool = torch.cat([windows, windows.new_zeros(segments - real, *windows.shape[1:])]).transpose(1, 2)
+        qkv = short_conv.short_conv_prefill(pre_conv, self._conv_weight(), pool.contiguous(), meta.cu_seqlens,
+                                            torch.arange(segments, dtype=torch.int32, device=pre_conv.device))
+        q, k, v, g, beta = self._recurrence_inputs(p, qkv)
+        M, B = kda_ops.kda_summary(k, v, g, beta, use_qk_l2norm_in_kernel=True, cu_seqlens=meta.cu_seqlens)
+        states, exit_state = kda_context.entry_states(M[:real], B[:real], cache.state[shard.seq_slots], shard)
+        initial = torch.cat([states, states.new_zeros(segments - real, *states.shape[1:])])
+        o, _ = kda_ops.chunk_kda(q, k, v, g, beta, initial_state=initial, use_qk_l2norm_in_kernel=True,
+                                 cu_seqlens=meta.cu_seqlens)
+        cache.state.index_copy_(0, shard.seq_slots, exit_state.to(cache.state.dtype))
+        cache.conv.index_copy_(0, shard.seq_slots, exit_window.transpose(1, 2).to(cache.conv.dtype))
+        return o[0]
+
+    def _pre_conv(self, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.stack([p["q_proj"], p["k_proj"], p["v_proj"]], dim=1)  # [T, 3, C]
+
+    def _recurrence_inputs(self, p: dict[str, torch.Tensor], qkv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Conv outputs [T, 3, C] -> q, k, v [1, T, H, K], the log-space gate g and beta [1, T, H] (batch of one)."""
         q, k, v = (self._heads(t)[None] for t in qkv.unbind(1))
         g = kda_ops.kda_gate(self._heads(self.f_b_proj(p["f_a_proj"])), self.A_log, self.dt_bias,
                              self.cfg.gate_lower_bound)
-        beta = torch.sigmoid(p["b_proj"].float())
-        slots = slots.long()
-        o, final = kda_ops.chunk_kda(q, k, v, g[None], beta[None], initial_state=cache.state[slots],
-                                     output_final_state=True, use_qk_l2norm_in_kernel=True,
-                                     cu_seqlens=meta.cu_seqlens)
-        cache.state.index_copy_(0, slots, final)
-        return o[0]
+        return q, k, v, g[None], torch.sigmoid(p["b_proj"].float())[None]
 
     def _decode(self, p: dict[str, torch.Tensor], meta: StepMeta, cache: KDACache) -> torch.Tensor:
         """One fused step per token (conv update, SiLU, L2 norm, gate, beta, recurrence) over the slot pools."""
         batch = meta.state_slots.shape[0]
         per_seq = (batch, p["q_proj"].shape[0] // batch)
-        qkv = torch.stack([p["q_proj"], p["k_proj"], p["v_proj"]], dim=1).view(*per_seq, 3, -1)
+        qkv = self._pre_conv(p).view(*per_seq, 3, -1)
         z = self._heads(self.f_b_proj(p["f_a_proj"])).view(*per_seq, self.cfg.num_heads, -1)
         o = kda_ops.fused_kda_decode(qkv, self._conv_weight(), cache.conv, z, self.A_log, self.dt_bias,
                                      self.cfg.gate_lower_bound, p["b_proj"].reshape(*per_seq, -1), cache.state,
                                      meta.state_slots, meta.num_accepted)
         return o.flatten(0, 1)
 
-    def forward(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool) -> torch.Tensor:
-        """x [T, D] -> [T, D]; updates the layer's state and conv slots in place."""
+    def forward(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool,
+                shard: ContextShard | None = None) -> torch.Tensor:
+        """x [T, D] -> [T, D]; updates the layer's state and conv slots in place. `shard`: this rank's part of a
+        context-parallel prefill."""
         p = self._project_inputs(x)
-        o = self._decode(p, meta, cache) if decode else self._prefill(p, meta, cache)
+        if decode:
+            o = self._decode(p, meta, cache)
+        elif shard is not None:
+            o = self._prefill_across_ranks(p, meta, cache, shard)
+        else:
+            o = self._prefill(p, meta, cache)
         return reduce_partial(self.o_proj(self.o_norm(o, self._output_gate(p)).flatten(1)), self.tp_group)

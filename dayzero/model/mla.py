@@ -15,6 +15,7 @@ from dayzero.model.indexer import Indexer
 from dayzero.model.norm import RMSNorm, linear
 from dayzero.model.rope import apply_rope
 from dayzero.model.step import MLACache, StepMeta
+from dayzero.model.zigzag import ContextShard, rows_of_all_ranks
 from dayzero.plugins import paged_cache, sparse_mla
 
 
@@ -59,18 +60,20 @@ class MLAttention(nn.Module):
         w = self.kv_b_proj.weight.view(cfg.num_heads, cfg.qk_nope_head_dim + cfg.v_head_dim, cfg.kv_lora_rank)
         return w[:, : cfg.qk_nope_head_dim], w[:, cfg.qk_nope_head_dim :]
 
-    def _write_latent(self, x: torch.Tensor, meta: StepMeta, cache: MLACache) -> None:
+    def _write_latent(self, x: torch.Tensor, meta: StepMeta, cache: MLACache, shard: ContextShard | None) -> None:
         c_kv, k_pe = self.kv_a_proj_with_mqa(x).split([self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1)
         if not self.cfg.use_nope:
             k_pe = apply_rope(k_pe, meta.positions, self.cfg.rope_theta)
-        paged_cache.write_latent(cache.latent_kv, torch.cat([self.kv_a_layernorm(c_kv), k_pe], dim=-1),
-                                 meta.slot_mapping, self.cfg.qk_rope_head_dim)
+        rows, slots = rows_of_all_ranks(torch.cat([self.kv_a_layernorm(c_kv), k_pe], dim=-1), meta.slot_mapping,
+                                        shard)
+        paged_cache.write_latent(cache.latent_kv, rows, slots, self.cfg.qk_rope_head_dim)
 
-    def _attend(self, q_abs: torch.Tensor, x, c_q, meta: StepMeta, cache: MLACache) -> torch.Tensor:
+    def _attend(self, q_abs: torch.Tensor, x, c_q, meta: StepMeta, cache: MLACache,
+                shard: ContextShard | None) -> torch.Tensor:
         scale = self.cfg.qk_head_dim ** -0.5
         v_dim = self.cfg.kv_lora_rank
         if self.has_indexer:
-            indices = self.indexer(x, c_q, meta, cache.index_k)
+            indices = self.indexer(x, c_q, meta, cache.index_k, shard)
             o, _ = sparse_mla.sparse_mla_paged(q_abs, cache.latent_kv, meta.block_table, meta.cu_seqlens, indices,
                                                scale, v_dim)
         else:
@@ -78,16 +81,18 @@ class MLAttention(nn.Module):
                                               meta.positions, scale, v_dim)
         return o
 
-    def forward(self, x: torch.Tensor, meta: StepMeta, cache: MLACache, decode: bool) -> torch.Tensor:
-        """x [T, D] -> [T, D]; writes the new tokens' latent (and index) rows into the paged caches."""
+    def forward(self, x: torch.Tensor, meta: StepMeta, cache: MLACache, decode: bool,
+                shard: ContextShard | None = None) -> torch.Tensor:
+        """x [T, D] -> [T, D]; writes the new tokens' latent (and index) rows into the paged caches. `shard`: this
+        rank's part of a context-parallel prefill, whose rows every rank's caches receive."""
         q, c_q = self._query(x)
         q_nope, q_pe = q.split([self.cfg.qk_nope_head_dim, self.cfg.qk_rope_head_dim], dim=-1)
         if not self.cfg.use_nope:
             q_pe = apply_rope(q_pe, meta.positions, self.cfg.rope_theta)
-        self._write_latent(x, meta, cache)
+        self._write_latent(x, meta, cache, shard)
         w_uk, w_uv = self._absorbed_weights()
         q_abs = torch.cat([torch.einsum("thn,hnc->thc", q_nope, w_uk), q_pe], dim=-1)
-        o = torch.einsum("thc,hvc->thv", self._attend(q_abs, x, c_q, meta, cache), w_uv).flatten(1)
+        o = torch.einsum("thc,hvc->thv", self._attend(q_abs, x, c_q, meta, cache, shard), w_uv).flatten(1)
         if self.cfg.output_gate:
             o = o * torch.sigmoid(self.g_proj(x))
         return reduce_partial(self.o_proj(o), self.tp_group)

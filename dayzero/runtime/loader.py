@@ -13,8 +13,8 @@ def load_step_engine(checkpoint: Path, options: ExportOptions) -> StepEngine:
     from dayzero.export.build import export_engine, load_engine
 
     entry, _ = export_engine(checkpoint, options)
-    if options.tp == 1:
+    if options.ranks == 1:
         return load_engine(entry)
-    from dayzero.dist.engine import TensorParallelEngine
+    from dayzero.dist.engine import MultiRankEngine
 
-    return TensorParallelEngine(entry, options.tp, [options.rank_device(rank) for rank in range(options.tp)])
+    return MultiRankEngine(entry, options.ranks, [options.rank_device(rank) for rank in range(options.ranks)])

@@ -11,7 +11,7 @@ import torch
 
 from dayzero.cache import CompilationCache
 from dayzero.dist.collectives import unordered_collectives
-from dayzero.dist.engine import TensorParallelEngine
+from dayzero.dist.engine import MultiRankEngine
 from dayzero.errors import DayzeroError
 from dayzero.export.build import export_engine, load_rank_model
 from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
@@ -61,7 +61,7 @@ def _compare_with_one_rank(engine, checkpoint, tolerance: float) -> None:
 def test_eager_ranks_match_one_rank(checkpoints, variant, ep, tmp_path):
     entry, _ = export_engine(checkpoints[variant], ExportOptions(backend="eager", tp=2, ep=ep, max_batch=4),
                              CompilationCache(tmp_path))
-    engine = TensorParallelEngine(entry, 2, CPU_RANKS)
+    engine = MultiRankEngine(entry, 2, CPU_RANKS)
     try:
         kda_state = next(s for s in engine.manifest.cache_tensors if s.name == "state")
         assert kda_state.unit_shape[0] == 1  # rank 0 holds one of tiny-hybrid's two KDA heads
@@ -104,17 +104,18 @@ def test_greedy_generation_with_speculation_equals_one_rank(checkpoints, tmp_pat
 def test_a_rank_that_cannot_start_is_reported(checkpoints, tmp_path):
     entry, _ = export_engine(checkpoints["plain"], ExportOptions(backend="eager", tp=2, max_batch=4),
                              CompilationCache(tmp_path))
-    with pytest.raises(DayzeroError, match="tensor-parallel rank 1 could not load its engine"):
-        TensorParallelEngine(entry, 2, ["cpu", "no-such-device"])
+    with pytest.raises(DayzeroError, match="rank 1 could not load its engine"):
+        MultiRankEngine(entry, 2, ["cpu", "no-such-device"])
 
 
 @pytest.mark.parametrize("fields, message", [
     ({"tp": 2, "backend": "onnx"}, "single-rank"),
     ({"tp": 2, "backend": "aoti"}, "need GPUs"),
-    ({"cp": 2}, "not built yet; use --tp N"),
+    ({"cp": 2}, "run the eager engine"),
+    ({"cp": 2, "tp": 2, "backend": "eager"}, "--cp with --tp > 1 is not built yet"),
     ({"ep": 2}, "must be 1 .* or equal --tp 1"),
     ({"tp": 4, "ep": 2}, "must be 1 .* or equal --tp 4"),
-], ids=["onnx", "aoti-cpu", "cp", "ep-without-tp", "ep-not-tp"])
+], ids=["onnx", "aoti-cpu", "cp-aoti", "cp-with-tp", "ep-without-tp", "ep-not-tp"])
 def test_unsupported_layouts_are_refused(fields, message):
     with pytest.raises(DayzeroError, match=message):
         ExportOptions(**fields)
@@ -123,7 +124,7 @@ def test_unsupported_layouts_are_refused(fields, message):
 def test_a_rank_that_died_is_reported_before_the_next_step(checkpoints, tmp_path):
     entry, _ = export_engine(checkpoints["plain"], ExportOptions(backend="eager", tp=2, max_batch=4),
                              CompilationCache(tmp_path))
-    engine = TensorParallelEngine(entry, 2, CPU_RANKS)
+    engine = MultiRankEngine(entry, 2, CPU_RANKS)
     workers = list(engine.workers)
     try:
         workers[0].kill()

@@ -1,0 +1,91 @@
+"""Context-parallel engines on CPU (gloo, one worker process per extra rank) == the one-rank reference: chunked
+prefill of prompts split zigzag over the ranks (chunks shorter than the conv window, ranks with no tokens), then
+decode, compared step by step and cache by cache (KDA states and windows folded from the ranks' summaries, every
+rank's latent and index rows)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dayzero.cache import CompilationCache
+from dayzero.dist.engine import MultiRankEngine
+from dayzero.export.build import export_engine
+from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
+from dayzero.export.options import ExportOptions
+from dayzero.model import load
+from dayzero.model.checkpoint_writer import write_random_checkpoint
+from dayzero.model.step import StepMeta, contiguous_meta
+from tests.helpers import TINY_CONFIG, rel_err
+
+PAGES_PER_SEQ, SLOTS_PER_SEQ = 3, 2
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_random_checkpoint(TINY_CONFIG, tmp_path_factory.mktemp("cp") / "tiny", torch.float32, seed=5)
+
+
+def _prefill_meta(context: list[int], new: list[int], first_seq: int = 0) -> StepMeta:
+    """Prefill metadata of sequences first_seq.. laid out as contiguous_meta lays out the whole batch."""
+    meta = contiguous_meta([0] * first_seq + context, [1] * first_seq + new, PAGES_PER_SEQ, SLOTS_PER_SEQ)
+    keep = slice(first_seq, None)
+    skip = first_seq
+    return StepMeta(positions=meta.positions[skip:], cu_seqlens=meta.cu_seqlens[skip:] - skip,
+                    block_table=meta.block_table[keep], slot_mapping=meta.slot_mapping[skip:],
+                    state_slots=meta.state_slots[keep], num_accepted=meta.num_accepted[keep])
+
+
+def _steps(engine, caches, prompts: list[list[int]], decode_tokens: list[list[list[int]]]) -> list[torch.Tensor]:
+    """Prefill in two chunks (the second continues the first two prompts after cached context), then decode."""
+    first = [len(p) // 2 or len(p) for p in prompts]
+    out = [engine.prefill(torch.tensor(sum((p[:n] for p, n in zip(prompts, first)), [])),
+                          _prefill_meta([0] * len(prompts), first), caches)]
+    rest = [(p[n:], n) for p, n in zip(prompts, first) if len(p) > n]
+    out.append(engine.prefill(torch.tensor(sum((r for r, _ in rest), [])),
+                              _prefill_meta([n for _, n in rest], [len(r) for r, _ in rest]), caches))
+    done = [len(p) for p in prompts]
+    for tokens in decode_tokens:
+        meta = contiguous_meta(done, [2] * len(prompts), PAGES_PER_SEQ, SLOTS_PER_SEQ, decode=True)
+        out.append(engine.decode(torch.tensor(tokens), meta, caches))
+        done = [d + 2 for d in done]
+    return out
+
+
+def _same_cache(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    if got.dtype != torch.uint8:
+        return rel_err(got, expected) < 1e-5
+    # MXFP8 bytes: a rank projects its keys in a batch of another size, and a value that sits on an e4m3 rounding
+    # boundary may round one code apart
+    apart = (got.int() - expected.int()).abs()
+    return apart.max() <= 1 and (apart > 0).float().mean() < 1e-3
+
+
+@pytest.mark.parametrize("cp, lengths, index_cache", [
+    (2, [37, 70, 3], "bf16"),
+    (3, [61, 5, 2], "mxfp8"),
+    (3, [4, 2, 1], "bf16"),  # the first step's chunks leave rank 2 nothing but padding
+], ids=["cp2", "cp3-mxfp8", "cp3-short"])
+def test_context_parallel_ranks_match_one_rank(checkpoint, tmp_path, cp, lengths, index_cache):
+    gen = torch.Generator().manual_seed(cp)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lengths]
+    decode_tokens = [torch.randint(0, 256, (len(lengths), 2), generator=gen).tolist() for _ in range(2)]
+    options = ExportOptions(backend="eager", cp=cp, max_batch=4, index_cache=index_cache)
+    entry, _ = export_engine(checkpoint, options, CompilationCache(tmp_path))
+    model = load(checkpoint, dtype=torch.float32)
+    reference = EagerEngine(model, eager_manifest(model, options.cache_format, 4))
+    num_pages, num_slots = PAGES_PER_SEQ * len(lengths), SLOTS_PER_SEQ * len(lengths)
+    expected_caches = allocate_flat_caches(reference.manifest, num_pages, num_slots)
+    expected = _steps(reference, expected_caches, prompts, decode_tokens)
+    engine = MultiRankEngine(entry, cp, ["cpu"] * cp)
+    try:
+        caches = allocate_flat_caches(engine.manifest, num_pages, num_slots)
+        got = _steps(engine, caches, prompts, decode_tokens)
+    finally:
+        workers = list(engine.workers)
+        engine.close()
+    assert [process.returncode for process in workers] == [0] * (cp - 1)
+    for step, (g, e) in enumerate(zip(got, expected)):
+        assert g.shape == e.shape and rel_err(g, e) < 1e-5, step
+    for spec, g, e in zip(engine.manifest.cache_tensors, caches, expected_caches):
+        assert _same_cache(g, e), (spec.layer, spec.name)
