@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR [--prefill-tokens 32768] [--no-sweep]
     PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR --quick-decode   # the four B64 decode cases, new vs old
+    PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR --quick-decode --gluon   # + the Gluon BF16 decode
 
 Measures the ceilings first (device-to-device copy, bytes read + written; bf16 8192^3 matmul), checks every
 benchmarked kernel against a vectorized torch equivalent of the reference on sampled tokens of the bench inputs,
@@ -31,6 +32,7 @@ from bench.common import graph_replay_ms
 from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, pack_fp8_latent, unpack_fp8_latent
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.sparse_mla import schedule
+from dayzero.plugins.sparse_mla.gluon_decode_kernel import sparse_mla_decode_gluon_launcher
 from dayzero.plugins.sparse_mla.kernel import dense_mla_launcher, sparse_mla_launcher
 
 NOPE, ROPE, TOPK = 512, 64, 2048
@@ -47,6 +49,10 @@ VALUE_BLOCK_SWEEP = [(32, 2, 2), (32, 3, 2), (16, 3, 4)]
 # --decode-warps: the quick decode default also at these warp counts (16: a [64, 512] accumulator of 64 registers a
 # thread, where 8 warps hold 128 of 255)
 EXTRA_DECODE_WARPS: list[int] = []
+# --gluon: the BF16 decode cases also time the Gluon decode kernel (gluon_decode_kernel.py), under these config names:
+# half the score block a warpgroup (the design) and all of it (`full_scores`)
+GLUON_CONFIGS = {"gluon": False, "gluon-full-scores": True}
+GLUON_DECODE: list[bool] = []
 
 
 def bench_ms(fn, rep_ms: int = 200) -> float:
@@ -148,14 +154,22 @@ def sparse_case(name, tokens_per_seq, num_seqs, heads, context, fmt, configs, ro
     for cfg in configs:
         # every config is checked on the bench inputs, not only the default
         try:
-            o, lse = sparse_mla_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, config=cfg)
+            o, lse = sparse_launch(q, cache, table, cu, idx, cfg)
         except Exception as exc:  # a config over the shared memory limit must not stop the others
-            records.append({**base, "config": vars(cfg), "error": f"{type(exc).__name__}: {exc}"[:500]})
+            records.append({**base, "config": config_name(cfg), "error": f"{type(exc).__name__}: {exc}"[:500]})
             continue
         check = check_tokens(o[picked], lse[picked], q[picked], rows, torch.ones_like(idx[picked], dtype=torch.bool))
-        records.append(timed({**base, **check}, lambda c, i: sparse_mla_launcher(
-            *_rotated(inputs, i, cache, table, cu), SM_SCALE, NOPE, config=c), cfg, sets))
+        records.append(timed({**base, **check}, lambda c, i: sparse_launch(*_rotated(inputs, i, cache, table, cu), c),
+                             cfg, sets))
     return records
+
+
+def sparse_launch(q, cache, table, cu, idx, config):
+    """The Triton launcher with `config`, or the Gluon decode for a config name of GLUON_CONFIGS."""
+    if isinstance(config, str):
+        return sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE,
+                                                full_scores=GLUON_CONFIGS[config])
+    return sparse_mla_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, config=config)
 
 
 def _rotated(inputs, i, cache, table, cu):
@@ -207,9 +221,14 @@ class _Compiled:
         return run
 
 
+def config_name(config):
+    """A record's config: 'default' (None), a name (GLUON_CONFIGS), or the tile config's fields."""
+    return "default" if config is None else config if isinstance(config, str) else vars(config).copy()
+
+
 def timed(base: dict, run, config, sets: int) -> dict:
     record = dict(base)
-    record["config"] = "default" if config is None else vars(config).copy()
+    record["config"] = config_name(config)
     try:
         counter = iter(range(10**9))
         run(config, 0)
@@ -267,7 +286,7 @@ def quick_decode_configs(heads: int, fmt: str) -> list:
     configs = [None] + [c for c in (narrow, wide, replace(narrow, num_stages=4)) if c != default]
     configs += [replace(default, num_warps=w) for w in EXTRA_DECODE_WARPS]
     if fmt == "bf16":
-        return configs
+        return configs + list(GLUON_CONFIGS) * bool(GLUON_DECODE)
     return configs + [replace(default, e4m3_bits=False)]
 
 
@@ -337,7 +356,7 @@ def print_table(ceil: dict, records: list) -> None:
           f"{'%roof':>6} {'graph ms':>9} {'%copy':>6} {'TFLOP/s':>8}")
     for r in records:
         c = r["config"]
-        cfg = c if c == "default" else (f"h{c['block_h']} n{c['block_n']} s{c['num_stages']} w{c['num_warps']}"
+        cfg = c if isinstance(c, str) else (f"h{c['block_h']} n{c['block_n']} s{c['num_stages']} w{c['num_warps']}"
                                         f"{' dv' + str(c['dv_blocks']) if c.get('dv_blocks', 1) > 1 else ''}"
                                         f"{' cvt' if not c.get('e4m3_bits', True) and 'fp8' in r['case'] else ''}")
         if "ms" not in r:
@@ -367,8 +386,11 @@ def main() -> int:
                         help="the page table: pages anywhere in the cache, or each sequence's pages contiguous")
     parser.add_argument("--decode-warps", type=lambda text: [int(w) for w in text.split(",")], default=[],
                         help="with --quick-decode: also time the default tiles at these warp counts, e.g. 16")
+    parser.add_argument("--gluon", action="store_true",
+                        help="with --quick-decode: also time the Gluon decode kernel on the BF16 cases")
     args = parser.parse_args()
     EXTRA_DECODE_WARPS.extend(args.decode_warps)
+    GLUON_DECODE.extend([True] * args.gluon)
     INPUT_ORDER.update(indices=args.index_order, pages=args.page_order)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)

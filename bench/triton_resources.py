@@ -110,18 +110,28 @@ def _signature(fn, constexprs: dict, types: dict[str, str]) -> dict[str, str]:
     return {name: "constexpr" if name in constexprs else types.get(name, "*bf16") for name in fn.arg_names}
 
 
+def _source_class(fn):
+    """Triton's AST source, or Gluon's for a `gluon.jit` kernel (it lowers straight to TTGIR)."""
+    if fn.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource
+    return triton.compiler.ASTSource
+
+
 def compile_resources(fn, constexprs: dict, types: dict[str, str] | None = None, num_warps: int = 4,
                       num_stages: int = 1, arch: int = 90, align: bool = True,
                       maxnreg: int | None = None, divisible: tuple[str, ...] = ()) -> tuple[Resources, object]:
-    """Compile `fn` (a @triton.jit function) for sm_`arch` with `constexprs`; `types` maps argument names to
-    Triton types ('*fp32', 'fp32', 'i64', ...); the others are '*bf16'. `divisible` names integer arguments that
-    get the divisibility-by-16 hint (the launcher gives it to integers that are multiples of 16, e.g. strides)."""
+    """Compile `fn` (a @triton.jit or @gluon.jit function) for sm_`arch` with `constexprs`; `types` maps argument
+    names to Triton types ('*fp32', 'fp32', 'i64', ...); the others are '*bf16'. `divisible` names integer
+    arguments that get the divisibility-by-16 hint (the launcher gives it to integers that are multiples of 16, e.g.
+    strides)."""
     sig = _signature(fn, constexprs, types or {})
     attrs = {}
     if align:
         attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
                  if sig[name].startswith("*") or name in divisible}
-    src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    src = _source_class(fn)(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     target = GPUTarget("cuda", arch, 32)
     options = {"num_warps": num_warps, "num_stages": num_stages}
     if maxnreg is not None:

@@ -1,0 +1,98 @@
+"""Offline sm_90 build of the Gluon sparse MLA decode kernel (no GPU needed): resources and the key loop's op order.
+
+    PYTHONPATH=/tmp/t36:. python bench/sparse_mla_gluon_offline.py [--out DIR]
+
+Triton 3.6 (the H200's) must come first on the path: Gluon's API differs between releases. Builds the split
+variant (B64 H64: 64 programs, two splits) and the unsplit one (B64 H128: 128 programs), each with half and with
+full score blocks a warpgroup (`full_scores`), prints registers, spills
+and shared memory (bench/triton_resources.py), then the ops of the key loop in program order, from the TTGIR and
+from the PTX (runs of one instruction collapsed to `op xN`): the next block's cp.async must come before the
+current block's score wgmma.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from bench.triton_resources import compile_resources
+from dayzero.plugins.sparse_mla import gluon_decode_kernel
+
+TYPES = {"rows": "*i32", "num_slots": "*i32", "lse": "*fp32", "o_part": "*fp32", "lse_part": "*fp32",
+         "sm_scale": "fp32", "num_tokens": "i32", "num_heads": "i32", "num_head_blocks": "i32", "num_splits": "i32",
+         "stride_qt": "i32", "stride_qh": "i32", "stride_rows": "i32"}
+TTGIR_OPS = ("warp_group_dot_wait", "warp_group_dot", "async_copy_global_to_local", "async_commit_group",
+             "async_wait", "fence_async_shared", "gpu.barrier", "convert_layout", "scf.yield")
+PTX_OPS = ("wgmma.wait_group", "wgmma.mma_async", "wgmma.commit_group", "cp.async.cg", "cp.async.commit_group",
+           "cp.async.wait_group", "fence.proxy.async", "bar.sync", "ld.global", "ex2", "bra")
+
+
+def collapse(ops: list[str]) -> list[str]:
+    """Runs of one op -> 'op xN'."""
+    out: list[list] = []
+    for op in ops:
+        if out and out[-1][0] == op:
+            out[-1][1] += 1
+        else:
+            out.append([op, 1])
+    return [op if n == 1 else f"{op} x{n}" for op, n in out]
+
+
+def ttgir_loop_order(ttgir: str) -> list[str]:
+    body = ttgir[ttgir.index("scf.for"):]
+    body = body[:body.index("scf.yield") + len("scf.yield")]
+    ops = []
+    for line in body.splitlines()[1:]:
+        name = next((op for op in TTGIR_OPS if op in line), None)
+        if name:
+            pending = re.search(r"(num|pendings) = (\d+)", line)
+            ops.append(f"{name} {pending.group(2)}" if pending and "wait" in name else name)
+    return collapse(ops)
+
+
+def ptx_loop_order(ptx: str) -> list[str]:
+    """The ops of the first loop of the PTX (the key loop: from its header label to its back branch)."""
+    lines = ptx.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(r"\$L__BB\d+_\d+:.*Loop Header", line)
+                 or (re.match(r"\$L__BB\d+_\d+:", line) and "Loop Header" in " ".join(lines[i + 1:i + 2])))
+    label = lines[start].split(":")[0]
+    end = max(i for i, line in enumerate(lines) if re.search(rf"\bbra(\.uni)?\s+{re.escape(label)};", line))
+    ops = []
+    for line in lines[start:end + 1]:
+        text = re.sub(r"^\s*(@!?%p\d+\s+)?", "", line)
+        name = next((op for op in PTX_OPS if text.startswith(op)), None)
+        if name:
+            wait = re.match(r"\S+\s+(\d+);", text)
+            ops.append(f"{name} {wait.group(1)}" if wait and "wait_group" in name else name)
+    return collapse(ops)
+
+
+def build(split: bool, full_scores: bool):
+    constexprs = dict(ROW=576, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=gluon_decode_kernel.BLOCK_N,
+                      SPLIT=split, FULL_SCORES=full_scores)
+    return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, TYPES,
+                             num_warps=gluon_decode_kernel.NUM_WARPS,
+                             divisible=("stride_qt", "stride_qh", "stride_rows"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=None, help="also write the TTGIR and PTX of both builds here")
+    args = parser.parse_args()
+    for full_scores in (False, True):
+        scores = "full scores [8, 1]" if full_scores else "half scores [4, 2]"
+        for name, split in (("split (B64 H64)", True), ("unsplit (B64 H128)", False)):
+            resources, compiled = build(split, full_scores)
+            print(f"{scores}, {name}: {resources.line()}")
+            if args.out:
+                args.out.mkdir(parents=True, exist_ok=True)
+                stem = f"gluon_decode_split{int(split)}_full{int(full_scores)}"
+                (args.out / f"{stem}.ttgir").write_text(compiled.asm["ttgir"])
+                (args.out / f"{stem}.ptx").write_text(compiled.asm["ptx"])
+        print(f"{scores}, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
+        print(f"{scores}, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
+
+
+if __name__ == "__main__":
+    main()
