@@ -71,6 +71,9 @@ ENGINE_OPTIONS = [
     click.option("--gpu-memory-fraction", type=float, default=0.8, show_default=True,
                  help="Share of the free GPU memory the caches take when --memory-mb is not given."),
     click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU."),
+    click.option("--token-budget", type=int, default=2048, show_default=True,
+                 help="Prompt tokens a prefill step takes (longer prompts are prefilled in chunks); with --cp, each "
+                 "step's tokens are what the ranks split."),
     click.option("--num-draft", type=int, default=0, show_default=True,
                  help="Speculative decoding: draft tokens (prompt lookup) verified per decode step; 0 = off."),
 ]
@@ -83,8 +86,8 @@ def engine_options(command):
     return command
 
 
-def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs, num_draft,
-              max_batch):
+def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs,
+              token_budget, num_draft, max_batch):
     from dayzero.export.options import ExportOptions
     from dayzero.runtime.llm import LLM
     from dayzero.runtime.llm_engine import RuntimeOptions
@@ -97,7 +100,8 @@ def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, memory_mb, gpu_mem
     export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max_batch, num_draft=num_draft,
                            tp=tp, cp=cp, ep=ep)
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
-                             gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs)
+                             gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs,
+                             token_budget=token_budget)
     llm = LLM(checkpoint, export, runtime)
     ranks = f" x {export.ranks} ranks" if export.ranks > 1 else ""
     click.echo(f"[engine: {backend} on {device}{ranks}, loaded in {llm.load_seconds:.1f} s; "

@@ -39,6 +39,19 @@ def test_init_checkpoint_then_run_it(tmp_path):
     assert re.search(r"drafts accepted \d+/\d+ \(\d+%\)", result.output), result.output
 
 
+def test_context_parallel_run_answers_the_same_text(tmp_path, monkeypatch):
+    """`--cp 2` with a small token budget: the prompt's prefill chunks continue after cached context on two ranks."""
+    monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
+    args = ["run", "--max-tokens", "12", "--prompt", "context parallel prefill " * 6, "--token-budget", "64"]
+    texts = []
+    for extra in ([], ["--cp", "2"]):
+        result = CliRunner().invoke(cli, args + extra, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        texts.append(re.split(r"--- req-\d+", result.output)[1].split("\n[")[0])
+    assert "x 2 ranks" in result.output and "12 generated" in result.output
+    assert texts[0] == texts[1] and "context parallel prefill" in texts[0]
+
+
 def run_main(*args, env=None):
     return subprocess.run([sys.executable, "-c", "from dayzero.cli import main; main()", *args],
                           capture_output=True, text=True, cwd=ROOT, env=env)
