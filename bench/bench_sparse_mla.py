@@ -31,7 +31,7 @@ import triton.testing
 from bench.common import graph_replay_ms
 from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, pack_fp8_latent, unpack_fp8_latent
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
-from dayzero.plugins.sparse_mla import schedule
+from dayzero.plugins.sparse_mla import fp8_prefill, schedule
 from dayzero.plugins.sparse_mla.gluon_decode_kernel import sparse_mla_decode_gluon_launcher
 from dayzero.plugins.sparse_mla.kernel import dense_mla_launcher, sparse_mla_launcher
 
@@ -52,6 +52,8 @@ EXTRA_DECODE_WARPS: list[int] = []
 # --gluon: the BF16 decode cases also time the Gluon decode kernel (gluon_decode_kernel.py), under these config names:
 # half the score block a warpgroup (the design) and all of it (`full_scores`)
 GLUON_CONFIGS = {"gluon": False, "gluon-full-scores": True}
+# FP8 prefill through a BF16 copy of the pages (fp8_prefill.py; what the op does in eager CUDA prefill)
+BF16_COPY = "fp8-via-bf16-copy"
 GLUON_DECODE: list[bool] = []
 
 
@@ -165,7 +167,11 @@ def sparse_case(name, tokens_per_seq, num_seqs, heads, context, fmt, configs, ro
 
 
 def sparse_launch(q, cache, table, cu, idx, config):
-    """The Triton launcher with `config`, or the Gluon decode for a config name of GLUON_CONFIGS."""
+    """The Triton launcher with `config`; for BF16_COPY, the FP8 pages decoded to a BF16 copy first (the op's FP8
+    prefill, timed with the copy); the Gluon decode for a config name of GLUON_CONFIGS."""
+    if config == BF16_COPY:
+        cache, table = fp8_prefill.bf16_workspace(cache, table, cu, idx, ROPE)
+        return sparse_mla_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     if isinstance(config, str):
         return sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE,
                                                 full_scores=GLUON_CONFIGS[config])
@@ -222,7 +228,7 @@ class _Compiled:
 
 
 def config_name(config):
-    """A record's config: 'default' (None), a name (GLUON_CONFIGS), or the tile config's fields."""
+    """A record's config: 'default' (None), a name (BF16_COPY, GLUON_CONFIGS), or the tile config's fields."""
     return "default" if config is None else config if isinstance(config, str) else vars(config).copy()
 
 
@@ -328,7 +334,8 @@ def cases(args) -> list:
     old_fp8 = replace(schedule.tile_config(128, torch.bfloat16, dense=False), e4m3_bits=False)
     two_deep = schedule.sparse_tile_config(128, torch.bfloat16)
     out.append((f"prefill T{prefill} H128 fp8", lambda: sparse_case(f"prefill T{prefill} H128 fp8", prefill, 1, 128,
-                                                                     prefill + TOPK, "fp8", [None, two_deep, old_fp8],
+                                                                     prefill + TOPK, "fp8",
+                                                                     [None, BF16_COPY, two_deep, old_fp8],
                                                                      rotate=False)))
     out.append(("dense decode B64 H32 ctx8192 bf16",
                 lambda: dense_case("dense decode B64 H32 ctx8192 bf16", 1, 64, 32, 8192, "bf16", [None])))

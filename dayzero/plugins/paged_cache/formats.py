@@ -34,7 +34,7 @@ def fp8_latent_record_bytes(nope_dim: int, rope_dim: int) -> int:
     return nope_dim + 4 * (nope_dim // FP8_TILE) + 2 * rope_dim
 
 
-def _nope_dim(record_bytes: int, rope_dim: int) -> int:
+def fp8_latent_nope_dim(record_bytes: int, rope_dim: int) -> int:
     return (record_bytes - 2 * rope_dim) * FP8_TILE // (FP8_TILE + 4)
 
 
@@ -57,7 +57,7 @@ def pack_fp8_latent(rows: torch.Tensor, rope_dim: int) -> torch.Tensor:
 
 def unpack_fp8_latent(records: torch.Tensor, rope_dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """records uint8 [T, record bytes] -> rows [T, nope + rope]."""
-    nope = _nope_dim(records.shape[1], rope_dim)
+    nope = fp8_latent_nope_dim(records.shape[1], rope_dim)
     tiles = nope // FP8_TILE
     q = records[:, :nope].contiguous().view(torch.float8_e4m3fn)
     scales = records[:, nope : nope + 4 * tiles].contiguous().view(torch.float32)

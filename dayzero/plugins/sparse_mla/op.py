@@ -43,12 +43,16 @@ def sparse_mla_paged(q: torch.Tensor, latent_cache: torch.Tensor, block_table: t
         return reference.sparse_mla_paged(q, latent_cache, block_table, cu_seqlens, indices, sm_scale, v_dim)
     from torch.library import wrap_triton
 
-    from dayzero.plugins.sparse_mla import gluon_decode_kernel
+    from dayzero.plugins.sparse_mla import fp8_prefill, gluon_decode_kernel
     from dayzero.plugins.sparse_mla.kernel import sparse_mla_launcher
 
     if gluon_decode_kernel.gluon_decode_applies(q, latent_cache, v_dim):
         return gluon_decode_kernel.sparse_mla_decode_gluon_launcher(
             _unit_last_stride(q), latent_cache, block_table.contiguous(), cu_seqlens, indices, sm_scale, v_dim)
+    if fp8_prefill.workspace_applies(q, latent_cache, cu_seqlens):
+        workspace = fp8_prefill.bf16_workspace(latent_cache, block_table, cu_seqlens, indices, q.shape[-1] - v_dim)
+        if workspace is not None:
+            latent_cache, block_table = workspace
     return sparse_mla_launcher(_unit_last_stride(q), latent_cache, block_table.contiguous(), cu_seqlens, indices,
                                sm_scale, v_dim, launch=wrap_triton)
 
