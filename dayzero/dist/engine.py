@@ -4,7 +4,8 @@ other rank, stepped in lockstep.
 The runtime sees one StepEngine. Each step, rank 0 broadcasts the step's inputs (and the state slots its pool
 zeroed since the last step) to the workers as two int64 tensors (step_message.py), then every rank runs its own
 engine over its own caches; the engines' collectives meet inside the step. Rank 0's logits are the step's result
-(tensor-parallel ranks all compute them; of context-parallel ranks, rank 0 runs every sequence's last chunk).
+(tensor-parallel ranks all compute them; of context-parallel ranks, rank 0 runs every sequence's last chunk, and
+it decodes alone).
 """
 
 from __future__ import annotations
@@ -29,10 +30,7 @@ WORKER_START_TIMEOUT_S = 600
 
 
 class MultiRankEngine:
-    # the per-step broadcast of inputs is host work that a CUDA graph cannot replay
-    graph_capturable = False
-
-    def __init__(self, entry: Entry, tp: int, devices: list[str]):
+    def __init__(self, entry: Entry, ranks: int, devices: list[str]):
         from dayzero.export.build import load_engine
 
         self._folder = tempfile.TemporaryDirectory(prefix="dayzero-world-")
@@ -40,7 +38,7 @@ class MultiRankEngine:
         # separate processes rather than multiprocessing: a worker must not re-import the caller's main module
         self.workers = [subprocess.Popen([sys.executable, "-m", "dayzero.dist.worker", "--entry", str(entry.path),
                                           "--key", entry.key, "--folder", str(folder), "--device", devices[rank],
-                                          "--rank", str(rank), "--world", str(tp)]) for rank in range(1, tp)]
+                                          "--rank", str(rank), "--world", str(ranks)]) for rank in range(1, ranks)]
         try:
             self.local = load_engine(entry, 0)
             self.manifest = self.local.manifest
@@ -50,8 +48,13 @@ class MultiRankEngine:
             self._kill_workers()
             self._folder.cleanup()
             raise
-        self._commands = join_world(0, tp, str(folder / "store"), devices[0])
+        self._commands = join_world(0, ranks, str(folder / "store"), devices[0])
         self._resets: list[tuple[int, int]] = []
+        # After a context-parallel prefill every rank holds the sequence's caches, and only a later prefill reads
+        # them there (a preempted sequence is prefilled again from scratch): rank 0 decodes alone. Tensor-parallel
+        # ranks decode together, and the per-step broadcast of inputs is host work that a CUDA graph cannot replay.
+        self.decodes_alone = self.manifest.extra.get("cp", 1) > 1
+        self.graph_capturable = self.decodes_alone
 
     def _wait_ready(self, folder: Path) -> None:
         deadline = time.monotonic() + WORKER_START_TIMEOUT_S
@@ -96,7 +99,8 @@ class MultiRankEngine:
         return self.local.prefill(input_ids, meta, caches)
 
     def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
-        self._send_step("decode", input_ids, meta, caches)
+        if not self.decodes_alone:
+            self._send_step("decode", input_ids, meta, caches)
         return self.local.decode(input_ids, meta, caches)
 
     def _stop_workers(self) -> None:

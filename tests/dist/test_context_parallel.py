@@ -85,6 +85,7 @@ def _compare_with_one_rank(checkpoint, tmp_path, cp: int, lengths: list[int], in
     expected_caches = allocate_flat_caches(reference.manifest, num_pages, num_slots)
     expected = _steps(reference, expected_caches, prompts, decode_tokens, pages_per_seq)
     engine = MultiRankEngine(entry, cp, [options.rank_device(rank) for rank in range(cp)])
+    assert engine.decodes_alone and engine.graph_capturable
     try:
         caches = allocate_flat_caches(engine.manifest, num_pages, num_slots)
         got = _steps(engine, caches, prompts, decode_tokens, pages_per_seq)

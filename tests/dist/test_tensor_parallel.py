@@ -62,6 +62,7 @@ def test_eager_ranks_match_one_rank(checkpoints, variant, ep, tmp_path):
     entry, _ = export_engine(checkpoints[variant], ExportOptions(backend="eager", tp=2, ep=ep, max_batch=4),
                              CompilationCache(tmp_path))
     engine = MultiRankEngine(entry, 2, CPU_RANKS)
+    assert not engine.decodes_alone and not engine.graph_capturable
     try:
         kda_state = next(s for s in engine.manifest.cache_tensors if s.name == "state")
         assert kda_state.unit_shape[0] == 1  # rank 0 holds one of tiny-hybrid's two KDA heads
