@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 from pathlib import Path
 
 import torch
@@ -71,6 +72,9 @@ def _run(engine: StepEngine, device: str, commands: dist.ProcessGroup) -> None:
 
 
 def main() -> None:
+    # A Ctrl-C reaches the terminal's whole process group: rank 0 handles it (draining, then the stop command, which
+    # ends this loop); here it would only end the loop mid-step with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parser = argparse.ArgumentParser(description=__doc__)
     for name in ("entry", "key", "folder", "device"):
         parser.add_argument(f"--{name}", required=True)
