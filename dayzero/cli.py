@@ -71,9 +71,9 @@ ENGINE_OPTIONS = [
     click.option("--gpu-memory-fraction", type=float, default=0.8, show_default=True,
                  help="Share of the free GPU memory the caches take when --memory-mb is not given."),
     click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU."),
-    click.option("--token-budget", type=int, default=2048, show_default=True,
-                 help="Prompt tokens a prefill step takes (longer prompts are prefilled in chunks); with --cp, each "
-                 "step's tokens are what the ranks split."),
+    click.option("--token-budget", type=int, default=None,
+                 help="Prompt tokens a prefill step takes (longer prompts are prefilled in chunks), which --cp ranks "
+                 "split. Default: 2048 a context-parallel rank."),
     click.option("--num-draft", type=int, default=0, show_default=True,
                  help="Speculative decoding: draft tokens (prompt lookup) verified per decode step; 0 = off."),
 ]

@@ -24,11 +24,15 @@ from dayzero.runtime.sequence import Sequence, Status
 from dayzero.runtime.spec_decode import PROPOSERS, accept, greedy_run
 from dayzero.runtime.state_pool import StatePool
 
+# prefill tokens a step gives each rank by default (context-parallel ranks split a step's tokens)
+TOKENS_PER_RANK = 2048
+
 
 @dataclass(frozen=True)
 class RuntimeOptions:
     max_batch: int | None = None  # default: the engine's
-    token_budget: int = 2048  # prefill tokens per step (chunked prefill)
+    # prefill tokens per step (chunked prefill); default TOKENS_PER_RANK for each context-parallel rank
+    token_budget: int | None = None
     gpu_memory_fraction: float = 0.8
     memory_bytes: int | None = None
     cuda_graphs: bool = True
@@ -37,7 +41,7 @@ class RuntimeOptions:
     def __post_init__(self):
         if self.draft_method not in PROPOSERS:
             raise DayzeroError(f"unknown draft method {self.draft_method!r}; choose one of {', '.join(PROPOSERS)}")
-        if self.token_budget < 1:
+        if self.token_budget is not None and self.token_budget < 1:
             raise DayzeroError(f"the prefill token budget must be at least 1, got {self.token_budget}")
         if not 0 < self.gpu_memory_fraction <= 1:
             raise DayzeroError(f"--gpu-memory-fraction must be in (0, 1], got {self.gpu_memory_fraction}")
@@ -79,7 +83,8 @@ class LLMEngine:
         self.blocks = BlockManager(self.capacity.num_pages, manifest.page_size)
         self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq,
                                 slot_tensors(manifest, self.caches), getattr(engine, "on_slots_reset", None))
-        self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, options.token_budget, manifest.max_len,
+        token_budget = options.token_budget or TOKENS_PER_RANK * manifest.extra.get("cp", 1)
+        self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, token_budget, manifest.max_len,
                                    manifest.num_draft)
         self.propose = PROPOSERS[options.draft_method]()
         self.max_pages = math.ceil(manifest.max_len / manifest.page_size)

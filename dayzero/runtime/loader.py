@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
+from dayzero.errors import DayzeroError
 from dayzero.export.engine import StepEngine
 from dayzero.export.options import ExportOptions
 
@@ -12,9 +15,21 @@ def load_step_engine(checkpoint: Path, options: ExportOptions) -> StepEngine:
     """Export (or find in the compilation cache) and load the engine of a checkpoint (all its ranks)."""
     from dayzero.export.build import export_engine, load_engine
 
+    _check_gpus(options)
     entry, _ = export_engine(checkpoint, options)
     if options.ranks == 1:
         return load_engine(entry)
     from dayzero.dist.engine import MultiRankEngine
 
     return MultiRankEngine(entry, options.ranks, [options.rank_device(rank) for rank in range(options.ranks)])
+
+
+def _check_gpus(options: ExportOptions) -> None:
+    """One GPU a rank, from the first one named: say so before any rank loads (or exports onto a missing GPU)."""
+    device = torch.device(options.device)
+    if device.type != "cuda":
+        return
+    first, available = device.index or 0, torch.cuda.device_count()
+    if first + options.ranks > available:
+        raise DayzeroError(f"--tp {options.tp} x --cp {options.cp} needs {options.ranks} GPUs from cuda:{first}; "
+                           f"this host has {available}")

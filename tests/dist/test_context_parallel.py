@@ -97,3 +97,11 @@ def _compare_with_one_rank(checkpoint, tmp_path, cp: int, lengths: list[int], in
         assert g.shape == e.shape and rel_err(g, e) < tolerance, step
     for spec, g, e in zip(engine.manifest.cache_tensors, caches, expected_caches):
         assert _same_cache(g, e, tolerance), (spec.layer, spec.name)
+
+
+def test_more_ranks_than_gpus_is_refused_before_anything_loads(tmp_path):
+    from dayzero.errors import DayzeroError
+    from dayzero.runtime.loader import load_step_engine
+
+    with pytest.raises(DayzeroError, match="needs 64 GPUs from cuda:0; this host has"):
+        load_step_engine(tmp_path / "no-checkpoint", ExportOptions(backend="eager", cp=64, device="cuda"))
