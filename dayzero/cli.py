@@ -61,8 +61,8 @@ ENGINE_OPTIONS = [
     click.option("--tp", type=int, default=1, show_default=True,
                  help="Tensor-parallel ranks: one process each (on --device cuda, GPUs 0..tp-1)."),
     click.option("--cp", type=int, default=1, show_default=True,
-                 help="Context-parallel ranks (eager engine, no --tp): each prefill's prompts split zigzag over one "
-                 "process each; every rank keeps the whole caches and decodes."),
+                 help="Context-parallel ranks (eager engine): each prefill's prompts split zigzag over them, one "
+                 "process (GPU) each, times --tp; every rank keeps the whole caches, the first decodes."),
     click.option("--ep", type=int, default=1, show_default=True,
                  help="1: every expert's neurons split over the --tp ranks; = --tp: whole experts split over them."),
     click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True),

@@ -48,12 +48,14 @@ class MultiRankEngine:
             self._kill_workers()
             self._folder.cleanup()
             raise
-        self._commands = join_world(0, ranks, str(folder / "store"), devices[0])
+        tp, cp = self.manifest.extra.get("tp", 1), self.manifest.extra.get("cp", 1)
+        self._commands = join_world(0, ranks, str(folder / "store"), devices[0], tp, cp)
         self._resets: list[tuple[int, int]] = []
         # After a context-parallel prefill every rank holds the sequence's caches, and only a later prefill reads
-        # them there (a preempted sequence is prefilled again from scratch): rank 0 decodes alone. Tensor-parallel
-        # ranks decode together, and the per-step broadcast of inputs is host work that a CUDA graph cannot replay.
-        self.decodes_alone = self.manifest.extra.get("cp", 1) > 1
+        # them there (a preempted sequence is prefilled again from scratch): the first TP group (rank 0 alone
+        # without TP) decodes. Tensor-parallel ranks decode together, and the per-step broadcast of inputs is host
+        # work that a CUDA graph cannot replay.
+        self.decodes_alone = cp > 1 and tp == 1
         self.graph_capturable = self.decodes_alone
 
     def _wait_ready(self, folder: Path) -> None:

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from dayzero.cache.entry import load_entry
+from dayzero.dist.mesh import MeshRank
 from dayzero.dist.step_message import HEADER_SIZE, StepCommand, payload_size, unpack
 from dayzero.dist.world import join_world, leave_world
 from dayzero.export.engine import StepEngine, allocate_flat_caches, slot_tensors
@@ -59,7 +60,7 @@ def _receive(commands: dist.ProcessGroup, device: str) -> StepCommand:
 
 
 @torch.inference_mode()
-def _run(engine: StepEngine, device: str, commands: dist.ProcessGroup) -> None:
+def _run(engine: StepEngine, device: str, commands: dist.ProcessGroup, decodes: bool) -> None:
     caches = slots = None
     while (command := _receive(commands, device)).kind != "stop":
         if caches is None:
@@ -67,8 +68,10 @@ def _run(engine: StepEngine, device: str, commands: dist.ProcessGroup) -> None:
             slots = slot_tensors(engine.manifest, caches)
         for start, count in command.resets:
             zero_slots(slots, start, count)
-        step = engine.prefill if command.kind == "prefill" else engine.decode
-        step(command.input_ids, command.meta, caches)
+        if command.kind == "prefill":
+            engine.prefill(command.input_ids, command.meta, caches)
+        elif decodes:
+            engine.decode(command.input_ids, command.meta, caches)
 
 
 def main() -> None:
@@ -85,9 +88,12 @@ def main() -> None:
     engine = _load(Path(args.entry), args.key, args.rank, args.device, folder)
     if engine is None:
         raise SystemExit(1)
-    commands = join_world(args.rank, args.world, str(folder / "store"), args.device)
+    extra = engine.manifest.extra
+    mesh = MeshRank(extra.get("tp", 1), extra.get("cp", 1), args.rank)
+    commands = join_world(args.rank, args.world, str(folder / "store"), args.device, mesh.tp, mesh.cp)
     try:
-        _run(engine, args.device, commands)
+        # the first context-parallel rank's TP group decodes (engine.py)
+        _run(engine, args.device, commands, decodes=mesh.cp_rank == 0)
     finally:
         leave_world()
 

@@ -12,13 +12,16 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
+from dayzero.dist.mesh import create_mesh_groups
+
 # a rank that waits longer than this on a collective (a peer died) fails instead of hanging the server
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("DAYZERO_COLLECTIVE_TIMEOUT_S", 300)))
 
 
-def join_world(rank: int, world_size: int, store_file: str, device: str) -> dist.ProcessGroup:
+def join_world(rank: int, world_size: int, store_file: str, device: str, tp: int = 1,
+               cp: int = 1) -> dist.ProcessGroup:
     """Join the default group (the step's all-reduces: NCCL on GPUs, gloo on CPUs) -> the host group that carries
-    step commands.
+    step commands. With both tp and cp > 1, also the mesh's TP and CP subgroups (mesh.py).
 
     The commands need a gloo group of their own: gloo's worker thread frees each broadcast's Python-owned buffers,
     which takes the GIL, while a compiled step holds the GIL and waits for its all-reduce on that same thread —
@@ -31,7 +34,9 @@ def join_world(rank: int, world_size: int, store_file: str, device: str) -> dist
     backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
     dist.init_process_group(backend, init_method=f"file://{store_file}", rank=rank, world_size=world_size,
                             timeout=COLLECTIVE_TIMEOUT)
-    return dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
+    commands = dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT)
+    create_mesh_groups(tp, cp, COLLECTIVE_TIMEOUT)
+    return commands
 
 
 def leave_world() -> None:

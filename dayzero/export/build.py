@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from dayzero.cache import CompilationCache, Entry, cache_key
-from dayzero.dist.collectives import WORLD_GROUP, unordered_collectives
+from dayzero.dist.collectives import unordered_collectives
+from dayzero.dist.mesh import MeshRank
 from dayzero.dist.rank_plan import RankPlan
 from dayzero.dist.world import compile_group
 from dayzero.errors import DayzeroError
@@ -89,12 +90,11 @@ def load_rank_model(checkpoint: Path, options: ExportOptions, rank: int = 0) -> 
     """The laid-out network one rank runs (the whole model on one rank), on the rank's device."""
     from dayzero.model import load
 
-    # a context-parallel rank holds the whole model (--cp and --tp are not combined yet)
-    tp_rank = rank if options.cp == 1 else 0
+    mesh = MeshRank(options.tp, options.cp, rank)
     model = load(checkpoint, dtype=getattr(torch, options.dtype), device=options.rank_device(rank),
-                 plan=RankPlan(options.tp, tp_rank, options.ep))
+                 plan=RankPlan(options.tp, mesh.tp_rank, options.ep, mesh.tp_group))
     if options.cp > 1:
-        model.context_plan = ContextPlan(options.cp, rank, WORLD_GROUP)
+        model.context_plan = ContextPlan(options.cp, mesh.cp_rank, mesh.cp_group)
     _check_formats(model, options)
     lay_out(model)
     return model.eval()

@@ -50,9 +50,6 @@ class ExportOptions:
         if 1 + self.num_draft > MAX_STEP_TOKENS:
             raise DayzeroError(f"num_draft must be <= {MAX_STEP_TOKENS - 1} (the KDA decode kernels step through at "
                                f"most {MAX_STEP_TOKENS} tokens a sequence), got {self.num_draft}")
-        if self.cp > 1 and self.tp > 1:
-            raise DayzeroError("--cp with --tp > 1 is not built yet: choose one (--cp N splits long prompts' prefill "
-                               "over N ranks, --tp N splits the heads and experts)")
         if self.cp > 1 and self.backend != "eager":
             # a rank's share of a step depends on the step's sequence lengths, which a traced graph cannot branch on
             raise DayzeroError("context-parallel ranks run the eager engine; export --cp with --backend eager")

@@ -10,6 +10,7 @@ import torch
 
 from dayzero.cache import CompilationCache
 from dayzero.dist.engine import MultiRankEngine
+from dayzero.dist.rank_plan import RankPlan
 from dayzero.export.build import export_engine
 from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
 from dayzero.export.options import ExportOptions
@@ -63,6 +64,12 @@ def test_context_parallel_ranks_match_one_rank(checkpoint, tmp_path, cp, lengths
     _compare_with_one_rank(checkpoint, tmp_path, cp, lengths, index_cache, "cpu", 1e-5)
 
 
+def test_context_and_tensor_parallel_mesh_matches_one_rank(checkpoint, tmp_path):
+    """cp 2 x tp 2: four ranks; each TP pair splits the heads of its chunks' tokens, each CP pair the tokens of its
+    heads (tiny-hybrid's latent MoE: the TP partial sums reduce over the pair's subgroup)."""
+    _compare_with_one_rank(checkpoint, tmp_path, 2, [37, 70, 3], "bf16", "cpu", 1e-5, tp=2)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 @pytest.mark.parametrize("index_cache", ["bf16", "mxfp8"])
@@ -72,31 +79,33 @@ def test_context_parallel_gpu_ranks_match_one_rank(checkpoint, tmp_path, index_c
 
 
 def _compare_with_one_rank(checkpoint, tmp_path, cp: int, lengths: list[int], index_cache: str, device: str,
-                           tolerance: float) -> None:
+                           tolerance: float, tp: int = 1) -> None:
     gen = torch.Generator().manual_seed(cp)
     prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lengths]
     decode_tokens = [torch.randint(0, 256, (len(lengths), 2), generator=gen).tolist() for _ in range(2)]
-    options = ExportOptions(backend="eager", cp=cp, max_batch=4, index_cache=index_cache, device=device)
+    options = ExportOptions(backend="eager", cp=cp, tp=tp, max_batch=4, index_cache=index_cache, device=device)
     entry, _ = export_engine(checkpoint, options, CompilationCache(tmp_path))
-    model = load(checkpoint, dtype=torch.float32, device=options.rank_device(0))
+    model = load(checkpoint, dtype=torch.float32, device=options.rank_device(0))  # the whole model, one rank
     reference = EagerEngine(model, eager_manifest(model, options.cache_format, 4))
     pages_per_seq = -(-max(lengths) // 64) + 1
     num_pages, num_slots = pages_per_seq * len(lengths), SLOTS_PER_SEQ * len(lengths)
     expected_caches = allocate_flat_caches(reference.manifest, num_pages, num_slots)
     expected = _steps(reference, expected_caches, prompts, decode_tokens, pages_per_seq)
-    engine = MultiRankEngine(entry, cp, [options.rank_device(rank) for rank in range(cp)])
-    assert engine.decodes_alone and engine.graph_capturable
+    engine = MultiRankEngine(entry, options.ranks, [options.rank_device(rank) for rank in range(options.ranks)])
+    assert engine.decodes_alone == engine.graph_capturable == (tp == 1)
     try:
         caches = allocate_flat_caches(engine.manifest, num_pages, num_slots)
         got = _steps(engine, caches, prompts, decode_tokens, pages_per_seq)
     finally:
         workers = list(engine.workers)
         engine.close()
-    assert [process.returncode for process in workers] == [0] * (cp - 1)
+    assert [process.returncode for process in workers] == [0] * (options.ranks - 1)
     for step, (g, e) in enumerate(zip(got, expected)):
         assert g.shape == e.shape and rel_err(g, e) < tolerance, step
+    rank0 = RankPlan(tp, 0)
     for spec, g, e in zip(engine.manifest.cache_tensors, caches, expected_caches):
-        assert _same_cache(g, e, tolerance), (spec.layer, spec.name)
+        # a tensor-parallel rank 0 holds the first 1/tp of the KDA heads (states and conv channels)
+        assert _same_cache(g, rank0.shard(e, g.shape), tolerance), (spec.layer, spec.name)
 
 
 def test_more_ranks_than_gpus_is_refused_before_anything_loads(tmp_path):

@@ -113,10 +113,9 @@ def test_a_rank_that_cannot_start_is_reported(checkpoints, tmp_path):
     ({"tp": 2, "backend": "onnx"}, "single-rank"),
     ({"tp": 2, "backend": "aoti"}, "need GPUs"),
     ({"cp": 2}, "run the eager engine"),
-    ({"cp": 2, "tp": 2, "backend": "eager"}, "--cp with --tp > 1 is not built yet"),
     ({"ep": 2}, "must be 1 .* or equal --tp 1"),
     ({"tp": 4, "ep": 2}, "must be 1 .* or equal --tp 4"),
-], ids=["onnx", "aoti-cpu", "cp-aoti", "cp-with-tp", "ep-without-tp", "ep-not-tp"])
+], ids=["onnx", "aoti-cpu", "cp-aoti", "ep-without-tp", "ep-not-tp"])
 def test_unsupported_layouts_are_refused(fields, message):
     with pytest.raises(DayzeroError, match=message):
         ExportOptions(**fields)
