@@ -71,6 +71,9 @@ ENGINE_OPTIONS = [
     click.option("--gpu-memory-fraction", type=float, default=0.8, show_default=True,
                  help="Share of the free GPU memory the caches take when --memory-mb is not given."),
     click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU."),
+    click.option("--prefix-caching", is_flag=True,
+                 help="Reuse the cache pages and KDA state snapshots of earlier prompts' common prefixes "
+                 "(single-rank engines)."),
     click.option("--token-budget", type=int, default=None,
                  help="Prompt tokens a prefill step takes (longer prompts are prefilled in chunks), which --cp ranks "
                  "split. Default: 2048 a context-parallel rank."),
@@ -87,7 +90,7 @@ def engine_options(command):
 
 
 def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs,
-              token_budget, num_draft, max_batch):
+              prefix_caching, token_budget, num_draft, max_batch):
     from dayzero.export.options import ExportOptions
     from dayzero.runtime.llm import LLM
     from dayzero.runtime.llm_engine import RuntimeOptions
@@ -101,7 +104,7 @@ def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, memory_mb, gpu_mem
                            tp=tp, cp=cp, ep=ep)
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs,
-                             token_budget=token_budget)
+                             token_budget=token_budget, prefix_caching=prefix_caching)
     llm = LLM(checkpoint, export, runtime)
     ranks = f" x {export.ranks} ranks" if export.ranks > 1 else ""
     click.echo(f"[engine: {backend} on {device}{ranks}, loaded in {llm.load_seconds:.1f} s; "
@@ -131,7 +134,8 @@ def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed
         elapsed = time.perf_counter() - start
     for out in outputs:
         click.echo(f"--- {out.request_id} ({out.finish_reason})\n{out.prompt}{_printable(out.text)}")
-    _summary(outputs, elapsed, llm.engine.stats if num_draft else None)
+    cache = llm.engine.prefix_cache
+    _summary(outputs, elapsed, llm.engine.stats if num_draft else None, cache.hit_tokens if cache else None)
 
 
 @cli.command()
@@ -243,13 +247,14 @@ def plan(config: str, tp: int, ep: int, dtype: str) -> None:
                f"of which {share.replicated_bytes / 2**30:.1f} GiB are the same on every rank")
 
 
-def _summary(outputs, elapsed: float, speculation: StepStats | None = None) -> None:
+def _summary(outputs, elapsed: float, speculation: StepStats | None = None, reused: int | None = None) -> None:
     generated = sum(len(o.token_ids) for o in outputs)
     first = min((o.time_to_first_token_s for o in outputs if o.time_to_first_token_s is not None), default=0.0)
     decode_rate = (generated - len(outputs)) / max(elapsed - first, 1e-9)
     click.echo(f"[{len(outputs)} requests, {sum(len(o.prompt_token_ids) for o in outputs)} prompt tokens, "
                f"{generated} generated in {elapsed:.2f} s; first token {first * 1e3:.0f} ms, "
-               f"decode {decode_rate:.1f} tokens/s{_acceptance(speculation)}]")
+               f"decode {decode_rate:.1f} tokens/s{_acceptance(speculation)}"
+               f"{'' if reused is None else f'; {reused} prompt tokens from the prefix cache'}]")
 
 
 def _acceptance(stats: StepStats | None) -> str:

@@ -18,6 +18,7 @@ from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.logprobs import token_logprob
 from dayzero.runtime.penalties import adjusts_logits, penalized
+from dayzero.runtime.prefix_cache import SNAPSHOT_EVERY, PrefixCache
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
@@ -37,6 +38,8 @@ class RuntimeOptions:
     memory_bytes: int | None = None
     cuda_graphs: bool = True
     draft_method: str = "ngram"  # proposer of draft tokens, for engines exported with num_draft > 0
+    prefix_caching: bool = False  # reuse the pages and KDA state snapshots of prompts' common prefixes
+    snapshot_every: int = SNAPSHOT_EVERY  # tokens between a prefix's KDA state snapshots (prefix_cache.py)
 
     def __post_init__(self):
         if self.draft_method not in PROPOSERS:
@@ -84,14 +87,23 @@ class LLMEngine:
         self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq,
                                 slot_tensors(manifest, self.caches), getattr(engine, "on_slots_reset", None))
         token_budget = options.token_budget or TOKENS_PER_RANK * manifest.extra.get("cp", 1)
+        self.prefix_cache = self._prefix_cache(options, engine)
         self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, token_budget, manifest.max_len,
-                                   manifest.num_draft)
+                                   manifest.num_draft, self.prefix_cache)
         self.propose = PROPOSERS[options.draft_method]()
         self.max_pages = math.ceil(manifest.max_len / manifest.page_size)
         self.decode = decode_runner(engine, self.caches, self.max_batch, self.max_pages,
                                     options.cuda_graphs and getattr(engine, "graph_capturable", True))
         self.detokenize, self.stop_ids = detokenize, stop_ids
         self.stats = StepStats()
+
+    def _prefix_cache(self, options: RuntimeOptions, engine: StepEngine) -> PrefixCache | None:
+        if not options.prefix_caching:
+            return None
+        if getattr(engine, "on_slots_reset", None) is not None:
+            raise DayzeroError("prefix caching runs on single-rank engines for now: drop --prefix-caching or the "
+                               "--tp / --cp ranks")
+        return PrefixCache(self.blocks, self.states, options.snapshot_every)
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
         # a bad id would fail inside a model step, which ends every request in the batch
@@ -132,6 +144,8 @@ class LLMEngine:
         # every row's argmax in one device sync, rather than one a greedy sequence
         for seq, count, row, best in zip(step.seqs, step.num_new, logits, logits.argmax(-1).tolist()):
             seq.num_cached += count
+            if self.prefix_cache:
+                self.prefix_cache.remember(seq)
             # a chunk that did not reach the prompt's last token samples nothing
             if not seq.num_uncached and self._emit(seq, [self._sample(seq, row, best)], row[None]):
                 finished.append(seq)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from dayzero.errors import DayzeroError
 from dayzero.runtime.block_manager import BlockManager
+from dayzero.runtime.prefix_cache import PrefixCache
 from dayzero.runtime.sequence import Sequence, Status
 from dayzero.runtime.state_pool import StatePool
 
@@ -28,8 +29,9 @@ class ScheduledStep:
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, states: StatePool, max_batch: int, token_budget: int, max_len: int,
-                 num_draft: int = 0):
+                 num_draft: int = 0, prefix_cache: PrefixCache | None = None):
         self.blocks, self.states = blocks, states
+        self.prefix_cache = prefix_cache
         self.max_batch, self.token_budget, self.max_len = max_batch, token_budget, max_len
         self.num_draft = num_draft
         self.waiting: deque[Sequence] = deque()
@@ -95,14 +97,23 @@ class Scheduler:
         return seq.num_uncached > 1 or (seq.num_cached == 0 and seq.num_uncached > 0)
 
     def _admit(self) -> None:
-        """FCFS: the head of the queue enters when a slot and the pages for its first chunk are free."""
-        while self.waiting and len(self.running) < self.max_batch and self.states.num_free:
+        """FCFS: the head of the queue enters when a slot and the pages for its first chunk are free (after the
+        cached prefix it starts from, if any)."""
+        while self.waiting and len(self.running) < self.max_batch and self.states.num_available:
             seq = self.waiting[0]
-            first_chunk = min(seq.num_tokens, self.token_budget)
-            if not self.blocks.can_grow(seq, first_chunk):
+            hit = self.prefix_cache.lookup(seq) if self.prefix_cache else None
+            reused = hit.length if hit else 0
+            if hit:
+                # held by seq before anything is evicted, so that no eviction frees them
+                self.blocks.share(seq, hit.pages)
+            if not self.blocks.can_grow(seq, reused + min(seq.num_tokens - reused, self.token_budget)):
+                self.blocks.free(seq)
                 return
             self.waiting.popleft()
-            self.states.allocate(seq)
+            seq.num_cached = reused
+            if self.prefix_cache:
+                self.prefix_cache.hit_tokens += reused
+            self.states.allocate(seq, hit.group if hit else None)
             seq.status = Status.RUNNING
             self.running.append(seq)
 
@@ -111,6 +122,9 @@ class Scheduler:
         for seq in prefilling:
             # a prefill covers every uncached token; the last one's logits give the next token
             n = min(seq.num_uncached, budget)
+            stop = self.prefix_cache.next_stop(seq) if self.prefix_cache else None
+            if stop is not None:
+                n = min(n, stop - seq.num_cached)
             while n and not self.blocks.can_grow(seq, seq.num_cached + n):
                 n -= 1
             if n == 0:
@@ -130,7 +144,7 @@ class Scheduler:
     def _decode_step(self) -> ScheduledStep | None:
         decoding = lambda: [s for s in self.running if not self._is_prefilling(s)]  # noqa: E731
         reach = lambda s: s.num_tokens + self.num_lookahead(s)  # noqa: E731
-        while sum(self.blocks.missing_pages(s, reach(s)) for s in decoding()) > self.blocks.num_free:
+        while sum(self.blocks.missing_pages(s, reach(s)) for s in decoding()) > self.blocks.num_available:
             self._preempt_newest()
         # rows in state-slot order: the KDA layers' decode kernels then read the state pool front to back
         seqs = sorted(decoding(), key=lambda s: s.slot)

@@ -27,7 +27,8 @@ class EngineCollector:
         for name, value in gauges.items():
             yield GaugeMetricFamily(f"dayzero_{name}", name.replace("_", " "), value=value)
         counters = {"engine_steps": stats.steps, "preemptions": stats.preemptions,
-                    "draft_tokens": stats.drafted_tokens, "accepted_draft_tokens": stats.accepted_tokens}
+                    "draft_tokens": stats.drafted_tokens, "accepted_draft_tokens": stats.accepted_tokens,
+                    "prefix_cache_hit_tokens": engine.prefix_cache.hit_tokens if engine.prefix_cache else 0}
         for name, value in counters.items():
             yield CounterMetricFamily(f"dayzero_{name}", name.replace("_", " "), value=value)
 

@@ -29,6 +29,12 @@ def zero_slots(tensors: list[torch.Tensor], start: int, count: int) -> None:
         tensor[start : start + count].zero_()
 
 
+def copy_slot(tensors: list[torch.Tensor], source: int, target: int) -> None:
+    """Slot `target` of every slot-indexed cache takes slot `source`'s state (a prefix cache's snapshot)."""
+    for tensor in tensors:
+        tensor[target].copy_(tensor[source])
+
+
 class StatePool:
     def __init__(self, num_slots: int, slots_per_seq: int, slot_tensors: list[torch.Tensor],
                  on_reset: Callable[[int, int], None] | None = None):
@@ -43,10 +49,18 @@ class StatePool:
         self.slot_tensors = slot_tensors
         # told (first slot, count) of every zeroed group: the other ranks of a tensor-parallel engine zero theirs
         self.on_reset = on_reset
+        # groups that hold a cached prefix's state (prefix_cache.py), and how to evict the least recently used one
+        self.num_spare_held = 0
+        self.evict: Callable[[], bool] = lambda: False
 
     @property
     def num_free(self) -> int:
         return len(self.free_groups)
+
+    @property
+    def num_available(self) -> int:
+        """Free groups, and those that evicting every cached prefix would free."""
+        return self.num_free + self.num_spare_held
 
     @property
     def capacity_sequences(self) -> int:
@@ -55,7 +69,11 @@ class StatePool:
     def first_slot(self, group: int) -> int:
         return group * self.slots_per_seq
 
-    def allocate(self, seq: Sequence) -> None:
+    def allocate(self, seq: Sequence, state_of: int | None = None) -> None:
+        """Give `seq` a group whose first slot holds an empty sequence's state, or a copy of group `state_of`'s
+        first slot (a cached prefix's snapshot)."""
+        while not self.free_groups and self.evict():
+            pass
         if not self.free_groups:
             raise DayzeroError(f"{seq.request_id}: no free KDA state slot")
         group = heapq.heappop(self.free_groups)
@@ -63,9 +81,30 @@ class StatePool:
         seq.slot = group
         seq.num_accepted = 1
         start = self.first_slot(group)
-        zero_slots(self.slot_tensors, start, self.slots_per_seq)
+        # the eviction above may have freed group `state_of` itself (then its state is in place), or another
+        # (then `state_of`'s state is intact until someone writes it: copied here, before anything does)
+        keep = int(group == state_of)
+        zero_slots(self.slot_tensors, start + keep, self.slots_per_seq - keep)
+        if state_of is not None and not keep:
+            copy_slot(self.slot_tensors, self.first_slot(state_of), start)
         if self.on_reset is not None:
             self.on_reset(start, self.slots_per_seq)
+
+    def take_spare(self, source_slot: int) -> int | None:
+        """A group for a cached prefix (the highest free one, away from the running sequences' packed groups)
+        holding a copy of slot `source_slot`; None when no group is free."""
+        if not self.free_groups:
+            return None
+        group = max(self.free_groups)
+        self.free_groups.remove(group)
+        heapq.heapify(self.free_groups)
+        self.num_spare_held += 1
+        copy_slot(self.slot_tensors, source_slot, self.first_slot(group))
+        return group
+
+    def give_back(self, group: int) -> None:
+        self.num_spare_held -= 1
+        heapq.heappush(self.free_groups, group)
 
     def free(self, seq: Sequence) -> None:
         if seq.slot is not None:

@@ -37,10 +37,12 @@ def model():
     return random_model(tiny_config_dict())
 
 
-def make_server(model, tmp_path, engine_thread: bool = True, **options) -> OpenAIServer:
+def make_server(model, tmp_path, engine_thread: bool = True, prefix_caching: bool = False,
+                **options) -> OpenAIServer:
     manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=MAX_LEN)
     budget = 5 * manifest.unit_bytes(SLOT) + 40 * manifest.unit_bytes(PAGE)
-    llm = LLM(tmp_path, runtime=RuntimeOptions(token_budget=32, memory_bytes=budget),
+    runtime = RuntimeOptions(token_budget=32, memory_bytes=budget, prefix_caching=prefix_caching, snapshot_every=64)
+    llm = LLM(tmp_path, runtime=runtime,
               engine=EagerEngine(model, manifest))
     return OpenAIServer(llm, ServerOptions(model_name=MODEL, **options), engine_thread=engine_thread)
 
@@ -334,6 +336,23 @@ def test_a_port_in_use_is_refused_with_what_to_do(server):
         taken.listen()
         with pytest.raises(DayzeroError, match="cannot listen on 127.0.0.1:.*pick another --port"):
             serve_in_thread(server.app, port=taken.getsockname()[1])
+
+
+def test_chat_turns_reuse_the_cached_prefix_of_the_conversation(model, tmp_path):
+    """A conversation's next turn starts with the previous prompt: with --prefix-caching its pages and KDA state
+    are reused (counted in /metrics), and the answers stay the model's."""
+    server = make_server(model, tmp_path, prefix_caching=True)
+    history = "system: answer briefly.\n" * 8
+    with TestClient(server.app) as client:
+        for turn in ("user: hello\n", "user: and then?\n", "user: thanks\n"):
+            history += turn
+            body = client.post("/v1/completions", json=greedy(prompt=history, max_tokens=4)).json()
+            assert body["choices"][0]["text"] == expected_text(model, history, 4)
+            history += body["choices"][0]["text"] + "\n"
+        text = client.get("/metrics").text
+    server.close()
+    hits = [line for line in text.splitlines() if line.startswith("dayzero_prefix_cache_hit_tokens_total")]
+    assert hits and float(hits[0].split()[-1]) >= 2 * 192  # each later turn reuses the first 3 pages or more
 
 
 def test_metrics_count_requests_tokens_and_the_engine_state(model, tmp_path):

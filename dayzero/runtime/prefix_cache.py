@@ -1,0 +1,100 @@
+"""Prefix caching for a hybrid model: a new request that starts with tokens an earlier one already prefilled reuses
+their cache pages and skips their prefill.
+
+MLA layers keep a row per token in pages, so a prefix's full pages can simply be shared (read only: the sequence
+writes past them). KDA layers keep one recurrent state and conv window per sequence, not per token, so a prefix is
+reusable only where its state was saved: a snapshot of the sequence's state slot, taken when a prefill chunk ends
+there. Snapshots are taken at `SNAPSHOT_EVERY` tokens (prefill chunks are cut at those points, which a long prompt's
+chunks already are by the default token budget) and at the prompt's last full page before its last token (so an
+identical prompt reuses all of it but the tokens after that page). A prefix is named by a chained hash of its pages'
+tokens.
+
+A cached prefix holds its pages and one state-slot group. Both count as available: when the free pages or groups
+run short, the least recently used prefix is evicted. Single-rank engines only: the snapshot copies are host
+commands the other ranks of a multi-rank engine would need too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from dayzero.runtime.block_manager import BlockManager
+from dayzero.runtime.sequence import Sequence
+from dayzero.runtime.state_pool import StatePool
+
+# tokens between snapshots: the default prefill token budget, so a long prompt's chunks end on them already
+SNAPSHOT_EVERY = 2048
+
+
+@dataclass
+class CachedPrefix:
+    length: int  # tokens, a whole number of pages
+    pages: list[int]
+    group: int  # the state-slot group holding the state after `length` tokens
+
+
+def page_keys(token_ids: list[int], page_size: int, num_pages: int) -> list[bytes]:
+    """The chained hash of each of the first num_pages pages: key i names tokens [0, (i + 1) * page_size)."""
+    keys, previous = [], b""
+    for page in range(num_pages):
+        tokens = array("q", token_ids[page * page_size : (page + 1) * page_size]).tobytes()
+        previous = hashlib.blake2b(previous + tokens, digest_size=16).digest()
+        keys.append(previous)
+    return keys
+
+
+class PrefixCache:
+    def __init__(self, blocks: BlockManager, states: StatePool, snapshot_every: int = SNAPSHOT_EVERY):
+        self.blocks, self.states = blocks, states
+        self.page_size = blocks.page_size
+        self.snapshot_every = snapshot_every - snapshot_every % self.page_size or self.page_size
+        self.prefixes: OrderedDict[bytes, CachedPrefix] = OrderedDict()  # least recently used first
+        self.hit_tokens = 0
+        blocks.evict = states.evict = self.evict_one
+
+    def lookup(self, seq: Sequence) -> CachedPrefix | None:
+        """The longest cached prefix of seq that leaves it at least one token to prefill (its logits give the
+        next token); marked as just used."""
+        usable_pages = (seq.num_tokens - 1) // self.page_size
+        for key in reversed(page_keys(seq.token_ids, self.page_size, usable_pages)):
+            if key in self.prefixes:
+                self.prefixes.move_to_end(key)
+                return self.prefixes[key]
+        return None
+
+    def next_stop(self, seq: Sequence) -> int | None:
+        """Where seq's prefill must stop next for a snapshot: the next multiple of snapshot_every, or the prompt's
+        last full page before its last token; None past both."""
+        last_page = (len(seq.prompt_ids) - 1) // self.page_size * self.page_size
+        every = (seq.num_cached // self.snapshot_every + 1) * self.snapshot_every
+        stops = [s for s in (every, last_page) if seq.num_cached < s < seq.num_tokens]
+        return min(stops, default=None)
+
+    def remember(self, seq: Sequence) -> None:
+        """After a prefill chunk: snapshot seq's state if the chunk ended on a snapshot point not cached yet."""
+        length = seq.num_cached
+        last_page = (len(seq.prompt_ids) - 1) // self.page_size * self.page_size
+        if length == 0 or (length % self.snapshot_every and length != last_page):
+            return
+        key = page_keys(seq.token_ids, self.page_size, length // self.page_size)[-1]
+        if key in self.prefixes:
+            self.prefixes.move_to_end(key)
+            return
+        group = self.states.take_spare(self.states.first_slot(seq.slot))
+        if group is None:
+            return
+        pages = seq.pages[: length // self.page_size]
+        self.blocks.hold(pages)
+        self.prefixes[key] = CachedPrefix(length, pages, group)
+
+    def evict_one(self) -> bool:
+        """Drop the least recently used prefix (its pages and group go back unless running sequences hold them)."""
+        if not self.prefixes:
+            return False
+        _, prefix = self.prefixes.popitem(last=False)
+        self.blocks.release(prefix.pages)
+        self.states.give_back(prefix.group)
+        return True

@@ -1,0 +1,151 @@
+"""Prefix caching (prefix_cache.py): requests that share a prefix with earlier ones reuse its pages and KDA state
+snapshot and still generate the eager reference's greedy tokens; pages and state groups all come back; cached
+prefixes are evicted, least recently used first, when a running request needs their room."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dayzero.errors import DayzeroError
+from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
+from dayzero.model.caches import CacheFormat
+from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
+from dayzero.runtime.prefix_cache import page_keys
+from dayzero.runtime.sampling import SamplingParams
+from tests.helpers import random_model, tiny_config_dict
+from tests.runtime.test_llm_engine import reference_tokens
+
+
+@pytest.fixture(scope="module")
+def model():
+    return random_model(tiny_config_dict())
+
+
+def runtime(model, num_pages: int, max_batch: int = 4, token_budget: int = 96, snapshot_every: int = 128,
+            prefix_caching: bool = True) -> LLMEngine:
+    manifest = eager_manifest(model, CacheFormat(), max_batch=max_batch, max_len=1024)
+    budget = (max_batch + 1) * manifest.unit_bytes(SLOT) + num_pages * manifest.unit_bytes(PAGE)
+    options = RuntimeOptions(token_budget=token_budget, memory_bytes=budget, prefix_caching=prefix_caching,
+                             snapshot_every=snapshot_every)
+    return LLMEngine(EagerEngine(model, manifest), options)
+
+
+def tokens(n: int, seed: int) -> list[int]:
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, together: bool = False) -> list[list[int]]:
+    """Each prompt after the previous one finished (or all at once)."""
+    seqs = []
+    for prompt in prompts:
+        seqs.append(engine.add_request(prompt, SamplingParams(max_tokens=max_tokens)))
+        while engine.has_work and not together:
+            engine.step()
+    while engine.has_work:
+        engine.step()
+    return [seq.output_ids for seq in seqs]
+
+
+def assert_all_returned(engine: LLMEngine) -> None:
+    """Nothing but cached prefixes holds pages or groups, and evicting them frees everything."""
+    assert not engine.blocks.owner and not engine.states.owner
+    while engine.prefix_cache.evict_one():
+        pass
+    assert engine.blocks.num_free == engine.blocks.num_pages - 1 and not engine.blocks.cached
+    assert engine.states.num_free == engine.states.capacity_sequences and engine.states.num_spare_held == 0
+
+
+def test_a_repeated_prompt_reuses_all_its_full_pages_but_the_last(model):
+    prompt = tokens(200, 1)  # snapshots at 128 (every) and at 192 (the last full page before token 199)
+    engine = runtime(model, num_pages=40)
+    first, second = run(engine, [prompt, prompt], max_tokens=6)
+    assert engine.prefix_cache.hit_tokens == 192
+    assert first == second == reference_tokens(model, prompt, 6)
+    assert engine.stats.prefill_tokens == 200 + 8
+    assert_all_returned(engine)
+
+
+def test_a_shared_system_prompt_is_prefilled_once(model):
+    system = tokens(300, 2)
+    prompts = [system + tokens(n, 10 + n) for n in (5, 40, 77)]
+    engine = runtime(model, num_pages=40)
+    got = run(engine, prompts, max_tokens=5)
+    assert engine.prefix_cache.hit_tokens == 2 * 256  # snapshots at 128 and 256 lie inside the system prompt
+    for prompt, out in zip(prompts, got):
+        assert out == reference_tokens(model, prompt, 5)
+    assert_all_returned(engine)
+
+
+def test_requests_running_together_share_the_pages_of_a_cached_prefix(model):
+    system = tokens(260, 3)
+    engine = runtime(model, num_pages=40)
+    run(engine, [system + [1, 2, 3]], max_tokens=2)
+    prompts = [system + tokens(n, n) for n in (9, 20, 33)]
+    got = run(engine, prompts, max_tokens=4, together=True)
+    assert engine.prefix_cache.hit_tokens == 256 * 3
+    for prompt, out in zip(prompts, got):
+        assert out == reference_tokens(model, prompt, 4)
+    assert_all_returned(engine)
+
+
+def test_cached_prefixes_give_way_to_running_requests(model):
+    # 9 pages (one the dummy): a 420-token request needs 7 of the 8 and evicts the prefixes the others left
+    engine = runtime(model, num_pages=9, max_batch=2)
+    prompts = [tokens(300, 4), tokens(290, 5), tokens(420, 6)]
+    got = run(engine, prompts, max_tokens=3)
+    for prompt, out in zip(prompts, got):
+        assert out == reference_tokens(model, prompt, 3)
+    assert engine.stats.preemptions == 0
+    assert_all_returned(engine)
+
+
+def test_without_prefix_caching_nothing_is_kept(model):
+    engine = runtime(model, num_pages=40, prefix_caching=False)
+    prompt = tokens(200, 1)
+    assert run(engine, [prompt, prompt], max_tokens=3)[1] == reference_tokens(model, prompt, 3)
+    assert engine.prefix_cache is None and engine.stats.prefill_tokens == 400
+    assert engine.blocks.num_free == engine.blocks.num_pages - 1
+
+
+def test_multi_rank_engines_refuse_prefix_caching(model):
+    class OtherRanks(EagerEngine):
+        def on_slots_reset(self, start: int, count: int) -> None: ...
+
+    manifest = eager_manifest(model, CacheFormat(), max_batch=2, max_len=256)
+    with pytest.raises(DayzeroError, match="prefix caching runs on single-rank engines"):
+        LLMEngine(OtherRanks(model, manifest), RuntimeOptions(memory_bytes=64 << 20, prefix_caching=True))
+
+
+def test_page_keys_name_the_whole_prefix():
+    a, b = list(range(200)), list(range(200))
+    b[10] = 999
+    ka, kb = page_keys(a, 64, 3), page_keys(b, 64, 3)
+    assert len(ka) == 3 and all(x != y for x, y in zip(ka, kb))  # a change in page 0 changes every later key
+    assert page_keys(a[:128], 64, 2) == ka[:2]
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_random_streams_with_shared_prefixes_match_the_reference(model, data):
+    stems = [tokens(n, 20 + n) for n in (70, 150, 260)]
+    requests = data.draw(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 80), st.integers(1, 6),
+                                            st.booleans()), min_size=2, max_size=6))
+    num_pages = data.draw(st.integers(8, 30))
+    engine = runtime(model, num_pages=num_pages, max_batch=3, token_budget=data.draw(st.sampled_from([32, 96])),
+                     snapshot_every=64 * data.draw(st.integers(1, 3)))
+    seqs = []
+    for stem, extra, max_tokens, wait in requests:
+        prompt = stems[stem][: 40 + extra * 3] + tokens(extra, extra)
+        seqs.append(engine.add_request(prompt, SamplingParams(max_tokens=max_tokens)))
+        while wait and engine.has_work:
+            engine.step()
+    for _ in range(5000):
+        if not engine.has_work:
+            break
+        engine.step()
+    for seq in seqs:
+        assert seq.output_ids == reference_tokens(model, seq.prompt_ids, seq.params.max_tokens), seq.request_id
+    assert_all_returned(engine)
