@@ -25,8 +25,8 @@ def model():
 
 
 def runtime(model, num_pages: int, max_batch: int = 4, token_budget: int = 96, snapshot_every: int = 128,
-            prefix_caching: bool = True) -> LLMEngine:
-    manifest = eager_manifest(model, CacheFormat(), max_batch=max_batch, max_len=1024)
+            prefix_caching: bool = True, num_draft: int = 0) -> LLMEngine:
+    manifest = eager_manifest(model, CacheFormat(), max_batch=max_batch, max_len=1024, num_draft=num_draft)
     budget = (max_batch + 1) * manifest.unit_bytes(SLOT) + num_pages * manifest.unit_bytes(PAGE)
     options = RuntimeOptions(token_budget=token_budget, memory_bytes=budget, prefix_caching=prefix_caching,
                              snapshot_every=snapshot_every)
@@ -65,6 +65,17 @@ def test_a_repeated_prompt_reuses_all_its_full_pages_but_the_last(model):
     assert engine.prefix_cache.hit_tokens == 192
     assert first == second == reference_tokens(model, prompt, 6)
     assert engine.stats.prefill_tokens == 200 + 8
+    assert_all_returned(engine)
+
+
+@pytest.mark.parametrize("num_draft", [0, 2])
+def test_a_hit_that_leaves_one_token_decodes_it(model, num_draft):
+    """129 tokens: the first 128 come from the cache, and the last one runs as a decode (verify) row."""
+    prompt = tokens(129, 7)
+    engine = runtime(model, num_pages=40, num_draft=num_draft)
+    first, second = run(engine, [prompt, prompt], max_tokens=7)
+    assert engine.prefix_cache.hit_tokens == 128
+    assert first == second == reference_tokens(model, prompt, 7)
     assert_all_returned(engine)
 
 
