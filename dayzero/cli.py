@@ -72,8 +72,7 @@ ENGINE_OPTIONS = [
                  help="Share of the free GPU memory the caches take when --memory-mb is not given."),
     click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU."),
     click.option("--prefix-caching", is_flag=True,
-                 help="Reuse the cache pages and KDA state snapshots of earlier prompts' common prefixes "
-                 "(single-rank engines)."),
+                 help="Reuse the cache pages and KDA state snapshots of earlier prompts' common prefixes."),
     click.option("--token-budget", type=int, default=None,
                  help="Prompt tokens a prefill step takes (longer prompts are prefilled in chunks), which --cp ranks "
                  "split. Default: 2048 a context-parallel rank."),

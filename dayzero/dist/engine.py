@@ -1,11 +1,11 @@
 """A multi-rank engine (tensor or context parallel): rank 0's engine in this process and one worker process per
 other rank, stepped in lockstep.
 
-The runtime sees one StepEngine. Each step, rank 0 broadcasts the step's inputs (and the state slots its pool
-zeroed since the last step) to the workers as two int64 tensors (step_message.py), then every rank runs its own
-engine over its own caches; the engines' collectives meet inside the step. Rank 0's logits are the step's result
-(tensor-parallel ranks all compute them; of context-parallel ranks, rank 0 runs every sequence's last chunk, and
-it decodes alone).
+The runtime sees one StepEngine. Each step, rank 0 broadcasts the step's inputs (and what its pool did to state
+slots since the last step: zeroed, copied) to the workers as two int64 tensors (step_message.py), then every rank
+runs its own engine over its own caches; the engines' collectives meet inside the step. Rank 0's logits are the
+step's result (tensor-parallel ranks all compute them; of context-parallel ranks, rank 0 runs every sequence's last
+chunk, and it decodes alone).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dayzero.dist.worker import error_file, ready_file
 from dayzero.dist.world import join_world, leave_world
 from dayzero.errors import DayzeroError
 from dayzero.export.engine import PAGE, SLOT, StepMeta
+from dayzero.runtime.state_pool import SlotOp
 
 WORKER_START_TIMEOUT_S = 600
 
@@ -50,7 +51,7 @@ class MultiRankEngine:
             raise
         tp, cp = self.manifest.extra.get("tp", 1), self.manifest.extra.get("cp", 1)
         self._commands = join_world(0, ranks, str(folder / "store"), devices[0], tp, cp)
-        self._resets: list[tuple[int, int]] = []
+        self._slot_ops: list[SlotOp] = []
         # After a context-parallel prefill every rank holds the sequence's caches, and only a later prefill reads
         # them there (a preempted sequence is prefilled again from scratch): the first TP group (rank 0 alone
         # without TP) decodes. Tensor-parallel ranks decode together, and the per-step broadcast of inputs is host
@@ -77,9 +78,10 @@ class MultiRankEngine:
             return f"not loaded after {WORKER_START_TIMEOUT_S} s"
         return None
 
-    def on_slots_reset(self, start: int, count: int) -> None:
-        """The runtime zeroed these state slots of rank 0's caches: the workers zero theirs before the next step."""
-        self._resets.append((start, count))
+    def on_slot_op(self, op: SlotOp) -> None:
+        """The runtime zeroed or copied state slots of rank 0's caches: the workers do the same to theirs, in order,
+        before the next step."""
+        self._slot_ops.append(op)
 
     def _broadcast(self, command: StepCommand) -> None:
         header, payload = pack(command)
@@ -93,8 +95,8 @@ class MultiRankEngine:
                 raise DayzeroError(f"rank {rank} exited (status {process.returncode}); its caches are "
                                    "gone, so this engine cannot step again: restart it")
         counts = {spec.unit: tensor.shape[0] for tensor, spec in zip(caches, self.manifest.cache_tensors)}
-        self._broadcast(StepCommand(kind, input_ids, meta, self._resets, counts.get(PAGE, 0), counts.get(SLOT, 0)))
-        self._resets = []
+        self._broadcast(StepCommand(kind, input_ids, meta, self._slot_ops, counts.get(PAGE, 0), counts.get(SLOT, 0)))
+        self._slot_ops = []
 
     def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
         self._send_step("prefill", input_ids, meta, caches)

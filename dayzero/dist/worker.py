@@ -17,7 +17,7 @@ from dayzero.dist.mesh import MeshRank
 from dayzero.dist.step_message import HEADER_SIZE, StepCommand, payload_size, unpack
 from dayzero.dist.world import join_world, leave_world
 from dayzero.export.engine import StepEngine, allocate_flat_caches, slot_tensors
-from dayzero.runtime.state_pool import zero_slots
+from dayzero.runtime.state_pool import apply_slot_op
 
 
 def ready_file(folder: Path, rank: int) -> Path:
@@ -66,8 +66,8 @@ def _run(engine: StepEngine, device: str, commands: dist.ProcessGroup, decodes: 
         if caches is None:
             caches = allocate_flat_caches(engine.manifest, command.num_pages, command.num_slots, device)
             slots = slot_tensors(engine.manifest, caches)
-        for start, count in command.resets:
-            zero_slots(slots, start, count)
+        for op in command.slot_ops:
+            apply_slot_op(slots, op)
         if command.kind == "prefill":
             engine.prefill(command.input_ids, command.meta, caches)
         elif decodes:

@@ -85,9 +85,9 @@ class LLMEngine:
         self.caches = allocate_flat_caches(manifest, self.capacity.num_pages, self.capacity.num_slots)
         self.blocks = BlockManager(self.capacity.num_pages, manifest.page_size)
         self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq,
-                                slot_tensors(manifest, self.caches), getattr(engine, "on_slots_reset", None))
+                                slot_tensors(manifest, self.caches), getattr(engine, "on_slot_op", None))
         token_budget = options.token_budget or TOKENS_PER_RANK * manifest.extra.get("cp", 1)
-        self.prefix_cache = self._prefix_cache(options, engine)
+        self.prefix_cache = self._prefix_cache(options)
         self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, token_budget, manifest.max_len,
                                    manifest.num_draft, self.prefix_cache)
         self.propose = PROPOSERS[options.draft_method]()
@@ -97,13 +97,8 @@ class LLMEngine:
         self.detokenize, self.stop_ids = detokenize, stop_ids
         self.stats = StepStats()
 
-    def _prefix_cache(self, options: RuntimeOptions, engine: StepEngine) -> PrefixCache | None:
-        if not options.prefix_caching:
-            return None
-        if getattr(engine, "on_slots_reset", None) is not None:
-            raise DayzeroError("prefix caching runs on single-rank engines for now: drop --prefix-caching or the "
-                               "--tp / --cp ranks")
-        return PrefixCache(self.blocks, self.states, options.snapshot_every)
+    def _prefix_cache(self, options: RuntimeOptions) -> PrefixCache | None:
+        return PrefixCache(self.blocks, self.states, options.snapshot_every) if options.prefix_caching else None
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
         # a bad id would fail inside a model step, which ends every request in the batch

@@ -35,9 +35,23 @@ def copy_slot(tensors: list[torch.Tensor], source: int, target: int) -> None:
         tensor[target].copy_(tensor[source])
 
 
+# what the pool did to its slots, in order, for the other ranks of a multi-rank engine to do to theirs:
+# (ZERO, first slot, count) or (COPY, source slot, target slot)
+ZERO, COPY = 0, 1
+SlotOp = tuple[int, int, int]
+
+
+def apply_slot_op(tensors: list[torch.Tensor], op: SlotOp) -> None:
+    kind, a, b = op
+    if kind == ZERO:
+        zero_slots(tensors, a, b)
+    else:
+        copy_slot(tensors, a, b)
+
+
 class StatePool:
     def __init__(self, num_slots: int, slots_per_seq: int, slot_tensors: list[torch.Tensor],
-                 on_reset: Callable[[int, int], None] | None = None):
+                 on_change: Callable[[SlotOp], None] | None = None):
         self.slots_per_seq = slots_per_seq
         self.num_groups = num_slots // slots_per_seq
         if self.num_groups < 2:
@@ -47,8 +61,8 @@ class StatePool:
         self.free_groups = list(range(DUMMY_GROUP + 1, self.num_groups))
         self.owner: dict[int, str] = {}
         self.slot_tensors = slot_tensors
-        # told (first slot, count) of every zeroed group: the other ranks of a tensor-parallel engine zero theirs
-        self.on_reset = on_reset
+        # told every zeroing and copy: the other ranks of a multi-rank engine repeat them on their slots
+        self.on_change = on_change
         # groups that hold a cached prefix's state (prefix_cache.py), and how to evict the least recently used one
         self.num_spare_held = 0
         self.evict: Callable[[], bool] = lambda: False
@@ -84,11 +98,10 @@ class StatePool:
         # the eviction above may have freed group `state_of` itself (then its state is in place), or another
         # (then `state_of`'s state is intact until someone writes it: copied here, before anything does)
         keep = int(group == state_of)
-        zero_slots(self.slot_tensors, start + keep, self.slots_per_seq - keep)
+        if self.slots_per_seq > keep:
+            self._apply((ZERO, start + keep, self.slots_per_seq - keep))
         if state_of is not None and not keep:
-            copy_slot(self.slot_tensors, self.first_slot(state_of), start)
-        if self.on_reset is not None:
-            self.on_reset(start, self.slots_per_seq)
+            self._apply((COPY, self.first_slot(state_of), start))
 
     def take_spare(self, source_slot: int) -> int | None:
         """A group for a cached prefix (the highest free one, away from the running sequences' packed groups)
@@ -99,12 +112,17 @@ class StatePool:
         self.free_groups.remove(group)
         heapq.heapify(self.free_groups)
         self.num_spare_held += 1
-        copy_slot(self.slot_tensors, source_slot, self.first_slot(group))
+        self._apply((COPY, source_slot, self.first_slot(group)))
         return group
 
     def give_back(self, group: int) -> None:
         self.num_spare_held -= 1
         heapq.heappush(self.free_groups, group)
+
+    def _apply(self, op: SlotOp) -> None:
+        apply_slot_op(self.slot_tensors, op)
+        if self.on_change is not None:
+            self.on_change(op)
 
     def free(self, seq: Sequence) -> None:
         if seq.slot is not None:

@@ -9,7 +9,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dayzero.errors import DayzeroError
 from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
@@ -119,15 +118,6 @@ def test_without_prefix_caching_nothing_is_kept(model):
     assert run(engine, [prompt, prompt], max_tokens=3)[1] == reference_tokens(model, prompt, 3)
     assert engine.prefix_cache is None and engine.stats.prefill_tokens == 400
     assert engine.blocks.num_free == engine.blocks.num_pages - 1
-
-
-def test_multi_rank_engines_refuse_prefix_caching(model):
-    class OtherRanks(EagerEngine):
-        def on_slots_reset(self, start: int, count: int) -> None: ...
-
-    manifest = eager_manifest(model, CacheFormat(), max_batch=2, max_len=256)
-    with pytest.raises(DayzeroError, match="prefix caching runs on single-rank engines"):
-        LLMEngine(OtherRanks(model, manifest), RuntimeOptions(memory_bytes=64 << 20, prefix_caching=True))
 
 
 def test_page_keys_name_the_whole_prefix():
