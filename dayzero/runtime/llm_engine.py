@@ -88,6 +88,8 @@ class LLMEngine:
                                 slot_tensors(manifest, self.caches), getattr(engine, "on_slot_op", None))
         token_budget = options.token_budget or TOKENS_PER_RANK * manifest.extra.get("cp", 1)
         self.prefix_cache = self._prefix_cache(options)
+        # a context-parallel engine decodes on rank 0 alone: the other ranks' pages lack decoded rows
+        self.decode_snapshots = not getattr(engine, "decodes_alone", False)
         self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, token_budget, manifest.max_len,
                                    manifest.num_draft, self.prefix_cache)
         self.propose = PROPOSERS[options.draft_method]()
@@ -161,7 +163,11 @@ class LLMEngine:
         finished = []
         # every verify row's argmax in one device sync, rather than one a greedy sequence
         for seq, draft, rows, best in zip(step.seqs, drafts, logits, logits.argmax(-1).tolist()):
-            if self._emit(seq, self._verify(seq, draft, rows, best), rows):
+            before = seq.num_cached
+            tokens = self._verify(seq, draft, rows, best)
+            if self.prefix_cache and self.decode_snapshots:
+                self.prefix_cache.remember_decoded(seq, before)
+            if self._emit(seq, tokens, rows):
                 finished.append(seq)
         return finished
 

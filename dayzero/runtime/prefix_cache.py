@@ -5,9 +5,10 @@ MLA layers keep a row per token in pages, so a prefix's full pages can simply be
 writes past them). KDA layers keep one recurrent state and conv window per sequence, not per token, so a prefix is
 reusable only where its state was saved: a snapshot of the sequence's state slot, taken when a prefill chunk ends
 there. Snapshots are taken at `SNAPSHOT_EVERY` tokens (prefill chunks are cut at those points, which a long prompt's
-chunks already are by the default token budget) and at the prompt's last full page before its last token (so an
-identical prompt reuses all of it but the tokens after that page). A prefix is named by a chained hash of its pages'
-tokens.
+chunks already are by the default token budget), at the prompt's last full page before its last token (so an
+identical prompt reuses all of it but the tokens after that page), and while a sequence decodes, at the last page
+boundary it crossed (one such snapshot a sequence, replaced as it goes: so a chat's next turn, which repeats the
+conversation so far, reuses the previous answer too). A prefix is named by a chained hash of its pages' tokens.
 
 A cached prefix holds its pages and one state-slot group. Both count as available: when the free pages or groups
 run short, the least recently used prefix is evicted. Single-rank engines only: the snapshot copies are host
@@ -53,6 +54,7 @@ class PrefixCache:
         self.snapshot_every = snapshot_every - snapshot_every % self.page_size or self.page_size
         self.prefixes: OrderedDict[bytes, CachedPrefix] = OrderedDict()  # least recently used first
         self.hit_tokens = 0
+        self.decoding: dict[str, bytes] = {}  # each decoding sequence's latest snapshot
         blocks.evict = states.evict = self.evict_one
 
     def lookup(self, seq: Sequence) -> CachedPrefix | None:
@@ -77,24 +79,51 @@ class PrefixCache:
         """After a prefill chunk: snapshot seq's state if the chunk ended on a snapshot point not cached yet."""
         length = seq.num_cached
         last_page = (len(seq.prompt_ids) - 1) // self.page_size * self.page_size
-        if length == 0 or (length % self.snapshot_every and length != last_page):
+        if length and (length % self.snapshot_every == 0 or length == last_page):
+            self._snapshot(seq, length, self.states.first_slot(seq.slot))
+
+    def remember_decoded(self, seq: Sequence, before: int) -> None:
+        """After a decode (verify) step took seq from `before` cached tokens to seq.num_cached: snapshot the last
+        page boundary it crossed, in place of seq's previous decode snapshot. Verify input t left the state after
+        before + t + 1 tokens in slot t of seq's group."""
+        boundary = seq.num_cached // self.page_size * self.page_size
+        if boundary <= before:
             return
+        created = self._snapshot(seq, boundary, self.states.first_slot(seq.slot) + boundary - before - 1)
+        previous = self.decoding.pop(seq.request_id, None)
+        if previous is not None:
+            self._drop(previous)
+        if created is not None:
+            self.decoding[seq.request_id] = created
+
+    def forget_decoding(self, seq: Sequence) -> None:
+        """seq ended: its latest decode snapshot stays cached, no longer replaced."""
+        self.decoding.pop(seq.request_id, None)
+
+    def _snapshot(self, seq: Sequence, length: int, slot: int) -> bytes | None:
+        """Cache seq's first `length` tokens with the state in `slot` -> the key of a prefix this made (None when
+        it was cached already, or no group is free)."""
         key = page_keys(seq.token_ids, self.page_size, length // self.page_size)[-1]
         if key in self.prefixes:
             self.prefixes.move_to_end(key)
-            return
-        group = self.states.take_spare(self.states.first_slot(seq.slot))
+            return None
+        group = self.states.take_spare(slot)
         if group is None:
-            return
+            return None
         pages = seq.pages[: length // self.page_size]
         self.blocks.hold(pages)
         self.prefixes[key] = CachedPrefix(length, pages, group)
+        return key
 
     def evict_one(self) -> bool:
         """Drop the least recently used prefix (its pages and group go back unless running sequences hold them)."""
         if not self.prefixes:
             return False
-        _, prefix = self.prefixes.popitem(last=False)
-        self.blocks.release(prefix.pages)
-        self.states.give_back(prefix.group)
+        self._drop(next(iter(self.prefixes)))
         return True
+
+    def _drop(self, key: bytes) -> None:
+        prefix = self.prefixes.pop(key, None)
+        if prefix is not None:
+            self.blocks.release(prefix.pages)
+            self.states.give_back(prefix.group)

@@ -77,6 +77,8 @@ class Scheduler:
             self.waiting.remove(seq)
         self.blocks.free(seq)
         self.states.free(seq)
+        if self.prefix_cache:
+            self.prefix_cache.forget_decoding(seq)
         seq.status, seq.finish_reason = status, reason
 
     def schedule(self) -> ScheduledStep | None:

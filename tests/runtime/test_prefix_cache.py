@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 
 from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
+from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
-from dayzero.runtime.prefix_cache import page_keys
+from dayzero.runtime.prefix_cache import PrefixCache, page_keys
 from dayzero.runtime.sampling import SamplingParams
+from dayzero.runtime.sequence import Sequence
+from dayzero.runtime.state_pool import StatePool
 from tests.helpers import random_model, tiny_config_dict
 from tests.runtime.test_llm_engine import reference_tokens
 
@@ -75,6 +78,45 @@ def test_a_hit_that_leaves_one_token_decodes_it(model, num_draft):
     first, second = run(engine, [prompt, prompt], max_tokens=7)
     assert engine.prefix_cache.hit_tokens == 128
     assert first == second == reference_tokens(model, prompt, 7)
+    assert_all_returned(engine)
+
+
+@pytest.mark.parametrize("num_draft", [0, 2])
+def test_a_chat_turn_reuses_the_previous_answer(model, num_draft):
+    """Turn 1: 100 prompt tokens and 40 answered, which crosses the page boundary at 128 while decoding. Turn 2
+    repeats both and adds 10: it starts from the decode snapshot at 128, not the prompt's at 64."""
+    engine = runtime(model, num_pages=40, num_draft=num_draft)
+    turn1 = tokens(100, 8)
+    answer = run(engine, [turn1], max_tokens=40)[0]
+    turn2 = turn1 + answer + tokens(10, 9)
+    assert run(engine, [turn2], max_tokens=5)[0] == reference_tokens(model, turn2, 5)
+    assert engine.prefix_cache.hit_tokens == 128
+    assert answer == reference_tokens(model, turn1, 40)
+    assert_all_returned(engine)
+
+
+def test_a_verify_step_across_a_boundary_snapshots_the_slot_of_the_token_that_reached_it():
+    """Verify inputs t = 0..3 from 126 cached tokens, all accepted: input 1 brought the sequence to 128 tokens, so
+    slot 1 of its group is the snapshot."""
+    blocks, state = BlockManager(num_pages=8, page_size=64), torch.zeros(3 * 4, 2)
+    states = StatePool(num_slots=12, slots_per_seq=4, slot_tensors=[state])
+    cache = PrefixCache(blocks, states, snapshot_every=1024)
+    seq = Sequence(tokens(126, 12), SamplingParams(max_tokens=8))
+    states.allocate(seq)
+    blocks.grow(seq, 130)
+    seq.num_cached, seq.output_ids = 130, tokens(4, 13)
+    state[:] = torch.arange(12.0)[:, None]  # slot s holds s
+    cache.remember_decoded(seq, before=126)
+    (prefix,) = cache.prefixes.values()
+    assert prefix.length == 128 and prefix.pages == seq.pages[:2]
+    assert state[states.first_slot(prefix.group)].tolist() == [states.first_slot(seq.slot) + 1.0] * 2
+
+
+def test_a_decoding_sequence_keeps_only_its_latest_boundary(model):
+    engine = runtime(model, num_pages=40)
+    run(engine, [tokens(70, 11)], max_tokens=130)  # decodes across 128 and 192
+    assert sorted(p.length for p in engine.prefix_cache.prefixes.values()) == [64, 192]
+    assert not engine.prefix_cache.decoding
     assert_all_returned(engine)
 
 
