@@ -37,14 +37,14 @@ class CachedPrefix:
     group: int  # the state-slot group holding the state after `length` tokens
 
 
-def page_keys(token_ids: list[int], page_size: int, num_pages: int) -> list[bytes]:
-    """The chained hash of each of the first num_pages pages: key i names tokens [0, (i + 1) * page_size)."""
-    keys, previous = [], b""
-    for page in range(num_pages):
+def page_keys(token_ids: list[int], page_size: int, num_pages: int, known: list[bytes] | None = None) -> list[bytes]:
+    """The chained hash of each of the first num_pages pages: key i names tokens [0, (i + 1) * page_size).
+    `known`: keys of leading pages computed before (a sequence's tokens never change), extended in place."""
+    keys = [] if known is None else known
+    for page in range(len(keys), num_pages):
         tokens = array("q", token_ids[page * page_size : (page + 1) * page_size]).tobytes()
-        previous = hashlib.blake2b(previous + tokens, digest_size=16).digest()
-        keys.append(previous)
-    return keys
+        keys.append(hashlib.blake2b((keys[-1] if keys else b"") + tokens, digest_size=16).digest())
+    return keys[:num_pages]
 
 
 class PrefixCache:
@@ -61,7 +61,7 @@ class PrefixCache:
         """The longest cached prefix of seq that leaves it at least one token to prefill (its logits give the
         next token); marked as just used."""
         usable_pages = (seq.num_tokens - 1) // self.page_size
-        for key in reversed(page_keys(seq.token_ids, self.page_size, usable_pages)):
+        for key in reversed(self._keys(seq, usable_pages)):
             if key in self.prefixes:
                 self.prefixes.move_to_end(key)
                 return self.prefixes[key]
@@ -100,10 +100,14 @@ class PrefixCache:
         """seq ended: its latest decode snapshot stays cached, no longer replaced."""
         self.decoding.pop(seq.request_id, None)
 
+    def _keys(self, seq: Sequence, num_pages: int) -> list[bytes]:
+        """seq's first num_pages page keys, each hashed once in its life (kept on the sequence)."""
+        return page_keys(seq.token_ids, self.page_size, num_pages, seq.page_keys)
+
     def _snapshot(self, seq: Sequence, length: int, slot: int) -> bytes | None:
         """Cache seq's first `length` tokens with the state in `slot` -> the key of a prefix this made (None when
         it was cached already, or no group is free)."""
-        key = page_keys(seq.token_ids, self.page_size, length // self.page_size)[-1]
+        key = self._keys(seq, length // self.page_size)[-1]
         if key in self.prefixes:
             self.prefixes.move_to_end(key)
             return None

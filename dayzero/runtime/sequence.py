@@ -39,6 +39,8 @@ class Sequence:
     logprobs: list[TokenLogprob] | None = None
     # the engine's incremental stop-string check, made at the first output token when params.stop is set
     stop_watch: StopStringWatch | None = None
+    # the prefix cache's hashes of the sequence's leading pages, computed once (prefix_cache.page_keys)
+    page_keys: list[bytes] = field(default_factory=list)
 
     def __post_init__(self):
         self.sampler = Sampler(self.params)
