@@ -100,6 +100,16 @@ class PrefixCache:
         """seq ended: its latest decode snapshot stays cached, no longer replaced."""
         self.decoding.pop(seq.request_id, None)
 
+    def shares_pending_prefix(self, seq: Sequence, reused: int, running: list[Sequence]) -> bool:
+        """Another running sequence is still prefilling all of seq's usable pages (an identical prompt: one of n
+        choices, a duplicate): seq waits for its snapshot rather than prefilling them again beside it."""
+        pages = (seq.num_tokens - 1) // self.page_size
+        if pages * self.page_size <= reused:
+            return False
+        key = self._keys(seq, pages)[-1]
+        return any(other.num_cached < pages * self.page_size < other.num_tokens
+                   and self._keys(other, pages)[-1] == key for other in running)
+
     def _keys(self, seq: Sequence, num_pages: int) -> list[bytes]:
         """seq's first num_pages page keys, each hashed once in its life (kept on the sequence)."""
         return page_keys(seq.token_ids, self.page_size, num_pages, seq.page_keys)

@@ -105,6 +105,8 @@ class Scheduler:
             seq = self.waiting[0]
             hit = self.prefix_cache.lookup(seq) if self.prefix_cache else None
             reused = hit.length if hit else 0
+            if self.prefix_cache and self.prefix_cache.shares_pending_prefix(seq, reused, self.running):
+                return
             if hit:
                 # held by seq before anything is evicted, so that no eviction frees them
                 self.blocks.share(seq, hit.pages)

@@ -131,6 +131,25 @@ def test_a_shared_system_prompt_is_prefilled_once(model):
     assert_all_returned(engine)
 
 
+def test_identical_prompts_sent_together_prefill_once(model):
+    """n choices of one prompt: the first prefills it, the others wait for its snapshot and prefill only what
+    follows its last full page."""
+    prompt = tokens(150, 14)
+    engine = runtime(model, num_pages=40)
+    seqs = [engine.add_request(prompt, SamplingParams(max_tokens=4, temperature=1.0, seed=seed)) for seed in (1, 2, 3)]
+    while engine.has_work:
+        engine.step()
+    assert engine.prefix_cache.hit_tokens == 2 * 128
+    assert engine.stats.prefill_tokens == 150 + 2 * (150 - 128)
+    alone = runtime(model, num_pages=40, prefix_caching=False)
+    expected = [alone.add_request(prompt, SamplingParams(max_tokens=4, temperature=1.0, seed=seed))
+                for seed in (1, 2, 3)]
+    while alone.has_work:
+        alone.step()
+    assert [s.output_ids for s in seqs] == [s.output_ids for s in expected]
+    assert_all_returned(engine)
+
+
 def test_requests_running_together_share_the_pages_of_a_cached_prefix(model):
     system = tokens(260, 3)
     engine = runtime(model, num_pages=40)
