@@ -17,6 +17,7 @@ class Capacity:
     page_size: int
     slots_per_seq: int
     budget_bytes: int
+    snapshot_groups: int = 0  # slot groups beyond the sequences', for the prefix cache's state snapshots
 
     @property
     def tokens(self) -> int:
@@ -25,12 +26,14 @@ class Capacity:
 
     @property
     def sequences(self) -> int:
-        """Concurrent sequences of KDA state (the dummy slot group excluded)."""
-        return self.num_slots // self.slots_per_seq - 1
+        """Concurrent sequences of KDA state (the dummy slot group and the snapshots' excluded)."""
+        return self.num_slots // self.slots_per_seq - 1 - self.snapshot_groups
 
     def describe(self) -> str:
+        snapshots = f" (+ {self.snapshot_groups} prefix snapshots)" if self.snapshot_groups else ""
         return (f"cache capacity: {self.tokens} tokens of latent/index cache ({self.num_pages} pages), "
-                f"{self.sequences} concurrent sequences of KDA state, in {self.budget_bytes / 2**20:.0f} MiB")
+                f"{self.sequences} concurrent sequences of KDA state{snapshots}, in {self.budget_bytes / 2**20:.0f} "
+                "MiB")
 
 
 def memory_budget(device: str, gpu_memory_fraction: float, budget_bytes: int | None) -> int:
@@ -42,10 +45,11 @@ def memory_budget(device: str, gpu_memory_fraction: float, budget_bytes: int | N
     return 256 << 20
 
 
-def plan_capacity(manifest: EngineManifest, budget: int, max_batch: int) -> Capacity:
-    """Slots for max_batch sequences (+ the dummy) first, the rest of the budget in pages."""
+def plan_capacity(manifest: EngineManifest, budget: int, max_batch: int, snapshot_groups: int = 0) -> Capacity:
+    """Slots for max_batch sequences (+ the dummy, + the prefix cache's snapshot groups) first, the rest of the
+    budget in pages."""
     slots_per_seq = 1 + manifest.num_draft
-    num_slots = (max_batch + 1) * slots_per_seq
+    num_slots = (max_batch + 1 + snapshot_groups) * slots_per_seq
     slot_bytes, page_bytes = manifest.unit_bytes(SLOT), manifest.unit_bytes(PAGE)
     left = budget - num_slots * slot_bytes
     num_pages = left // page_bytes if page_bytes else 2
@@ -53,4 +57,4 @@ def plan_capacity(manifest: EngineManifest, budget: int, max_batch: int) -> Capa
         raise DayzeroError(f"a budget of {budget / 2**20:.1f} MiB holds the state of {max_batch} sequences "
                            f"({num_slots * slot_bytes / 2**20:.1f} MiB) but no cache pages; give more memory "
                            "(--gpu-memory-fraction / --memory-mb) or a smaller --batch")
-    return Capacity(int(num_pages), num_slots, manifest.page_size, slots_per_seq, budget)
+    return Capacity(int(num_pages), num_slots, manifest.page_size, slots_per_seq, budget, snapshot_groups)

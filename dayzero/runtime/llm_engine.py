@@ -40,6 +40,8 @@ class RuntimeOptions:
     draft_method: str = "ngram"  # proposer of draft tokens, for engines exported with num_draft > 0
     prefix_caching: bool = False  # reuse the pages and KDA state snapshots of prompts' common prefixes
     snapshot_every: int = SNAPSHOT_EVERY  # tokens between a prefix's KDA state snapshots (prefix_cache.py)
+    # slot groups kept for snapshots beyond the running sequences' (default: one a sequence of the batch)
+    snapshot_groups: int | None = None
 
     def __post_init__(self):
         if self.draft_method not in PROPOSERS:
@@ -81,7 +83,9 @@ class LLMEngine:
         self.engine, self.manifest = engine, manifest
         self.max_batch = min(options.max_batch or manifest.max_batch, manifest.max_batch)
         budget = memory_budget(manifest.device, options.gpu_memory_fraction, options.memory_bytes)
-        self.capacity = plan_capacity(manifest, budget, self.max_batch)
+        snapshots = 0 if not options.prefix_caching else (
+            self.max_batch if options.snapshot_groups is None else options.snapshot_groups)
+        self.capacity = plan_capacity(manifest, budget, self.max_batch, snapshots)
         self.caches = allocate_flat_caches(manifest, self.capacity.num_pages, self.capacity.num_slots)
         self.blocks = BlockManager(self.capacity.num_pages, manifest.page_size)
         self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq,

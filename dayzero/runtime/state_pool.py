@@ -104,8 +104,11 @@ class StatePool:
             self._apply((COPY, self.first_slot(state_of), start))
 
     def take_spare(self, source_slot: int) -> int | None:
-        """A group for a cached prefix (the highest free one, away from the running sequences' packed groups)
-        holding a copy of slot `source_slot`; None when no group is free."""
+        """A group for a cached prefix (the highest free one, away from the running sequences' packed groups; the
+        least recently used prefix's when none is free) holding a copy of slot `source_slot`; None when every group
+        runs a sequence."""
+        while not self.free_groups and self.evict():
+            pass
         if not self.free_groups:
             return None
         group = max(self.free_groups)

@@ -29,7 +29,9 @@ def model():
 def runtime(model, num_pages: int, max_batch: int = 4, token_budget: int = 96, snapshot_every: int = 128,
             prefix_caching: bool = True, num_draft: int = 0) -> LLMEngine:
     manifest = eager_manifest(model, CacheFormat(), max_batch=max_batch, max_len=1024, num_draft=num_draft)
-    budget = (max_batch + 1) * manifest.unit_bytes(SLOT) + num_pages * manifest.unit_bytes(PAGE)
+    # slot groups: the batch's, the dummy and (with caching) one snapshot group a sequence of the batch
+    groups = max_batch + 1 + (max_batch if prefix_caching else 0)
+    budget = groups * (1 + num_draft) * manifest.unit_bytes(SLOT) + num_pages * manifest.unit_bytes(PAGE)
     options = RuntimeOptions(token_budget=token_budget, memory_bytes=budget, prefix_caching=prefix_caching,
                              snapshot_every=snapshot_every)
     return LLMEngine(EagerEngine(model, manifest), options)
@@ -65,6 +67,7 @@ def test_a_repeated_prompt_reuses_all_its_full_pages_but_the_last(model):
     engine = runtime(model, num_pages=40)
     first, second = run(engine, [prompt, prompt], max_tokens=6)
     assert engine.prefix_cache.hit_tokens == 192
+    assert engine.capacity.snapshot_groups == 4 and "(+ 4 prefix snapshots)" in engine.capacity.describe()
     assert first == second == reference_tokens(model, prompt, 6)
     assert engine.stats.prefill_tokens == 200 + 8
     assert_all_returned(engine)
@@ -175,6 +178,7 @@ def test_cached_prefixes_give_way_to_running_requests(model):
 
 def test_without_prefix_caching_nothing_is_kept(model):
     engine = runtime(model, num_pages=40, prefix_caching=False)
+    assert engine.capacity.snapshot_groups == 0
     prompt = tokens(200, 1)
     assert run(engine, [prompt, prompt], max_tokens=3)[1] == reference_tokens(model, prompt, 3)
     assert engine.prefix_cache is None and engine.stats.prefill_tokens == 400
