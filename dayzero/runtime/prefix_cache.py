@@ -70,16 +70,14 @@ class PrefixCache:
     def next_stop(self, seq: Sequence) -> int | None:
         """Where seq's prefill must stop next for a snapshot: the next multiple of snapshot_every, or the prompt's
         last full page before its last token; None past both."""
-        last_page = (len(seq.prompt_ids) - 1) // self.page_size * self.page_size
         every = (seq.num_cached // self.snapshot_every + 1) * self.snapshot_every
-        stops = [s for s in (every, last_page) if seq.num_cached < s < seq.num_tokens]
+        stops = [s for s in (every, self._last_page(seq)) if seq.num_cached < s < seq.num_tokens]
         return min(stops, default=None)
 
     def remember(self, seq: Sequence) -> None:
         """After a prefill chunk: snapshot seq's state if the chunk ended on a snapshot point not cached yet."""
         length = seq.num_cached
-        last_page = (len(seq.prompt_ids) - 1) // self.page_size * self.page_size
-        if length and (length % self.snapshot_every == 0 or length == last_page):
+        if length and self._snapshots_at(seq, length):
             self._snapshot(seq, length, self.states.first_slot(seq.slot))
 
     def remember_decoded(self, seq: Sequence, before: int) -> None:
@@ -101,14 +99,22 @@ class PrefixCache:
         self.decoding.pop(seq.request_id, None)
 
     def shares_pending_prefix(self, seq: Sequence, reused: int, running: list[Sequence]) -> bool:
-        """Another running sequence is still prefilling all of seq's usable pages (an identical prompt: one of n
-        choices, a duplicate): seq waits for its snapshot rather than prefilling them again beside it."""
-        pages = (seq.num_tokens - 1) // self.page_size
-        if pages * self.page_size <= reused:
+        """Another running sequence is still prefilling all of seq's usable pages and will snapshot them (an
+        identical prompt: one of n choices, a duplicate): seq waits for that rather than prefilling them beside it."""
+        length = (seq.num_tokens - 1) // self.page_size * self.page_size
+        if length <= reused:
             return False
-        key = self._keys(seq, pages)[-1]
-        return any(other.num_cached < pages * self.page_size < other.num_tokens
-                   and self._keys(other, pages)[-1] == key for other in running)
+        key = self._keys(seq, length // self.page_size)[-1]
+        return any(other.num_cached < length < other.num_tokens and self._snapshots_at(other, length)
+                   and self._keys(other, length // self.page_size)[-1] == key for other in running)
+
+    def _snapshots_at(self, seq: Sequence, length: int) -> bool:
+        """Whether seq's prefill takes a snapshot after `length` tokens."""
+        return length % self.snapshot_every == 0 or length == self._last_page(seq)
+
+    def _last_page(self, seq: Sequence) -> int:
+        """The prompt's last full page boundary before its last token."""
+        return (len(seq.prompt_ids) - 1) // self.page_size * self.page_size
 
     def _keys(self, seq: Sequence, num_pages: int) -> list[bytes]:
         """seq's first num_pages page keys, each hashed once in its life (kept on the sequence)."""

@@ -153,6 +153,23 @@ def test_identical_prompts_sent_together_prefill_once(model):
     assert_all_returned(engine)
 
 
+def test_only_a_twin_that_will_snapshot_the_same_prefix_holds_a_request_back(model):
+    engine = runtime(model, num_pages=40, token_budget=64, snapshot_every=1024)
+    long = tokens(300, 15)  # snapshots at its last full page, 256, only
+    twin = engine.add_request(long, SamplingParams(max_tokens=2))
+    engine.step()
+    cousin = engine.add_request(long[:150], SamplingParams(max_tokens=2))  # would reuse 128: no snapshot there
+    same = engine.add_request(long, SamplingParams(max_tokens=2))
+    engine.step()
+    running = engine.scheduler.running
+    assert twin in running and cousin in running and same not in running
+    while engine.has_work:
+        engine.step()
+    assert engine.prefix_cache.hit_tokens == 256
+    expected = [reference_tokens(model, p, 2) for p in (long, long[:150], long)]
+    assert [s.output_ids for s in (twin, cousin, same)] == expected
+
+
 def test_requests_running_together_share_the_pages_of_a_cached_prefix(model):
     system = tokens(260, 3)
     engine = runtime(model, num_pages=40)
