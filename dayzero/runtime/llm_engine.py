@@ -18,7 +18,7 @@ from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.logprobs import token_logprob
 from dayzero.runtime.penalties import adjusts_logits, penalized
-from dayzero.runtime.prefix_cache import SNAPSHOT_EVERY, PrefixCache
+from dayzero.runtime.prefix_cache import PrefixCache
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
@@ -39,7 +39,9 @@ class RuntimeOptions:
     cuda_graphs: bool = True
     draft_method: str = "ngram"  # proposer of draft tokens, for engines exported with num_draft > 0
     prefix_caching: bool = False  # reuse the pages and KDA state snapshots of prompts' common prefixes
-    snapshot_every: int = SNAPSHOT_EVERY  # tokens between a prefix's KDA state snapshots (prefix_cache.py)
+    # tokens between a prefix's KDA state snapshots (prefix_cache.py); default: the token budget, where a long
+    # prompt's prefill chunks end anyway
+    snapshot_every: int | None = None
     # slot groups kept for snapshots beyond the running sequences' (default: one a sequence of the batch)
     snapshot_groups: int | None = None
 
@@ -91,7 +93,7 @@ class LLMEngine:
         self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq,
                                 slot_tensors(manifest, self.caches), getattr(engine, "on_slot_op", None))
         token_budget = options.token_budget or TOKENS_PER_RANK * manifest.extra.get("cp", 1)
-        self.prefix_cache = self._prefix_cache(options)
+        self.prefix_cache = self._prefix_cache(options, token_budget)
         # a context-parallel engine decodes on rank 0 alone: the other ranks' pages lack decoded rows
         self.decode_snapshots = not getattr(engine, "decodes_alone", False)
         self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, token_budget, manifest.max_len,
@@ -103,8 +105,10 @@ class LLMEngine:
         self.detokenize, self.stop_ids = detokenize, stop_ids
         self.stats = StepStats()
 
-    def _prefix_cache(self, options: RuntimeOptions) -> PrefixCache | None:
-        return PrefixCache(self.blocks, self.states, options.snapshot_every) if options.prefix_caching else None
+    def _prefix_cache(self, options: RuntimeOptions, token_budget: int) -> PrefixCache | None:
+        if not options.prefix_caching:
+            return None
+        return PrefixCache(self.blocks, self.states, options.snapshot_every or token_budget)
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
         # a bad id would fail inside a model step, which ends every request in the batch

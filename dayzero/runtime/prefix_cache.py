@@ -4,15 +4,17 @@ their cache pages and skips their prefill.
 MLA layers keep a row per token in pages, so a prefix's full pages can simply be shared (read only: the sequence
 writes past them). KDA layers keep one recurrent state and conv window per sequence, not per token, so a prefix is
 reusable only where its state was saved: a snapshot of the sequence's state slot, taken when a prefill chunk ends
-there. Snapshots are taken at `SNAPSHOT_EVERY` tokens (prefill chunks are cut at those points, which a long prompt's
-chunks already are by the default token budget), at the prompt's last full page before its last token (so an
-identical prompt reuses all of it but the tokens after that page), and while a sequence decodes, at the last page
-boundary it crossed (one such snapshot a sequence, replaced as it goes: so a chat's next turn, which repeats the
-conversation so far, reuses the previous answer too). A prefix is named by a chained hash of its pages' tokens.
+there. Snapshots are taken
+* every `snapshot_every` tokens (by default the runtime's token budget: prefill chunks are cut at those points,
+  where a long prompt's chunks end anyway);
+* at the prompt's last full page before its last token (an identical prompt reuses all of it but what follows);
+* while a sequence decodes, at the last page boundary it crossed (one such snapshot a sequence, replaced as it
+  goes), so that a chat's next turn, which repeats the conversation so far, reuses the previous answer too.
+A prefix is named by a chained hash of its pages' tokens.
 
-A cached prefix holds its pages and one state-slot group. Both count as available: when the free pages or groups
-run short, the least recently used prefix is evicted. Single-rank engines only: the snapshot copies are host
-commands the other ranks of a multi-rank engine would need too.
+A cached prefix holds its pages and one state-slot group (the runtime keeps groups for them beside the batch's).
+Both count as available: when the free pages or groups run short, the least recently used prefix is evicted. On a
+multi-rank engine the state pool's snapshot copies go to the other ranks with the next step (state_pool.SlotOp).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.sequence import Sequence
 from dayzero.runtime.state_pool import StatePool
 
-# tokens between snapshots: the default prefill token budget, so a long prompt's chunks end on them already
+# tokens between snapshots where the runtime names none
 SNAPSHOT_EVERY = 2048
 
 
@@ -118,6 +120,8 @@ class PrefixCache:
 
     def _keys(self, seq: Sequence, num_pages: int) -> list[bytes]:
         """seq's first num_pages page keys, each hashed once in its life (kept on the sequence)."""
+        if len(seq.page_keys) >= num_pages:
+            return seq.page_keys[:num_pages]
         return page_keys(seq.token_ids, self.page_size, num_pages, seq.page_keys)
 
     def _snapshot(self, seq: Sequence, length: int, slot: int) -> bytes | None:
