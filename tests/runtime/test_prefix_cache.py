@@ -170,6 +170,23 @@ def test_only_a_twin_that_will_snapshot_the_same_prefix_holds_a_request_back(mod
     assert [s.output_ids for s in (twin, cousin, same)] == expected
 
 
+def test_cancelling_requests_that_share_pages_keeps_the_others_whole(model):
+    system = tokens(200, 16)
+    engine = runtime(model, num_pages=40)
+    run(engine, [system + [7]], max_tokens=2)
+    seqs = [engine.add_request(system + tokens(n, n), SamplingParams(max_tokens=6)) for n in (3, 4, 5)]
+    engine.step()
+    shared = set(seqs[0].pages) & set(seqs[1].pages) & set(seqs[2].pages)
+    assert len(shared) == 3  # the cached prefix's three full pages
+    assert engine.cancel(seqs[1].request_id) is seqs[1] and seqs[1].pages == []
+    assert all(engine.blocks.owner[page] == 2 for page in shared)
+    while engine.has_work:
+        engine.step()
+    for seq in (seqs[0], seqs[2]):
+        assert seq.output_ids == reference_tokens(model, seq.prompt_ids, 6)
+    assert_all_returned(engine)
+
+
 def test_requests_running_together_share_the_pages_of_a_cached_prefix(model):
     system = tokens(260, 3)
     engine = runtime(model, num_pages=40)
