@@ -1,6 +1,6 @@
 """Accuracy of the layered DSA quantization (MODEL.md section 6) on the h200-slice config with random weights.
 
-One DSA-MLA decoder layer of configs/h200-slice (hidden 7168, 96 MLA heads, q_lora 1536, indexer 32 x 128,
+One DSA-MLA decoder layer of dayzero/configs/h200-slice (hidden 7168, 96 MLA heads, q_lora 1536, indexer 32 x 128,
 top-k 2048) gets random_init weights on the GPU; hidden states x ~ N(0, 1) of 8K and 32K tokens go through
 input_layernorm, q_a_proj + q_a_layernorm and the indexer / latent projections (references in torch, no kernels):
 (a) recall@2048 of the MXFP8 indexer (q and k MXFP8, the prescribed scheme and the model's path over an MXFP8 cache;
@@ -31,7 +31,7 @@ from dayzero.plugins.indexer.reference import index_scores
 from dayzero.plugins.paged_cache.formats import pack_fp8_latent, unpack_fp8_latent
 from dayzero.plugins.quant.reference import mxfp8_dequantize, mxfp8_quantize
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parent.parent / "dayzero" / "configs"
 CONTEXTS = (8192, 32768)
 SCORE_BLOCK_BYTES = 1 << 30
 ATTENTION_QUERIES = 2048

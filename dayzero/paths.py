@@ -11,11 +11,12 @@ EMBEDDED_MODEL = "tiny-hybrid"
 
 
 def configs_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "configs"
+    """The bundled configs, package data: in a checkout and in an installed wheel alike."""
+    return Path(__file__).resolve().parent / "configs"
 
 
 def bundled_config(name: str) -> Path:
-    """configs/<name>/config.json of this checkout."""
+    """dayzero/configs/<name>/config.json."""
     path = configs_dir() / name / "config.json"
     if not path.exists():
         known = sorted(p.name for p in configs_dir().iterdir() if (p / "config.json").exists())

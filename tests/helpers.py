@@ -13,7 +13,7 @@ from dayzero.model.random_init import init_random_
 from dayzero.model.weights import build_empty
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY_CONFIG = ROOT / "configs" / "tiny-hybrid" / "config.json"
+TINY_CONFIG = ROOT / "dayzero" / "configs" / "tiny-hybrid" / "config.json"
 
 
 def tiny_config_dict(**text_overrides) -> dict:

@@ -11,12 +11,12 @@ from tests.helpers import ROOT, tiny_config_dict
 
 @pytest.mark.parametrize("name", ["tiny-hybrid", "kimi-linear-48b-a3b", "kimi-k3.1", "h200-slice"])
 def test_bundled_configs_parse(name):
-    cfg = ModelConfig.from_hf(ROOT / "configs" / name)
+    cfg = ModelConfig.from_hf(ROOT / "dayzero" / "configs" / name)
     assert cfg.num_layers == len(cfg.layer_kinds) == len(cfg.mlp_kinds)
 
 
 def test_kimi_linear_layout():
-    cfg = ModelConfig.from_hf(ROOT / "configs" / "kimi-linear-48b-a3b")
+    cfg = ModelConfig.from_hf(ROOT / "dayzero" / "configs" / "kimi-linear-48b-a3b")
     assert [i for i, k in enumerate(cfg.layer_kinds) if k == MLA] == [3, 7, 11, 15, 19, 23, 26]
     assert cfg.mlp_kinds[0] == "dense" and set(cfg.mlp_kinds[1:]) == {MOE}
     assert cfg.kda.gate_lower_bound is None and not cfg.kda.full_rank_output_gate
@@ -24,7 +24,7 @@ def test_kimi_linear_layout():
 
 
 def test_kimi_k31_layout():
-    cfg = ModelConfig.from_hf(ROOT / "configs" / "kimi-k3.1")
+    cfg = ModelConfig.from_hf(ROOT / "dayzero" / "configs" / "kimi-k3.1")
     assert cfg.layer_kinds.count(KDA) == 69 and cfg.layer_kinds.count(MLA) == 24
     assert cfg.indexer.topk == 2048 and cfg.indexer.num_heads == 32 and cfg.indexer.head_dim == 128
     assert cfg.moe.latent_size == 3584 and cfg.moe.num_experts == 896 and cfg.moe.top_k == 16
