@@ -52,7 +52,7 @@ class HybridModel(nn.Module):
         self.config = cfg
         self.model = Backbone(cfg)
         self.lm_head = linear(cfg.hidden_size, cfg.vocab_size)
-        # set on a context-parallel rank: prefill runs its zigzag chunks of the step (dist/zigzag.py)
+        # set on a context-parallel rank: prefill runs its zigzag chunks of the step (zigzag.py)
         self.context_plan: ContextPlan | None = None
 
     @property
