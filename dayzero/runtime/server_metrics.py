@@ -23,6 +23,9 @@ class EngineCollector:
         gauges = {"running_sequences": len(engine.scheduler.running),
                   "waiting_sequences": len(engine.scheduler.waiting),
                   "free_cache_pages": engine.blocks.num_free, "free_state_slot_groups": engine.states.num_free,
+                  # pages only cached prefixes hold: given to running requests when they need them
+                  "reclaimable_cache_pages": engine.blocks.num_reclaimable,
+                  "cached_prefixes": len(engine.prefix_cache.prefixes) if engine.prefix_cache else 0,
                   "open_requests": self.open_requests()}
         for name, value in gauges.items():
             yield GaugeMetricFamily(f"dayzero_{name}", name.replace("_", " "), value=value)

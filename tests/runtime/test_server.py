@@ -351,8 +351,9 @@ def test_chat_turns_reuse_the_cached_prefix_of_the_conversation(model, tmp_path)
             history += body["choices"][0]["text"] + "\n"
         text = client.get("/metrics").text
     server.close()
-    hits = [line for line in text.splitlines() if line.startswith("dayzero_prefix_cache_hit_tokens_total")]
-    assert hits and float(hits[0].split()[-1]) >= 2 * 192  # each later turn reuses the first 3 pages or more
+    metrics = dict(line.split() for line in text.splitlines() if line.startswith("dayzero_") and " " in line)
+    assert float(metrics["dayzero_prefix_cache_hit_tokens_total"]) >= 2 * 192  # later turns reuse 3 pages or more
+    assert float(metrics["dayzero_cached_prefixes"]) > 0 and float(metrics["dayzero_reclaimable_cache_pages"]) > 0
 
 
 def test_metrics_count_requests_tokens_and_the_engine_state(model, tmp_path):
