@@ -54,7 +54,8 @@ def plan_capacity(manifest: EngineManifest, budget: int, max_batch: int, snapsho
     left = budget - num_slots * slot_bytes
     num_pages = left // page_bytes if page_bytes else 2
     if num_pages < 2:
-        raise DayzeroError(f"a budget of {budget / 2**20:.1f} MiB holds the state of {max_batch} sequences "
-                           f"({num_slots * slot_bytes / 2**20:.1f} MiB) but no cache pages; give more memory "
-                           "(--gpu-memory-fraction / --memory-mb) or a smaller --batch")
+        snapshots = f" and {snapshot_groups} prefix snapshots" if snapshot_groups else ""
+        raise DayzeroError(f"a budget of {budget / 2**20:.1f} MiB holds the state of {max_batch} sequences"
+                           f"{snapshots} ({num_slots * slot_bytes / 2**20:.1f} MiB) but no cache pages; give more "
+                           "memory (--gpu-memory-fraction / --memory-mb) or a smaller --batch")
     return Capacity(int(num_pages), num_slots, manifest.page_size, slots_per_seq, budget, snapshot_groups)

@@ -219,6 +219,15 @@ def test_without_prefix_caching_nothing_is_kept(model):
     assert engine.blocks.num_free == engine.blocks.num_pages - 1
 
 
+def test_a_budget_that_holds_no_pages_beside_the_snapshots_says_so(model):
+    from dayzero.errors import DayzeroError
+
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=256)
+    budget = 6 * manifest.unit_bytes(SLOT)  # the batch's and the dummy's state, no room for 4 snapshot groups
+    with pytest.raises(DayzeroError, match="4 sequences and 4 prefix snapshots .* but no cache pages"):
+        LLMEngine(EagerEngine(model, manifest), RuntimeOptions(memory_bytes=budget, prefix_caching=True))
+
+
 def test_page_keys_name_the_whole_prefix():
     a, b = list(range(200)), list(range(200))
     b[10] = 999
