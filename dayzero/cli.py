@@ -230,10 +230,12 @@ def _table(rows: list[dict]) -> str:
 @cli.command()
 @click.argument("config")
 @click.option("--tp", type=int, default=1, show_default=True)
+@click.option("--cp", type=int, default=1, show_default=True)
 @click.option("--ep", type=int, default=1, show_default=True)
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bfloat16", show_default=True)
-def plan(config: str, tp: int, ep: int, dtype: str) -> None:
-    """Weight bytes per rank of CONFIG (a config.json, a folder holding one, or a bundled name) over --tp ranks."""
+def plan(config: str, tp: int, cp: int, ep: int, dtype: str) -> None:
+    """Weight bytes per rank of CONFIG (a config.json, a folder holding one, or a bundled name) over --tp ranks;
+    each of --cp context-parallel rank groups holds the same."""
     from dayzero.dist.rank_plan import RankPlan
     from dayzero.dist.sizing import rank_weights
     from dayzero.model.config import ModelConfig
@@ -244,6 +246,9 @@ def plan(config: str, tp: int, ep: int, dtype: str) -> None:
     click.echo(f"{cfg.model_type}: {whole.params / 1e9:.2f} B parameters, {whole.bytes / 2**30:.1f} GiB in {dtype}")
     click.echo(f"per rank (--tp {tp} --ep {ep}): {share.params / 1e9:.2f} B parameters, {share.bytes / 2**30:.1f} GiB, "
                f"of which {share.replicated_bytes / 2**30:.1f} GiB are the same on every rank")
+    if cp > 1:
+        click.echo(f"x --cp {cp}: {tp * cp} ranks (GPUs), each group of {tp} holding the whole model "
+                   f"({cp * whole.bytes / 2**30:.1f} GiB of weights in all)")
 
 
 def _summary(outputs, elapsed: float, speculation: StepStats | None = None, reused: int | None = None) -> None:

@@ -79,6 +79,9 @@ def test_plan_prints_the_weights_each_rank_holds():
     result = CliRunner().invoke(cli, ["plan", "kimi-k3.1", "--tp", "8", "--ep", "8"], catch_exceptions=False)
     assert result.exit_code == 0
     assert "2779.66 B parameters" in result.output and "per rank (--tp 8 --ep 8): 354.70 B parameters" in result.output
+    grouped = CliRunner().invoke(cli, ["plan", "kimi-linear-48b-a3b", "--tp", "2", "--cp", "4"])
+    assert grouped.exit_code == 0
+    assert "x --cp 4: 8 ranks (GPUs), each group of 2 holding the whole model" in grouped.output
     refused = CliRunner().invoke(cli, ["plan", "tiny-hybrid", "--tp", "3"])
     assert "does not divide this model" in str(refused.exception)
 
