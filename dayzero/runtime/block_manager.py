@@ -96,6 +96,5 @@ class BlockManager:
             if counter[page] <= 0:
                 del counter[page]
         self.num_reclaimable += self._only_cached(page) - was
-        if not self.owner[page] and not self.cached[page]:
-            del self.owner[page], self.cached[page]
+        if page not in self.owner and page not in self.cached:
             self.free_pages.append(page)

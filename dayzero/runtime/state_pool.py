@@ -86,9 +86,7 @@ class StatePool:
     def allocate(self, seq: Sequence, state_of: int | None = None) -> None:
         """Give `seq` a group whose first slot holds an empty sequence's state, or a copy of group `state_of`'s
         first slot (a cached prefix's snapshot)."""
-        while not self.free_groups and self.evict():
-            pass
-        if not self.free_groups:
+        if not self._free_a_group():
             raise DayzeroError(f"{seq.request_id}: no free KDA state slot")
         group = heapq.heappop(self.free_groups)
         self.owner[group] = seq.request_id
@@ -107,9 +105,7 @@ class StatePool:
         """A group for a cached prefix (the highest free one, away from the running sequences' packed groups; the
         least recently used prefix's when none is free) holding a copy of slot `source_slot`; None when every group
         runs a sequence."""
-        while not self.free_groups and self.evict():
-            pass
-        if not self.free_groups:
+        if not self._free_a_group():
             return None
         group = max(self.free_groups)
         self.free_groups.remove(group)
@@ -121,6 +117,12 @@ class StatePool:
     def give_back(self, group: int) -> None:
         self.num_spare_held -= 1
         heapq.heappush(self.free_groups, group)
+
+    def _free_a_group(self) -> bool:
+        """Whether a group is free, after evicting cached prefixes (least recently used first) while none is."""
+        while not self.free_groups and self.evict():
+            pass
+        return bool(self.free_groups)
 
     def _apply(self, op: SlotOp) -> None:
         apply_slot_op(self.slot_tensors, op)
