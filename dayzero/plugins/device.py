@@ -20,6 +20,12 @@ def on_gpu(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
+def is_eager_cuda(tensor: torch.Tensor) -> bool:
+    """A real CUDA tensor outside tracing: host-side choices on its values (or its GPU) are allowed; export and
+    compile keep capturing the default Triton kernel."""
+    return not torch.compiler.is_compiling() and type(tensor) is torch.Tensor and tensor.is_cuda
+
+
 def gpu_capability(device: torch.device) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device)
 

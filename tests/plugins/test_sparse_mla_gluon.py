@@ -124,7 +124,7 @@ def test_opt_in_leaves_cpu_calls_on_the_default_path(monkeypatch):
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
 def test_routing_takes_only_bf16_decode_of_whole_head_blocks(monkeypatch):
     """The rule on a pretend eager Hopper tensor: shapes are all it reads (meta tensors, no data)."""
-    monkeypatch.setattr(G, "_is_eager_cuda", lambda q: True)
+    monkeypatch.setattr(G, "is_eager_cuda", lambda q: True)
     monkeypatch.setattr(G, "_is_hopper", lambda device: True)
 
     def applies(tokens=64, heads=64, width=NOPE + ROPE, q_dtype=BF16, cache_dtype=BF16, v_dim=NOPE):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from dayzero.plugins.device import is_eager_cuda
 from dayzero.plugins.paged_cache.formats import fp8_latent_nope_dim, is_quantized, unpack_fp8_latent
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 
@@ -28,8 +29,7 @@ PAGES_PER_DECODE = 1024
 
 def workspace_applies(q: torch.Tensor, latent_cache: torch.Tensor, cu_seqlens: torch.Tensor) -> bool:
     """An eager CUDA prefill over an FP8 cache with a bf16 query (the BF16 kernel's operand type)."""
-    eager = not torch.compiler.is_compiling() and type(q) is torch.Tensor and q.is_cuda
-    if not eager or torch.cuda.is_current_stream_capturing() or q.dtype != torch.bfloat16:
+    if not is_eager_cuda(q) or torch.cuda.is_current_stream_capturing() or q.dtype != torch.bfloat16:
         return False
     num_seqs = cu_seqlens.shape[0] - 1
     return is_quantized(latent_cache) and q.shape[0] > DECODE_TOKENS_PER_SEQ * max(num_seqs, 1)

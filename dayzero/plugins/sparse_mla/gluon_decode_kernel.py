@@ -27,6 +27,7 @@ import os
 
 import torch
 
+from dayzero.plugins.device import is_eager_cuda
 from dayzero.plugins.sparse_mla import schedule
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
 from dayzero.plugins.sparse_mla.kernel import LN2, LOG2E, _check_inputs, _outputs, _resolve_rows
@@ -189,11 +190,6 @@ def _sparse_mla_decode_kernel(
         gl.store(lse + flat_s, lse_row, mask=head_s < num_heads)
 
 
-def _is_eager_cuda(q: torch.Tensor) -> bool:
-    """A real CUDA tensor outside tracing: export and compile keep capturing the Triton kernel."""
-    return not torch.compiler.is_compiling() and type(q) is torch.Tensor and q.is_cuda
-
-
 def _is_hopper(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] == 9
 
@@ -208,7 +204,7 @@ def gluon_decode_applies(q: torch.Tensor, latent_cache: torch.Tensor, v_dim: int
     cache, 512 + 64 latent rows, whole 64-head blocks, 16-byte aligned q rows, at most MAX_DECODE_TOKENS tokens."""
     if torch.compiler.is_compiling() or os.environ.get(OPT_IN_ENV) != "1" or not HAS_GLUON:
         return False
-    if not _is_eager_cuda(q) or not _is_hopper(q.device):
+    if not is_eager_cuda(q) or not _is_hopper(q.device):
         return False
     return (q.dtype == torch.bfloat16 and latent_cache.dtype == torch.bfloat16 and v_dim == NOPE
             and q.shape[-1] == NOPE + ROPE and q.shape[1] % HEADS == 0 and q.shape[0] <= MAX_DECODE_TOKENS
