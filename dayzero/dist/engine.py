@@ -54,10 +54,14 @@ class MultiRankEngine:
         self._slot_ops: list[SlotOp] = []
         # After a context-parallel prefill every rank holds the sequence's caches, and only a later prefill reads
         # them there (a preempted sequence is prefilled again from scratch): the first TP group (rank 0 alone
-        # without TP) decodes. Tensor-parallel ranks decode together, and the per-step broadcast of inputs is host
-        # work that a CUDA graph cannot replay.
+        # without TP) decodes.
         self.decodes_alone = cp > 1 and tp == 1
-        self.graph_capturable = self.decodes_alone
+
+    @property
+    def graph_capturable(self) -> bool:
+        """Rank 0's decode alone is GPU work; tensor-parallel ranks decode together, and the per-step broadcast of
+        inputs is host work that a CUDA graph cannot replay."""
+        return self.decodes_alone
 
     def _wait_ready(self, folder: Path) -> None:
         deadline = time.monotonic() + WORKER_START_TIMEOUT_S

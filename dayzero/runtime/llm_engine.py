@@ -93,9 +93,7 @@ class LLMEngine:
         self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq,
                                 slot_tensors(manifest, self.caches), getattr(engine, "on_slot_op", None))
         token_budget = options.token_budget or TOKENS_PER_RANK * manifest.extra.get("cp", 1)
-        self.prefix_cache = self._prefix_cache(options, token_budget)
-        # a context-parallel engine decodes on rank 0 alone: the other ranks' pages lack decoded rows
-        self.decode_snapshots = not getattr(engine, "decodes_alone", False)
+        self.prefix_cache = self._prefix_cache(options, token_budget, getattr(engine, "decodes_alone", False))
         self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, token_budget, manifest.max_len,
                                    manifest.num_draft, self.prefix_cache)
         self.propose = PROPOSERS[options.draft_method]()
@@ -105,10 +103,11 @@ class LLMEngine:
         self.detokenize, self.stop_ids = detokenize, stop_ids
         self.stats = StepStats()
 
-    def _prefix_cache(self, options: RuntimeOptions, token_budget: int) -> PrefixCache | None:
+    def _prefix_cache(self, options: RuntimeOptions, token_budget: int, decodes_alone: bool) -> PrefixCache | None:
         if not options.prefix_caching:
             return None
-        return PrefixCache(self.blocks, self.states, options.snapshot_every or token_budget)
+        return PrefixCache(self.blocks, self.states, options.snapshot_every or token_budget,
+                           decode_snapshots=not decodes_alone)
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
         # a bad id would fail inside a model step, which ends every request in the batch
@@ -173,7 +172,7 @@ class LLMEngine:
         for seq, draft, rows, best in zip(step.seqs, drafts, logits, logits.argmax(-1).tolist()):
             before = seq.num_cached
             tokens = self._verify(seq, draft, rows, best)
-            if self.prefix_cache and self.decode_snapshots:
+            if self.prefix_cache:
                 self.prefix_cache.remember_decoded(seq, before)
             if self._emit(seq, tokens, rows):
                 finished.append(seq)

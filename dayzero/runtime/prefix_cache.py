@@ -50,8 +50,11 @@ def page_keys(token_ids: list[int], page_size: int, num_pages: int, known: list[
 
 
 class PrefixCache:
-    def __init__(self, blocks: BlockManager, states: StatePool, snapshot_every: int = SNAPSHOT_EVERY):
+    def __init__(self, blocks: BlockManager, states: StatePool, snapshot_every: int = SNAPSHOT_EVERY,
+                 decode_snapshots: bool = True):
         self.blocks, self.states = blocks, states
+        # off for a context-parallel engine, which decodes on rank 0 alone: the other ranks' pages lack decoded rows
+        self.decode_snapshots = decode_snapshots
         self.page_size = blocks.page_size
         self.snapshot_every = snapshot_every - snapshot_every % self.page_size or self.page_size
         self.prefixes: OrderedDict[bytes, CachedPrefix] = OrderedDict()  # least recently used first
@@ -87,7 +90,7 @@ class PrefixCache:
         page boundary it crossed, in place of seq's previous decode snapshot. Verify input t left the state after
         before + t + 1 tokens in slot t of seq's group."""
         boundary = seq.num_cached // self.page_size * self.page_size
-        if boundary <= before:
+        if boundary <= before or not self.decode_snapshots:
             return
         created = self._snapshot(seq, boundary, self.states.first_slot(seq.slot) + boundary - before - 1)
         previous = self.decoding.pop(seq.request_id, None)
