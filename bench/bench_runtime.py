@@ -1,6 +1,6 @@
 """Runtime on the H200: decode tokens/s at batch 1, 16, 64 with CUDA graphs vs without, and the time to first token
-of a 32K-token prompt (with --prefix-caching: also of prompts that hit the prefix cache), on an h200-slice model
-(random bf16 weights built on the GPU, eager engine, FP8 latent + MXFP8 index caches).
+of a 32K-token prompt, on an h200-slice model (random bf16 weights built on the GPU, eager engine, FP8 latent +
+MXFP8 index caches).
 
     PYTHONPATH=. python bench/bench_runtime.py --out DIR [--num-layers N] [--decode-steps 32]
 
@@ -27,14 +27,12 @@ PROMPT = 128
 TOKEN_BUDGET = 8192  # prefill tokens per step
 
 
-def runtime(model, graphs: bool, max_batch: int, max_len: int, memory_fraction: float = 0.5,
-            prefix_caching: bool = False) -> LLMEngine:
+def runtime(model, graphs: bool, max_batch: int, max_len: int, memory_fraction: float = 0.5) -> LLMEngine:
     # the previous engine's caches and graph pool go back first: each engine takes half of the free memory
     gc.collect()
     torch.cuda.empty_cache()
     manifest = eager_manifest(model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=max_batch, max_len=max_len)
-    options = RuntimeOptions(cuda_graphs=graphs, token_budget=TOKEN_BUDGET, gpu_memory_fraction=memory_fraction,
-                             prefix_caching=prefix_caching)
+    options = RuntimeOptions(cuda_graphs=graphs, token_budget=TOKEN_BUDGET, gpu_memory_fraction=memory_fraction)
     return LLMEngine(EagerEngine(model, manifest), options)
 
 
@@ -75,28 +73,6 @@ def time_to_first_token(model, length: int, warmup_tokens: int = TOKEN_BUDGET) -
             "token_budget": TOKEN_BUDGET, "first_call_with_compile_s": warmup_s}
 
 
-def _first_token_s(engine: LLMEngine, prompt: list[int]) -> float:
-    start = time.perf_counter()
-    seq = engine.add_request(prompt, SamplingParams(max_tokens=1))
-    while not seq.output_ids:
-        engine.step()
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def prefix_hit_ttft(model, length: int, new_tokens: int = 512) -> dict:
-    """With --prefix-caching: TTFT of a `length`-token prompt (cold), of one sharing all but its last `new_tokens`
-    (a hit on the snapshots every 2048 tokens) and of the same prompt again (a hit up to its last full page)."""
-    engine = runtime(model, graphs=False, max_batch=1, max_len=length + 8, memory_fraction=0.2, prefix_caching=True)
-    _first_token_s(engine, torch.randint(0, 1000, (TOKEN_BUDGET,)).tolist())  # compiles the prefill kernels
-    prompt = torch.randint(0, 1000, (length,)).tolist()
-    cold = _first_token_s(engine, prompt)
-    shared = _first_token_s(engine, prompt[:-new_tokens] + torch.randint(0, 1000, (new_tokens,)).tolist())
-    again = _first_token_s(engine, prompt)
-    return {"prompt_tokens": length, "cold_s": cold, "shared_but_last_s": shared, "same_prompt_s": again,
-            "hit_tokens": engine.prefix_cache.hit_tokens, "new_tokens": new_tokens}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="bench/results")
@@ -104,7 +80,6 @@ def main() -> None:
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--ttft-tokens", type=int, default=32768)
     parser.add_argument("--ttft-only", action="store_true", help="skip the decode rates (results: bench_runtime_ttft)")
-    parser.add_argument("--prefix-caching", action="store_true", help="also the TTFT of prompts that hit the cache")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = h200_slice_model(args.num_layers)
@@ -118,9 +93,6 @@ def main() -> None:
             eager = next(r for r in report["decode"] if r["batch"] == row["batch"] and not r["graphs"])
             row["speedup"] = row["tokens_per_s"] / eager["tokens_per_s"]
     report["ttft"] = time_to_first_token(model, args.ttft_tokens)
-    if args.prefix_caching:
-        report["prefix_hits"] = prefix_hit_ttft(model, args.ttft_tokens)
-        print(report["prefix_hits"])
     write_results(args.out, "bench_runtime_ttft" if args.ttft_only else "bench_runtime", report)
     if report["decode"]:
         print(table(report["decode"], ["batch", "graphs", "tokens_per_s", "step_ms", "speedup", "capture_failed"]))

@@ -15,11 +15,14 @@ for requests in 16 64; do
   echo "== server r$requests rc=$? at $(( $(date +%s) - start )) s"; save
 done
 # runtime decode rates at B 1 / 16 / 64 with and without CUDA graphs (the tenth session's engine takes one argmax a
-# step for greedy rows, where each row synchronized on its own): against runs e / fe; with --prefix-caching, the TTFT
-# of an 8K prompt cold, sharing all but its last 512 tokens, and repeated (eleventh session)
-timeout 150 python3 bench/bench_runtime.py --out $R/runtime --decode-steps 32 --ttft-tokens 8192 --prefix-caching \
+# step for greedy rows, where each row synchronized on its own): against runs e / fe
+timeout 150 python3 bench/bench_runtime.py --out $R/runtime --decode-steps 32 --ttft-tokens 8192 \
   > $R/runtime.log 2>&1
 echo "== runtime rc=$? at $(( $(date +%s) - start )) s"; save
+# prefix caching (eleventh session): TTFT of a 16K prompt cold, repeated, and sharing all but its last 256 tokens,
+# with and without --prefix-caching (h200-slice, 4 layers, bf16)
+timeout 120 python3 bench/bench_prefix_cache.py --out $R/prefix_cache > $R/prefix_cache.log 2>&1
+echo "== prefix cache rc=$? at $(( $(date +%s) - start )) s"; save
 # dayzero bench on the embedded tiny model (created on the fly): a smoke run of the command on the GPU
 DAYZERO_CACHE_DIR=/tmp/dz_home timeout $(left) python3 -c "from dayzero.cli import main; main()" bench --device cuda \
   --dtype bfloat16 --batch 1 --batch 16 --prompt-tokens 256 --output-tokens 32 --json $R/dayzero_bench.json \
