@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR [--prefill-tokens 32768] [--no-sweep]
     PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR --quick-decode   # the four B64 decode cases, new vs old
-    PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR --quick-decode --gluon   # + the Gluon BF16 decode
+    PYTHONPATH=. python bench/bench_sparse_mla.py --out DIR --quick-decode --gluon   # + the Gluon decode
 
 Measures the ceilings first (device-to-device copy, bytes read + written; bf16 8192^3 matmul), checks every
 benchmarked kernel against a vectorized torch equivalent of the reference on sampled tokens of the bench inputs,
@@ -49,8 +49,9 @@ VALUE_BLOCK_SWEEP = [(32, 2, 2), (32, 3, 2), (16, 3, 4)]
 # --decode-warps: the quick decode default also at these warp counts (16: a [64, 512] accumulator of 64 registers a
 # thread, where 8 warps hold 128 of 255)
 EXTRA_DECODE_WARPS: list[int] = []
-# --gluon: the BF16 decode cases also time the Gluon decode kernel (gluon_decode_kernel.py), under these config names:
-# half the score block a warpgroup (the design) and all of it (`full_scores`)
+# --gluon: the decode cases also time the Gluon decode kernel (gluon_decode_kernel.py, the op's decode on Hopper),
+# under these config names: half the score block a warpgroup (the design; BF16 and FP8 caches) and all of it
+# (`full_scores`; BF16 only)
 GLUON_CONFIGS = {"gluon": False, "gluon-full-scores": True}
 # FP8 prefill through a BF16 copy of the pages (fp8_prefill.py; what the op does in eager CUDA prefill)
 BF16_COPY = "fp8-via-bf16-copy"
@@ -293,7 +294,7 @@ def quick_decode_configs(heads: int, fmt: str) -> list:
     configs += [replace(default, num_warps=w) for w in EXTRA_DECODE_WARPS]
     if fmt == "bf16":
         return configs + list(GLUON_CONFIGS) * bool(GLUON_DECODE)
-    return configs + [replace(default, e4m3_bits=False)]
+    return configs + [replace(default, e4m3_bits=False)] + ["gluon"] * bool(GLUON_DECODE)
 
 
 def quick_decode_cases() -> list:
@@ -394,7 +395,7 @@ def main() -> int:
     parser.add_argument("--decode-warps", type=lambda text: [int(w) for w in text.split(",")], default=[],
                         help="with --quick-decode: also time the default tiles at these warp counts, e.g. 16")
     parser.add_argument("--gluon", action="store_true",
-                        help="with --quick-decode: also time the Gluon decode kernel on the BF16 cases")
+                        help="with --quick-decode: also time the Gluon decode kernel (BF16 and FP8 cases)")
     args = parser.parse_args()
     EXTRA_DECODE_WARPS.extend(args.decode_warps)
     GLUON_DECODE.extend([True] * args.gluon)

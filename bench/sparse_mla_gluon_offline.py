@@ -4,7 +4,8 @@
 
 Triton 3.6 (the H200's) must come first on the path: Gluon's API differs between releases. Builds the split
 variant (B64 H64: 64 programs, two splits) and the unsplit one (B64 H128: 128 programs), each with half and with
-full score blocks a warpgroup (`full_scores`), prints registers, spills
+full score blocks a warpgroup (`full_scores`) over a BF16 cache and with half score blocks over an FP8 one, prints
+registers, spills
 and shared memory (bench/triton_resources.py), then the ops of the key loop in program order, from the TTGIR and
 from the PTX (runs of one instruction collapsed to `op xN`): the next block's cp.async must come before the
 current block's score wgmma.
@@ -68,10 +69,12 @@ def ptx_loop_order(ptx: str) -> list[str]:
     return collapse(ops)
 
 
-def build(split: bool, full_scores: bool):
-    constexprs = dict(ROW=576, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=gluon_decode_kernel.BLOCK_N,
-                      SPLIT=split, FULL_SCORES=full_scores)
-    return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, TYPES,
+def build(split: bool, full_scores: bool, fp8: bool = False):
+    row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
+    constexprs = dict(ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=gluon_decode_kernel.BLOCK_N,
+                      SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128)
+    types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
+    return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
                              num_warps=gluon_decode_kernel.NUM_WARPS,
                              divisible=("stride_qt", "stride_qh", "stride_rows"))
 
@@ -80,19 +83,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None, help="also write the TTGIR and PTX of both builds here")
     args = parser.parse_args()
-    for full_scores in (False, True):
-        scores = "full scores [8, 1]" if full_scores else "half scores [4, 2]"
+    for fp8, full_scores in ((False, False), (False, True), (True, False)):
+        scores = ("FP8, " if fp8 else "") + ("full scores [8, 1]" if full_scores else "half scores [4, 2]")
         for name, split in (("split (B64 H64)", True), ("unsplit (B64 H128)", False)):
-            resources, compiled = build(split, full_scores)
+            resources, compiled = build(split, full_scores, fp8)
             print(f"{scores}, {name}: {resources.line()}")
             if args.out:
                 args.out.mkdir(parents=True, exist_ok=True)
-                stem = f"gluon_decode_split{int(split)}_full{int(full_scores)}"
+                stem = f"gluon_decode_split{int(split)}_full{int(full_scores)}_fp8{int(fp8)}"
                 (args.out / f"{stem}.ttgir").write_text(compiled.asm["ttgir"])
                 (args.out / f"{stem}.ptx").write_text(compiled.asm["ptx"])
         print(f"{scores}, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
         print(f"{scores}, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
-
 
 if __name__ == "__main__":
     main()

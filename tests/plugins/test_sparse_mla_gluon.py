@@ -1,4 +1,4 @@
-"""The Gluon BF16 sparse MLA decode (opt-in, Hopper) vs the reference; its switch on the CPU.
+"""The Gluon sparse MLA decode over BF16 and FP8 caches (Hopper's default) vs the reference; its routing on the CPU.
 
 The kernel itself runs only on an sm_90 GPU (`pytest -m gpu`); Gluon kernels have no CPU interpreter.
 """
@@ -36,7 +36,8 @@ def run_gluon(sc, indices: torch.Tensor, num_splits: int | None = None, full_sco
 
 
 # (context per sequence, new tokens per sequence, H, topk): 1, 7 and 64 sequences; contexts below topk leave -1
-# holes at random slots; odd topk leaves a partial last key block; 33 keys fit in one block
+# holes at random slots; odd topk leaves a partial last key block; 33 keys fit in one block (FP8 records: their
+# random tile scales and e4m3 subnormals come from the scenario's quantizer)
 CASES = [
     ((4096,) * 64, (1,) * 64, 64, 2048),
     ((4096,) * 64, (1,) * 64, 128, 2048),
@@ -47,28 +48,34 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("full_scores", [False, True], ids=["half-scores", "full-scores"])
+# (cache format, full_scores): the design's half score blocks over both caches, all of them over BF16 (a bench config)
+LOOPS = [pytest.param("bfloat16", False, id="bf16-half-scores"), pytest.param("bfloat16", True, id="bf16-full-scores"),
+         pytest.param("fp8", False, id="fp8-half-scores")]
+
+
+@pytest.mark.parametrize("fmt, full_scores", LOOPS)
 @pytest.mark.parametrize("context, new, H, topk",
                          [pytest.param(*c, id=f"B{len(c[0])}-H{c[2]}-topk{c[3]}", marks=hopper_only) for c in CASES])
-def test_gluon_decode_matches_reference(context, new, H, topk, full_scores):
-    sc = scenario(list(context), list(new), H, NOPE, ROPE, "bfloat16", BF16)
+def test_gluon_decode_matches_reference(context, new, H, topk, fmt, full_scores):
+    sc = scenario(list(context), list(new), H, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, topk)
     assert_matches(run_gluon(sc, indices, full_scores=full_scores), sparse_reference(sc, indices, NOPE), BF16)
 
 
-@pytest.mark.parametrize("full_scores", [False, True], ids=["half-scores", "full-scores"])
+@pytest.mark.parametrize("fmt, full_scores", LOOPS)
 @pytest.mark.parametrize("num_splits", [pytest.param(n, marks=hopper_only) for n in (1, 2, 5, 40)])
-def test_gluon_decode_splits_and_blank_tokens(num_splits, full_scores):
+def test_gluon_decode_splits_and_blank_tokens(num_splits, fmt, full_scores):
     """Explicit split counts (40: splits with no key block) and tokens whose index row is all -1."""
-    sc = scenario([3000, 200, 2500], [1, 1, 1], 64, NOPE, ROPE, "bfloat16", BF16)
+    sc = scenario([3000, 200, 2500], [1, 1, 1], 64, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, 2047, blank_tokens=(1,))
     assert_matches(run_gluon(sc, indices, num_splits, full_scores), sparse_reference(sc, indices, NOPE), BF16)
 
 
+@pytest.mark.parametrize("fmt", ["bfloat16", "fp8"])
 @pytest.mark.parametrize("heads", [pytest.param(h, marks=hopper_only) for h in (64, 128)])
-def test_gluon_decode_replays_in_a_cuda_graph(heads):
+def test_gluon_decode_replays_in_a_cuda_graph(heads, fmt):
     """The engine's decode runs as graph replays: a captured call gives the eager result, bit for bit."""
-    sc = scenario([2000] * 8, [1] * 8, heads, NOPE, ROPE, "bfloat16", BF16)
+    sc = scenario([2000] * 8, [1] * 8, heads, NOPE, ROPE, fmt, BF16)
     q, cache, table, cu, idx = on_device(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2048))
     eager = G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     stream = torch.cuda.Stream()
@@ -84,60 +91,60 @@ def test_gluon_decode_replays_in_a_cuda_graph(heads):
     assert torch.equal(captured[0], eager[0]) and torch.equal(captured[1], eager[1])
 
 
+@pytest.mark.parametrize("fmt", ["bfloat16", "fp8"])
 @pytest.mark.parametrize("heads", [pytest.param(h, marks=hopper_only) for h in (64, 128)])
-def test_registered_op_takes_the_gluon_path_when_opted_in(heads, monkeypatch):
+def test_registered_op_takes_the_gluon_path_by_default(heads, fmt, monkeypatch):
     calls = []
     launcher = G.sparse_mla_decode_gluon_launcher
     monkeypatch.setattr(G, "sparse_mla_decode_gluon_launcher", lambda *a, **k: calls.append(1) or launcher(*a, **k))
-    monkeypatch.setenv(G.OPT_IN_ENV, "1")
-    sc = scenario([3000, 500], [1, 1], heads, NOPE, ROPE, "bfloat16", BF16)
+    monkeypatch.delenv(G.OPT_OUT_ENV, raising=False)
+    sc = scenario([3000, 500], [1, 1], heads, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, 2048)
     q, cache, table, cu, idx = on_device(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, indices)
     got = op.sparse_mla_paged(q, cache, table, cu, idx, SM_SCALE, NOPE)
     assert calls == [1]
     assert_matches(got, sparse_reference(sc, indices, NOPE), BF16)
+    monkeypatch.setenv(G.OPT_OUT_ENV, "0")
+    op.sparse_mla_paged(q, cache, table, cu, idx, SM_SCALE, NOPE)
+    assert calls == [1], "DAYZERO_SPARSE_MLA_GLUON=0 keeps the Triton kernel"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
-def test_fp8_caches_keep_the_triton_kernel_when_opted_in(monkeypatch):
-    monkeypatch.setenv(G.OPT_IN_ENV, "1")
-    sc = scenario([3000, 500], [1, 1], 64, NOPE, ROPE, "fp8", BF16)
-    q, cache = on_device(sc.q, sc.cache)
-    assert not G.gluon_decode_applies(q, cache, NOPE)
-
-
-def test_opt_in_leaves_cpu_calls_on_the_default_path(monkeypatch):
-    """On the CPU (Triton interpreter) the op's kernel path gives the same bytes with and without the switch."""
+def test_cpu_calls_never_take_the_gluon_path(monkeypatch):
+    """On the CPU (Triton interpreter) the op's kernel path gives the same bytes whatever the switch says."""
     sc = scenario([70, 9], [2, 1], 3, 64, 16, "bfloat16", BF16)
     indices = random_indices(sc, 16)
     impl = op.sparse_mla_paged.dayzero_impls["cuda"]
     args = (sc.q, sc.cache, sc.block_table, sc.cu_seqlens, indices, 0.3, 64)
-    monkeypatch.delenv(G.OPT_IN_ENV, raising=False)
-    default = impl(*args)
-    monkeypatch.setenv(G.OPT_IN_ENV, "1")
+    monkeypatch.setenv(G.OPT_OUT_ENV, "0")
+    off = impl(*args)
+    monkeypatch.delenv(G.OPT_OUT_ENV)
     assert not G.gluon_decode_applies(sc.q, sc.cache, 64)
-    opted = impl(*args)
-    assert torch.equal(default[0], opted[0]) and torch.equal(default[1], opted[1])
+    default = impl(*args)
+    assert torch.equal(default[0], off[0]) and torch.equal(default[1], off[1])
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
-def test_routing_takes_only_bf16_decode_of_whole_head_blocks(monkeypatch):
+def test_routing_takes_only_decode_of_whole_head_blocks_over_512_plus_64_rows(monkeypatch):
     """The rule on a pretend eager Hopper tensor: shapes are all it reads (meta tensors, no data)."""
     monkeypatch.setattr(G, "is_eager_cuda", lambda q: True)
     monkeypatch.setattr(G, "_is_hopper", lambda device: True)
 
-    def applies(tokens=64, heads=64, width=NOPE + ROPE, q_dtype=BF16, cache_dtype=BF16, v_dim=NOPE):
+    def applies(tokens=64, heads=64, width=NOPE + ROPE, q_dtype=BF16, cache_dtype=BF16, v_dim=NOPE, row=None):
         q = torch.empty(tokens, heads, width, dtype=q_dtype, device="meta")
-        return G.gluon_decode_applies(q, torch.empty(4, 64, width, dtype=cache_dtype, device="meta"), v_dim)
+        cache = torch.empty(4, 64, row or width, dtype=cache_dtype, device="meta")
+        return G.gluon_decode_applies(q, cache, v_dim)
 
-    monkeypatch.delenv(G.OPT_IN_ENV, raising=False)
-    assert not applies()
-    monkeypatch.setenv(G.OPT_IN_ENV, "1")
+    monkeypatch.delenv(G.OPT_OUT_ENV, raising=False)
     assert applies() and applies(heads=128) and applies(tokens=G.MAX_DECODE_TOKENS)
+    assert applies(cache_dtype=torch.uint8, row=G.FP8_RECORD)
+    monkeypatch.setenv(G.OPT_OUT_ENV, "0")
+    assert not applies() and not applies(cache_dtype=torch.uint8, row=G.FP8_RECORD)
+    monkeypatch.setenv(G.OPT_OUT_ENV, "1")
+    assert applies()
     assert not applies(tokens=G.MAX_DECODE_TOKENS + 1)
     assert not applies(heads=32) and not applies(heads=96)
-    assert not applies(cache_dtype=torch.uint8) and not applies(q_dtype=torch.float16)
+    assert not applies(cache_dtype=torch.uint8, row=G.FP8_RECORD + 16) and not applies(cache_dtype=torch.uint8)
+    assert not applies(cache_dtype=torch.float16) and not applies(q_dtype=torch.float16)
     assert not applies(width=128 + 64, v_dim=128)
     padded = torch.empty(64, 64, NOPE + ROPE + 4, dtype=BF16, device="meta")[..., :NOPE + ROPE]
     assert not G.gluon_decode_applies(padded, torch.empty(4, 64, NOPE + ROPE, dtype=BF16, device="meta"), NOPE)

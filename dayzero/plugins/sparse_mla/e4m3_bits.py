@@ -26,7 +26,7 @@ BITS_TO_SHIFTED = tl.constexpr(2.0 ** (120 - Q_SHIFT))
 
 # bytes 4k..4k+3 of one 32-bit register -> two registers of bf16 pairs: magnitudes to bits 4-10 / 20-26 of the
 # zero-filled halves (prmt picks bytes 0 and 1, then 2 and 3), signs to bits 15 / 31
-_E4M3X4_TO_BF16X4 = tl.constexpr("""
+E4M3X4_TO_BF16X4 = tl.constexpr("""
 {
 .reg .b32 m, s, t;
 and.b32 m, $2, 0x7f7f7f7f;
@@ -43,10 +43,31 @@ or.b32 $1, $1, t;
 """)
 
 
+# the same placement, then each bf16 pair times a pair of bf16 factors ($3, $4: one factor for each of the four
+# values), rounded once as `mul.bf16` would (the Gluon decode's; two values an instruction)
+E4M3X4_TIMES_BF16X4 = tl.constexpr("""
+{
+.reg .b32 m, s, t, u;
+and.b32 m, $2, 0x7f7f7f7f;
+and.b32 s, $2, 0x80808080;
+prmt.b32 t, m, 0, 0x1404;
+shr.b32 t, t, 4;
+prmt.b32 u, s, 0, 0x1404;
+or.b32 u, u, t;
+mul.rn.bf16x2 $0, u, $3;
+prmt.b32 t, m, 0, 0x3424;
+shr.b32 t, t, 4;
+prmt.b32 u, s, 0, 0x3424;
+or.b32 u, u, t;
+mul.rn.bf16x2 $1, u, $4;
+}
+""")
+
+
 @triton.jit
 def e4m3_bytes_as_bf16(raw):
     """uint8 e4m3 bytes [...] -> bf16 [...] = each value * 2**-120 (inline PTX: compiled kernels only)."""
-    return tl.inline_asm_elementwise(_E4M3X4_TO_BF16X4, "=r,=r,r", [raw], dtype=tl.bfloat16, is_pure=True, pack=4)
+    return tl.inline_asm_elementwise(E4M3X4_TO_BF16X4, "=r,=r,r", [raw], dtype=tl.bfloat16, is_pure=True, pack=4)
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Sparse MLA decode over a BF16 latent cache in Gluon (Triton's explicit-layout dialect), for Hopper (sm_90).
+"""Sparse MLA decode over a BF16 or FP8 latent cache in Gluon (Triton's explicit-layout dialect), for Hopper (sm_90).
 
 The key loop of `kernel._mla_attention_kernel` with the row gather scheduled by hand (bench/README.md, "Sparse
 MLA"): Triton's pipeliner issues block i + 1's cp.async gather only after block i's P.V wgmma, so the copy overlaps
@@ -17,8 +17,15 @@ shared memory (offline sm_90: 12 barriers a key block); `full_scores` instead ha
 columns ([8, 1], as Triton's kernel does: twice the score wgmmas, 3 barriers). The split outputs and
 `combine_kernel.py` are those of the Triton path, so this is a drop-in for its decode launch.
 
-Opt-in (DAYZERO_SPARSE_MLA_GLUON=1; `gluon_decode_applies` says when it is used). Gluon is imported guarded: on a
-Triton without it (or without a GPU) the module imports and `gluon_decode_applies` is False.
+An FP8 cache (656-byte records: e4m3 nope, four fp32 tile scales, bf16 rope) gathers each block's e4m3 bytes into a
+two-deep byte ring and its rope straight into the bf16 ring; before the scores, the block's bytes are decoded by bit
+placement (e4m3_bits.py) and scaled into one bf16 key buffer that both wgmmas read. Decoded keys come out times
+2**-Q_SHIFT, so q's nope part is multiplied by 2**Q_SHIFT in shared memory once and the output by it at the end
+(exact: powers of two), as in the Triton kernel.
+
+The default decode on Hopper; DAYZERO_SPARSE_MLA_GLUON=0 turns it off (`gluon_decode_applies` says when it is used).
+Gluon is imported guarded: on a Triton without it (or without a GPU) the module imports and `gluon_decode_applies`
+is False.
 """
 
 from __future__ import annotations
@@ -28,8 +35,11 @@ import os
 import torch
 
 from dayzero.plugins.device import is_eager_cuda
+from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, is_quantized
+from dayzero.plugins.quant.reference import FP8_TILE
 from dayzero.plugins.sparse_mla import schedule
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
+from dayzero.plugins.sparse_mla.e4m3_bits import BITS_TO_SHIFTED, E4M3X4_TIMES_BF16X4, Q_SCALE
 from dayzero.plugins.sparse_mla.kernel import LN2, LOG2E, _check_inputs, _outputs, _resolve_rows
 
 try:
@@ -47,8 +57,9 @@ try:
 except ImportError:
     HAS_GLUON = False
 
-OPT_IN_ENV = "DAYZERO_SPARSE_MLA_GLUON"
+OPT_OUT_ENV = "DAYZERO_SPARSE_MLA_GLUON"
 HEADS, NOPE, ROPE = 64, 512, 64
+FP8_RECORD = fp8_latent_record_bytes(NOPE, ROPE)
 BLOCK_N = 64
 NUM_WARPS = 8
 # decode batches; prefill keeps the measured Triton kernel (this loop was designed and checked for decode only)
@@ -86,14 +97,68 @@ def _gather_block(nope_dst, rope_dst, cache, rows, ROW: gl.constexpr, DV: gl.con
 
 
 @_jit
+def _gather_fp8_block(raw_dst, pe_dst, cache, rows, ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
+                      BYTES: gl.constexpr, HALVES: gl.constexpr):
+    """One key block's FP8 records (flat physical rows [BLOCK_N] in BYTES' row slice, -1 skipped) as one cp.async
+    group: e4m3 nope bytes into raw_dst [n, DV] (uint8), the bf16 rope (after the tile scales) into pe_dst [n, DR]."""
+    row_ptr = cache + rows.to(gl.int64) * ROW
+    row_ok = rows >= 0
+    b = gl.arange(0, DV, layout=gl.SliceLayout(0, BYTES))
+    async_copy.async_copy_global_to_shared(raw_dst, row_ptr[:, None] + b[None, :], mask=row_ok[:, None])
+    rope_ptr = gl.convert_layout(row_ptr + (DV + 4 * (DV // 128)), gl.SliceLayout(1, HALVES))
+    rope_ptr = rope_ptr.to(gl.pointer_type(gl.bfloat16), bitcast=True)
+    rope_ok = gl.convert_layout(row_ok, gl.SliceLayout(1, HALVES))
+    r = gl.arange(0, DR, layout=gl.SliceLayout(0, HALVES))
+    async_copy.async_copy_global_to_shared(pe_dst, rope_ptr[:, None] + r[None, :], mask=rope_ok[:, None])
+    async_copy.commit_group()
+
+
+@_jit
+def _tile_scale(cache, rows, tile: gl.constexpr, ROW: gl.constexpr, DV: gl.constexpr):
+    """The fp32 scale of nope tile `tile` of each FP8 record (0 for rows < 0)."""
+    scales = (cache + rows.to(gl.int64) * ROW + DV).to(gl.pointer_type(gl.float32), bitcast=True)
+    return gl.load(scales + tile, mask=rows >= 0, other=0.0)
+
+
+@_jit
+def _decode_block(raw_src, k_dst, scale0, scale1, scale2, scale3, TILE: gl.constexpr, BYTES: gl.constexpr):
+    """e4m3 bytes [n, 4 TILE] -> bf16 keys [n, 4 TILE] times 2**-Q_SHIFT (bit placement, one rounding), tile t
+    scaled by scale<t> [n]. One store: the shared-memory barrier pass puts a barrier between any two stores into
+    k_dst (offline sm_90: no spills; the row's tile of each 16-byte vector is known at compile time, so the factor's
+    choice costs nothing)."""
+    raw = raw_src.load(BYTES)
+    column = gl.arange(0, 4 * TILE, layout=gl.SliceLayout(0, BYTES))[None, :]
+    factor0 = (scale0 * BITS_TO_SHIFTED).to(gl.bfloat16)[:, None]
+    factor1 = (scale1 * BITS_TO_SHIFTED).to(gl.bfloat16)[:, None]
+    factor2 = (scale2 * BITS_TO_SHIFTED).to(gl.bfloat16)[:, None]
+    factor3 = (scale3 * BITS_TO_SHIFTED).to(gl.bfloat16)[:, None]
+    factor = gl.where(column < TILE, factor0,
+                      gl.where(column < 2 * TILE, factor1, gl.where(column < 3 * TILE, factor2, factor3)))
+    keys = gl.inline_asm_elementwise(E4M3X4_TIMES_BF16X4, "=r,=r,r,r,r", [raw, factor], dtype=gl.bfloat16,
+                                     is_pure=True, pack=4)
+    k_dst.store(keys)
+
+
+@_jit
+def _scale_q_nope(q_nope, DV: gl.constexpr, TILE: gl.constexpr, HALVES: gl.constexpr):
+    """q's nope part times 2**Q_SHIFT in shared memory (exact), against keys decoded times 2**-Q_SHIFT."""
+    for tile in gl.static_range(DV // TILE):
+        part = q_nope.slice(tile * TILE, TILE, dim=1)
+        part.store(part.load(HALVES) * Q_SCALE)
+
+
+@_jit
 def _sparse_mla_decode_kernel(
     q, cache, rows, num_slots, o, lse, o_part, lse_part,
     sm_scale, num_tokens, num_heads, num_head_blocks, num_splits, stride_qt, stride_qh, stride_rows,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr,
+    SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr,
 ):
-    # 16-byte cp.async vectors, four rows a warp; nope and rope tiles share it, so one row vector serves both
-    GATHER: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
+    # 16-byte cp.async vectors, four rows a warp; bf16 nope and rope tiles share it, so one row vector serves both
+    HALVES: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
+    # the same rows a thread, 16 e4m3 bytes each: FP8 records' gather, their decode and their tile scales
+    BYTES: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])
+    KEYS: gl.constexpr = BYTES if FP8 else HALVES
     # FULL_SCORES: each warpgroup scores all BLOCK_N keys (twice the score wgmmas), so no row max, row sum or P
     # crosses warpgroups through shared memory
     S_WARPS: gl.constexpr = [8, 1] if FULL_SCORES else [4, 2]
@@ -116,19 +181,41 @@ def _sparse_mla_decode_kernel(
 
     q_nope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, DV], SMEM)
     q_pe = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, DR], SMEM)
-    k_nope_ring = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, DV], SMEM)
     k_pe_ring = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, DR], SMEM)
+    if FP8:
+        # gathered e4m3 bytes, two deep; one decoded block that both wgmmas read
+        raw_ring = gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N, DV],
+                                             gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        k_decoded = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_N, DV], SMEM)
+    else:
+        k_nope_ring = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_N, DV], SMEM)
 
-    m_g = gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, GATHER))
+    m_g = gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, HALVES))
     head_g = head_block * BLOCK_H + m_g
     q_row = q + token.to(gl.int64) * stride_qt + head_g.to(gl.int64) * stride_qh
-    # q travels in block 0's copy group
-    _copy_latent_rows(q_nope, q_pe, q_row, head_g < num_heads, DV, DR, GATHER)
+    _copy_latent_rows(q_nope, q_pe, q_row, head_g < num_heads, DV, DR, HALVES)
     row_base = rows + token.to(gl.int64) * stride_rows
-    n_g = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, GATHER))
+    n_g = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, KEYS))
     n_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_MMA))
-    _gather_block(k_nope_ring.index(0), k_pe_ring.index(0), cache, _key_rows(row_base, lo + n_g, hi), ROW, DV, DR,
-                  GATHER)
+    rows_now = _key_rows(row_base, lo + n_g, hi)
+    if FP8:
+        # q in a group of its own: it is scaled while block 0 is on its way
+        async_copy.commit_group()
+        _gather_fp8_block(raw_ring.index(0), k_pe_ring.index(0), cache, rows_now, ROW, DV, DR, BYTES, HALVES)
+        scale0 = _tile_scale(cache, rows_now, 0, ROW, DV)
+        scale1 = _tile_scale(cache, rows_now, 1, ROW, DV)
+        scale2 = _tile_scale(cache, rows_now, 2, ROW, DV)
+        scale3 = _tile_scale(cache, rows_now, 3, ROW, DV)
+        async_copy.wait_group(1)
+        gl.thread_barrier()
+        _scale_q_nope(q_nope, DV, TILE, HALVES)
+    else:
+        # q travels in block 0's copy group
+        _gather_block(k_nope_ring.index(0), k_pe_ring.index(0), cache, rows_now, ROW, DV, DR, HALVES)
+        scale0 = gl.zeros([BLOCK_N], gl.float32, gl.SliceLayout(1, KEYS))
+        scale1 = scale0
+        scale2 = scale0
+        scale3 = scale0
     rows_next = _key_rows(row_base, lo + BLOCK_N + n_g, hi)
 
     qk_scale = sm_scale * LOG2E
@@ -141,17 +228,35 @@ def _sparse_mla_decode_kernel(
         i = (start - lo) // BLOCK_N
         rows_after = _key_rows(row_base, start + 2 * BLOCK_N + n_g, hi)
         key_ok = _key_rows(row_base, start + n_s, hi) >= 0
-        # block i - 1's P.V has read its slot, in both warpgroups, before block i + 1's rows overwrite it
+        # block i - 1's P.V has read its keys, in both warpgroups, before block i + 1's rows (BF16) or block i's
+        # decoded keys (FP8) overwrite them
         acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
         gl.thread_barrier()
-        _gather_block(k_nope_ring.index((i + 1) % 2), k_pe_ring.index((i + 1) % 2), cache, rows_next, ROW, DV, DR,
-                      GATHER)
-        async_copy.wait_group(1)
-        # block i's rows, written by every thread's cp.async (not a bulk async copy), ordered before the wgmma's
-        # async-proxy reads
+        if FP8:
+            _gather_fp8_block(raw_ring.index((i + 1) % 2), k_pe_ring.index((i + 1) % 2), cache, rows_next, ROW, DV,
+                              DR, BYTES, HALVES)
+            next0 = _tile_scale(cache, rows_next, 0, ROW, DV)
+            next1 = _tile_scale(cache, rows_next, 1, ROW, DV)
+            next2 = _tile_scale(cache, rows_next, 2, ROW, DV)
+            next3 = _tile_scale(cache, rows_next, 3, ROW, DV)
+            async_copy.wait_group(1)
+            # every thread's bytes of block i have landed before any thread decodes them
+            gl.thread_barrier()
+            _decode_block(raw_ring.index(i % 2), k_decoded, scale0, scale1, scale2, scale3, TILE, BYTES)
+            k_nope = k_decoded
+            scale0 = next0
+            scale1 = next1
+            scale2 = next2
+            scale3 = next3
+        else:
+            _gather_block(k_nope_ring.index((i + 1) % 2), k_pe_ring.index((i + 1) % 2), cache, rows_next, ROW, DV,
+                          DR, HALVES)
+            async_copy.wait_group(1)
+            k_nope = k_nope_ring.index(i % 2)
+        # block i's keys, written by every thread (cp.async or decode stores, not a bulk async copy), ordered
+        # before the wgmma's async-proxy reads
         fence_async_shared()
         gl.thread_barrier()
-        k_nope = k_nope_ring.index(i % 2)
         s = warpgroup_mma(q_nope, k_nope.permute((1, 0)), s_zero, use_acc=False, is_async=True)
         s = warpgroup_mma(q_pe, k_pe_ring.index(i % 2).permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
@@ -171,7 +276,8 @@ def _sparse_mla_decode_kernel(
     async_copy.wait_group(0)
 
     seen = l_i > 0
-    l_o = gl.convert_layout(gl.where(seen, l_i, 1.0), gl.SliceLayout(1, O_MMA))
+    out_factor = Q_SCALE if FP8 else 1.0
+    l_o = gl.convert_layout(gl.where(seen, l_i, 1.0) / out_factor, gl.SliceLayout(1, O_MMA))
     out = acc / l_o[:, None]
     lse_row = gl.where(seen, (m_i + gl.log2(gl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
     head_o = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_MMA))
@@ -199,14 +305,22 @@ def _rows_in_16_bytes(q: torch.Tensor) -> bool:
     return q.data_ptr() % 16 == 0 and q.stride(0) % 8 == 0 and q.stride(1) % 8 == 0
 
 
+def _cache_rows_fit(latent_cache: torch.Tensor) -> bool:
+    """BF16 rows of 512 + 64 or FP8 records of them (656 bytes), contiguous."""
+    if is_quantized(latent_cache):
+        return latent_cache.shape[-1] == FP8_RECORD and latent_cache.is_contiguous()
+    return latent_cache.dtype == torch.bfloat16 and latent_cache.shape[-1] == NOPE + ROPE
+
+
 def gluon_decode_applies(q: torch.Tensor, latent_cache: torch.Tensor, v_dim: int) -> bool:
-    """Whether a sparse call goes to the Gluon decode: opted in, Gluon and a Hopper GPU present, eager, BF16 q and
-    cache, 512 + 64 latent rows, whole 64-head blocks, 16-byte aligned q rows, at most MAX_DECODE_TOKENS tokens."""
-    if torch.compiler.is_compiling() or os.environ.get(OPT_IN_ENV) != "1" or not HAS_GLUON:
+    """Whether a sparse call goes to the Gluon decode: not turned off, Gluon and a Hopper GPU present, eager, BF16 q
+    over a BF16 or FP8 cache of 512 + 64 latent rows, whole 64-head blocks, 16-byte aligned q rows, at most
+    MAX_DECODE_TOKENS tokens."""
+    if torch.compiler.is_compiling() or os.environ.get(OPT_OUT_ENV) == "0" or not HAS_GLUON:
         return False
     if not is_eager_cuda(q) or not _is_hopper(q.device):
         return False
-    return (q.dtype == torch.bfloat16 and latent_cache.dtype == torch.bfloat16 and v_dim == NOPE
+    return (q.dtype == torch.bfloat16 and _cache_rows_fit(latent_cache) and v_dim == NOPE
             and q.shape[-1] == NOPE + ROPE and q.shape[1] % HEADS == 0 and q.shape[0] <= MAX_DECODE_TOKENS
             and _rows_in_16_bytes(q))
 
@@ -221,16 +335,20 @@ def sparse_mla_decode_gluon_launcher(
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
     full_scores: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576]:
-    indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H] fp32).
+    """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
+    FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
+    fp32).
 
     `full_scores`: both warpgroups compute the whole score block (warps_per_cta [8, 1], as Triton's kernel does)
     instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
     _check_inputs(q, latent_cache, block_table, v_dim)
     tokens, heads, width = q.shape
-    assert q.dtype == torch.bfloat16 and latent_cache.dtype == torch.bfloat16, "the Gluon decode is BF16 only"
+    assert q.dtype == torch.bfloat16, f"the Gluon decode takes a bf16 q, got {q.dtype}"
     assert (v_dim, width - v_dim) == (NOPE, ROPE), f"the Gluon decode takes {NOPE} + {ROPE} rows, got {width}"
+    assert _cache_rows_fit(latent_cache), (
+        f"the Gluon decode reads bf16 rows of {NOPE + ROPE} or FP8 records of {FP8_RECORD} bytes, got "
+        f"{latent_cache.dtype} {tuple(latent_cache.shape)}")
     assert heads % HEADS == 0, f"the Gluon decode takes whole blocks of {HEADS} heads, got {heads}"
     assert _rows_in_16_bytes(q), f"q rows must start on 16 bytes, got strides {q.stride()}"
     assert indices.dim() == 2 and indices.shape[0] == tokens, f"indices {tuple(indices.shape)} vs q {q.shape}"
@@ -245,8 +363,8 @@ def sparse_mla_decode_gluon_launcher(
     _sparse_mla_decode_kernel[(programs, splits)](
         q, latent_cache, rows, num_slots, o, lse, o_part, lse_part,
         sm_scale, tokens, heads, heads // HEADS, splits, q.stride(0), q.stride(1), rows.stride(0),
-        ROW=width, DV=NOPE, DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1, FULL_SCORES=full_scores,
-        num_warps=NUM_WARPS,
+        ROW=latent_cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
+        FULL_SCORES=full_scores, FP8=is_quantized(latent_cache), TILE=FP8_TILE, num_warps=NUM_WARPS,
     )
     if splits > 1:
         combine_splits_launcher(o_part, lse_part, o, lse)
