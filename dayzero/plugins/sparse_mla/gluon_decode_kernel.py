@@ -100,7 +100,8 @@ def _gather_block(nope_dst, rope_dst, cache, rows, ROW: gl.constexpr, DV: gl.con
 def _gather_fp8_block(raw_dst, pe_dst, cache, rows, ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
                       BYTES: gl.constexpr, HALVES: gl.constexpr):
     """One key block's FP8 records (flat physical rows [BLOCK_N] in BYTES' row slice, -1 skipped) as one cp.async
-    group: e4m3 nope bytes into raw_dst [n, DV] (uint8), the bf16 rope (after the tile scales) into pe_dst [n, DR]."""
+    group: e4m3 nope bytes into raw_dst [n, DV] (uint8), the bf16 rope (after the tile scales) into pe_dst [n, DR].
+    Returns the four tile scales [n] (loads into registers, used when the block is decoded)."""
     row_ptr = cache + rows.to(gl.int64) * ROW
     row_ok = rows >= 0
     b = gl.arange(0, DV, layout=gl.SliceLayout(0, BYTES))
@@ -111,6 +112,8 @@ def _gather_fp8_block(raw_dst, pe_dst, cache, rows, ROW: gl.constexpr, DV: gl.co
     r = gl.arange(0, DR, layout=gl.SliceLayout(0, HALVES))
     async_copy.async_copy_global_to_shared(pe_dst, rope_ptr[:, None] + r[None, :], mask=rope_ok[:, None])
     async_copy.commit_group()
+    return (_tile_scale(cache, rows, 0, ROW, DV), _tile_scale(cache, rows, 1, ROW, DV),
+            _tile_scale(cache, rows, 2, ROW, DV), _tile_scale(cache, rows, 3, ROW, DV))
 
 
 @_jit
@@ -201,11 +204,8 @@ def _sparse_mla_decode_kernel(
     if FP8:
         # q in a group of its own: it is scaled while block 0 is on its way
         async_copy.commit_group()
-        _gather_fp8_block(raw_ring.index(0), k_pe_ring.index(0), cache, rows_now, ROW, DV, DR, BYTES, HALVES)
-        scale0 = _tile_scale(cache, rows_now, 0, ROW, DV)
-        scale1 = _tile_scale(cache, rows_now, 1, ROW, DV)
-        scale2 = _tile_scale(cache, rows_now, 2, ROW, DV)
-        scale3 = _tile_scale(cache, rows_now, 3, ROW, DV)
+        scale0, scale1, scale2, scale3 = _gather_fp8_block(raw_ring.index(0), k_pe_ring.index(0), cache, rows_now,
+                                                           ROW, DV, DR, BYTES, HALVES)
         async_copy.wait_group(1)
         gl.thread_barrier()
         _scale_q_nope(q_nope, DV, TILE, HALVES)
@@ -233,12 +233,8 @@ def _sparse_mla_decode_kernel(
         acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
         gl.thread_barrier()
         if FP8:
-            _gather_fp8_block(raw_ring.index((i + 1) % 2), k_pe_ring.index((i + 1) % 2), cache, rows_next, ROW, DV,
-                              DR, BYTES, HALVES)
-            next0 = _tile_scale(cache, rows_next, 0, ROW, DV)
-            next1 = _tile_scale(cache, rows_next, 1, ROW, DV)
-            next2 = _tile_scale(cache, rows_next, 2, ROW, DV)
-            next3 = _tile_scale(cache, rows_next, 3, ROW, DV)
+            next0, next1, next2, next3 = _gather_fp8_block(raw_ring.index((i + 1) % 2), k_pe_ring.index((i + 1) % 2),
+                                                           cache, rows_next, ROW, DV, DR, BYTES, HALVES)
             async_copy.wait_group(1)
             # every thread's bytes of block i have landed before any thread decodes them
             gl.thread_barrier()
