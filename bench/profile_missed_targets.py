@@ -8,7 +8,7 @@ contrast (the KDA pool at B256 H96, 93%; the AttnRes mix at 9 x 8192 x 7168, 99%
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \\
         --section SchedulerStats --section MemoryWorkloadAnalysis python3 bench/profile_missed_targets.py [CASES]
 
-CASES (comma-separated, default all): kda, attnres, indexer, indexer_long, sparse_mla.
+CASES (comma-separated, default all): kda, attnres, indexer, indexer_long, sparse_mla, sparse_mla_gluon.
 """
 
 from __future__ import annotations
@@ -59,23 +59,35 @@ def indexer_long_calls() -> list:
     return [lambda: indexer.index_topk_paged_launcher(**case, topk=indexer.TOPK, phase="decode")]
 
 
+def _sparse_mla_decode_inputs(fmt: str, heads: int) -> tuple:
+    """B64 decode over a 32K context, top-2048: (q, cache, table, cu, idx)."""
+    pages = -(-32768 // sparse_mla.PAGE_SIZE)
+    cache = sparse_mla.random_cache(64 * pages, fmt)
+    table = sparse_mla.shuffled_table(64, pages)
+    positions = torch.full((64,), 32767, device="cuda")
+    cu = torch.arange(65, device="cuda", dtype=torch.int32)
+    q = torch.randn(64, heads, sparse_mla.NOPE + sparse_mla.ROPE, device="cuda", dtype=torch.bfloat16)
+    return q, cache, table, cu, sparse_mla.random_indices(positions, sparse_mla.TOPK, 32768)
+
+
+def _decode_calls(launcher, heads: int) -> list:
+    """launcher(q, cache, table, cu, idx, sm_scale, v_dim) over FP8 then BF16 decode inputs."""
+    inputs = [_sparse_mla_decode_inputs(fmt, heads) for fmt in ("fp8", "bf16")]
+    return [lambda args=args: launcher(*args, sparse_mla.SM_SCALE, sparse_mla.NOPE) for args in inputs]
+
+
 def sparse_mla_calls() -> list:
-    calls = []
-    for fmt in ("fp8", "bf16"):
-        pages = -(-32768 // sparse_mla.PAGE_SIZE)
-        cache = sparse_mla.random_cache(64 * pages, fmt)
-        table = sparse_mla.shuffled_table(64, pages)
-        positions = torch.full((64,), 32767, device="cuda")
-        cu = torch.arange(65, device="cuda", dtype=torch.int32)
-        q = torch.randn(64, 64, sparse_mla.NOPE + sparse_mla.ROPE, device="cuda", dtype=torch.bfloat16)
-        idx = sparse_mla.random_indices(positions, sparse_mla.TOPK, 32768)
-        calls.append(lambda q=q, cache=cache, table=table, cu=cu, idx=idx: sparse_mla.sparse_mla_launcher(
-            q, cache, table, cu, idx, sparse_mla.SM_SCALE, sparse_mla.NOPE))
-    return calls
+    """The Triton kernel at H64, FP8 and BF16."""
+    return _decode_calls(sparse_mla.sparse_mla_launcher, 64)
+
+
+def sparse_mla_gluon_calls() -> list:
+    """The Gluon decode (the op's on Hopper) at H128 (one program a token and head block, no splits), FP8 and BF16."""
+    return _decode_calls(sparse_mla.sparse_mla_decode_gluon_launcher, 128)
 
 
 CASES = {"kda": kda_calls, "attnres": attnres_calls, "indexer": indexer_calls, "indexer_long": indexer_long_calls,
-         "sparse_mla": sparse_mla_calls}
+         "sparse_mla": sparse_mla_calls, "sparse_mla_gluon": sparse_mla_gluon_calls}
 
 
 def main() -> None:
