@@ -38,3 +38,19 @@ indexer_gpu_tests() {
     tests/plugins/test_indexer_chunked.py > $R/gpu_indexer.log 2>&1
   echo "== indexer gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer.log; save
 }
+# one kernel launch under Nsight Compute, summarized into $R: details_NAME.txt (sections), source_NAME.csv (SASS with
+# stall samples) and hotspots_NAME.txt (bench/ncu_source_hotspots.py); the report itself is not kept.
+# ncu_profile NAME KERNEL_REGEX LAUNCH_SKIP SECONDS CASES (bench/profile_missed_targets.py's)
+ncu_profile() {
+  local NCU
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+  timeout $4 "$NCU" --clock-control none --profile-from-start off -k "regex:$2" --launch-skip $3 --launch-count 1 \
+    --section WarpStateStats --section SourceCounters --section LaunchStats --section Occupancy \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --export $R/$1 --force-overwrite python3 bench/profile_missed_targets.py $5 > $R/ncu_$1.log 2>&1
+  echo "== ncu $1 rc=$? at $(( $(date +%s) - start )) s"
+  "$NCU" --import $R/$1.ncu-rep --page source --print-source sass --csv > $R/source_$1.csv 2>$R/source_$1.err
+  "$NCU" --import $R/$1.ncu-rep --page details > $R/details_$1.txt 2>&1
+  python3 bench/ncu_source_hotspots.py $R/source_$1.csv 45 > $R/hotspots_$1.txt 2>&1
+  rm -f $R/$1.ncu-rep; save
+}
