@@ -43,22 +43,23 @@ or.b32 $1, $1, t;
 """)
 
 
-# the same placement in three instructions a pair, then each bf16 pair times a pair of bf16 factors ($3, $4: one
-# factor for each of the four values), rounded once as `mul.bf16` would (the Gluon decode's; two values an
-# instruction). prmt's sign-replicating selectors (8 | byte) widen bytes 0, 1 (2, 3) to two int16 lanes, so a byte
-# `s eeee mmm` becomes `ssssssss s eeee mmm`; shifted left by 4, the lane's bit 15 is s and bits 4-10 are eeee mmm,
-# and the mask clears the sign copies in bits 11-14 and what crossed from the lower lane into bits 0-3.
+# the same placement, then each bf16 pair times a pair of bf16 factors ($3, $4: one factor for each of the four
+# values), rounded once as `mul.bf16` would (the Gluon decode's; two values an instruction)
 E4M3X4_TIMES_BF16X4 = tl.constexpr("""
 {
-.reg .b32 t;
-prmt.b32 t, $2, 0, 0x9180;
-shl.b32 t, t, 4;
-and.b32 t, t, 0x87F087F0;
-mul.rn.bf16x2 $0, t, $3;
-prmt.b32 t, $2, 0, 0xB3A2;
-shl.b32 t, t, 4;
-and.b32 t, t, 0x87F087F0;
-mul.rn.bf16x2 $1, t, $4;
+.reg .b32 m, s, t, u;
+and.b32 m, $2, 0x7f7f7f7f;
+and.b32 s, $2, 0x80808080;
+prmt.b32 t, m, 0, 0x1404;
+shr.b32 t, t, 4;
+prmt.b32 u, s, 0, 0x1404;
+or.b32 u, u, t;
+mul.rn.bf16x2 $0, u, $3;
+prmt.b32 t, m, 0, 0x3424;
+shr.b32 t, t, 4;
+prmt.b32 u, s, 0, 0x3424;
+or.b32 u, u, t;
+mul.rn.bf16x2 $1, u, $4;
 }
 """)
 
