@@ -17,6 +17,19 @@ mkdir -p "$TRITON_CACHE_DIR"
 if ls .tcache/caches.tgz.part-* >/dev/null 2>&1; then
   cat .tcache/caches.tgz.part-* | tar xz -C /tmp/dz_cache && echo "triton cache: $(ls "$TRITON_CACHE_DIR" | wc -l) entries carried in"
 fi
+# What comes back from $OUT is at most 64 MiB together (results included) and what is carried in at most 64 MiB
+# (with .snap and .whl), so the archive keeps to CACHE_BYTES: while it is larger, the oldest fifth of the kernels (by
+# build time) is dropped (run oa's six parts did not all come back).
+CACHE_BYTES=${CACHE_BYTES:-$(( 45 * 1024 * 1024 ))}
 save_caches() {
-  tar czf - -C /tmp/dz_cache triton 2>/dev/null | split -b 15M - "$OUT/caches.tgz.part-"
+  local entries
+  while :; do
+    tar czf /tmp/dz_caches.tgz -C /tmp/dz_cache triton 2>/dev/null
+    [ "$(stat -c %s /tmp/dz_caches.tgz)" -le "$CACHE_BYTES" ] && break
+    entries=$(ls "$TRITON_CACHE_DIR" | wc -l)
+    [ "$entries" -eq 0 ] && break
+    (cd "$TRITON_CACHE_DIR" && ls -1tr | head -n $(( entries / 5 + 1 )) | xargs rm -rf)
+  done
+  split -b 15M /tmp/dz_caches.tgz "$OUT/caches.tgz.part-"
+  rm -f /tmp/dz_caches.tgz
 }
