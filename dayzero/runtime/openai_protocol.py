@@ -1,7 +1,8 @@
 """The OpenAI API's request fields as dayzero reads them, and the error body it answers with.
 
 `/v1/completions` and `/v1/chat/completions` share the sampling fields; they ask for log probabilities in their own
-ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). Fields dayzero cannot honour (tools, echo, suffix,
+ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). `echo` (completions) puts the prompt's text before each
+answer. Fields dayzero cannot honour (tools, suffix, echo with logprobs, which needs the prompt's log probabilities,
 ...) are refused by name rather than ignored, so a client never gets an answer computed differently from what it
 asked for. `top_k` and `ignore_eos` are accepted as extensions, as in vLLM.
 """
@@ -75,6 +76,7 @@ class GenerateRequest:
     n: int
     stream: bool
     include_usage: bool
+    echo: bool = False  # completions: the prompt's text goes before each answer
 
 
 def _number(body: dict, name: str, default, kind: type, low: float, high: float):
@@ -91,7 +93,9 @@ def _number(body: dict, name: str, default, kind: type, low: float, high: float)
 
 
 def _flag(body: dict, name: str) -> bool:
-    value = body.get(name, False)
+    value = body.get(name)
+    if value is None:
+        return False
     if not isinstance(value, bool):
         raise RequestError(f"'{name}' must be true or false, got {value!r}", param=name)
     return value
@@ -121,9 +125,9 @@ def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
     return pairs
 
 
-def _refuse_unsupported(body: dict) -> None:
+def _refuse_unsupported(body: dict, supported: tuple[str, ...]) -> None:
     for name, unused in UNSUPPORTED.items():
-        if name in body and body[name] not in unused:
+        if name in body and name not in supported and body[name] not in unused:
             raise RequestError(f"'{name}' is not supported by dayzero; leave it out", param=name)
     response_format = body.get("response_format")
     if response_format not in (None, {"type": "text"}):
@@ -151,12 +155,14 @@ def _stream_options(body: dict, stream: bool) -> bool:
     return _flag(options, "include_usage")
 
 
-def _request(body: dict, prompts: tuple, max_tokens_field: str, logprobs: int | None) -> GenerateRequest:
-    _refuse_unsupported(body)
+def _request(body: dict, prompts: tuple, max_tokens_field: str, logprobs: int | None,
+             supported: tuple[str, ...] = ()) -> GenerateRequest:
+    _refuse_unsupported(body, supported)
     stream = _flag(body, "stream")
     return GenerateRequest(prompts=prompts, sampling=_sampling(body, max_tokens_field, logprobs),
                            n=_number(body, "n", 1, int, 1, MAX_CHOICES), stream=stream,
-                           include_usage=_stream_options(body, stream))
+                           include_usage=_stream_options(body, stream),
+                           echo="echo" in supported and _flag(body, "echo"))
 
 
 def _prompts(prompt) -> tuple[str | tuple[int, ...], ...]:
@@ -177,7 +183,10 @@ def parse_completion(body: dict) -> GenerateRequest:
     if "prompt" not in body:
         raise RequestError("'prompt' is required", param="prompt")
     logprobs = _number(body, "logprobs", None, int, 0, MAX_TOP_LOGPROBS)
-    return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs)
+    if logprobs is not None and _flag(body, "echo"):
+        raise RequestError("'echo' with 'logprobs' would need the prompt's log probabilities, which dayzero does not "
+                           "compute; ask for one or the other", param="echo")
+    return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs, supported=("echo",))
 
 
 def _content(message: dict, index: int) -> str:

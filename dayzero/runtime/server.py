@@ -190,9 +190,16 @@ class OpenAIServer:
         except ClientGone:
             return Response(status_code=499)
         fmt = FORMATS[kind]
-        choices = [Choice(i, t.text, run.reasons[i], self._logprobs(run, i, run.logprobs.get(i), 0))
-                   for i, t in enumerate(run.texts)]
+        choices = [Choice(i, self._echo(run, i) + t.text, run.reasons[i],
+                          self._logprobs(run, i, run.logprobs.get(i), 0)) for i, t in enumerate(run.texts)]
         return JSONResponse(response(fmt, run.request_id, run.created, self.model_name, choices, run.usage()))
+
+    def _echo(self, run: RequestRun, index: int) -> str:
+        """The text before choice `index`'s answer: its prompt's with `echo`, else nothing."""
+        if not run.parsed.echo:
+            return ""
+        prompt = run.parsed.prompts[index // run.parsed.n]
+        return prompt if isinstance(prompt, str) else self.llm.tokenizer.decode(list(prompt))
 
     def _logprobs(self, run: RequestRun, index: int, entries: list[TokenLogprob] | None, offset: int) -> dict | None:
         if run.parsed.sampling.logprobs is None or entries is None:
@@ -273,7 +280,8 @@ class OpenAIServer:
         gone = asyncio.ensure_future(_disconnected(request))
         say = partial(self._chunk_event, run)
         try:
-            firsts = [d for d in (fmt.delta(Choice(i, "", None), first=True) for i in range(run.num_choices)) if d]
+            opening = (fmt.delta(Choice(i, self._echo(run, i), None), first=True) for i in range(run.num_choices))
+            firsts = [d for d in opening if d]
             if firsts:
                 yield say(firsts)
             offsets = [0] * run.num_choices

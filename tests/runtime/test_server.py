@@ -154,6 +154,22 @@ def test_prompt_lists_and_n_choices_are_indexed_and_seeds_replay(client, server,
     assert_nothing_open(server)
 
 
+def test_echo_puts_each_prompt_before_its_answers_whole_and_streamed(client, server, model):
+    request = greedy(prompt=["Echo me", [69, 99, 104]], n=2, max_tokens=5, echo=True)
+    ids_answer = ByteTokenizer().decode(list(greedy_generate(model, [69, 99, 104], 5)))
+    answers = [expected_text(model, "Echo me", 5), ids_answer]
+    whole = client.post("/v1/completions", json=request).json()
+    assert [c["text"] for c in whole["choices"]] == ["Echo me" + answers[0]] * 2 + ["Ech" + answers[1]] * 2
+    assert whole["usage"]["completion_tokens"] == 20
+    streamed = events(client.post("/v1/completions", json={**request, "stream": True}))
+    texts = ["", "", "", ""]
+    for piece in (c for chunk in streamed for c in chunk["choices"]):
+        texts[piece["index"]] += piece["text"]
+    assert texts == [c["text"] for c in whole["choices"]]
+    assert client.post("/v1/completions", json={**request, "echo": None}).json()["choices"][0]["text"] == answers[0]
+    assert_nothing_open(server)
+
+
 def test_stop_string_ends_the_answer_and_is_cut_out(client, server, model):
     text = expected_text(model, "stop here", 12)
     # two whole characters from inside the answer (U+FFFD stands for bytes that are not yet a character)
@@ -195,7 +211,8 @@ def test_penalties_reach_the_engine(client, server, model):
     ({"max_tokens": 3}, 400, "'prompt' is required"),
     ({"prompt": []}, 400, "'prompt' must be"),
     ({"prompt": "x", "logprobs": 21}, 400, "'logprobs' must be in [0, 20]"),
-    ({"prompt": "x", "echo": True}, 400, "'echo' is not supported"),
+    ({"prompt": "x", "echo": True, "logprobs": 1}, 400, "'echo' with 'logprobs' would need the prompt's"),
+    ({"prompt": "x", "echo": "yes"}, 400, "'echo' must be true or false"),
     ({"prompt": "x", "presence_penalty": 3}, 400, "'presence_penalty' must be in [-2.0, 2.0]"),
     ({"prompt": "x", "logit_bias": {"a": 10}}, 400, "'logit_bias' must map token ids to numbers"),
     ({"prompt": "x", "logit_bias": {"5": 101}}, 400, "biases in [-100, 100]"),
@@ -230,6 +247,7 @@ HI = [{"role": "user", "content": "hi"}]
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "text parts"),
     ({"messages": HI, "top_logprobs": 2}, "'top_logprobs' needs \"logprobs\": true"),
     ({"messages": HI, "tools": [{"type": "function"}]}, "'tools' is not supported"),
+    ({"messages": HI, "echo": True}, "'echo' is not supported"),
 ])
 def test_bad_chat_requests_are_refused(client, server, body, says):
     reply = client.post("/v1/chat/completions", json=body)
