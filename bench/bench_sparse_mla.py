@@ -50,9 +50,10 @@ VALUE_BLOCK_SWEEP = [(32, 2, 2), (32, 3, 2), (16, 3, 4)]
 # thread, where 8 warps hold 128 of 255)
 EXTRA_DECODE_WARPS: list[int] = []
 # --gluon: the decode cases also time the Gluon decode kernel (gluon_decode_kernel.py, the op's decode on Hopper),
-# under these config names: half the score block a warpgroup (the design; BF16 and FP8 caches) and all of it
-# (`full_scores`; BF16 only)
-GLUON_CONFIGS = {"gluon": False, "gluon-full-scores": True}
+# under these config names (-> the launcher's options): half the score block a warpgroup (the design; BF16 and FP8
+# caches), all of it (`full_scores`; BF16 only), and the loop that scores the next block during the softmax
+# (gluon_overlap_kernel.py; BF16 only)
+GLUON_CONFIGS = {"gluon": {}, "gluon-full-scores": {"full_scores": True}, "gluon-overlap": {"overlap": True}}
 # FP8 prefill through a BF16 copy of the pages (fp8_prefill.py; what the op does in eager CUDA prefill)
 BF16_COPY = "fp8-via-bf16-copy"
 GLUON_DECODE: list[bool] = []
@@ -174,8 +175,7 @@ def sparse_launch(q, cache, table, cu, idx, config):
         cache, table = fp8_prefill.bf16_workspace(cache, table, cu, idx, ROPE)
         return sparse_mla_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     if isinstance(config, str):
-        return sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE,
-                                                full_scores=GLUON_CONFIGS[config])
+        return sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, **GLUON_CONFIGS[config])
     return sparse_mla_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, config=config)
 
 

@@ -54,3 +54,19 @@ ncu_profile() {
   python3 bench/ncu_source_hotspots.py $R/source_$1.csv 45 > $R/hotspots_$1.txt 2>&1
   rm -f $R/$1.ncu-rep; save
 }
+# compute-sanitizer racecheck of the Gluon decode's GPU tests that `-k` EXPR selects (where the tool is installed)
+gluon_racecheck() {
+  command -v compute-sanitizer >/dev/null 2>&1 || return 0
+  timeout -s INT -k 15 90 compute-sanitizer --tool racecheck --print-limit 20 python3 -m pytest -q -p no:cacheprovider \
+    -m gpu tests/plugins/test_sparse_mla_gluon.py -k "$1" > $R/racecheck.log 2>&1
+  echo "== racecheck rc=$? at $(( $(date +%s) - start )) s"; grep -E "RACECHECK SUMMARY|hazard|passed|failed" \
+    $R/racecheck.log | head -8 | cut -c1-200; save
+}
+# the quick sparse MLA decode bench with the Gluon configs (bench_sparse_mla.py --quick-decode --gluon) into
+# $R/mla_gluon for the seconds left, then the Triton cache saved and the default and Gluon rows printed
+gluon_decode_bench() {
+  timeout $(left) python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_gluon > $R/mla_gluon.log 2>&1
+  echo "== sparse mla --gluon rc=$? at $(( $(date +%s) - start )) s"; save
+  save_caches
+  sparse_mla_rows $R/mla_gluon/sparse_mla.json 2>/dev/null | grep -E "default|gluon" | cut -c1-160
+}

@@ -14,14 +14,5 @@ timeout 120 python3 bench/sparse_mla_gluon_offline.py --out $R/ir > $R/offline.l
 echo "== offline build rc=$? at $(( $(date +%s) - start )) s"; grep FP8 $R/offline.log | cut -c1-300; save
 timeout -s INT -k 15 220 python3 -m pytest -q -rfE -p no:cacheprovider -n 14 -m gpu tests > $R/gpu_all.log 2>&1
 echo "== gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_all.log; save
-if command -v compute-sanitizer >/dev/null 2>&1; then
-  timeout -s INT -k 15 90 compute-sanitizer --tool racecheck --print-limit 20 python3 -m pytest -q -p no:cacheprovider \
-    -m gpu tests/plugins/test_sparse_mla_gluon.py -k "fp8 and (B1-H128 or splits_and_blank_tokens and 40)" \
-    > $R/racecheck.log 2>&1
-  echo "== racecheck rc=$? at $(( $(date +%s) - start )) s"; grep -E "RACECHECK SUMMARY|hazard|passed|failed" \
-    $R/racecheck.log | head -8 | cut -c1-200; save
-fi
-timeout $(left) python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_gluon > $R/mla_gluon.log 2>&1
-echo "== sparse mla --gluon rc=$? at $(( $(date +%s) - start )) s"; save
-save_caches
-sparse_mla_rows $R/mla_gluon/sparse_mla.json 2>/dev/null | grep -E "default|gluon" | cut -c1-160
+gluon_racecheck "fp8 and (B1-H128 or splits_and_blank_tokens and 40)"
+gluon_decode_bench

@@ -69,6 +69,16 @@ def ptx_loop_order(ptx: str) -> list[str]:
     return collapse(ops)
 
 
+def build_overlap(split: bool):
+    from dayzero.plugins.sparse_mla import gluon_overlap_kernel as overlap
+
+    constexprs = dict(ROW=576, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=overlap.BLOCK_N,
+                      RING=overlap.RING, SPLIT=split)
+    return compile_resources(overlap._sparse_mla_overlap_kernel, constexprs, TYPES,
+                             num_warps=gluon_decode_kernel.NUM_WARPS,
+                             divisible=("stride_qt", "stride_qh", "stride_rows"))
+
+
 def build(split: bool, full_scores: bool, fp8: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=gluon_decode_kernel.BLOCK_N,
@@ -95,6 +105,15 @@ def main() -> None:
                 (args.out / f"{stem}.ptx").write_text(compiled.asm["ptx"])
         print(f"{scores}, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
         print(f"{scores}, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
+    for name, split in (("split (B64 H64)", True), ("unsplit (B64 H128)", False)):
+        resources, compiled = build_overlap(split)
+        print(f"overlap, {name}: {resources.line()}")
+        if args.out:
+            stem = f"gluon_overlap_split{int(split)}"
+            (args.out / f"{stem}.ttgir").write_text(compiled.asm["ttgir"])
+            (args.out / f"{stem}.ptx").write_text(compiled.asm["ptx"])
+    print("overlap, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
+    print("overlap, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
 
 if __name__ == "__main__":
     main()

@@ -71,6 +71,16 @@ def _jit(fn):
     return gluon.jit(fn) if HAS_GLUON else fn
 
 
+if HAS_GLUON:
+    # 16-byte cp.async vectors, four rows a warp; bf16 nope and rope tiles share it, so one row vector serves both
+    HALVES = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0]))
+    # the [64, 512] P.V accumulator: each warpgroup holds half the value columns
+    O_MMA = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                   instr_shape=[16, NOPE // 2, 16]))
+    P_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_MMA.value, k_width=2))
+    SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+
+
 @_jit
 def _key_rows(row_base, n, hi):
     """Flat physical rows of key slots n (-1 at and past hi)."""
@@ -151,14 +161,72 @@ def _scale_q_nope(q_nope, DV: gl.constexpr, TILE: gl.constexpr, HALVES: gl.const
 
 
 @_jit
+def _program_keys(num_slots, num_head_blocks, num_splits, BLOCK_N: gl.constexpr):
+    """This program's (token, head block, split) and its slots [lo, hi) of the token's key list, in whole key
+    blocks. Slots past the token's last valid index (the indexer's -1 padding) are not visited."""
+    pid = gl.program_id(0)
+    split = gl.program_id(1)
+    token = pid // num_head_blocks
+    num_keys = gl.load(num_slots + token)
+    chunk = gl.cdiv(gl.cdiv(num_keys, num_splits), BLOCK_N) * BLOCK_N
+    lo = split * chunk
+    return token, pid % num_head_blocks, split, lo, gl.minimum(lo + chunk, num_keys)
+
+
+@_jit
+def _empty_softmax_state(BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, S_MMA: gl.constexpr):
+    """Before the first key block: (row max -inf, row sum 0, a zero score tile, the zero accumulator, a zero P)."""
+    return (gl.full([BLOCK_H], float("-inf"), gl.float32, gl.SliceLayout(1, S_MMA)),
+            gl.zeros([BLOCK_H], gl.float32, gl.SliceLayout(1, S_MMA)), gl.zeros([BLOCK_H, BLOCK_N], gl.float32, S_MMA),
+            warpgroup_mma_init(gl.zeros([BLOCK_H, DV], gl.float32, O_MMA)),
+            gl.zeros([BLOCK_H, BLOCK_N], gl.bfloat16, P_OPERAND))
+
+
+@_jit
+def _online_softmax(s, key_ok, m_i, l_i, qk_scale):
+    """One key block's scores [h, n] into the running row max and sum -> (p fp32, alpha, new max, new sum)."""
+    s = gl.where(key_ok[None, :], s * qk_scale, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    # rows that have seen no key yet keep m = -inf; exponentiate against 0 so that they stay exactly 0
+    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp2(m_i - m_safe)
+    p = gl.exp2(s - m_safe[:, None])
+    return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
+
+
+@_jit
+def _store_outputs(acc, m_i, l_i, out_factor, o, lse, o_part, lse_part, token, split, head_block, num_tokens,
+                   num_heads, BLOCK_H: gl.constexpr, DV: gl.constexpr, SPLIT: gl.constexpr, S_MMA: gl.constexpr,
+                   O_MMA: gl.constexpr):
+    """o = acc * out_factor / l and lse (log-sum-exp of the scores seen, -inf for none) of one program's heads: into
+    (o, lse), or with SPLIT into its split's (o_part, lse_part) rows."""
+    seen = l_i > 0
+    l_o = gl.convert_layout(gl.where(seen, l_i, 1.0) / out_factor, gl.SliceLayout(1, O_MMA))
+    out = acc / l_o[:, None]
+    lse_row = gl.where(seen, (m_i + gl.log2(gl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
+    head_o = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_MMA))
+    head_s = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_MMA))
+    v = gl.arange(0, DV, layout=gl.SliceLayout(0, O_MMA))
+    flat_o = token.to(gl.int64) * num_heads + head_o
+    flat_s = token.to(gl.int64) * num_heads + head_s
+    out_ok = (head_o < num_heads)[:, None]
+    if SPLIT:
+        flat_o += split.to(gl.int64) * num_tokens * num_heads
+        flat_s += split.to(gl.int64) * num_tokens * num_heads
+        gl.store(o_part + flat_o[:, None] * DV + v[None, :], out, mask=out_ok)
+        gl.store(lse_part + flat_s, lse_row, mask=head_s < num_heads)
+    else:
+        gl.store(o + flat_o[:, None] * DV + v[None, :], out.to(gl.bfloat16), mask=out_ok)
+        gl.store(lse + flat_s, lse_row, mask=head_s < num_heads)
+
+
+@_jit
 def _sparse_mla_decode_kernel(
     q, cache, rows, num_slots, o, lse, o_part, lse_part,
     sm_scale, num_tokens, num_heads, num_head_blocks, num_splits, stride_qt, stride_qh, stride_rows,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr,
 ):
-    # 16-byte cp.async vectors, four rows a warp; bf16 nope and rope tiles share it, so one row vector serves both
-    HALVES: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
     # the same rows a thread, 16 e4m3 bytes each: FP8 records' gather, their decode and their tile scales
     BYTES: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])
     KEYS: gl.constexpr = BYTES if FP8 else HALVES
@@ -167,20 +235,8 @@ def _sparse_mla_decode_kernel(
     S_WARPS: gl.constexpr = [8, 1] if FULL_SCORES else [4, 2]
     S_MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=S_WARPS,
                                                     instr_shape=[16, BLOCK_N // 2, 16])
-    O_MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                    instr_shape=[16, DV // 2, 16])
-    P_OPERAND: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=O_MMA, k_width=2)
-    SMEM: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
-    pid = gl.program_id(0)
-    split = gl.program_id(1)
-    head_block = pid % num_head_blocks
-    token = pid // num_head_blocks
-    # slots past the token's last valid index (the indexer's -1 padding) are not visited
-    num_keys = gl.load(num_slots + token)
-    chunk = gl.cdiv(gl.cdiv(num_keys, num_splits), BLOCK_N) * BLOCK_N
-    lo = split * chunk
-    hi = gl.minimum(lo + chunk, num_keys)
+    token, head_block, split, lo, hi = _program_keys(num_slots, num_head_blocks, num_splits, BLOCK_N)
 
     q_nope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, DV], SMEM)
     q_pe = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, DR], SMEM)
@@ -219,11 +275,7 @@ def _sparse_mla_decode_kernel(
     rows_next = _key_rows(row_base, lo + BLOCK_N + n_g, hi)
 
     qk_scale = sm_scale * LOG2E
-    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, gl.SliceLayout(1, S_MMA))
-    l_i = gl.zeros([BLOCK_H], gl.float32, gl.SliceLayout(1, S_MMA))
-    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, S_MMA)
-    acc = warpgroup_mma_init(gl.zeros([BLOCK_H, DV], gl.float32, O_MMA))
-    p = gl.zeros([BLOCK_H, BLOCK_N], gl.bfloat16, P_OPERAND)
+    m_i, l_i, s_zero, acc, p = _empty_softmax_state(BLOCK_H, BLOCK_N, DV, S_MMA)
     for start in range(lo, hi, BLOCK_N):
         i = (start - lo) // BLOCK_N
         rows_after = _key_rows(row_base, start + 2 * BLOCK_N + n_g, hi)
@@ -256,40 +308,16 @@ def _sparse_mla_decode_kernel(
         s = warpgroup_mma(q_nope, k_nope.permute((1, 0)), s_zero, use_acc=False, is_async=True)
         s = warpgroup_mma(q_pe, k_pe_ring.index(i % 2).permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        s = gl.where(key_ok[None, :], s * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        # rows that have seen no key yet keep m = -inf; exponentiate against 0 so that they stay exactly 0
-        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = gl.exp2(m_i - m_safe)
-        p_f32 = gl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + gl.sum(p_f32, 1)
+        p_f32, alpha, m_i, l_i = _online_softmax(s, key_ok, m_i, l_i, qk_scale)
         p = gl.convert_layout(p_f32.to(gl.bfloat16), P_OPERAND)
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_MMA))[:, None]
         acc = warpgroup_mma(p, k_nope, acc, is_async=True)
-        m_i = m_new
         rows_next = rows_after
     acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
     async_copy.wait_group(0)
 
-    seen = l_i > 0
-    out_factor = Q_SCALE if FP8 else 1.0
-    l_o = gl.convert_layout(gl.where(seen, l_i, 1.0) / out_factor, gl.SliceLayout(1, O_MMA))
-    out = acc / l_o[:, None]
-    lse_row = gl.where(seen, (m_i + gl.log2(gl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
-    head_o = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_MMA))
-    head_s = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_MMA))
-    v = gl.arange(0, DV, layout=gl.SliceLayout(0, O_MMA))
-    flat_o = token.to(gl.int64) * num_heads + head_o
-    flat_s = token.to(gl.int64) * num_heads + head_s
-    out_ok = (head_o < num_heads)[:, None]
-    if SPLIT:
-        flat_o += split.to(gl.int64) * num_tokens * num_heads
-        flat_s += split.to(gl.int64) * num_tokens * num_heads
-        gl.store(o_part + flat_o[:, None] * DV + v[None, :], out, mask=out_ok)
-        gl.store(lse_part + flat_s, lse_row, mask=head_s < num_heads)
-    else:
-        gl.store(o + flat_o[:, None] * DV + v[None, :], out.to(gl.bfloat16), mask=out_ok)
-        gl.store(lse + flat_s, lse_row, mask=head_s < num_heads)
+    _store_outputs(acc, m_i, l_i, Q_SCALE if FP8 else 1.0, o, lse, o_part, lse_part, token, split, head_block,
+                   num_tokens, num_heads, BLOCK_H, DV, SPLIT, S_MMA, O_MMA)
 
 
 def _is_hopper(device: torch.device) -> bool:
@@ -329,14 +357,16 @@ def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
-    full_scores: bool = False,
+    full_scores: bool = False, overlap: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
     FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
     fp32).
 
     `full_scores`: both warpgroups compute the whole score block (warps_per_cta [8, 1], as Triton's kernel does)
-    instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12."""
+    instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12.
+    `overlap` (BF16 only, a bench candidate): `gluon_overlap_kernel`, 32-key blocks whose next scores run during the
+    softmax."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
     _check_inputs(q, latent_cache, block_table, v_dim)
     tokens, heads, width = q.shape
@@ -353,14 +383,22 @@ def sparse_mla_decode_gluon_launcher(
         return o, lse
     rows, num_slots = _resolve_rows(indices.contiguous(), block_table, schedule.sequence_of_tokens(cu_seqlens, tokens),
                                     None)
+    kernel, block_n, options = _sparse_mla_decode_kernel, BLOCK_N, dict(
+        FULL_SCORES=full_scores, FP8=is_quantized(latent_cache), TILE=FP8_TILE)
+    if overlap:
+        # imported here: the overlapped kernel's module builds on this one's helpers
+        from dayzero.plugins.sparse_mla import gluon_overlap_kernel as overlapped
+
+        assert not is_quantized(latent_cache) and not full_scores, "the overlapped decode takes a BF16 cache only"
+        kernel, block_n, options = overlapped._sparse_mla_overlap_kernel, overlapped.BLOCK_N, dict(RING=overlapped.RING)
     programs = tokens * (heads // HEADS)
-    splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
+    splits = num_splits or schedule.num_splits(programs, indices.shape[1], block_n, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
-    _sparse_mla_decode_kernel[(programs, splits)](
+    kernel[(programs, splits)](
         q, latent_cache, rows, num_slots, o, lse, o_part, lse_part,
         sm_scale, tokens, heads, heads // HEADS, splits, q.stride(0), q.stride(1), rows.stride(0),
-        ROW=latent_cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
-        FULL_SCORES=full_scores, FP8=is_quantized(latent_cache), TILE=FP8_TILE, num_warps=NUM_WARPS,
+        ROW=latent_cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=HEADS, BLOCK_N=block_n, SPLIT=splits > 1,
+        num_warps=NUM_WARPS, **options,
     )
     if splits > 1:
         combine_splits_launcher(o_part, lse_part, o, lse)
