@@ -3,6 +3,7 @@ files otherwise."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +48,40 @@ class HFTokenizer:
         return self._tok.decode(ids)
 
 
-class TiktokenTokenizer:
-    """A tiktoken model file (Kimi ships `tiktoken.model`), through the `tiktoken` library."""
+def _added_token_names(config_file: Path) -> tuple[dict[int, str], str | None]:
+    """tokenizer_config.json -> ({id: name} of its added_tokens_decoder, the eos token's name)."""
+    if not config_file.is_file():
+        return {}, None
+    try:
+        config = json.loads(config_file.read_text())
+        added = {int(i): entry["content"] for i, entry in (config.get("added_tokens_decoder") or {}).items()}
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise DayzeroError(f"{config_file} has no readable added_tokens_decoder ({err}); fix or remove it") from err
+    eos = config.get("eos_token")
+    return added, eos.get("content") if isinstance(eos, dict) else eos
 
-    PATTERN = r"""[\p{L}\p{N}]+|[^\s\p{L}\p{N}]+|\s+"""
+
+class TiktokenTokenizer:
+    """Kimi's tokenizer (tokenization_kimi.py): a tiktoken BPE file (`tiktoken.model`), Kimi's pre-tokenizer pattern
+    (Han runs, cased words, numbers of up to three digits, ...), and 256 + 2 special tokens right after the base
+    vocabulary, named by tokenizer_config.json's added_tokens_decoder (the rest `<|reserved_token_N|>`).
+
+    Special tokens written in the text (a chat template's `<|im_user|>`, ...) encode to their ids; decoding skips
+    special ids, as HF tokenizers do by default."""
+
+    PATTERN = "|".join([
+        r"""[\p{Han}]+""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ])
+    NUM_SPECIAL_TOKENS = 256 + 2
 
     def __init__(self, path: Path):
         try:
@@ -59,20 +90,51 @@ class TiktokenTokenizer:
         except ImportError as err:
             raise DayzeroError(f"{path} needs the tiktoken package: pip install tiktoken") from err
         ranks = load_tiktoken_bpe(str(path))
-        self._enc = tiktoken.Encoding(path.stem, pat_str=self.PATTERN, mergeable_ranks=ranks, special_tokens={})
-        self.eos_token_id = None
+        names, eos_name = _added_token_names(path.parent / "tokenizer_config.json")
+        self.num_base_tokens = len(ranks)
+        special = range(self.num_base_tokens, self.num_base_tokens + self.NUM_SPECIAL_TOKENS)
+        self.special_tokens = {names.get(i, f"<|reserved_token_{i}|>"): i for i in special}
+        self._enc = tiktoken.Encoding(path.stem, pat_str=self.PATTERN, mergeable_ranks=ranks,
+                                      special_tokens=self.special_tokens)
+        self.eos_token_id = self.special_tokens.get(eos_name or "[EOS]")
 
     def encode(self, text: str) -> list[int]:
-        return self._enc.encode(text)
+        return self._enc.encode(text, allowed_special="all")
 
     def decode(self, ids: list[int]) -> str:
-        return self._enc.decode(ids)
+        """The text of the base-vocabulary ids (special ids and any id past the vocabulary decode to nothing)."""
+        return self._enc.decode([i for i in ids if i < self.num_base_tokens])
 
 
 # tokenizer file in the checkpoint -> loader, in order of preference
 TOKENIZER_FILES: dict[str, Callable[[Path], object]] = {"tokenizer.json": HFTokenizer,
                                                          "tiktoken.model": TiktokenTokenizer}
 BYTE_VOCAB_LIMIT = 512
+
+
+def _eos_ids_of(config_file: Path) -> set[int]:
+    """eos_token_id of a config file, at its top or in its text_config (an id or a list of them); none when the file
+    or the field is absent."""
+    if not config_file.is_file():
+        return set()
+    try:
+        data = json.loads(config_file.read_text())
+        values = [data.get("eos_token_id"), (data.get("text_config") or {}).get("eos_token_id")]
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise DayzeroError(f"{config_file} is not a JSON object ({err}); fix or remove it") from err
+    ids = [i for v in values if v is not None for i in (v if isinstance(v, list) else [v])]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise DayzeroError(f"{config_file}: eos_token_id must be a token id or a list of them, got {values!r}")
+    return set(ids)
+
+
+def end_of_sequence_ids(checkpoint: Path, tokenizer) -> frozenset[int]:
+    """The ids that end a generated sequence: the tokenizer's eos and every eos_token_id of the checkpoint's
+    generation_config.json and config.json (a chat model's end of turn is often only named there, e.g. Kimi's
+    `<|im_end|>` beside the tokenizer's `[EOS]`)."""
+    ids = _eos_ids_of(checkpoint / "generation_config.json") | _eos_ids_of(checkpoint / "config.json")
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return frozenset(ids | ({eos} if eos is not None else set()))
 
 
 def load_tokenizer(checkpoint: Path, vocab_size: int):

@@ -41,7 +41,7 @@ class LLM:
     def __init__(self, checkpoint: str | Path | None = None, export: ExportOptions | None = None,
                  runtime: RuntimeOptions | None = None, engine: StepEngine | None = None, tokenizer=None):
         """engine / tokenizer: ones built already (tests, benchmarks) instead of the checkpoint's."""
-        from dayzero.tokenizer import load_tokenizer
+        from dayzero.tokenizer import end_of_sequence_ids, load_tokenizer
 
         self.checkpoint = Path(checkpoint) if checkpoint is not None else _default_checkpoint()
         self.export_options = export or ExportOptions(backend="eager")
@@ -49,9 +49,8 @@ class LLM:
         self.step_engine = engine or load_step_engine(self.checkpoint, self.export_options)
         self.load_seconds = time.perf_counter() - started
         self.tokenizer = tokenizer or load_tokenizer(self.checkpoint, self.step_engine.manifest.vocab_size)
-        eos = getattr(self.tokenizer, "eos_token_id", None)
         self.engine = LLMEngine(self.step_engine, runtime or RuntimeOptions(), self.tokenizer.decode,
-                                frozenset() if eos is None else frozenset({eos}))
+                                end_of_sequence_ids(self.checkpoint, self.tokenizer))
 
     def generate(self, prompts: list[str] | str, params: SamplingParams | None = None) -> list[RequestOutput]:
         """Generate for every prompt (batched continuously); outputs in prompt order."""

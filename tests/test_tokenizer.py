@@ -1,0 +1,96 @@
+"""Tokenizers as a checkpoint ships them: Kimi's tiktoken file with its special tokens, and the ids that end a
+sequence."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from dayzero.errors import DayzeroError
+from dayzero.tokenizer import ByteTokenizer, TiktokenTokenizer, end_of_sequence_ids, load_tokenizer
+
+# a BPE over bytes with a few merges: "he" + "ll" -> "hell", and the four digits "1234" as one token
+MERGES = [b"he", b"ll", b"hell", b"12", b"34", b"1234"]
+NUM_BASE = 256 + len(MERGES)
+EOS, IM_END, IM_USER = NUM_BASE + 1, NUM_BASE + 2, NUM_BASE + 3
+
+
+def write_kimi_tokenizer(directory: Path, eos_token="[EOS]") -> Path:
+    ranks = [bytes([b]) for b in range(256)] + MERGES
+    (directory / "tiktoken.model").write_text(
+        "".join(f"{base64.b64encode(token).decode()} {rank}\n" for rank, token in enumerate(ranks)))
+    added = {str(NUM_BASE): "[BOS]", str(EOS): "[EOS]", str(IM_END): "<|im_end|>", str(IM_USER): "<|im_user|>"}
+    config = {"added_tokens_decoder": {i: {"content": name, "special": True} for i, name in added.items()},
+              "eos_token": eos_token}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory / "tiktoken.model"
+
+
+@pytest.fixture
+def kimi(tmp_path) -> TiktokenTokenizer:
+    return TiktokenTokenizer(write_kimi_tokenizer(tmp_path))
+
+
+def test_kimi_special_tokens_in_text_encode_to_their_ids(kimi):
+    ids = kimi.encode("<|im_user|>hello<|im_end|>")
+    assert ids[0] == IM_USER and ids[-1] == IM_END
+    assert kimi.decode(ids[1:-1]) == "hello" and 256 + MERGES.index(b"hell") in ids
+
+
+def test_kimi_decoding_skips_special_ids_and_ids_past_the_vocabulary(kimi):
+    hello = kimi.encode("hello")
+    assert kimi.decode([IM_USER, *hello, IM_END, NUM_BASE + 400]) == "hello"
+
+
+def test_kimi_pattern_splits_numbers_into_three_digits(kimi):
+    """Kimi's pre-tokenizer cuts '1234' into '123' + '4', so the merged '1234' token never appears; a pattern
+    without the three-digit rule would give it."""
+    ids = kimi.encode("1234")
+    assert 256 + MERGES.index(b"1234") not in ids and kimi.decode(ids) == "1234"
+    assert kimi.encode("12 34") == [256 + MERGES.index(b"12"), ord(" "), 256 + MERGES.index(b"34")]
+
+
+def test_kimi_names_unnamed_special_slots_and_finds_its_eos(kimi):
+    assert kimi.eos_token_id == EOS
+    assert kimi.special_tokens[f"<|reserved_token_{NUM_BASE + 100}|>"] == NUM_BASE + 100
+    assert len(kimi.special_tokens) == TiktokenTokenizer.NUM_SPECIAL_TOKENS
+
+
+def test_kimi_eos_can_be_named_by_the_config(tmp_path):
+    tokenizer = TiktokenTokenizer(write_kimi_tokenizer(tmp_path, eos_token={"content": "<|im_end|>"}))
+    assert tokenizer.eos_token_id == IM_END
+
+
+def test_load_tokenizer_prefers_the_checkpoints_files(tmp_path):
+    assert isinstance(load_tokenizer(tmp_path, 260), ByteTokenizer)
+    with pytest.raises(DayzeroError, match="has no tokenizer"):
+        load_tokenizer(tmp_path, 163840)
+    write_kimi_tokenizer(tmp_path)
+    assert isinstance(load_tokenizer(tmp_path, 163840), TiktokenTokenizer)
+
+
+def test_a_broken_added_tokens_table_says_which_file(tmp_path):
+    path = write_kimi_tokenizer(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {"x": {}}}))
+    with pytest.raises(DayzeroError, match="tokenizer_config.json has no readable added_tokens_decoder"):
+        TiktokenTokenizer(path)
+
+
+def test_end_of_sequence_ids_join_the_tokenizer_and_both_configs(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"eos_token_id": 7}}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [9, 11]}))
+    assert end_of_sequence_ids(tmp_path, ByteTokenizer()) == {257, 7, 9, 11}
+    assert end_of_sequence_ids(tmp_path / "absent", ByteTokenizer()) == {257}
+
+
+@pytest.mark.parametrize("text, says", [("[1, true]", "eos_token_id must be a token id"),
+                                        ("{not json", "is not a JSON object"),
+                                        ('{"eos_token_id": -3}', "eos_token_id must be a token id")])
+def test_a_bad_generation_config_is_refused_with_its_name(tmp_path, text, says):
+    (tmp_path / "generation_config.json").write_text(text if text.startswith("{") else json.dumps(
+        {"eos_token_id": json.loads(text)}))
+    with pytest.raises(DayzeroError, match=says):
+        end_of_sequence_ids(tmp_path, ByteTokenizer())
