@@ -83,7 +83,7 @@ class TokenIds:
 
     eos_token_id = None
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return [int(t) for t in text.split()]
 
     def decode(self, ids: list[int]) -> str:

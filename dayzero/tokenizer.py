@@ -17,8 +17,9 @@ class ByteTokenizer:
     eos_token_id: int = 257
     pad_token_id: int = 258
 
-    def encode(self, text: str) -> list[int]:
-        return [self.bos_token_id, *text.encode("utf-8")]
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """BOS, then the UTF-8 bytes; without BOS when the text carries its own markers (a chat template's)."""
+        return ([self.bos_token_id] if add_special_tokens else []) + list(text.encode("utf-8"))
 
     def decode(self, ids: list[int]) -> str:
         """Bytes of the non-special ids; invalid UTF-8 becomes U+FFFD."""
@@ -41,8 +42,10 @@ class HFTokenizer:
                 return token
         return None
 
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text).ids
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """add_special_tokens: the tokenizer's post-processor markers (a BOS); off for text a chat template wrote,
+        which has its own."""
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids)
@@ -98,7 +101,8 @@ class TiktokenTokenizer:
                                       special_tokens=self.special_tokens)
         self.eos_token_id = self.special_tokens.get(eos_name or "[EOS]")
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Kimi's tokenizer adds no markers of its own (add_special_tokens changes nothing)."""
         return self._enc.encode(text, allowed_special="all")
 
     def decode(self, ids: list[int]) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dayzero.errors import DayzeroError
-from dayzero.tokenizer import ByteTokenizer, TiktokenTokenizer, end_of_sequence_ids, load_tokenizer
+from dayzero.tokenizer import ByteTokenizer, HFTokenizer, TiktokenTokenizer, end_of_sequence_ids, load_tokenizer
 
 # a BPE over bytes with a few merges: "he" + "ll" -> "hell", and the four digits "1234" as one token
 MERGES = [b"he", b"ll", b"hell", b"12", b"34", b"1234"]
@@ -94,3 +94,18 @@ def test_a_bad_generation_config_is_refused_with_its_name(tmp_path, text, says):
         {"eos_token_id": json.loads(text)}))
     with pytest.raises(DayzeroError, match=says):
         end_of_sequence_ids(tmp_path, ByteTokenizer())
+
+
+def test_hf_tokenizer_adds_its_post_processor_bos_only_when_asked(tmp_path):
+    """A tokenizer.json whose post-processor prepends BOS (Llama's, DeepSeek's): chat prompts, whose template wrote
+    the BOS already, are encoded without it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    tokenizer = Tokenizer(models.WordLevel({"<s>": 0, "hello": 1, "world": 2, "[UNK]": 3}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    hf = HFTokenizer(tmp_path / "tokenizer.json")
+    assert hf.encode("hello world") == [0, 1, 2]
+    assert hf.encode("hello world", add_special_tokens=False) == [1, 2]
+    assert ByteTokenizer().encode("a", add_special_tokens=False) == [97] and ByteTokenizer().encode("a") == [256, 97]

@@ -135,7 +135,9 @@ class OpenAIServer:
     async def chat_completions(self, request: Request) -> Response:
         body = await self._body(request)
         prompt = self.template.render(chat_messages(body))
-        return await self._generate(request, "chat", parse_chat(body, prompt))
+        # a checkpoint's template writes the BOS and turn markers itself; the plain transcript has none
+        return await self._generate(request, "chat", parse_chat(body, prompt),
+                                    add_special_tokens=self.template.source is None)
 
     async def _error(self, request: Request, err: RequestError) -> Response:
         return JSONResponse(err.body(), status_code=err.status)
@@ -168,19 +170,20 @@ class OpenAIServer:
                                f"{self.model_name!r}", 404, "model", "model_not_found")
         return body
 
-    def _encode(self, prompt: str | tuple[int, ...]) -> list[int]:
+    def _encode(self, prompt: str | tuple[int, ...], add_special_tokens: bool) -> list[int]:
         if isinstance(prompt, str):
-            return self.llm.tokenizer.encode(prompt)
+            return self.llm.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
         vocab = self.llm.engine.manifest.vocab_size
         if max(prompt) >= vocab:
             raise RequestError(f"token id {max(prompt)} is outside the vocabulary of {vocab}", param="prompt")
         return list(prompt)
 
-    async def _generate(self, request: Request, kind: str, parsed: GenerateRequest) -> Response:
+    async def _generate(self, request: Request, kind: str, parsed: GenerateRequest,
+                        add_special_tokens: bool = True) -> Response:
         vocab = self.llm.engine.manifest.vocab_size
         if any(token >= vocab for token, _ in parsed.sampling.logit_bias):
             raise RequestError(f"'logit_bias' names a token outside the vocabulary of {vocab}", param="logit_bias")
-        prompt_ids = [self._encode(p) for p in parsed.prompts]
+        prompt_ids = [self._encode(p, add_special_tokens) for p in parsed.prompts]
         run = await self._start(kind, parsed, prompt_ids)
         if parsed.stream:
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

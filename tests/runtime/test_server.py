@@ -255,6 +255,20 @@ def test_bad_chat_requests_are_refused(client, server, body, says):
     assert_nothing_open(server)
 
 
+def test_a_checkpoint_chat_template_writes_its_own_markers_so_no_bos_is_added(model, tmp_path):
+    """A Jinja template writes the BOS and turn markers itself (Kimi's, DeepSeek's): its prompt is encoded without the
+    tokenizer's own, where the plain transcript gets the tokenizer's BOS (test_chat_stream_names_the_role_first...)."""
+    (tmp_path / "chat_template.jinja").write_text(
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>")
+    server = make_server(model, tmp_path)
+    try:
+        with TestClient(server.app) as client:
+            body = client.post("/v1/chat/completions", json=greedy(messages=HI, max_tokens=2)).json()
+    finally:
+        server.close()
+    assert body["usage"]["prompt_tokens"] == len(b"<user>hi<assistant>")
+
+
 def test_a_full_server_answers_503_until_requests_finish(server, model):
     async def ask():
         transport = httpx.ASGITransport(app=server.app)
