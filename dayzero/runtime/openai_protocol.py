@@ -4,7 +4,7 @@
 ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). `echo` (completions) puts the prompt's text before each
 answer. Fields dayzero cannot honour (tools, suffix, echo with logprobs, which needs the prompt's log probabilities,
 ...) are refused by name rather than ignored, so a client never gets an answer computed differently from what it
-asked for. `top_k` and `ignore_eos` are accepted as extensions, as in vLLM.
+asked for. `top_k`, `ignore_eos` and `stop_token_ids` are accepted as extensions, as in vLLM.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dayzero.runtime.sampling import SamplingParams
 
 MAX_CHOICES = 16
 MAX_STOP_STRINGS = 16
+MAX_STOP_TOKEN_IDS = 64
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # as in OpenAI's API: 16 tokens for a text completion, up to the context's end for a chat answer
 DEFAULT_MAX_TOKENS = {"max_tokens": 16, "max_completion_tokens": None}
@@ -58,6 +59,7 @@ class Sampling:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    stop_token_ids: tuple[int, ...] = ()  # vLLM's extension: ids that end the answer (their text stays in it)
 
     def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
         """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay."""
@@ -66,7 +68,8 @@ class Sampling:
         return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
                               top_p=self.top_p, seed=seed, stop=self.stop, ignore_eos=self.ignore_eos,
                               logprobs=self.logprobs, presence_penalty=self.presence_penalty,
-                              frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias)
+                              frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias,
+                              stop_token_ids=self.stop_token_ids)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,16 @@ def _stop(body: dict) -> tuple[str, ...]:
     return tuple(stop)
 
 
+def _stop_token_ids(body: dict) -> tuple[int, ...]:
+    """vLLM's stop_token_ids: a list of token ids (the server checks them against the vocabulary)."""
+    ids = body.get("stop_token_ids") or []
+    if not isinstance(ids, list) or not all(type(i) is int and i >= 0 for i in ids):
+        raise RequestError("'stop_token_ids' must be a list of token ids", param="stop_token_ids")
+    if len(ids) > MAX_STOP_TOKEN_IDS:
+        raise RequestError(f"at most {MAX_STOP_TOKEN_IDS} stop token ids, got {len(ids)}", param="stop_token_ids")
+    return tuple(ids)
+
+
 def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
     """{"token id": bias in [-100, 100]} -> ((token, bias), ...); the server checks the ids against the vocabulary."""
     bias = body.get("logit_bias") or {}
@@ -140,6 +153,7 @@ def _sampling(body: dict, max_tokens_field: str, logprobs: int | None) -> Sampli
     return Sampling(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, float, 0.0, 2.0),
                     top_p=_number(body, "top_p", 1.0, float, 1e-9, 1.0), top_k=max(top_k, 0),
                     seed=_number(body, "seed", None, int, -(2**63), 2**63 - 1), stop=_stop(body),
+                    stop_token_ids=_stop_token_ids(body),
                     ignore_eos=_flag(body, "ignore_eos"), logprobs=logprobs,
                     presence_penalty=_number(body, "presence_penalty", 0.0, float, -2.0, 2.0),
                     frequency_penalty=_number(body, "frequency_penalty", 0.0, float, -2.0, 2.0),

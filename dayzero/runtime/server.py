@@ -183,6 +183,9 @@ class OpenAIServer:
         vocab = self.llm.engine.manifest.vocab_size
         if any(token >= vocab for token, _ in parsed.sampling.logit_bias):
             raise RequestError(f"'logit_bias' names a token outside the vocabulary of {vocab}", param="logit_bias")
+        if any(token >= vocab for token in parsed.sampling.stop_token_ids):
+            raise RequestError(f"'stop_token_ids' names a token outside the vocabulary of {vocab}",
+                               param="stop_token_ids")
         prompt_ids = [self._encode(p, add_special_tokens) for p in parsed.prompts]
         run = await self._start(kind, parsed, prompt_ids)
         if parsed.stream:

@@ -170,6 +170,16 @@ def test_echo_puts_each_prompt_before_its_answers_whole_and_streamed(client, ser
     assert_nothing_open(server)
 
 
+def test_stop_token_ids_end_the_answer_at_the_first_of_them(client, server, model):
+    tokens = list(greedy_generate(model, ByteTokenizer().encode("stop id"), 8))
+    stop = tokens[3]
+    body = client.post("/v1/completions", json=greedy(prompt="stop id", max_tokens=8, stop_token_ids=[stop])).json()
+    ended = tokens[: tokens.index(stop) + 1]
+    assert body["choices"][0]["finish_reason"] == "stop" and body["usage"]["completion_tokens"] == len(ended)
+    assert body["choices"][0]["text"] == ByteTokenizer().decode(ended)
+    assert_nothing_open(server)
+
+
 def test_stop_string_ends_the_answer_and_is_cut_out(client, server, model):
     text = expected_text(model, "stop here", 12)
     # two whole characters from inside the answer (U+FFFD stands for bytes that are not yet a character)
@@ -221,6 +231,9 @@ def test_penalties_reach_the_engine(client, server, model):
     ({"prompt": "x", "temperature": -1}, 400, "'temperature' must be in"),
     ({"prompt": "x", "max_tokens": 2.5}, 400, "'max_tokens' must be an integer"),
     ({"prompt": "x", "stop": [""]}, 400, "'stop' must be"),
+    ({"prompt": "x", "stop_token_ids": [1, "a"]}, 400, "'stop_token_ids' must be a list of token ids"),
+    ({"prompt": "x", "stop_token_ids": list(range(65))}, 400, "at most 64 stop token ids"),
+    ({"prompt": "x", "stop_token_ids": [999]}, 400, "'stop_token_ids' names a token outside the vocabulary of 260"),
     ({"prompt": "x", "stream": "yes"}, 400, "'stream' must be true or false"),
     ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "needs \"stream\": true"),
     ({"prompt": "x" * 600, "max_tokens": 4}, 400, "exceeds the engine's max length 512"),
@@ -524,7 +537,7 @@ def test_default_lengths_follow_openai(client, server):
 
 FIELDS = ["prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "seed",
           "stop", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-          "logit_bias", "ignore_eos", "echo", "model", "tools", "response_format"]
+          "logit_bias", "ignore_eos", "echo", "model", "tools", "response_format", "stop_token_ids"]
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 300) | st.floats(-3, 3, allow_nan=False) | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
