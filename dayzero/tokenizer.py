@@ -51,17 +51,32 @@ class HFTokenizer:
         return self._tok.decode(ids)
 
 
-def _added_token_names(config_file: Path) -> tuple[dict[int, str], str | None]:
-    """tokenizer_config.json -> ({id: name} of its added_tokens_decoder, the eos token's name)."""
-    if not config_file.is_file():
-        return {}, None
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def tokenizer_config(checkpoint: Path) -> dict:
+    """The checkpoint's tokenizer_config.json ({} when it has none)."""
+    config_file = checkpoint / TOKENIZER_CONFIG
     try:
-        config = json.loads(config_file.read_text())
+        return json.loads(config_file.read_text()) if config_file.is_file() else {}
+    except json.JSONDecodeError as err:
+        raise DayzeroError(f"{config_file} is not valid JSON ({err}); fix or remove it") from err
+
+
+def special_token_text(value) -> str:
+    """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
+    return value.get("content", "") if isinstance(value, dict) else value or ""
+
+
+def _added_token_names(checkpoint: Path) -> tuple[dict[int, str], str]:
+    """tokenizer_config.json -> ({id: name} of its added_tokens_decoder, the eos token's name or "")."""
+    config = tokenizer_config(checkpoint)
+    try:
         added = {int(i): entry["content"] for i, entry in (config.get("added_tokens_decoder") or {}).items()}
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
-        raise DayzeroError(f"{config_file} has no readable added_tokens_decoder ({err}); fix or remove it") from err
-    eos = config.get("eos_token")
-    return added, eos.get("content") if isinstance(eos, dict) else eos
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise DayzeroError(f"{checkpoint / TOKENIZER_CONFIG} has no readable added_tokens_decoder ({err}); fix or "
+                           "remove it") from err
+    return added, special_token_text(config.get("eos_token"))
 
 
 class TiktokenTokenizer:
@@ -93,7 +108,7 @@ class TiktokenTokenizer:
         except ImportError as err:
             raise DayzeroError(f"{path} needs the tiktoken package: pip install tiktoken") from err
         ranks = load_tiktoken_bpe(str(path))
-        names, eos_name = _added_token_names(path.parent / "tokenizer_config.json")
+        names, eos_name = _added_token_names(path.parent)
         self.num_base_tokens = len(ranks)
         special = range(self.num_base_tokens, self.num_base_tokens + self.NUM_SPECIAL_TOKENS)
         self.special_tokens = {names.get(i, f"<|reserved_token_{i}|>"): i for i in special}

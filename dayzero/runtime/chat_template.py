@@ -7,20 +7,15 @@ HF checkpoints carry the template as Jinja, in `chat_template.jinja` or under "c
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from dayzero.errors import DayzeroError
+from dayzero.tokenizer import special_token_text, tokenizer_config
 
 
 def _plain(messages: list[dict[str, str]]) -> str:
     return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
-
-
-def _token_text(value) -> str:
-    """A special token as tokenizer_config.json writes it: a string or {"content": ...}."""
-    return value.get("content", "") if isinstance(value, dict) else value or ""
 
 
 def _raise(message: str):
@@ -57,11 +52,8 @@ def _named(template) -> str | None:
 
 
 def load_chat_template(checkpoint: Path) -> ChatTemplate:
-    config_file = checkpoint / "tokenizer_config.json"
-    try:
-        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
-    except json.JSONDecodeError as err:
-        raise DayzeroError(f"{config_file} is not valid JSON ({err}); fix or remove it") from err
+    config = tokenizer_config(checkpoint)
     jinja_file = checkpoint / "chat_template.jinja"
     source = jinja_file.read_text() if jinja_file.is_file() else _named(config.get("chat_template"))
-    return ChatTemplate(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
+    return ChatTemplate(source, special_token_text(config.get("bos_token")),
+                        special_token_text(config.get("eos_token")))
