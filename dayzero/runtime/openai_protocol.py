@@ -170,13 +170,12 @@ def _stream_options(body: dict, stream: bool) -> bool:
 
 
 def _request(body: dict, prompts: tuple, max_tokens_field: str, logprobs: int | None,
-             supported: tuple[str, ...] = ()) -> GenerateRequest:
+             supported: tuple[str, ...] = (), echo: bool = False) -> GenerateRequest:
     _refuse_unsupported(body, supported)
     stream = _flag(body, "stream")
     return GenerateRequest(prompts=prompts, sampling=_sampling(body, max_tokens_field, logprobs),
                            n=_number(body, "n", 1, int, 1, MAX_CHOICES), stream=stream,
-                           include_usage=_stream_options(body, stream),
-                           echo="echo" in supported and _flag(body, "echo"))
+                           include_usage=_stream_options(body, stream), echo=echo)
 
 
 def _prompts(prompt) -> tuple[str | tuple[int, ...], ...]:
@@ -197,10 +196,11 @@ def parse_completion(body: dict) -> GenerateRequest:
     if "prompt" not in body:
         raise RequestError("'prompt' is required", param="prompt")
     logprobs = _number(body, "logprobs", None, int, 0, MAX_TOP_LOGPROBS)
-    if logprobs is not None and _flag(body, "echo"):
+    echo = _flag(body, "echo")
+    if echo and logprobs is not None:
         raise RequestError("'echo' with 'logprobs' would need the prompt's log probabilities, which dayzero does not "
                            "compute; ask for one or the other", param="echo")
-    return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs, supported=("echo",))
+    return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs, supported=("echo",), echo=echo)
 
 
 def _content(message: dict, index: int) -> str:

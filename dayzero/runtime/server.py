@@ -180,12 +180,8 @@ class OpenAIServer:
 
     async def _generate(self, request: Request, kind: str, parsed: GenerateRequest,
                         add_special_tokens: bool = True) -> Response:
-        vocab = self.llm.engine.manifest.vocab_size
-        if any(token >= vocab for token, _ in parsed.sampling.logit_bias):
-            raise RequestError(f"'logit_bias' names a token outside the vocabulary of {vocab}", param="logit_bias")
-        if any(token >= vocab for token in parsed.sampling.stop_token_ids):
-            raise RequestError(f"'stop_token_ids' names a token outside the vocabulary of {vocab}",
-                               param="stop_token_ids")
+        self._check_vocabulary("logit_bias", [token for token, _ in parsed.sampling.logit_bias])
+        self._check_vocabulary("stop_token_ids", parsed.sampling.stop_token_ids)
         prompt_ids = [self._encode(p, add_special_tokens) for p in parsed.prompts]
         run = await self._start(kind, parsed, prompt_ids)
         if parsed.stream:
@@ -199,6 +195,11 @@ class OpenAIServer:
         choices = [Choice(i, self._echo(run, i) + t.text, run.reasons[i],
                           self._logprobs(run, i, run.logprobs.get(i), 0)) for i, t in enumerate(run.texts)]
         return JSONResponse(response(fmt, run.request_id, run.created, self.model_name, choices, run.usage()))
+
+    def _check_vocabulary(self, field: str, tokens) -> None:
+        vocab = self.llm.engine.manifest.vocab_size
+        if any(token >= vocab for token in tokens):
+            raise RequestError(f"'{field}' names a token outside the vocabulary of {vocab}", param=field)
 
     def _echo(self, run: RequestRun, index: int) -> str:
         """The text before choice `index`'s answer: its prompt's with `echo`, else nothing."""
