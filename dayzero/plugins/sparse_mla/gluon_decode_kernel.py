@@ -116,7 +116,8 @@ def _gather_fp8_block(raw_dst, pe_dst, cache, rows, ROW: gl.constexpr, DV: gl.co
     row_ok = rows >= 0
     b = gl.arange(0, DV, layout=gl.SliceLayout(0, BYTES))
     async_copy.async_copy_global_to_shared(raw_dst, row_ptr[:, None] + b[None, :], mask=row_ok[:, None])
-    rope_ptr = gl.convert_layout(row_ptr + (DV + 4 * (DV // 128)), gl.SliceLayout(1, HALVES))
+    # the record ends with the bf16 rope
+    rope_ptr = gl.convert_layout(row_ptr + (ROW - 2 * DR), gl.SliceLayout(1, HALVES))
     rope_ptr = rope_ptr.to(gl.pointer_type(gl.bfloat16), bitcast=True)
     rope_ok = gl.convert_layout(row_ok, gl.SliceLayout(1, HALVES))
     r = gl.arange(0, DR, layout=gl.SliceLayout(0, HALVES))
@@ -340,9 +341,7 @@ def gluon_decode_applies(q: torch.Tensor, latent_cache: torch.Tensor, v_dim: int
     """Whether a sparse call goes to the Gluon decode: not turned off, Gluon and a Hopper GPU present, eager, BF16 q
     over a BF16 or FP8 cache of 512 + 64 latent rows, whole 64-head blocks, 16-byte aligned q rows, at most
     MAX_DECODE_TOKENS tokens."""
-    if torch.compiler.is_compiling() or os.environ.get(OPT_OUT_ENV) == "0" or not HAS_GLUON:
-        return False
-    if not is_eager_cuda(q) or not _is_hopper(q.device):
+    if os.environ.get(OPT_OUT_ENV) == "0" or not HAS_GLUON or not is_eager_cuda(q) or not _is_hopper(q.device):
         return False
     return (q.dtype == torch.bfloat16 and _cache_rows_fit(latent_cache) and v_dim == NOPE
             and q.shape[-1] == NOPE + ROPE and q.shape[1] % HEADS == 0 and q.shape[0] <= MAX_DECODE_TOKENS
