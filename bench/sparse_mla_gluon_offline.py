@@ -69,51 +69,54 @@ def ptx_loop_order(ptx: str) -> list[str]:
     return collapse(ops)
 
 
+GRIDS = (("split (B64 H64)", True), ("unsplit (B64 H128)", False))
+
+
+def _compile(kernel, constexprs: dict, types: dict):
+    return compile_resources(kernel, constexprs, types, num_warps=gluon_decode_kernel.NUM_WARPS,
+                             divisible=("stride_qt", "stride_qh", "stride_rows"))
+
+
 def build_overlap(split: bool):
     from dayzero.plugins.sparse_mla import gluon_overlap_kernel as overlap
 
     constexprs = dict(ROW=576, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=overlap.BLOCK_N,
                       RING=overlap.RING, SPLIT=split)
-    return compile_resources(overlap._sparse_mla_overlap_kernel, constexprs, TYPES,
-                             num_warps=gluon_decode_kernel.NUM_WARPS,
-                             divisible=("stride_qt", "stride_qh", "stride_rows"))
+    return _compile(overlap._sparse_mla_overlap_kernel, constexprs, TYPES)
 
 
 def build(split: bool, full_scores: bool, fp8: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=gluon_decode_kernel.BLOCK_N,
                       SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128)
-    types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
-    return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
-                             num_warps=gluon_decode_kernel.NUM_WARPS,
-                             divisible=("stride_qt", "stride_qh", "stride_rows"))
+    return _compile(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs,
+                    {**TYPES, "cache": "*u8"} if fp8 else TYPES)
+
+
+def variants():
+    """(label, file stem with a {split} field, build(split) -> (resources, compiled)) of every Gluon decode loop."""
+    for fp8, full in ((False, False), (False, True), (True, False)):
+        label = ("FP8, " if fp8 else "") + ("full scores [8, 1]" if full else "half scores [4, 2]")
+        yield (label, f"gluon_decode_split{{split}}_full{int(full)}_fp8{int(fp8)}",
+               lambda split, full=full, fp8=fp8: build(split, full, fp8))
+    yield "overlap", "gluon_overlap_split{split}", build_overlap
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None, help="also write the TTGIR and PTX of both builds here")
+    parser.add_argument("--out", type=Path, default=None, help="also write the TTGIR and PTX of every build here")
     args = parser.parse_args()
-    for fp8, full_scores in ((False, False), (False, True), (True, False)):
-        scores = ("FP8, " if fp8 else "") + ("full scores [8, 1]" if full_scores else "half scores [4, 2]")
-        for name, split in (("split (B64 H64)", True), ("unsplit (B64 H128)", False)):
-            resources, compiled = build(split, full_scores, fp8)
-            print(f"{scores}, {name}: {resources.line()}")
+    for label, stem, build_loop in variants():
+        for name, split in GRIDS:
+            resources, compiled = build_loop(split)
+            print(f"{label}, {name}: {resources.line()}")
             if args.out:
                 args.out.mkdir(parents=True, exist_ok=True)
-                stem = f"gluon_decode_split{int(split)}_full{int(full_scores)}_fp8{int(fp8)}"
-                (args.out / f"{stem}.ttgir").write_text(compiled.asm["ttgir"])
-                (args.out / f"{stem}.ptx").write_text(compiled.asm["ptx"])
-        print(f"{scores}, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
-        print(f"{scores}, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
-    for name, split in (("split (B64 H64)", True), ("unsplit (B64 H128)", False)):
-        resources, compiled = build_overlap(split)
-        print(f"overlap, {name}: {resources.line()}")
-        if args.out:
-            stem = f"gluon_overlap_split{int(split)}"
-            (args.out / f"{stem}.ttgir").write_text(compiled.asm["ttgir"])
-            (args.out / f"{stem}.ptx").write_text(compiled.asm["ptx"])
-    print("overlap, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
-    print("overlap, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
+                for kind in ("ttgir", "ptx"):
+                    (args.out / f"{stem.format(split=int(split))}.{kind}").write_text(compiled.asm[kind])
+        print(f"{label}, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
+        print(f"{label}, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
+
 
 if __name__ == "__main__":
     main()
