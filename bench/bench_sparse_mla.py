@@ -51,9 +51,12 @@ VALUE_BLOCK_SWEEP = [(32, 2, 2), (32, 3, 2), (16, 3, 4)]
 EXTRA_DECODE_WARPS: list[int] = []
 # --gluon: the decode cases also time the Gluon decode kernel (gluon_decode_kernel.py, the op's decode on Hopper),
 # under these config names (-> the launcher's options): half the score block a warpgroup (the design; BF16 and FP8
-# caches), all of it (`full_scores`; BF16 only), and the loop that scores the next block during the softmax
-# (gluon_overlap_kernel.py; BF16 only)
-GLUON_CONFIGS = {"gluon": {}, "gluon-full-scores": {"full_scores": True}, "gluon-overlap": {"overlap": True}}
+# caches), all of it (`full_scores`; BF16 only), the loop that scores the next block during the softmax
+# (gluon_overlap_kernel.py; BF16 only) and the three-instruction e4m3 placement (`short_placement`; FP8 only)
+GLUON_CONFIGS = {"gluon": {}, "gluon-full-scores": {"full_scores": True}, "gluon-overlap": {"overlap": True},
+                 "gluon-short-placement": {"short_placement": True}}
+GLUON_CONFIGS_OF = {"bf16": ["gluon", "gluon-full-scores", "gluon-overlap"],
+                    "fp8": ["gluon", "gluon-short-placement"]}
 # FP8 prefill through a BF16 copy of the pages (fp8_prefill.py; what the op does in eager CUDA prefill)
 BF16_COPY = "fp8-via-bf16-copy"
 GLUON_DECODE: list[bool] = []
@@ -292,9 +295,9 @@ def quick_decode_configs(heads: int, fmt: str) -> list:
     default = schedule.sparse_tile_config(heads, torch.bfloat16, fp8_latent_rows=fmt == "fp8")
     configs = [None] + [c for c in (narrow, wide, replace(narrow, num_stages=4)) if c != default]
     configs += [replace(default, num_warps=w) for w in EXTRA_DECODE_WARPS]
-    if fmt == "bf16":
-        return configs + list(GLUON_CONFIGS) * bool(GLUON_DECODE)
-    return configs + [replace(default, e4m3_bits=False)] + ["gluon"] * bool(GLUON_DECODE)
+    if fmt == "fp8":
+        configs.append(replace(default, e4m3_bits=False))
+    return configs + GLUON_CONFIGS_OF[fmt] * bool(GLUON_DECODE)
 
 
 def quick_decode_cases() -> list:

@@ -27,13 +27,12 @@ NOPE, ROPE = 512, 64
 SM_SCALE = 0.7 / NOPE ** 0.5
 
 
-def run_gluon(sc, indices: torch.Tensor, num_splits: int | None = None, full_scores: bool = False,
-              overlap: bool = False):
+def run_gluon(sc, indices: torch.Tensor, num_splits: int | None = None, **loop):
     T, H = sc.q.shape[:2]
     out = (poisoned(T, H, NOPE, dtype=BF16), poisoned(T, H))
     q, cache, table, cu, idx = on_device(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, indices)
     return G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, num_splits=num_splits,
-                                              out=out, full_scores=full_scores, overlap=overlap)
+                                              out=out, **loop)
 
 
 # (context per sequence, new tokens per sequence, H, topk): 1, 7 and 64 sequences; contexts below topk leave -1
@@ -49,31 +48,33 @@ CASES = [
 ]
 
 
-# (cache format, full_scores, overlap): the design's half score blocks over both caches, all of them over BF16 (a bench
-# config), and the overlapped loop (gluon_overlap_kernel.py, a bench candidate) over BF16
-LOOPS = [pytest.param("bfloat16", False, False, id="bf16-half-scores"),
-         pytest.param("bfloat16", True, False, id="bf16-full-scores"),
-         pytest.param("fp8", False, False, id="fp8-half-scores"),
-         pytest.param("bfloat16", False, True, id="bf16-overlap")]
+# (cache format, launcher options): the design's half score blocks over both caches, all of them over BF16 (a bench
+# config), the three-instruction e4m3 placement over FP8 and the overlapped loop (gluon_overlap_kernel.py) over BF16
+# (bench candidates)
+LOOPS = [pytest.param("bfloat16", {}, id="bf16-half-scores"),
+         pytest.param("bfloat16", {"full_scores": True}, id="bf16-full-scores"),
+         pytest.param("fp8", {}, id="fp8-half-scores"),
+         pytest.param("fp8", {"short_placement": True}, id="fp8-short-placement"),
+         pytest.param("bfloat16", {"overlap": True}, id="bf16-overlap")]
 
 
-@pytest.mark.parametrize("fmt, full_scores, overlap", LOOPS)
+@pytest.mark.parametrize("fmt, loop", LOOPS)
 @pytest.mark.parametrize("context, new, H, topk",
                          [pytest.param(*c, id=f"B{len(c[0])}-H{c[2]}-topk{c[3]}", marks=hopper_only) for c in CASES])
-def test_gluon_decode_matches_reference(context, new, H, topk, fmt, full_scores, overlap):
+def test_gluon_decode_matches_reference(context, new, H, topk, fmt, loop):
     sc = scenario(list(context), list(new), H, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, topk)
-    got = run_gluon(sc, indices, full_scores=full_scores, overlap=overlap)
+    got = run_gluon(sc, indices, **loop)
     assert_matches(got, sparse_reference(sc, indices, NOPE), BF16)
 
 
-@pytest.mark.parametrize("fmt, full_scores, overlap", LOOPS)
+@pytest.mark.parametrize("fmt, loop", LOOPS)
 @pytest.mark.parametrize("num_splits", [pytest.param(n, marks=hopper_only) for n in (1, 2, 5, 40)])
-def test_gluon_decode_splits_and_blank_tokens(num_splits, fmt, full_scores, overlap):
+def test_gluon_decode_splits_and_blank_tokens(num_splits, fmt, loop):
     """Explicit split counts (40: splits with no key block) and tokens whose index row is all -1."""
     sc = scenario([3000, 200, 2500], [1, 1, 1], 64, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, 2047, blank_tokens=(1,))
-    got = run_gluon(sc, indices, num_splits, full_scores, overlap)
+    got = run_gluon(sc, indices, num_splits, **loop)
     assert_matches(got, sparse_reference(sc, indices, NOPE), BF16)
 
 
@@ -140,8 +141,8 @@ class RecordedLaunch:
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
-@pytest.mark.parametrize("fmt, full_scores, overlap", LOOPS)
-def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, full_scores, overlap, monkeypatch):
+@pytest.mark.parametrize("fmt, loop", LOOPS)
+def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, monkeypatch):
     """The launch the op's decode makes on Hopper, checked on the CPU: kernel, grid and every constexpr."""
     from dayzero.plugins.sparse_mla import gluon_overlap_kernel as overlapped
 
@@ -151,7 +152,8 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, full_sco
     sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, 2047)
     G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, indices, SM_SCALE, NOPE,
-                                       num_splits=1, full_scores=full_scores, overlap=overlap)
+                                       num_splits=1, **loop)
+    overlap = loop.get("overlap", False)
     ran, idle = (overlap_kernel, default) if overlap else (default, overlap_kernel)
     assert idle.calls == [] and len(ran.calls) == 1
     grid, constexprs = ran.calls[0]
@@ -159,8 +161,9 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, full_sco
     if overlap:
         assert constexprs == {**common, "BLOCK_N": overlapped.BLOCK_N, "RING": overlapped.RING}
     else:
-        assert constexprs == {**common, "BLOCK_N": G.BLOCK_N, "FULL_SCORES": full_scores, "FP8": fmt == "fp8",
-                              "TILE": 128}
+        assert constexprs == {**common, "BLOCK_N": G.BLOCK_N, "FULL_SCORES": loop.get("full_scores", False),
+                              "FP8": fmt == "fp8", "TILE": 128,
+                              "SHORT_PLACEMENT": loop.get("short_placement", False)}
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
 
 
