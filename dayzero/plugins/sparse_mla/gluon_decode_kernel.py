@@ -362,6 +362,19 @@ def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
             torch.empty(splits, tokens, heads, dtype=torch.float32, device=device))
 
 
+def _overlapped_loop(fp8: bool, full_scores: bool, short_placement: bool):
+    """(kernel, key block, constexprs) of gluon_overlap_kernel's loop for the cache (imported here: that module builds
+    on this one's helpers)."""
+    from dayzero.plugins.sparse_mla import gluon_overlap_kernel as overlapped
+
+    assert not full_scores, "the overlapped decode splits each score block between the warpgroups"
+    if fp8:
+        return (overlapped._sparse_mla_overlap_fp8_kernel, overlapped.BLOCK_N,
+                dict(TILE=FP8_TILE, SHORT_PLACEMENT=short_placement))
+    assert not short_placement, "short_placement places FP8 bytes: it needs an FP8 cache"
+    return overlapped._sparse_mla_overlap_kernel, overlapped.BLOCK_N, dict(RING=overlapped.RING)
+
+
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
@@ -373,8 +386,8 @@ def sparse_mla_decode_gluon_launcher(
 
     `full_scores`: both warpgroups compute the whole score block (warps_per_cta [8, 1], as Triton's kernel does)
     instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12.
-    `overlap` (BF16 only, a bench candidate): `gluon_overlap_kernel`, 32-key blocks whose next scores run during the
-    softmax.
+    `overlap` (a bench candidate): `gluon_overlap_kernel`, 32-key blocks whose next scores run during the softmax
+    (over an FP8 cache, with the decode of the block after next during the tensor cores' work).
     `short_placement` (FP8 only, a bench candidate): e4m3 bytes placed in three instructions a pair where the default
     takes five (e4m3_bits.E4M3X4_TIMES_BF16X4_SHORT)."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
@@ -396,12 +409,7 @@ def sparse_mla_decode_gluon_launcher(
     kernel, block_n, options = _sparse_mla_decode_kernel, BLOCK_N, dict(
         FULL_SCORES=full_scores, FP8=is_quantized(latent_cache), TILE=FP8_TILE, SHORT_PLACEMENT=short_placement)
     if overlap:
-        # imported here: the overlapped kernel's module builds on this one's helpers
-        from dayzero.plugins.sparse_mla import gluon_overlap_kernel as overlapped
-
-        assert not (is_quantized(latent_cache) or full_scores or short_placement), (
-            "the overlapped decode takes a BF16 cache only")
-        kernel, block_n, options = overlapped._sparse_mla_overlap_kernel, overlapped.BLOCK_N, dict(RING=overlapped.RING)
+        kernel, block_n, options = _overlapped_loop(is_quantized(latent_cache), full_scores, short_placement)
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], block_n, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
