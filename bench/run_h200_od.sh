@@ -6,7 +6,7 @@
 # overlapped loop over FP8 records (`_sparse_mla_overlap_fp8_kernel`: block i + 2 decoded during the wgmmas).
 # 1. offline sm_90 build of every Gluon variant (registers, spills, shared memory, key-loop op order);
 # 2. the Gluon GPU tests (both candidates against the reference: 6 shapes, 4 split counts);
-# 3. shared-memory race check of one small case of each candidate;
+# 3. shared-memory race check of one small case of each overlapped loop (the new synchronization);
 # 4. the quick decode bench with --gluon: config "gluon-overlap" beside "gluon" (run oa: 0.118 / 0.077 ms at H128 /
 #    H64 BF16) and configs "gluon-short-placement", "gluon-overlap" beside "gluon" over FP8 (run oa: 0.165 / 0.098 ms).
 # usage: bash bench/run_h200_od.sh [SECONDS] (default 420).
@@ -18,5 +18,5 @@ echo "== offline build rc=$? at $(( $(date +%s) - start )) s"; grep -E "overlap|
 timeout -s INT -k 15 150 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu tests/plugins/test_sparse_mla_gluon.py \
   > $R/gpu_gluon.log 2>&1
 echo "== gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_gluon.log; save
-gluon_racecheck "(overlap or fp8-short-placement) and B1-H128"
+gluon_racecheck "overlap and B1-H128"
 gluon_decode_bench
