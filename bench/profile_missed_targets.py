@@ -59,7 +59,7 @@ def indexer_long_calls() -> list:
     return [lambda: indexer.index_topk_paged_launcher(**case, topk=indexer.TOPK, phase="decode")]
 
 
-def _sparse_mla_decode_inputs(fmt: str, heads: int) -> tuple:
+def sparse_mla_decode_inputs(fmt: str, heads: int) -> tuple:
     """B64 decode over a 32K context, top-2048: (q, cache, table, cu, idx)."""
     pages = -(-32768 // sparse_mla.PAGE_SIZE)
     cache = sparse_mla.random_cache(64 * pages, fmt)
@@ -72,7 +72,7 @@ def _sparse_mla_decode_inputs(fmt: str, heads: int) -> tuple:
 
 def _decode_calls(launcher, heads: int) -> list:
     """launcher(q, cache, table, cu, idx, sm_scale, v_dim) over FP8 then BF16 decode inputs."""
-    inputs = [_sparse_mla_decode_inputs(fmt, heads) for fmt in ("fp8", "bf16")]
+    inputs = [sparse_mla_decode_inputs(fmt, heads) for fmt in ("fp8", "bf16")]
     return [lambda args=args: launcher(*args, sparse_mla.SM_SCALE, sparse_mla.NOPE) for args in inputs]
 
 

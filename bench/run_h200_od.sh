@@ -7,7 +7,7 @@
 # 1. offline sm_90 build of every Gluon variant (registers, spills, shared memory, key-loop op order);
 # 2. the Gluon GPU tests (both candidates against the reference: 6 shapes, 4 split counts);
 # 3. shared-memory race check of one small case of each overlapped loop (the new synchronization);
-# 4. the quick decode bench with --gluon: config "gluon-overlap" beside "gluon" (run oa: 0.118 / 0.077 ms at H128 /
+# 4. the decode's kernels one by one (bench/sparse_mla_decode_kernels.py), then the quick decode bench with --gluon: config "gluon-overlap" beside "gluon" (run oa: 0.118 / 0.077 ms at H128 /
 #    H64 BF16) and configs "gluon-short-placement", "gluon-overlap" beside "gluon" over FP8 (run oa: 0.165 / 0.098 ms).
 # usage: bash bench/run_h200_od.sh [SECONDS] (default 420).
 . bench/h200.sh
@@ -19,4 +19,8 @@ timeout -s INT -k 15 150 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m g
   > $R/gpu_gluon.log 2>&1
 echo "== gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_gluon.log; save
 gluon_racecheck "overlap and B1-H128"
+# where the default and the overlapped decode's GPU time goes, kernel by kernel (the H64 split combine's share)
+timeout 60 python3 bench/sparse_mla_decode_kernels.py > $R/decode_kernels.log 2>&1
+timeout 60 python3 bench/sparse_mla_decode_kernels.py --overlap >> $R/decode_kernels.log 2>&1
+echo "== decode kernels rc=$? at $(( $(date +%s) - start )) s"; save; grep B64 $R/decode_kernels.log | cut -c1-240
 gluon_decode_bench
