@@ -6,13 +6,13 @@
 # 2. sparse MLA decode, B64, H128 / H64, top-2048, FP8 and BF16 caches (bench_sparse_mla.py --quick-decode --gluon:
 #    the Gluon kernel the op runs on Hopper beside the Triton kernel exported engines keep);
 # 3. sparse MLA prefill T 32768, H128, top-2048 (the FP8 cache also through the op's BF16 copy).
-# usage: bash bench/run_h200_oe.sh [SECONDS] (default 560).
+# usage: bash bench/run_h200_oe.sh [SECONDS] (default 420).
 . bench/h200.sh
-. bench/h200_call.sh oe ${1:-560}
+. bench/h200_call.sh oe ${1:-420}
 export OMP_NUM_THREADS=1
-timeout 200 python3 bench/bench_indexer.py --out $R/indexer > $R/indexer.log 2>&1
+timeout 170 python3 bench/bench_indexer.py --out $R/indexer > $R/indexer.log 2>&1
 echo "== indexer rc=$? at $(( $(date +%s) - start )) s"; save
-timeout 150 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_decode > $R/mla_decode.log 2>&1
+timeout 110 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_decode > $R/mla_decode.log 2>&1
 echo "== sparse mla decode rc=$? at $(( $(date +%s) - start )) s"; save
 timeout $(left) python3 bench/bench_sparse_mla.py --prefill-only --no-sweep --out $R/mla_prefill > $R/mla_prefill.log 2>&1
 echo "== sparse mla prefill rc=$? at $(( $(date +%s) - start )) s"; save
