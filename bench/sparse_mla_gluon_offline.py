@@ -4,11 +4,10 @@
 
 Triton 3.6 (the H200's) must come first on the path: Gluon's API differs between releases. Builds the split
 variant (B64 H64: 64 programs, two splits) and the unsplit one (B64 H128: 128 programs), each with half and with
-full score blocks a warpgroup (`full_scores`) over a BF16 cache and with half score blocks over an FP8 one (with
-either e4m3 placement), and the overlapped loop over both caches, prints registers, spills
-and shared memory (bench/triton_resources.py), then the ops of the key loop in program order, from the TTGIR and
-from the PTX (runs of one instruction collapsed to `op xN`): the next block's cp.async must come before the
-current block's score wgmma.
+full score blocks a warpgroup (`full_scores`) over a BF16 cache and with half score blocks over an FP8 one, prints
+registers, spills and shared memory (bench/triton_resources.py), then the ops of the key loop in program order, from
+the TTGIR and from the PTX (runs of one instruction collapsed to `op xN`): the next block's cp.async must come before
+the current block's score wgmma.
 """
 
 from __future__ import annotations
@@ -77,34 +76,20 @@ def _compile(kernel, constexprs: dict, types: dict):
                              divisible=("stride_qt", "stride_qh", "stride_rows"))
 
 
-def build_overlap(split: bool, fp8: bool = False):
-    from dayzero.plugins.sparse_mla import gluon_overlap_kernel as overlap
-
-    constexprs = dict(DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=overlap.BLOCK_N, SPLIT=split)
-    if fp8:
-        return _compile(overlap._sparse_mla_overlap_fp8_kernel,
-                        dict(constexprs, ROW=gluon_decode_kernel.FP8_RECORD, TILE=128, SHORT_PLACEMENT=False),
-                        {**TYPES, "cache": "*u8"})
-    return _compile(overlap._sparse_mla_overlap_kernel, dict(constexprs, ROW=576, RING=overlap.RING), TYPES)
-
-
-def build(split: bool, full_scores: bool, fp8: bool = False, short_placement: bool = False):
+def build(split: bool, full_scores: bool, fp8: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=gluon_decode_kernel.BLOCK_N,
-                      SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128, SHORT_PLACEMENT=short_placement)
+                      SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128)
     return _compile(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs,
                     {**TYPES, "cache": "*u8"} if fp8 else TYPES)
 
 
 def variants():
     """(label, file stem with a {split} field, build(split) -> (resources, compiled)) of every Gluon decode loop."""
-    for fp8, full, short in ((False, False, False), (False, True, False), (True, False, False), (True, False, True)):
+    for fp8, full in ((False, False), (False, True), (True, False)):
         label = ("FP8, " if fp8 else "") + ("full scores [8, 1]" if full else "half scores [4, 2]")
-        label += ", short placement" if short else ""
-        yield (label, f"gluon_decode_split{{split}}_full{int(full)}_fp8{int(fp8)}" + "_short" * short,
-               lambda split, full=full, fp8=fp8, short=short: build(split, full, fp8, short))
-    yield "overlap", "gluon_overlap_split{split}", build_overlap
-    yield "FP8, overlap", "gluon_overlap_split{split}_fp8", lambda split: build_overlap(split, fp8=True)
+        yield (label, f"gluon_decode_split{{split}}_full{int(full)}_fp8{int(fp8)}",
+               lambda split, full=full, fp8=fp8: build(split, full, fp8))
 
 
 def main() -> None:

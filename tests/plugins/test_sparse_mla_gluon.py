@@ -49,14 +49,10 @@ CASES = [
 
 
 # (cache format, launcher options): the design's half score blocks over both caches, all of them over BF16 (a bench
-# config), the three-instruction e4m3 placement over FP8 and the overlapped loops (gluon_overlap_kernel.py) over both
-# (bench candidates)
+# config)
 LOOPS = [pytest.param("bfloat16", {}, id="bf16-half-scores"),
          pytest.param("bfloat16", {"full_scores": True}, id="bf16-full-scores"),
-         pytest.param("fp8", {}, id="fp8-half-scores"),
-         pytest.param("fp8", {"short_placement": True}, id="fp8-short-placement"),
-         pytest.param("bfloat16", {"overlap": True}, id="bf16-overlap"),
-         pytest.param("fp8", {"overlap": True}, id="fp8-overlap")]
+         pytest.param("fp8", {}, id="fp8-half-scores")]
 
 
 @pytest.mark.parametrize("fmt, loop", LOOPS)
@@ -145,29 +141,17 @@ class RecordedLaunch:
 @pytest.mark.parametrize("fmt, loop", LOOPS)
 def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, monkeypatch):
     """The launch the op's decode makes on Hopper, checked on the CPU: kernel, grid and every constexpr."""
-    from dayzero.plugins.sparse_mla import gluon_overlap_kernel as overlapped
-
-    kernels = {"default": RecordedLaunch(), "bf16-overlap": RecordedLaunch(), "fp8-overlap": RecordedLaunch()}
-    monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernels["default"])
-    monkeypatch.setattr(overlapped, "_sparse_mla_overlap_kernel", kernels["bf16-overlap"])
-    monkeypatch.setattr(overlapped, "_sparse_mla_overlap_fp8_kernel", kernels["fp8-overlap"])
+    kernel = RecordedLaunch()
+    monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)
     sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, 2047)
     G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, indices, SM_SCALE, NOPE,
                                        num_splits=1, **loop)
-    overlap = loop.get("overlap", False)
-    name = "default" if not overlap else ("fp8-overlap" if fmt == "fp8" else "bf16-overlap")
-    assert [len(kernel.calls) for kernel in kernels.values()] == [int(key == name) for key in kernels]
-    grid, constexprs = kernels[name].calls[0]
-    common = dict(ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False, num_warps=G.NUM_WARPS)
-    if name == "fp8-overlap":
-        assert constexprs == {**common, "BLOCK_N": overlapped.BLOCK_N, "TILE": 128, "SHORT_PLACEMENT": False}
-    elif overlap:
-        assert constexprs == {**common, "BLOCK_N": overlapped.BLOCK_N, "RING": overlapped.RING}
-    else:
-        assert constexprs == {**common, "BLOCK_N": G.BLOCK_N, "FULL_SCORES": loop.get("full_scores", False),
-                              "FP8": fmt == "fp8", "TILE": 128,
-                              "SHORT_PLACEMENT": loop.get("short_placement", False)}
+    assert len(kernel.calls) == 1
+    grid, constexprs = kernel.calls[0]
+    assert constexprs == dict(ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False, num_warps=G.NUM_WARPS,
+                              BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False), FP8=fmt == "fp8",
+                              TILE=128)
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
 
 

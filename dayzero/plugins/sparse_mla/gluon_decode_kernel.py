@@ -39,12 +39,7 @@ from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, is_quan
 from dayzero.plugins.quant.reference import FP8_TILE
 from dayzero.plugins.sparse_mla import schedule
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
-from dayzero.plugins.sparse_mla.e4m3_bits import (
-    BITS_TO_SHIFTED,
-    E4M3X4_TIMES_BF16X4,
-    E4M3X4_TIMES_BF16X4_SHORT,
-    Q_SCALE,
-)
+from dayzero.plugins.sparse_mla.e4m3_bits import BITS_TO_SHIFTED, E4M3X4_TIMES_BF16X4, Q_SCALE
 from dayzero.plugins.sparse_mla.kernel import LN2, LOG2E, _check_inputs, _outputs, _resolve_rows
 
 try:
@@ -140,12 +135,11 @@ def _tile_scale(cache, rows, tile: gl.constexpr, ROW: gl.constexpr, DV: gl.const
 
 
 @_jit
-def _decode_block(raw_src, k_dst, scale0, scale1, scale2, scale3, TILE: gl.constexpr, BYTES: gl.constexpr,
-                  SHORT: gl.constexpr):
+def _decode_block(raw_src, k_dst, scale0, scale1, scale2, scale3, TILE: gl.constexpr, BYTES: gl.constexpr):
     """e4m3 bytes [n, 4 TILE] -> bf16 keys [n, 4 TILE] times 2**-Q_SHIFT (bit placement, one rounding), tile t
     scaled by scale<t> [n]. One store: the shared-memory barrier pass puts a barrier between any two stores into
     k_dst (offline sm_90: no spills; the row's tile of each 16-byte vector is known at compile time, so the factor's
-    choice costs nothing). SHORT: the three-instruction placement (a bench candidate)."""
+    choice costs nothing)."""
     raw = raw_src.load(BYTES)
     column = gl.arange(0, 4 * TILE, layout=gl.SliceLayout(0, BYTES))[None, :]
     factor0 = (scale0 * BITS_TO_SHIFTED).to(gl.bfloat16)[:, None]
@@ -154,9 +148,8 @@ def _decode_block(raw_src, k_dst, scale0, scale1, scale2, scale3, TILE: gl.const
     factor3 = (scale3 * BITS_TO_SHIFTED).to(gl.bfloat16)[:, None]
     factor = gl.where(column < TILE, factor0,
                       gl.where(column < 2 * TILE, factor1, gl.where(column < 3 * TILE, factor2, factor3)))
-    placement: gl.constexpr = E4M3X4_TIMES_BF16X4_SHORT if SHORT else E4M3X4_TIMES_BF16X4
-    keys = gl.inline_asm_elementwise(placement, "=r,=r,r,r,r", [raw, factor], dtype=gl.bfloat16, is_pure=True,
-                                     pack=4)
+    keys = gl.inline_asm_elementwise(E4M3X4_TIMES_BF16X4, "=r,=r,r,r,r", [raw, factor], dtype=gl.bfloat16,
+                                     is_pure=True, pack=4)
     k_dst.store(keys)
 
 
@@ -234,7 +227,6 @@ def _sparse_mla_decode_kernel(
     sm_scale, num_tokens, num_heads, num_head_blocks, num_splits, stride_qt, stride_qh, stride_rows,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr,
-    SHORT_PLACEMENT: gl.constexpr,
 ):
     # the same rows a thread, 16 e4m3 bytes each: FP8 records' gather, their decode and their tile scales
     BYTES: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])
@@ -299,8 +291,7 @@ def _sparse_mla_decode_kernel(
             async_copy.wait_group(1)
             # every thread's bytes of block i have landed before any thread decodes them
             gl.thread_barrier()
-            _decode_block(raw_ring.index(i % 2), k_decoded, scale0, scale1, scale2, scale3, TILE, BYTES,
-                          SHORT_PLACEMENT)
+            _decode_block(raw_ring.index(i % 2), k_decoded, scale0, scale1, scale2, scale3, TILE, BYTES)
             k_nope = k_decoded
             scale0 = next0
             scale1 = next1
@@ -362,34 +353,17 @@ def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
             torch.empty(splits, tokens, heads, dtype=torch.float32, device=device))
 
 
-def _overlapped_loop(fp8: bool, full_scores: bool, short_placement: bool):
-    """(kernel, key block, constexprs) of gluon_overlap_kernel's loop for the cache (imported here: that module builds
-    on this one's helpers)."""
-    from dayzero.plugins.sparse_mla import gluon_overlap_kernel as overlapped
-
-    assert not full_scores, "the overlapped decode splits each score block between the warpgroups"
-    if fp8:
-        return (overlapped._sparse_mla_overlap_fp8_kernel, overlapped.BLOCK_N,
-                dict(TILE=FP8_TILE, SHORT_PLACEMENT=short_placement))
-    assert not short_placement, "short_placement places FP8 bytes: it needs an FP8 cache"
-    return overlapped._sparse_mla_overlap_kernel, overlapped.BLOCK_N, dict(RING=overlapped.RING)
-
-
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
-    full_scores: bool = False, overlap: bool = False, short_placement: bool = False,
+    full_scores: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
     FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
     fp32).
 
     `full_scores`: both warpgroups compute the whole score block (warps_per_cta [8, 1], as Triton's kernel does)
-    instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12.
-    `overlap` (a bench candidate): `gluon_overlap_kernel`, 32-key blocks whose next scores run during the softmax
-    (over an FP8 cache, with the decode of the block after next during the tensor cores' work).
-    `short_placement` (FP8 only, a bench candidate): e4m3 bytes placed in three instructions a pair where the default
-    takes five (e4m3_bits.E4M3X4_TIMES_BF16X4_SHORT)."""
+    instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
     _check_inputs(q, latent_cache, block_table, v_dim)
     tokens, heads, width = q.shape
@@ -407,9 +381,7 @@ def sparse_mla_decode_gluon_launcher(
     rows, num_slots = _resolve_rows(indices.contiguous(), block_table, schedule.sequence_of_tokens(cu_seqlens, tokens),
                                     None)
     kernel, block_n, options = _sparse_mla_decode_kernel, BLOCK_N, dict(
-        FULL_SCORES=full_scores, FP8=is_quantized(latent_cache), TILE=FP8_TILE, SHORT_PLACEMENT=short_placement)
-    if overlap:
-        kernel, block_n, options = _overlapped_loop(is_quantized(latent_cache), full_scores, short_placement)
+        FULL_SCORES=full_scores, FP8=is_quantized(latent_cache), TILE=FP8_TILE)
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], block_n, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
