@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Thirteenth session of 2026-12-05, last call: the Gluon decode resolves its rows itself (the token's sequence from
+# cu_seqlens, each block's physical rows from its indices and the block table, a block ahead of the gather), where a
+# resolve kernel and a token-to-sequence search ran before it (run od: 7 of the 73 us of kernels at B64 H64 BF16);
+# and the three-instruction e4m3 placement as the default (also the Triton kernel's).
+# 1. the sparse MLA GPU tests (Gluon, Triton, FP8 decodes);
+# 2. the decode's kernels one by one (bench/sparse_mla_decode_kernels.py) and the quick decode bench with --gluon;
+# 3. every GPU test, for the seconds left.
+# usage: bash bench/run_h200_of.sh [SECONDS] (default 480).
+. bench/h200.sh
+. bench/h200_call.sh of ${1:-480}
+export OMP_NUM_THREADS=1
+timeout -s INT -k 15 120 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu tests/plugins/test_sparse_mla_gluon.py \
+  tests/plugins/test_sparse_mla_fp8_decode.py tests/plugins/test_sparse_mla_kernel.py > $R/gpu_sparse_mla.log 2>&1
+echo "== sparse mla gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_sparse_mla.log; save
+timeout 60 python3 bench/sparse_mla_decode_kernels.py > $R/decode_kernels.log 2>&1
+echo "== decode kernels rc=$? at $(( $(date +%s) - start )) s"; save
+timeout 100 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_gluon > $R/mla_gluon.log 2>&1
+echo "== sparse mla --gluon rc=$? at $(( $(date +%s) - start )) s"; save
+timeout -s INT -k 15 $(left) python3 -m pytest -q -rfE -p no:cacheprovider -n 14 -m gpu tests > $R/gpu_all.log 2>&1
+echo "== gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_all.log; save
+python3 - $R/decode_kernels.log <<'PY'
+import re, sys
+for line in open(sys.argv[1]):
+    if line.startswith("B64"):
+        head, rest = line.split(": ", 1)
+        kept = [p for p in rest.strip().split(", ") if re.search(r" ([\d.]+)$", p) and float(p.rsplit(" ", 1)[1]) > 1.5]
+        print(head, "|", "; ".join(k[-40:] for k in kept))
+PY
+sparse_mla_rows $R/mla_gluon/sparse_mla.json 2>/dev/null | grep -E "default|gluon" | cut -c1-160
