@@ -79,8 +79,8 @@ def _compile(kernel, constexprs: dict, types: dict):
 
 def build(split: bool, full_scores: bool, fp8: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
-    constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=gluon_decode_kernel.BLOCK_N,
-                      SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128)
+    constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS,
+                      BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128)
     return _compile(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs,
                     {**TYPES, "cache": "*u8"} if fp8 else TYPES)
 
