@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Thirteenth session of 2026-12-05, last call: the Gluon decode resolves its rows itself (the token's sequence from
+# Written in the thirteenth session of 2026-12-05, not run (no machine was lent after run oe). Its code is reverted
+# on main: run it after `git revert --no-edit 07d5b49`, which brings back commit 6d6bda3 (+ 379c475) and the Triton
+# kernel's three-instruction placement.
+# The change: the Gluon decode resolves its rows itself (the token's sequence from
 # cu_seqlens, each block's physical rows from its indices and the block table, a block ahead of the gather), where a
 # resolve kernel and a token-to-sequence search ran before it (run od: 7 of the 73 us of kernels at B64 H64 BF16);
-# and the three-instruction e4m3 placement as the default (also the Triton kernel's).
+# and the three-instruction e4m3 placement in the Triton kernel too (the Gluon decode's default since run od).
 # 1. the sparse MLA GPU tests (Gluon, Triton, FP8 decodes);
 # 2. the decode's kernels one by one (bench/sparse_mla_decode_kernels.py) and the quick decode bench with --gluon;
 # 3. every GPU test, for the seconds left.
