@@ -9,7 +9,8 @@
 # 3. shared-memory race check of one small case of each overlapped loop (the new synchronization);
 # 4. the decode's kernels one by one (bench/sparse_mla_decode_kernels.py), then the quick decode bench with --gluon: config "gluon-overlap" beside "gluon" (run oa: 0.118 / 0.077 ms at H128 /
 #    H64 BF16) and configs "gluon-short-placement", "gluon-overlap" beside "gluon" over FP8 (run oa: 0.165 / 0.098 ms).
-# usage: bash bench/run_h200_od.sh [SECONDS] (default 420).
+# usage: bash bench/run_h200_od.sh [SECONDS] (default 420). Ran as run od at commit 725933e; commit 20e57db then
+# removed the overlapped loops and the placement option it times, so it runs as written at 725933e only.
 . bench/h200.sh
 . bench/h200_call.sh od ${1:-420}
 export OMP_NUM_THREADS=1
