@@ -407,6 +407,7 @@ def _split_counts(programs: int, device: torch.device) -> torch.Tensor | None:
     if counts is None or counts.numel() < programs:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return None
+        # room for two 64-head blocks of every decode token the op routes here, so that it is made once
         counts = _SPLIT_COUNTS[device] = torch.zeros(max(programs, MAX_DECODE_TOKENS * 2), dtype=torch.int32,
                                                      device=device)
     return counts
@@ -447,17 +448,16 @@ def sparse_mla_decode_gluon_launcher(
         return o, lse
     rows, num_slots = _resolve_rows(indices.contiguous(), block_table, schedule.sequence_of_tokens(cu_seqlens, tokens),
                                     None)
-    kernel, block_n, options = _sparse_mla_decode_kernel, BLOCK_N, dict(
-        FULL_SCORES=full_scores, FP8=is_quantized(latent_cache), TILE=FP8_TILE)
     programs = tokens * (heads // HEADS)
-    splits = num_splits or schedule.num_splits(programs, indices.shape[1], block_n, q.device)
+    splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
     counts = _split_counts(programs, q.device) if fused_combine and splits > 1 else None
-    kernel[(programs, splits)](
+    _sparse_mla_decode_kernel[(programs, splits)](
         q, latent_cache, rows, num_slots, o, lse, o_part, lse_part, num_slots if counts is None else counts,
         sm_scale, tokens, heads, heads // HEADS, splits, q.stride(0), q.stride(1), rows.stride(0),
-        ROW=latent_cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=HEADS, BLOCK_N=block_n, SPLIT=splits > 1,
-        FUSED_COMBINE=counts is not None, num_warps=NUM_WARPS, **options,
+        ROW=latent_cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
+        FULL_SCORES=full_scores, FP8=is_quantized(latent_cache), TILE=FP8_TILE, FUSED_COMBINE=counts is not None,
+        num_warps=NUM_WARPS,
     )
     if splits > 1 and counts is None:
         combine_splits_launcher(o_part, lse_part, o, lse)
