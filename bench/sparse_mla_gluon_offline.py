@@ -69,42 +69,35 @@ def ptx_loop_order(ptx: str) -> list[str]:
 
 
 GRIDS = (("split (B64 H64)", True), ("unsplit (B64 H128)", False))
-
-
-def _compile(kernel, constexprs: dict, types: dict):
-    return compile_resources(kernel, constexprs, types, num_warps=gluon_decode_kernel.NUM_WARPS,
-                             divisible=("stride_qt", "stride_qh", "stride_rows"))
+# (FP8 cache, full score blocks, fused combine) of every Gluon decode variant
+VARIANTS = ((False, False, False), (False, True, False), (True, False, False), (False, False, True))
 
 
 def build(split: bool, full_scores: bool, fp8: bool = False, fused_combine: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=gluon_decode_kernel.BLOCK_N,
                       SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128, FUSED_COMBINE=fused_combine)
-    return _compile(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs,
-                    {**TYPES, "cache": "*u8"} if fp8 else TYPES)
-
-
-def variants():
-    """(label, file stem with a {split} field, build(split) -> (resources, compiled)) of every Gluon decode loop."""
-    for fp8, full, fused in ((False, False, False), (False, True, False), (True, False, False), (False, False, True)):
-        label = ("FP8, " if fp8 else "") + ("full scores [8, 1]" if full else "half scores [4, 2]")
-        label += ", fused combine" if fused else ""
-        yield (label, f"gluon_decode_split{{split}}_full{int(full)}_fp8{int(fp8)}" + "_fused" * fused,
-               lambda split, full=full, fp8=fp8, fused=fused: build(split, full, fp8, fused))
+    types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
+    return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
+                             num_warps=gluon_decode_kernel.NUM_WARPS,
+                             divisible=("stride_qt", "stride_qh", "stride_rows"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None, help="also write the TTGIR and PTX of every build here")
     args = parser.parse_args()
-    for label, stem, build_loop in variants():
+    for fp8, full, fused in VARIANTS:
+        label = ("FP8, " if fp8 else "") + ("full scores [8, 1]" if full else "half scores [4, 2]")
+        label += ", fused combine" if fused else ""
         for name, split in GRIDS:
-            resources, compiled = build_loop(split)
+            resources, compiled = build(split, full, fp8, fused)
             print(f"{label}, {name}: {resources.line()}")
             if args.out:
                 args.out.mkdir(parents=True, exist_ok=True)
+                stem = f"gluon_decode_split{int(split)}_full{int(full)}_fp8{int(fp8)}" + "_fused" * fused
                 for kind in ("ttgir", "ptx"):
-                    (args.out / f"{stem.format(split=int(split))}.{kind}").write_text(compiled.asm[kind])
+                    (args.out / f"{stem}.{kind}").write_text(compiled.asm[kind])
         print(f"{label}, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
         print(f"{label}, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
 
