@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Written in the thirteenth session of 2026-12-05, not run (no machine was lent after run oe). Run it after
-# `git revert --no-edit 1303b51`, which brings back the candidate commit d61511a:
+# `git revert --no-edit 508e859`, which brings back the candidate commit 9467bf6:
 # * the Gluon decode resolves its rows itself (the token's sequence from cu_seqlens, each block's physical rows from
 #   its indices and the block table, a block ahead of the gather), where a resolve kernel and a token-to-sequence
 #   search ran before it (run od: about 10 of the 73 us of kernels at B64 H64 BF16, with their small ops);
