@@ -25,6 +25,10 @@ class ByteTokenizer:
         """Bytes of the non-special ids; invalid UTF-8 becomes U+FFFD."""
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
+    def token_id(self, text: str) -> int | None:
+        """The id of a special token by its text: none here (BOS, EOS and PAD have no text)."""
+        return None
+
 
 class HFTokenizer:
     """A checkpoint's tokenizer.json, through the `tokenizers` library."""
@@ -37,10 +41,14 @@ class HFTokenizer:
 
     def _special(self, names: tuple[str, ...]) -> int | None:
         for name in names:
-            token = self._tok.token_to_id(name)
+            token = self.token_id(name)
             if token is not None:
                 return token
         return None
+
+    def token_id(self, text: str) -> int | None:
+        """The id of the token whose text this is (a special token's name), or None."""
+        return self._tok.token_to_id(text)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """add_special_tokens: the tokenizer's post-processor markers (a BOS); off for text a chat template wrote,
@@ -123,6 +131,10 @@ class TiktokenTokenizer:
     def decode(self, ids: list[int]) -> str:
         """The text of the base-vocabulary ids (special ids and any id past the vocabulary decode to nothing)."""
         return self._enc.decode([i for i in ids if i < self.num_base_tokens])
+
+    def token_id(self, text: str) -> int | None:
+        """The id of a special token by its name, or None."""
+        return self.special_tokens.get(text)
 
 
 # tokenizer file in the checkpoint -> loader, in order of preference

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from pathlib import Path
@@ -60,3 +61,24 @@ def run_steps(engine, caches, prompts: list[list[int]], steps: list[list[list[in
         out.append(engine.decode(torch.tensor(tokens), meta, caches))
         done = [d + width for d in done]
     return out
+
+
+# a Kimi-style tiktoken tokenizer: a BPE over bytes with a few merges ("he" + "ll" -> "hell", the four digits "1234"
+# as one token), then 256 + 2 special ids, four of them named
+MERGES = [b"he", b"ll", b"hell", b"12", b"34", b"1234"]
+NUM_BASE = 256 + len(MERGES)
+EOS, IM_END, IM_USER = NUM_BASE + 1, NUM_BASE + 2, NUM_BASE + 3
+KIMI_VOCAB = NUM_BASE + 258
+
+
+def write_kimi_tokenizer(directory: Path, eos_token="[EOS]", more_special: tuple[str, ...] = ()) -> Path:
+    """tiktoken.model + tokenizer_config.json in `directory`; more_special: names of the special ids after IM_USER."""
+    ranks = [bytes([b]) for b in range(256)] + MERGES
+    (directory / "tiktoken.model").write_text(
+        "".join(f"{base64.b64encode(token).decode()} {rank}\n" for rank, token in enumerate(ranks)))
+    names = ["[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", *more_special]
+    config = {"added_tokens_decoder": {str(NUM_BASE + i): {"content": name, "special": True}
+                                       for i, name in enumerate(names)},
+              "eos_token": eos_token}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory / "tiktoken.model"

@@ -3,30 +3,13 @@ sequence."""
 
 from __future__ import annotations
 
-import base64
 import json
-from pathlib import Path
 
 import pytest
 
 from dayzero.errors import DayzeroError
 from dayzero.tokenizer import ByteTokenizer, HFTokenizer, TiktokenTokenizer, end_of_sequence_ids, load_tokenizer
-
-# a BPE over bytes with a few merges: "he" + "ll" -> "hell", and the four digits "1234" as one token
-MERGES = [b"he", b"ll", b"hell", b"12", b"34", b"1234"]
-NUM_BASE = 256 + len(MERGES)
-EOS, IM_END, IM_USER = NUM_BASE + 1, NUM_BASE + 2, NUM_BASE + 3
-
-
-def write_kimi_tokenizer(directory: Path, eos_token="[EOS]") -> Path:
-    ranks = [bytes([b]) for b in range(256)] + MERGES
-    (directory / "tiktoken.model").write_text(
-        "".join(f"{base64.b64encode(token).decode()} {rank}\n" for rank, token in enumerate(ranks)))
-    added = {str(NUM_BASE): "[BOS]", str(EOS): "[EOS]", str(IM_END): "<|im_end|>", str(IM_USER): "<|im_user|>"}
-    config = {"added_tokens_decoder": {i: {"content": name, "special": True} for i, name in added.items()},
-              "eos_token": eos_token}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config))
-    return directory / "tiktoken.model"
+from tests.helpers import EOS, IM_END, IM_USER, MERGES, NUM_BASE, write_kimi_tokenizer
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from dayzero.errors import DayzeroError
 from dayzero.tokenizer import special_token_text, tokenizer_config
 
 
-def _plain(messages: list[dict[str, str]]) -> str:
+def _plain(messages: list[dict]) -> str:
     return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
 
 
@@ -28,7 +28,8 @@ class ChatTemplate:
     bos_token: str = ""
     eos_token: str = ""
 
-    def render(self, messages: list[dict[str, str]]) -> str:
+    def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """tools: the functions the model may call, for templates that show them (Kimi's, ...)."""
         if self.source is None:
             return _plain(messages)
         from jinja2.exceptions import TemplateError
@@ -37,7 +38,7 @@ class ChatTemplate:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
         try:
-            return env.from_string(self.source).render(messages=messages, add_generation_prompt=True,
+            return env.from_string(self.source).render(messages=messages, tools=tools, add_generation_prompt=True,
                                                        bos_token=self.bos_token, eos_token=self.eos_token)
         except TemplateError as err:
             raise DayzeroError(f"the checkpoint's chat template failed: {err}") from err

@@ -2,8 +2,8 @@
 
 `/v1/completions` and `/v1/chat/completions` share the sampling fields; they ask for log probabilities in their own
 ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). `echo` (completions) puts the prompt's text before each
-answer. Fields dayzero cannot honour (tools, suffix, echo with logprobs, which needs the prompt's log probabilities,
-...) are refused by name rather than ignored, so a client never gets an answer computed differently from what it
+answer. Fields dayzero cannot honour (suffix, echo with logprobs, which needs the prompt's log probabilities, ...)
+are refused by name rather than ignored, so a client never gets an answer computed differently from what it
 asked for. `top_k`, `ignore_eos` and `stop_token_ids` are accepted as extensions, as in vLLM.
 """
 
@@ -19,9 +19,10 @@ from dayzero.runtime.sampling import SamplingParams
 MAX_CHOICES = 16
 MAX_STOP_STRINGS = 16
 MAX_STOP_TOKEN_IDS = 64
-ROLES = ("system", "developer", "user", "assistant", "tool")
 # as in OpenAI's API: 16 tokens for a text completion, up to the context's end for a chat answer
 DEFAULT_MAX_TOKENS = {"max_tokens": 16, "max_completion_tokens": None}
+# chat requests read these (openai_messages.py); text completions refuse them
+CHAT_TOOL_FIELDS = ("tools", "tool_choice")
 # field -> the values that mean "not used" (anything else is refused)
 UNSUPPORTED = {
     "echo": (None, False), "suffix": (None, ""),
@@ -95,7 +96,7 @@ def _number(body: dict, name: str, default, kind: type, low: float, high: float)
     return kind(value)
 
 
-def _flag(body: dict, name: str) -> bool:
+def flag(body: dict, name: str) -> bool:
     value = body.get(name)
     if value is None:
         return False
@@ -154,7 +155,7 @@ def _sampling(body: dict, max_tokens_field: str, logprobs: int | None) -> Sampli
                     top_p=_number(body, "top_p", 1.0, float, 1e-9, 1.0), top_k=max(top_k, 0),
                     seed=_number(body, "seed", None, int, -(2**63), 2**63 - 1), stop=_stop(body),
                     stop_token_ids=_stop_token_ids(body),
-                    ignore_eos=_flag(body, "ignore_eos"), logprobs=logprobs,
+                    ignore_eos=flag(body, "ignore_eos"), logprobs=logprobs,
                     presence_penalty=_number(body, "presence_penalty", 0.0, float, -2.0, 2.0),
                     frequency_penalty=_number(body, "frequency_penalty", 0.0, float, -2.0, 2.0),
                     logit_bias=_logit_bias(body))
@@ -166,13 +167,13 @@ def _stream_options(body: dict, stream: bool) -> bool:
         return False
     if not stream or not isinstance(options, dict):
         raise RequestError("'stream_options' needs \"stream\": true and must be an object", param="stream_options")
-    return _flag(options, "include_usage")
+    return flag(options, "include_usage")
 
 
 def _request(body: dict, prompts: tuple, max_tokens_field: str, logprobs: int | None,
              supported: tuple[str, ...] = (), echo: bool = False) -> GenerateRequest:
     _refuse_unsupported(body, supported)
-    stream = _flag(body, "stream")
+    stream = flag(body, "stream")
     return GenerateRequest(prompts=prompts, sampling=_sampling(body, max_tokens_field, logprobs),
                            n=_number(body, "n", 1, int, 1, MAX_CHOICES), stream=stream,
                            include_usage=_stream_options(body, stream), echo=echo)
@@ -196,41 +197,18 @@ def parse_completion(body: dict) -> GenerateRequest:
     if "prompt" not in body:
         raise RequestError("'prompt' is required", param="prompt")
     logprobs = _number(body, "logprobs", None, int, 0, MAX_TOP_LOGPROBS)
-    echo = _flag(body, "echo")
+    echo = flag(body, "echo")
     if echo and logprobs is not None:
         raise RequestError("'echo' with 'logprobs' would need the prompt's log probabilities, which dayzero does not "
                            "compute; ask for one or the other", param="echo")
     return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs, supported=("echo",), echo=echo)
 
 
-def _content(message: dict, index: int) -> str:
-    content = message.get("content")
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
-                                         and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
-    raise RequestError(f"messages[{index}].content must be a string or a list of text parts (dayzero serves text "
-                       "models)", param="messages")
-
-
-def chat_messages(body: dict) -> list[dict[str, str]]:
-    """The request's messages as [{"role", "content"}] with text content."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty list", param="messages")
-    out = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
-            raise RequestError(f"messages[{i}] needs a role, one of {', '.join(ROLES)}", param="messages")
-        out.append({"role": message["role"], "content": _content(message, i)})
-    return out
-
-
 def parse_chat(body: dict, prompt: str) -> GenerateRequest:
     """A chat request whose messages were rendered into `prompt`."""
     field_name = "max_tokens" if body.get("max_tokens") is not None else "max_completion_tokens"
     top = _number(body, "top_logprobs", None, int, 0, MAX_TOP_LOGPROBS)
-    if top is not None and not _flag(body, "logprobs"):
+    if top is not None and not flag(body, "logprobs"):
         raise RequestError("'top_logprobs' needs \"logprobs\": true", param="top_logprobs")
-    return _request(body, (prompt,), field_name, (top or 0) if _flag(body, "logprobs") else None)
+    return _request(body, (prompt,), field_name, (top or 0) if flag(body, "logprobs") else None,
+                    supported=CHAT_TOOL_FIELDS)

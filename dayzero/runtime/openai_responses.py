@@ -14,6 +14,7 @@ class Choice:
     text: str
     finish_reason: str | None
     logprobs: dict | None = None  # already in the endpoint's form
+    tool_calls: tuple[dict, ...] = ()  # chat: in OpenAI's form (streamed ones with their index)
 
 
 def _entry(choice: Choice, **content) -> dict:
@@ -62,16 +63,22 @@ class ChatFormat:
 
     @staticmethod
     def choice(choice: Choice) -> dict:
-        return _entry(choice, message={"role": "assistant", "content": choice.text})
+        """An answer that only calls tools has no content (null), as in OpenAI's."""
+        message = {"role": "assistant", "content": choice.text or (None if choice.tool_calls else "")}
+        if choice.tool_calls:
+            message["tool_calls"] = list(choice.tool_calls)
+        return _entry(choice, message=message)
 
     @staticmethod
     def delta(choice: Choice, first: bool) -> dict | None:
         """The first chunk of a choice names the role; the last one carries the finish reason."""
-        if not (first or choice.text or choice.finish_reason or choice.logprobs):
+        if not (first or choice.text or choice.finish_reason or choice.logprobs or choice.tool_calls):
             return None
         delta = {"role": "assistant", "content": choice.text} if first else {"content": choice.text}
         if not first and not choice.text:
             delta = {}
+        if choice.tool_calls:
+            delta["tool_calls"] = list(choice.tool_calls)
         return _entry(choice, delta=delta)
 
     @staticmethod

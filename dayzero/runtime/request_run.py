@@ -1,5 +1,6 @@
 """One HTTP request's engine requests (one per choice: prompts x n) and what they produced so far, as the server
-reads their updates back: text (stop strings cut), finish reasons, log probabilities, token counts."""
+reads their updates back: text (stop strings cut), tool calls (a chat request with tools), finish reasons, log
+probabilities, token counts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dayzero.runtime.engine_loop import Update, Updates
 from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.openai_protocol import GenerateRequest, RequestError
 from dayzero.runtime.openai_responses import usage
+from dayzero.runtime.tool_calls import ToolCall, ToolCallText
 
 
 @dataclass
@@ -31,6 +33,11 @@ class RequestRun:
     early: list[tuple[int, Update]] = field(default_factory=list)
     ended: bool = False
     logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)  # choice -> its tokens' so far
+    # a chat request with tools: each choice's text split into answer and calls; parallel False keeps the first call
+    tool_texts: list[ToolCallText] | None = None
+    parallel_calls: bool = True
+    calls: dict[int, list[ToolCall]] = field(default_factory=dict)
+    shown: dict[int, str] = field(default_factory=dict)  # choice -> its answer text so far
 
     @property
     def num_choices(self) -> int:
@@ -43,17 +50,33 @@ class RequestRun:
     def engine_id(self, index: int) -> str:
         return f"{self.request_id}-{index}"
 
-    def apply(self, index: int, update: Update) -> str:
-        """An update -> the text it adds to choice `index` (an engine failure raises)."""
+    def apply(self, index: int, update: Update) -> tuple[str, list[ToolCall]]:
+        """An update -> the answer text and the tool calls it adds to choice `index` (an engine failure raises)."""
         if update.error is not None:
             raise RequestError(update.error, 400 if update.refused else 503)
         if update.logprobs is not None:
             self.logprobs.setdefault(index, []).extend(update.logprobs)
         text = self.texts[index].add(update.token_ids)
         if update.finish_reason is not None:
-            self.reasons[index] = update.finish_reason
             text += self.texts[index].finish()
-        return text
+        text, calls = self._split(index, text, update.finish_reason is not None)
+        if update.finish_reason is not None:
+            # a turn that ended by itself after calling tools: OpenAI's reason is "tool_calls"
+            called = update.finish_reason == "stop" and self.calls.get(index)
+            self.reasons[index] = "tool_calls" if called else update.finish_reason
+        self.shown[index] = self.shown.get(index, "") + text
+        return text, calls
+
+    def _split(self, index: int, text: str, last: bool) -> tuple[str, list[ToolCall]]:
+        if self.tool_texts is None:
+            return text, []
+        text, calls = self.tool_texts[index].add(text)
+        if last:
+            text += self.tool_texts[index].finish()
+        made = self.calls.setdefault(index, [])
+        calls = calls[: max(0, 1 - len(made))] if not self.parallel_calls else calls
+        made.extend(calls)
+        return text, calls
 
     def usage(self) -> dict:
         return usage(sum(len(ids) for ids in self.prompt_ids), sum(t.num_tokens for t in self.texts))

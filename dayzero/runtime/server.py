@@ -33,16 +33,12 @@ from dayzero.runtime.detokenizer import ChoiceText
 from dayzero.runtime.engine_loop import EngineLoop, Update, Updates
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.logprobs import TokenLogprob
-from dayzero.runtime.openai_protocol import (
-    GenerateRequest,
-    RequestError,
-    chat_messages,
-    parse_chat,
-    parse_completion,
-)
+from dayzero.runtime.openai_messages import ToolRequest, calls_made, chat_messages, parse_tools
+from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse_chat, parse_completion
 from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response
 from dayzero.runtime.request_run import RequestRun
 from dayzero.runtime.server_metrics import CountRequests, ServerMetrics
+from dayzero.runtime.tool_calls import MARKERS, ToolCall, ToolCallText, decode_keeping, marker_ids
 
 
 @dataclass(frozen=True)
@@ -87,6 +83,7 @@ class OpenAIServer:
         self.llm, self.options = llm, options
         self.model_name = options.model_name or llm.checkpoint.name
         self.template = chat_template or load_chat_template(llm.checkpoint)
+        self.tool_markers = marker_ids(llm.tokenizer)
         self.max_len = llm.engine.manifest.max_len
         self.num_open = 0
         # engine_thread=False: the caller runs self.loop.run() itself (serve() does, on the main thread)
@@ -134,10 +131,25 @@ class OpenAIServer:
 
     async def chat_completions(self, request: Request) -> Response:
         body = await self._body(request)
-        prompt = self.template.render(chat_messages(body))
+        messages, tools = chat_messages(body), parse_tools(body)
+        prompt = self.template.render(messages, None if tools is None else list(tools.tools))
+        calling = tools if tools is not None and tools.choice != "none" else None
+        forced = ""
+        if calling is not None:
+            self._check_tool_calls_readable()
+            forced = calling.forced_call(calls_made(messages))
         # a checkpoint's template writes the BOS and turn markers itself; the plain transcript has none
-        return await self._generate(request, "chat", parse_chat(body, prompt),
-                                    add_special_tokens=self.template.source is None)
+        return await self._generate(request, "chat", parse_chat(body, prompt + forced),
+                                    add_special_tokens=self.template.source is None, tools=calling, forced=forced)
+
+    def _check_tool_calls_readable(self) -> None:
+        if self.template.source is None:
+            raise RequestError("this checkpoint has no chat template to show the model its tools; serve a chat "
+                               "model's checkpoint (with its tokenizer_config.json) to use 'tools'", param="tools")
+        if self.tool_markers is None:
+            raise RequestError("this checkpoint's tokenizer has no tool-call tokens (" + ", ".join(MARKERS) +
+                               "): dayzero reads tool calls in Kimi's format only; leave 'tools' out or set "
+                               "\"tool_choice\": \"none\"", param="tools")
 
     async def _error(self, request: Request, err: RequestError) -> Response:
         return JSONResponse(err.body(), status_code=err.status)
@@ -178,12 +190,13 @@ class OpenAIServer:
             raise RequestError(f"token id {max(prompt)} is outside the vocabulary of {vocab}", param="prompt")
         return list(prompt)
 
-    async def _generate(self, request: Request, kind: str, parsed: GenerateRequest,
-                        add_special_tokens: bool = True) -> Response:
+    async def _generate(self, request: Request, kind: str, parsed: GenerateRequest, add_special_tokens: bool = True,
+                        tools: ToolRequest | None = None, forced: str = "") -> Response:
+        """tools: read the answers' tool calls; forced: the text the prompt ends in that begins each answer."""
         self._check_vocabulary("logit_bias", [token for token, _ in parsed.sampling.logit_bias])
         self._check_vocabulary("stop_token_ids", parsed.sampling.stop_token_ids)
         prompt_ids = [self._encode(p, add_special_tokens) for p in parsed.prompts]
-        run = await self._start(kind, parsed, prompt_ids)
+        run = await self._start(kind, parsed, prompt_ids, tools, forced)
         if parsed.stream:
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
             return StreamingResponse(self._events(request, run), media_type="text/event-stream", headers=headers)
@@ -192,8 +205,9 @@ class OpenAIServer:
         except ClientGone:
             return Response(status_code=499)
         fmt = FORMATS[kind]
-        choices = [Choice(i, self._echo(run, i) + t.text, run.reasons[i],
-                          self._logprobs(run, i, run.logprobs.get(i), 0)) for i, t in enumerate(run.texts)]
+        choices = [Choice(i, self._echo(run, i) + run.shown.get(i, ""), run.reasons[i],
+                          self._logprobs(run, i, run.logprobs.get(i), 0),
+                          tuple(call.body() for call in run.calls.get(i, ()))) for i in range(run.num_choices)]
         return JSONResponse(response(fmt, run.request_id, run.created, self.model_name, choices, run.usage()))
 
     def _check_vocabulary(self, field: str, tokens) -> None:
@@ -216,7 +230,8 @@ class OpenAIServer:
     def _token_text(self, token: int) -> str:
         return self.llm.tokenizer.decode([token])
 
-    async def _start(self, kind: str, parsed: GenerateRequest, prompt_ids: list[list[int]]) -> RequestRun:
+    async def _start(self, kind: str, parsed: GenerateRequest, prompt_ids: list[list[int]],
+                     tools: ToolRequest | None, forced: str) -> RequestRun:
         """Submit every choice and wait until the engine took them all (or refused one: then none runs)."""
         count = len(prompt_ids) * parsed.n
         if self.loop.failure is not None:
@@ -231,8 +246,13 @@ class OpenAIServer:
             raise RequestError(f"the server has {self.num_open} requests open, the most it takes is "
                                f"{self.options.max_open} (--max-open); retry later", 503)
         request_id = f"{FORMATS[kind].id_prefix}-{uuid.uuid4().hex}"
-        texts = [ChoiceText(self.llm.tokenizer.decode, parsed.sampling.stop) for _ in range(count)]
+        decode = self.llm.tokenizer.decode if tools is None else decode_keeping(self.llm.tokenizer.decode,
+                                                                               self.tool_markers)
+        texts = [ChoiceText(decode, parsed.sampling.stop) for _ in range(count)]
         run = RequestRun(request_id, kind, parsed, prompt_ids, Updates(), texts)
+        if tools is not None:
+            run.tool_texts = [ToolCallText(forced) for _ in range(count)]
+            run.parallel_calls = tools.parallel
         self.num_open += count
         try:
             for index in range(count):
@@ -295,14 +315,15 @@ class OpenAIServer:
             while run.is_open:
                 index, update = await self._next(request, run, gone)
                 try:
-                    text = run.apply(index, update)
+                    text, calls = run.apply(index, update)
                 except RequestError as err:
                     yield _sse(err.body())
                     return
                 logprobs = self._logprobs(run, index, update.logprobs or None, offsets[index])
                 # the text offsets of the completions form go on from these tokens' text (decoded once, above)
                 offsets[index] += sum(len(token) for token in (logprobs or {}).get("tokens", ()))
-                delta = fmt.delta(Choice(index, text, run.reasons.get(index), logprobs), first=False)
+                delta = fmt.delta(Choice(index, text, run.reasons.get(index), logprobs,
+                                         self._streamed_calls(run, index, calls)), first=False)
                 if delta:
                     yield say([delta])
             if run.parsed.include_usage:
@@ -313,6 +334,12 @@ class OpenAIServer:
         finally:
             gone.cancel()
             self._end(run)
+
+    @staticmethod
+    def _streamed_calls(run: RequestRun, index: int, calls: list[ToolCall]) -> tuple[dict, ...]:
+        """New calls of choice `index`, each numbered by its place among the choice's calls."""
+        before = len(run.calls.get(index, ())) - len(calls)
+        return tuple(call.body(before + i) for i, call in enumerate(calls))
 
     def _chunk_event(self, run: RequestRun, pieces: list[dict], usage_body: dict | None = None) -> str:
         fmt = FORMATS[run.kind]

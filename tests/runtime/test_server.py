@@ -259,7 +259,8 @@ HI = [{"role": "user", "content": "hi"}]
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "needs a role"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "text parts"),
     ({"messages": HI, "top_logprobs": 2}, "'top_logprobs' needs \"logprobs\": true"),
-    ({"messages": HI, "tools": [{"type": "function"}]}, "'tools' is not supported"),
+    ({"messages": HI, "tools": [{"type": "function"}]}, "tools[0] must be"),
+    ({"messages": HI, "functions": [{"name": "f"}]}, "'functions' is not supported"),
     ({"messages": HI, "echo": True}, "'echo' is not supported"),
 ])
 def test_bad_chat_requests_are_refused(client, server, body, says):

@@ -1,0 +1,139 @@
+"""Tool calls in Kimi's format (Kimi K2, K3 and Kimi-Linear chat models): what the model writes, and the OpenAI
+`tool_calls` it becomes.
+
+A turn that calls tools ends in one section of calls. Each call names its function by an id `functions.NAME:IDX`
+(IDX counts the conversation's calls from 0) and carries its arguments as JSON text:
+
+    <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>
+    {"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
+
+The markers are special tokens, which decoding drops: a request with tools decodes them as text (`decode_keeping`),
+and `ToolCallText` splits what the model wrote into the answer's text and its calls as the tokens arrive. The call
+id given back is the model's own (`functions.get_weather:0`): Kimi's chat template writes it back into the
+conversation beside the call's result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+SECTION_BEGIN = "<|tool_calls_section_begin|>"
+SECTION_END = "<|tool_calls_section_end|>"
+CALL_BEGIN = "<|tool_call_begin|>"
+ARGUMENTS_BEGIN = "<|tool_call_argument_begin|>"
+CALL_END = "<|tool_call_end|>"
+MARKERS = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARGUMENTS_BEGIN, CALL_END)
+FUNCTION_ID_PREFIX = "functions."
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+    def body(self, index: int | None = None) -> dict:
+        """The OpenAI form; a streamed call carries its position among the choice's calls."""
+        body = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        return body if index is None else {"index": index, **body}
+
+
+def function_id(name: str, index: int) -> str:
+    return f"{FUNCTION_ID_PREFIX}{name}:{index}"
+
+
+def call_prefix(function: str | None, index: int) -> str:
+    """The text that makes the model's turn a call: of `function` (named tool_choice), or of a function it picks
+    (None: tool_choice "required"); `index` counts the conversation's earlier calls."""
+    head = SECTION_BEGIN + CALL_BEGIN
+    return head + FUNCTION_ID_PREFIX if function is None else head + function_id(function, index) + ARGUMENTS_BEGIN
+
+
+def marker_ids(tokenizer) -> dict[int, str] | None:
+    """Token id -> text of the five markers, when the tokenizer has every one of them as a token; else None."""
+    ids = {tokenizer.token_id(marker): marker for marker in MARKERS}
+    return None if None in ids else ids
+
+
+def decode_keeping(decode: Callable[[list[int]], str], markers: dict[int, str]) -> Callable[[list[int]], str]:
+    """A decode that writes the markers' text where `decode` drops them."""
+
+    def decode_with_markers(ids: list[int]) -> str:
+        pieces, run = [], []
+        for token in ids:
+            if token in markers:
+                pieces += [decode(run), markers[token]]
+                run = []
+            else:
+                run.append(token)
+        return "".join(pieces) + decode(run)
+
+    return decode_with_markers
+
+
+def _parse_call(text: str) -> ToolCall | None:
+    """`<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS` -> its call; None when malformed."""
+    _, begun, call = text.partition(CALL_BEGIN)
+    head, has_arguments, arguments = call.partition(ARGUMENTS_BEGIN)
+    call_id = head.strip()
+    name = call_id.rpartition(":")[0] if ":" in call_id else call_id
+    name = name.removeprefix(FUNCTION_ID_PREFIX)
+    if not (begun and has_arguments and name):
+        return None
+    return ToolCall(call_id, name, arguments.strip())
+
+
+def _marker_start(text: str, marker: str) -> int:
+    """Where the longest end of `text` that could begin `marker` starts (len(text): none does)."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return len(text) - size
+    return len(text)
+
+
+class ToolCallText:
+    """One choice's text, split as it grows into the answer's text (what comes before the calls section) and its
+    calls. Text the section holds that is not a well-formed call (an unfinished one, cut by max_tokens) comes back as
+    answer text at the end, so nothing the model wrote is lost."""
+
+    def __init__(self, prefix: str = ""):
+        self._pending = prefix  # text not yet given out
+        self._in_section = False
+        self._leftover = ""  # section text that was no call
+
+    def add(self, text: str) -> tuple[str, list[ToolCall]]:
+        """Append text -> (answer text now safe to show, calls completed by it)."""
+        self._pending += text
+        if self._in_section:
+            return "", self._take_calls()
+        before, begun, after = self._pending.partition(SECTION_BEGIN)
+        if not begun:
+            cut = _marker_start(self._pending, SECTION_BEGIN)
+            shown, self._pending = self._pending[:cut], self._pending[cut:]
+            return shown, []
+        self._pending, self._in_section = after, True
+        return before, self._take_calls()
+
+    def finish(self) -> str:
+        """The choice ended -> the rest of its answer text: what the section held that was no call, as written."""
+        rest, leftover = self._pending, self._leftover
+        self._pending = self._leftover = ""
+        if not self._in_section:
+            return rest
+        if not leftover and not rest.replace(SECTION_END, "").strip():
+            return ""
+        return SECTION_BEGIN + leftover + rest
+
+    def _take_calls(self) -> list[ToolCall]:
+        calls = []
+        while True:
+            piece, ended, rest = self._pending.partition(CALL_END)
+            if not ended:
+                return calls
+            call = _parse_call(piece)
+            if call is None:
+                self._leftover += piece + CALL_END
+            else:
+                calls.append(call)
+            self._pending = rest
