@@ -6,9 +6,11 @@ OpenAI API (uvicorn on a local port, streamed, all requests at once), on the emb
     PYTHONPATH=. python bench/bench_server.py --h200-slice [--num-layers N] ...   (on the H200: random bf16 weights
         built on the GPU, FP8 latent + MXFP8 index caches, CUDA-graph decode; prompts and text as token ids)
 
-Both runs generate the same tokens (checked: greedy, EOS ignored). Reported: wall time, generated tokens/s, and
-for the served run the time to each request's first streamed text (p50 / max) and the mean gap between its pieces.
-The engine runs on the main thread in both, as `dayzero serve` runs it; the clients run in a process of their own.
+Three runs generate the same tokens (checked: greedy, EOS ignored): the engine alone, the server with its HTTP
+thread in the engine's process (`run_server`), and the server as `dayzero serve` runs it, HTTP in a process of its
+own (`serve`, http_process.py). Reported: wall time, generated tokens/s, and for the served runs the time to each
+request's first streamed text (p50 / max) and the mean gap between its pieces. The engine runs on the main thread in
+all; the clients run in a process of their own.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -29,7 +34,7 @@ import torch
 
 from bench.common import table, write_results
 from dayzero.export.options import ExportOptions
-from dayzero.runtime.http_host import leave_a_core_for_http, serve_in_thread
+from dayzero.runtime.http_host import leave_a_core_for_http, serve, serve_in_thread
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.server import OpenAIServer, ServerOptions
@@ -103,9 +108,9 @@ def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int) -> LLM:
 
 
 def served_run(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[str]]:
-    """As `dayzero serve` runs: the engine on the main thread (on a CPU with a core left for HTTP), the HTTP server
-    on another; the clients in a process of their own, as remote clients would be (in this process they took GIL
-    time from the engine: 1.36 against 1.17-1.22 s on the 2-core CPU)."""
+    """As `run_server` runs: the engine on the main thread (on a CPU with a core left for HTTP), the HTTP server on
+    another; the clients in a process of their own, as remote clients would be (in this process they took GIL time
+    from the engine: 1.36 against 1.17-1.22 s on the 2-core CPU)."""
     leave_a_core_for_http(llm.engine.manifest.device)
     server = OpenAIServer(llm, ServerOptions(), engine_thread=False)
     base, stop = serve_in_thread(server.app)
@@ -121,9 +126,42 @@ def served_run(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dic
     return answer["row"], answer["texts"]
 
 
+def served_process_run(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[str]]:
+    """As `dayzero serve` runs: the engine on the main thread, the HTTP server in a process of its own; the clients
+    wait for /health, and SIGTERM (a drain with nothing open) ends serve() once they are done."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as request_file:
+        json.dump({"base": f"http://127.0.0.1:{port}", "prompts": prompts, "max_tokens": max_tokens,
+                   "wait_healthy": True}, request_file)
+        request_file.flush()
+        clients = subprocess.Popen([sys.executable, "-m", "bench.bench_server", "--clients", request_file.name],
+                                   stdout=subprocess.PIPE, text=True)
+        threading.Thread(target=lambda: (clients.wait(), os.kill(os.getpid(), signal.SIGTERM)), daemon=True).start()
+        serve(llm, ServerOptions(port=port, warm_up=False))
+        answer = json.loads(clients.stdout.read())
+    return {**answer["row"], "mode": "http process (streamed)"}, answer["texts"]
+
+
+def wait_healthy(base: str, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/health").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"{base} did not become healthy in {seconds} s")
+
+
 def clients_main(request_file: str) -> None:
     """The clients' process: the requests in request_file, streamed all at once -> JSON on stdout."""
     request = json.loads(Path(request_file).read_text())
+    if request.get("wait_healthy"):
+        wait_healthy(request["base"])
     row, texts = asyncio.run(served_all(request["base"], request["prompts"], request["max_tokens"]))
     print(json.dumps({"row": row, "texts": texts}))
 
@@ -155,9 +193,13 @@ def main() -> None:
     prompts = [torch.randint(0, vocab, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.requests)]
     direct(llm, prompts, 2)  # warm-up: first-call allocations, Triton compiles, the batch's decode graph
     engine_row, engine_tokens = direct(llm, prompts, args.max_tokens)
+    expected = [llm.tokenizer.decode(t) for t in engine_tokens]
+    threads = torch.get_num_threads()
     http_row, texts = served_run(llm, prompts, args.max_tokens)
-    same = texts == [llm.tokenizer.decode(t) for t in engine_tokens]
-    rows = [engine_row, {**http_row, "same_text_as_engine": same}]
+    torch.set_num_threads(threads)  # each served run leaves a core for HTTP from the same count
+    process_row, process_texts = served_process_run(llm, prompts, args.max_tokens)
+    rows = [engine_row, {**http_row, "same_text_as_engine": texts == expected},
+            {**process_row, "same_text_as_engine": process_texts == expected}]
     for row in rows:
         row.update({k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
     name = "h200_slice" if args.h200_slice else args.device

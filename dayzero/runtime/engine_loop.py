@@ -134,10 +134,13 @@ class EngineLoop:
             traceback.print_exc(file=sys.stderr)
             self.failure = f"{type(err).__name__}: {err}"
 
-    def run(self, stop_on_failure: bool = False) -> None:
+    def run(self, stop_on_failure: bool = False, after_each: Callable[[], None] = lambda: None) -> None:
         """Take commands and step the engine until `stop` (or, with stop_on_failure, until a step fails: a server
-        process then exits for its supervisor to restart it, rather than stay up unable to serve)."""
+        process then exits for its supervisor to restart it, rather than stay up unable to serve). after_each: called
+        once it takes requests, after each round of commands and step, and at the end (an engine process sends the
+        round's updates, http_process.py)."""
         self.ready = True
+        after_each()
         while True:
             idle = not self.engine.has_work or self.failure is not None
             if self.draining and (idle or time.perf_counter() > self.drain_deadline):
@@ -146,10 +149,12 @@ class EngineLoop:
                 break
             if self.engine.has_work and self.failure is None:
                 self._step()
+            after_each()
             if stop_on_failure and self.failure is not None:
                 break
         for live in self._live.values():
             live.post(Update(error="the server is shutting down"))
+        after_each()
 
     def _take_commands(self, wait: bool) -> bool:
         """Apply queued commands (wait for one when idle) -> False once told to stop."""

@@ -17,6 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -37,7 +38,7 @@ from dayzero.runtime.openai_messages import ToolRequest, calls_made, chat_messag
 from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse_chat, parse_completion
 from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response
 from dayzero.runtime.request_run import RequestRun
-from dayzero.runtime.server_metrics import CountRequests, ServerMetrics
+from dayzero.runtime.server_metrics import CountRequests, ServerMetrics, engine_counts
 from dayzero.runtime.tool_calls import MARKERS, ToolCall, ToolCallText, decode_keeping, marker_ids
 
 
@@ -77,18 +78,40 @@ def _sse(body: dict) -> str:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """What the HTTP side needs of the model: its folder (name, chat template), tokenizer and limits."""
+
+    checkpoint: Path
+    tokenizer: object
+    max_len: int
+    vocab_size: int
+
+    @classmethod
+    def of(cls, llm: LLM) -> ServedModel:
+        manifest = llm.engine.manifest
+        return cls(llm.checkpoint, llm.tokenizer, manifest.max_len, manifest.vocab_size)
+
+
 class OpenAIServer:
-    def __init__(self, llm: LLM, options: ServerOptions = ServerOptions(), chat_template: ChatTemplate | None = None,
-                 engine_thread: bool = True):
+    def __init__(self, llm: LLM | None, options: ServerOptions = ServerOptions(),
+                 chat_template: ChatTemplate | None = None, engine_thread: bool = True, remote=None):
+        """The engine in this process (`llm`; engine_thread=False: the caller runs self.loop.run() itself, as
+        run_server does on the main thread), or in another one (`remote`: http_process.RemoteEngine, llm None)."""
         self.llm, self.options = llm, options
-        self.model_name = options.model_name or llm.checkpoint.name
-        self.template = chat_template or load_chat_template(llm.checkpoint)
-        self.tool_markers = marker_ids(llm.tokenizer)
-        self.max_len = llm.engine.manifest.max_len
+        if remote is None:
+            self.model = ServedModel.of(llm)
+            self.loop = EngineLoop(llm.engine).start() if engine_thread else EngineLoop(llm.engine)
+            counts = partial(engine_counts, llm.engine)
+        else:
+            self.model, self.loop, counts = remote.model, remote, remote.engine_counts
+        self.tokenizer = self.model.tokenizer
+        self.model_name = options.model_name or self.model.checkpoint.name
+        self.template = chat_template or load_chat_template(self.model.checkpoint)
+        self.tool_markers = marker_ids(self.tokenizer)
+        self.max_len = self.model.max_len
         self.num_open = 0
-        # engine_thread=False: the caller runs self.loop.run() itself (serve() does, on the main thread)
-        self.loop = EngineLoop(llm.engine).start() if engine_thread else EngineLoop(llm.engine)
-        self.metrics = ServerMetrics(llm.engine, lambda: self.num_open)
+        self.metrics = ServerMetrics(counts, lambda: self.num_open)
         routes = [Route("/health", self.health), Route("/v1/models", self.models), Route("/metrics", self.scrape),
                   Route("/v1/completions", self.completions, methods=["POST"]),
                   Route("/v1/chat/completions", self.chat_completions, methods=["POST"])]
@@ -184,8 +207,8 @@ class OpenAIServer:
 
     def _encode(self, prompt: str | tuple[int, ...], add_special_tokens: bool) -> list[int]:
         if isinstance(prompt, str):
-            return self.llm.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
-        vocab = self.llm.engine.manifest.vocab_size
+            return self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+        vocab = self.model.vocab_size
         if max(prompt) >= vocab:
             raise RequestError(f"token id {max(prompt)} is outside the vocabulary of {vocab}", param="prompt")
         return list(prompt)
@@ -211,7 +234,7 @@ class OpenAIServer:
         return JSONResponse(response(fmt, run.request_id, run.created, self.model_name, choices, run.usage()))
 
     def _check_vocabulary(self, field: str, tokens) -> None:
-        vocab = self.llm.engine.manifest.vocab_size
+        vocab = self.model.vocab_size
         if any(token >= vocab for token in tokens):
             raise RequestError(f"'{field}' names a token outside the vocabulary of {vocab}", param=field)
 
@@ -220,7 +243,7 @@ class OpenAIServer:
         if not run.parsed.echo:
             return ""
         prompt = run.parsed.prompts[index // run.parsed.n]
-        return prompt if isinstance(prompt, str) else self.llm.tokenizer.decode(list(prompt))
+        return prompt if isinstance(prompt, str) else self.tokenizer.decode(list(prompt))
 
     def _logprobs(self, run: RequestRun, index: int, entries: list[TokenLogprob] | None, offset: int) -> dict | None:
         if run.parsed.sampling.logprobs is None or entries is None:
@@ -228,7 +251,7 @@ class OpenAIServer:
         return FORMATS[run.kind].logprobs(entries, self._token_text, offset)
 
     def _token_text(self, token: int) -> str:
-        return self.llm.tokenizer.decode([token])
+        return self.tokenizer.decode([token])
 
     async def _start(self, kind: str, parsed: GenerateRequest, prompt_ids: list[list[int]],
                      tools: ToolRequest | None, forced: str) -> RequestRun:
@@ -246,7 +269,7 @@ class OpenAIServer:
             raise RequestError(f"the server has {self.num_open} requests open, the most it takes is "
                                f"{self.options.max_open} (--max-open); retry later", 503)
         request_id = f"{FORMATS[kind].id_prefix}-{uuid.uuid4().hex}"
-        decode = self.llm.tokenizer.decode if tools is None else decode_keeping(self.llm.tokenizer.decode,
+        decode = self.tokenizer.decode if tools is None else decode_keeping(self.tokenizer.decode,
                                                                                self.tool_markers)
         texts = [ChoiceText(decode, parsed.sampling.stop) for _ in range(count)]
         run = RequestRun(request_id, kind, parsed, prompt_ids, Updates(), texts)

@@ -1,8 +1,11 @@
 """What `dayzero serve` exposes at /metrics (Prometheus text format): requests by route and status, tokens in and
 out, time to first token and request latency, and the engine's state read at scrape time (sequences running and
-waiting, free cache pages and state slots, steps, preemptions, speculative drafts). One registry per server."""
+waiting, free cache pages and state slots, steps, preemptions, speculative drafts; an engine in another process
+sends them with its updates). One registry per server."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -12,32 +15,37 @@ from dayzero.runtime.llm_engine import LLMEngine
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
-class EngineCollector:
-    """The engine's counts, read when scraped (plain reads of the engine thread's containers)."""
+def engine_counts(engine: LLMEngine) -> dict[str, dict[str, int]]:
+    """The engine's gauges and counters now (plain reads of the engine thread's containers)."""
+    stats, prefixes = engine.stats, engine.prefix_cache
+    gauges = {"running_sequences": len(engine.scheduler.running),
+              "waiting_sequences": len(engine.scheduler.waiting),
+              "free_cache_pages": engine.blocks.num_free, "free_state_slot_groups": engine.states.num_free,
+              # pages only cached prefixes hold: given to running requests when they need them
+              "reclaimable_cache_pages": engine.blocks.num_reclaimable,
+              "cached_prefixes": len(prefixes.prefixes) if prefixes else 0}
+    counters = {"engine_steps": stats.steps, "preemptions": stats.preemptions,
+                "draft_tokens": stats.drafted_tokens, "accepted_draft_tokens": stats.accepted_tokens,
+                "prefix_cache_hit_tokens": prefixes.hit_tokens if prefixes else 0}
+    return {"gauges": gauges, "counters": counters}
 
-    def __init__(self, engine: LLMEngine, open_requests):
-        self.engine, self.open_requests = engine, open_requests
+
+class EngineCollector:
+    """The engine's counts, read when scraped: from the engine (in this process) or as its process last sent them."""
+
+    def __init__(self, counts: Callable[[], dict], open_requests: Callable[[], int]):
+        self.counts, self.open_requests = counts, open_requests
 
     def collect(self):
-        engine, stats = self.engine, self.engine.stats
-        gauges = {"running_sequences": len(engine.scheduler.running),
-                  "waiting_sequences": len(engine.scheduler.waiting),
-                  "free_cache_pages": engine.blocks.num_free, "free_state_slot_groups": engine.states.num_free,
-                  # pages only cached prefixes hold: given to running requests when they need them
-                  "reclaimable_cache_pages": engine.blocks.num_reclaimable,
-                  "cached_prefixes": len(engine.prefix_cache.prefixes) if engine.prefix_cache else 0,
-                  "open_requests": self.open_requests()}
-        for name, value in gauges.items():
+        counts = self.counts()
+        for name, value in {**counts["gauges"], "open_requests": self.open_requests()}.items():
             yield GaugeMetricFamily(f"dayzero_{name}", name.replace("_", " "), value=value)
-        counters = {"engine_steps": stats.steps, "preemptions": stats.preemptions,
-                    "draft_tokens": stats.drafted_tokens, "accepted_draft_tokens": stats.accepted_tokens,
-                    "prefix_cache_hit_tokens": engine.prefix_cache.hit_tokens if engine.prefix_cache else 0}
-        for name, value in counters.items():
+        for name, value in counts["counters"].items():
             yield CounterMetricFamily(f"dayzero_{name}", name.replace("_", " "), value=value)
 
 
 class ServerMetrics:
-    def __init__(self, engine: LLMEngine, open_requests):
+    def __init__(self, counts: Callable[[], dict], open_requests: Callable[[], int]):
         self.registry = CollectorRegistry()
         self.requests = Counter("dayzero_requests", "HTTP requests answered", ["route", "status"],
                                 registry=self.registry)
@@ -48,7 +56,7 @@ class ServerMetrics:
                                      buckets=LATENCY_BUCKETS, registry=self.registry)
         self.latency = Histogram("dayzero_request_seconds", "submit to the last token of a request",
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.registry.register(EngineCollector(engine, open_requests))
+        self.registry.register(EngineCollector(counts, open_requests))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -51,8 +51,10 @@ def call_prefix(function: str | None, index: int) -> str:
 
 
 def marker_ids(tokenizer) -> dict[int, str] | None:
-    """Token id -> text of the five markers, when the tokenizer has every one of them as a token; else None."""
-    ids = {tokenizer.token_id(marker): marker for marker in MARKERS}
+    """Token id -> text of the five markers, when the tokenizer has every one of them as a token; else None (also for
+    a tokenizer that cannot look tokens up by their text)."""
+    token_id = getattr(tokenizer, "token_id", lambda text: None)
+    ids = {token_id(marker): marker for marker in MARKERS}
     return None if None in ids else ids
 
 
