@@ -24,6 +24,7 @@ import torch
 from dayzero.model.caches import CacheFormat, LayerCache, allocate_caches
 from dayzero.model.config import KDA
 from dayzero.model.hybrid import HybridModel
+from dayzero.model.scoring import ScoredRows
 from dayzero.model.step import KDACache, MLACache, StepMeta
 from dayzero.plugins.paged_cache import PAGE_SIZE
 
@@ -157,6 +158,13 @@ class EagerEngine:
     @torch.inference_mode()
     def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
         return self.model.prefill(input_ids, meta, layer_caches(self.model, caches))
+
+    @torch.inference_mode()
+    def prefill_scored(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor],
+                       targets: torch.Tensor, num_top: int) -> tuple[torch.Tensor, ScoredRows]:
+        """prefill, and the log-probabilities of the prompt's own next tokens (HybridModel.prefill_scored); the
+        compiled engines have no such entry point."""
+        return self.model.prefill_scored(input_ids, meta, layer_caches(self.model, caches), targets, num_top)
 
     @torch.inference_mode()
     def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:

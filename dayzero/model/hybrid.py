@@ -11,11 +11,13 @@ import math
 import torch
 from torch import nn
 
+from dayzero.errors import DayzeroError
 from dayzero.model.block import DecoderLayer
 from dayzero.model.caches import PLAIN_CACHE, CacheFormat, LayerCache, allocate_caches
 from dayzero.model.config import ModelConfig
 from dayzero.model.norm import RMSNorm, linear
 from dayzero.model.residual import BlockAttnResidual, PlainResidual, mix_params
+from dayzero.model.scoring import ScoredRows, score_rows
 from dayzero.model.step import StepMeta, contiguous_meta
 from dayzero.model.zigzag import ContextPlan, ContextShard, split_step
 from dayzero.plugins.paged_cache import PAGE_SIZE
@@ -73,6 +75,17 @@ class HybridModel(nn.Module):
             return self.lm_head(self.model(input_ids, meta, caches, decode=False, shard=shard)[shard.last_rows])
         hidden = self.model(input_ids, meta, caches, decode=False)
         return self.lm_head(hidden[meta.cu_seqlens[1:].long() - 1])
+
+    def prefill_scored(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache], targets: torch.Tensor,
+                       num_top: int) -> tuple[torch.Tensor, ScoredRows]:
+        """prefill, and the log-probability of targets[i] (the token after new token i; -1: not asked) at every row
+        that has one, with its num_top most likely tokens (scoring.py). One rank only: a context-parallel rank holds
+        part of the rows."""
+        if self.context_plan is not None:
+            raise DayzeroError("a context-parallel rank cannot score a prompt's tokens; run without --cp")
+        hidden = self.model(input_ids, meta, caches, decode=False)
+        logits = self.lm_head(hidden[meta.cu_seqlens[1:].long() - 1])
+        return logits, score_rows(self.lm_head, hidden, targets, num_top)
 
     def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache]) -> torch.Tensor:
         """input_ids [B, 1 + d] -> logits [B, 1 + d, vocab]."""

@@ -34,6 +34,8 @@ class Update:
     error: str | None = None  # nothing follows: the request was refused (refused=True) or the engine failed
     refused: bool = False
     logprobs: list[TokenLogprob] | None = None  # one per token, when the request asked for them
+    # the prompt's (first None), once, with the first tokens, when the request asked for them
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @property
     def is_last(self) -> bool:
@@ -66,6 +68,7 @@ class _Live:
     seq: Sequence
     post: Post
     sent: int = 0
+    sent_prompt: bool = False  # the prompt's log probabilities went out
 
 
 class EngineLoop:
@@ -215,7 +218,10 @@ class EngineLoop:
             reason = live.seq.finish_reason if live.seq.is_done else None
             if new or reason:
                 logprobs = None if live.seq.logprobs is None else live.seq.logprobs[live.sent:]
+                # the prompt is whole in the cache once a token follows it
+                prompt_logprobs = None if live.sent_prompt or not new else live.seq.prompt_logprobs
+                live.sent_prompt = live.sent_prompt or prompt_logprobs is not None
                 live.sent += len(new)
-                live.post(Update(list(new), reason, logprobs=logprobs))
+                live.post(Update(list(new), reason, logprobs=logprobs, prompt_logprobs=prompt_logprobs))
             if live.seq.is_done:
                 del self._live[request_id]

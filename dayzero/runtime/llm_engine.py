@@ -19,6 +19,7 @@ from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.logprobs import token_logprob
 from dayzero.runtime.penalties import adjusts_logits, penalized
 from dayzero.runtime.prefix_cache import PrefixCache
+from dayzero.runtime.prompt_logprobs import prompt_targets, record_prompt_logprobs, wants_prompt_logprobs
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
@@ -116,6 +117,10 @@ class LLMEngine:
             raise DayzeroError(f"prompt token ids must be integers in [0, {self.manifest.vocab_size}); got {bad!r}")
         if any(token >= self.manifest.vocab_size for token, _ in params.logit_bias):
             raise DayzeroError(f"logit_bias names a token outside the vocabulary of {self.manifest.vocab_size}")
+        if params.prompt_logprobs is not None and not hasattr(self.engine, "prefill_scored"):
+            raise DayzeroError("the prompt's log probabilities need the eager engine on one rank (--backend eager, "
+                               "no --tp / --cp): compiled and multi-rank engines return only each prompt's last "
+                               "logits")
         seq = Sequence(list(prompt_ids), params) if request_id is None else Sequence(list(prompt_ids), params,
                                                                                        request_id)
         self.scheduler.add(seq)
@@ -142,7 +147,12 @@ class LLMEngine:
     def _prefill(self, step: ScheduledStep) -> list[Sequence]:
         input_ids, meta = prefill_inputs(step, self.manifest.page_size, self.capacity.slots_per_seq, self.max_pages,
                                          self.manifest.device)
-        logits = self.engine.prefill(input_ids, meta, self.caches)
+        if wants_prompt_logprobs(step):
+            targets, num_top = prompt_targets(step, self.manifest.device)
+            logits, scored = self.engine.prefill_scored(input_ids, meta, self.caches, targets, num_top)
+            record_prompt_logprobs(step, scored)
+        else:
+            logits = self.engine.prefill(input_ids, meta, self.caches)
         self.stats.prefill_tokens += sum(step.num_new)
         finished = []
         # every row's argmax in one device sync, rather than one a greedy sequence

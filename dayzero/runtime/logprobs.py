@@ -13,8 +13,8 @@ MAX_TOP_LOGPROBS = 20
 @dataclass(frozen=True)
 class TokenLogprob:
     token: int
-    logprob: float
-    top: tuple[tuple[int, float], ...]  # (token, logprob), most likely first
+    logprob: float | None  # None: a prompt's first token, which nothing predicts
+    top: tuple[tuple[int, float], ...] | None  # (token, logprob), most likely first
 
 
 def token_logprob(logits: torch.Tensor, token: int, num_top: int) -> TokenLogprob:

@@ -2,9 +2,10 @@
 
 `/v1/completions` and `/v1/chat/completions` share the sampling fields; they ask for log probabilities in their own
 ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). `echo` (completions) puts the prompt's text before each
-answer. Fields dayzero cannot honour (suffix, echo with logprobs, which needs the prompt's log probabilities, ...)
-are refused by name rather than ignored, so a client never gets an answer computed differently from what it
-asked for. `top_k`, `ignore_eos` and `stop_token_ids` are accepted as extensions, as in vLLM.
+answer; with `logprobs` the prompt's tokens get theirs too, and `max_tokens: 0` then asks for nothing else (how
+evaluation harnesses score text). Fields dayzero cannot honour (suffix, ...) are refused by name rather than
+ignored, so a client never gets an answer computed differently from what it asked for. `top_k`, `ignore_eos` and
+`stop_token_ids` are accepted as extensions, as in vLLM.
 """
 
 from __future__ import annotations
@@ -57,18 +58,22 @@ class Sampling:
     stop: tuple[str, ...]
     ignore_eos: bool
     logprobs: int | None = None  # top alternatives a token; None: no log probabilities
+    prompt_logprobs: int | None = None  # the same for the prompt's tokens (completions: echo with logprobs)
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     stop_token_ids: tuple[int, ...] = ()  # vLLM's extension: ids that end the answer (their text stays in it)
 
     def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
-        """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay."""
+        """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay. max_tokens 0
+        (the prompt only) still runs to one token, which the server leaves out."""
         max_tokens = self.max_tokens if self.max_tokens is not None else max(1, max_len - num_prompt_tokens)
+        max_tokens = max(max_tokens, 1)
         seed = None if self.seed is None else self.seed + choice
         return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
                               top_p=self.top_p, seed=seed, stop=self.stop, ignore_eos=self.ignore_eos,
-                              logprobs=self.logprobs, presence_penalty=self.presence_penalty,
+                              logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs,
+                              presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias,
                               stop_token_ids=self.stop_token_ids)
 
@@ -81,6 +86,7 @@ class GenerateRequest:
     stream: bool
     include_usage: bool
     echo: bool = False  # completions: the prompt's text goes before each answer
+    prompt_only: bool = False  # completions, max_tokens 0 with echo: the answer is the prompt alone
 
 
 def _number(body: dict, name: str, default, kind: type, low: float, high: float):
@@ -148,14 +154,18 @@ def _refuse_unsupported(body: dict, supported: tuple[str, ...]) -> None:
         raise RequestError("'response_format' other than text is not supported by dayzero", param="response_format")
 
 
-def _sampling(body: dict, max_tokens_field: str, logprobs: int | None) -> Sampling:
-    max_tokens = _number(body, max_tokens_field, DEFAULT_MAX_TOKENS[max_tokens_field], int, 1, 2**31 - 1)
+def _sampling(body: dict, max_tokens_field: str, logprobs: int | None, echo: bool) -> Sampling:
+    max_tokens = _number(body, max_tokens_field, DEFAULT_MAX_TOKENS[max_tokens_field], int, 0, 2**31 - 1)
+    if max_tokens == 0 and not echo:
+        raise RequestError(f"'{max_tokens_field}' must be >= 1 (0 only with \"echo\": true, for the prompt alone)",
+                           param=max_tokens_field)
     top_k = _number(body, "top_k", 0, int, -1, 2**31 - 1)
     return Sampling(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, float, 0.0, 2.0),
                     top_p=_number(body, "top_p", 1.0, float, 1e-9, 1.0), top_k=max(top_k, 0),
                     seed=_number(body, "seed", None, int, -(2**63), 2**63 - 1), stop=_stop(body),
                     stop_token_ids=_stop_token_ids(body),
                     ignore_eos=flag(body, "ignore_eos"), logprobs=logprobs,
+                    prompt_logprobs=logprobs if echo else None,
                     presence_penalty=_number(body, "presence_penalty", 0.0, float, -2.0, 2.0),
                     frequency_penalty=_number(body, "frequency_penalty", 0.0, float, -2.0, 2.0),
                     logit_bias=_logit_bias(body))
@@ -174,9 +184,12 @@ def _request(body: dict, prompts: tuple, max_tokens_field: str, logprobs: int | 
              supported: tuple[str, ...] = (), echo: bool = False) -> GenerateRequest:
     _refuse_unsupported(body, supported)
     stream = flag(body, "stream")
-    return GenerateRequest(prompts=prompts, sampling=_sampling(body, max_tokens_field, logprobs),
-                           n=_number(body, "n", 1, int, 1, MAX_CHOICES), stream=stream,
-                           include_usage=_stream_options(body, stream), echo=echo)
+    sampling = _sampling(body, max_tokens_field, logprobs, echo)
+    if stream and sampling.prompt_logprobs is not None:
+        raise RequestError("'echo' with 'logprobs' is answered whole; leave out \"stream\"", param="stream")
+    return GenerateRequest(prompts=prompts, sampling=sampling, n=_number(body, "n", 1, int, 1, MAX_CHOICES),
+                           stream=stream, include_usage=_stream_options(body, stream), echo=echo,
+                           prompt_only=sampling.max_tokens == 0)
 
 
 def _prompts(prompt) -> tuple[str | tuple[int, ...], ...]:
@@ -198,9 +211,6 @@ def parse_completion(body: dict) -> GenerateRequest:
         raise RequestError("'prompt' is required", param="prompt")
     logprobs = _number(body, "logprobs", None, int, 0, MAX_TOP_LOGPROBS)
     echo = flag(body, "echo")
-    if echo and logprobs is not None:
-        raise RequestError("'echo' with 'logprobs' would need the prompt's log probabilities, which dayzero does not "
-                           "compute; ask for one or the other", param="echo")
     return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs, supported=("echo",), echo=echo)
 
 

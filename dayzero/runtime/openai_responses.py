@@ -51,7 +51,8 @@ class TextFormat:
         tokens = [token_text(e.token) for e in entries]
         offsets = [offset + sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
         return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
-                "top_logprobs": [{token_text(t): lp for t, lp in e.top} for e in entries], "text_offset": offsets}
+                "top_logprobs": [None if e.top is None else {token_text(t): lp for t, lp in e.top} for e in entries],
+                "text_offset": offsets}
 
 
 class ChatFormat:

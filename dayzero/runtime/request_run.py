@@ -33,6 +33,7 @@ class RequestRun:
     early: list[tuple[int, Update]] = field(default_factory=list)
     ended: bool = False
     logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)  # choice -> its tokens' so far
+    prompt_logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)  # choice -> its prompt's tokens'
     # a chat request with tools: each choice's text split into answer and calls; parallel False keeps the first call
     tool_texts: list[ToolCallText] | None = None
     parallel_calls: bool = True
@@ -54,6 +55,16 @@ class RequestRun:
         """An update -> the answer text and the tool calls it adds to choice `index` (an engine failure raises)."""
         if update.error is not None:
             raise RequestError(update.error, 400 if update.refused else 503)
+        if update.prompt_logprobs is not None:
+            prompt = self.prompt_ids[index // self.parsed.n]
+            # the first prompt token has no log probability: its entry names the token alone
+            first = TokenLogprob(prompt[0], None, None)
+            self.prompt_logprobs[index] = [first, *update.prompt_logprobs[1:]]
+        if self.parsed.prompt_only:
+            # max_tokens 0: the one token the engine ran to is not part of the answer
+            if update.finish_reason is not None:
+                self.reasons[index] = "length"
+            return "", []
         if update.logprobs is not None:
             self.logprobs.setdefault(index, []).extend(update.logprobs)
         text = self.texts[index].add(update.token_ids)
@@ -79,4 +90,5 @@ class RequestRun:
         return text, calls
 
     def usage(self) -> dict:
-        return usage(sum(len(ids) for ids in self.prompt_ids), sum(t.num_tokens for t in self.texts))
+        generated = 0 if self.parsed.prompt_only else sum(t.num_tokens for t in self.texts)
+        return usage(sum(len(ids) for ids in self.prompt_ids), generated)

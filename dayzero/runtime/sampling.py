@@ -24,6 +24,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()  # stop strings (checked on the decoded text)
     ignore_eos: bool = False
     logprobs: int | None = None  # None: no log probabilities; n: the chosen token's and the n most likely ones'
+    prompt_logprobs: int | None = None  # the same for the prompt's tokens (prompt_logprobs.py)
     presence_penalty: float = 0.0  # penalties.py
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, added to its logit)
@@ -36,8 +37,10 @@ class SamplingParams:
         object.__setattr__(self, "logit_bias", tuple((int(t), float(b)) for t, b in dict(self.logit_bias).items()))
         if any(t < 0 or not -100 <= b <= 100 for t, b in self.logit_bias):
             raise DayzeroError("logit_bias takes token ids >= 0 and biases in [-100, 100]")
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
-            raise DayzeroError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= MAX_TOP_LOGPROBS:
+                raise DayzeroError(f"{name} must be in [0, {MAX_TOP_LOGPROBS}], got {value}")
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise DayzeroError("need temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))

@@ -103,9 +103,11 @@ class Scheduler:
         cached prefix it starts from, if any)."""
         while self.waiting and len(self.running) < self.max_batch and self.states.num_available:
             seq = self.waiting[0]
-            hit = self.prefix_cache.lookup(seq) if self.prefix_cache else None
+            # a prompt whose tokens are scored runs through the model whole: no cached prefix stands in for it
+            reuses = self.prefix_cache is not None and seq.prompt_logprobs is None
+            hit = self.prefix_cache.lookup(seq) if reuses else None
             reused = hit.length if hit else 0
-            if self.prefix_cache and self.prefix_cache.shares_pending_prefix(seq, reused, self.running):
+            if reuses and self.prefix_cache.shares_pending_prefix(seq, reused, self.running):
                 return
             if hit:
                 # held by seq before anything is evicted, so that no eviction frees them

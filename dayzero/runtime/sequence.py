@@ -37,6 +37,8 @@ class Sequence:
     num_preemptions: int = 0
     # one per output token when params.logprobs is set
     logprobs: list[TokenLogprob] | None = None
+    # one per prompt token when params.prompt_logprobs is set (the first None: nothing comes before it)
+    prompt_logprobs: list[TokenLogprob | None] | None = None
     # the engine's incremental stop-string check, made at the first output token when params.stop is set
     stop_watch: StopStringWatch | None = None
     # the prefix cache's hashes of the sequence's leading pages, computed once (prefix_cache.page_keys)
@@ -46,6 +48,8 @@ class Sequence:
         self.sampler = Sampler(self.params)
         if self.params.logprobs is not None and self.logprobs is None:
             self.logprobs = []
+        if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = [None] * len(self.prompt_ids)
 
     @property
     def token_ids(self) -> list[int]:

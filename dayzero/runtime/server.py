@@ -229,7 +229,7 @@ class OpenAIServer:
             return Response(status_code=499)
         fmt = FORMATS[kind]
         choices = [Choice(i, self._echo(run, i) + run.shown.get(i, ""), run.reasons[i],
-                          self._logprobs(run, i, run.logprobs.get(i), 0),
+                          self._logprobs(run, i, run.prompt_logprobs.get(i, []) + run.logprobs.get(i, []), 0),
                           tuple(call.body() for call in run.calls.get(i, ()))) for i in range(run.num_choices)]
         return JSONResponse(response(fmt, run.request_id, run.created, self.model_name, choices, run.usage()))
 
@@ -246,6 +246,7 @@ class OpenAIServer:
         return prompt if isinstance(prompt, str) else self.tokenizer.decode(list(prompt))
 
     def _logprobs(self, run: RequestRun, index: int, entries: list[TokenLogprob] | None, offset: int) -> dict | None:
+        """entries: the prompt's (echo) then the answer's tokens."""
         if run.parsed.sampling.logprobs is None or entries is None:
             return None
         return FORMATS[run.kind].logprobs(entries, self._token_text, offset)
