@@ -24,6 +24,8 @@ class RequestOutput:
     text: str
     finish_reason: str | None
     time_to_first_token_s: float | None
+    logprobs: list | None = None  # SamplingParams.logprobs: one TokenLogprob an output token
+    prompt_logprobs: list | None = None  # SamplingParams.prompt_logprobs: one a prompt token, the first None
 
 
 def _default_checkpoint() -> Path:
@@ -78,4 +80,4 @@ class LLM:
         first = self.engine.stats.first_token_at.get(seq.request_id)
         return RequestOutput(seq.request_id, prompt, seq.prompt_ids, list(seq.output_ids),
                              self.tokenizer.decode(seq.output_ids), seq.finish_reason,
-                             None if first is None else first - start)
+                             None if first is None else first - start, seq.logprobs, seq.prompt_logprobs)

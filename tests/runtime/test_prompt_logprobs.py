@@ -138,3 +138,13 @@ def test_echo_with_logprobs_lists_the_prompt_then_the_answer(client):
     for field in ("tokens", "token_logprobs", "top_logprobs"):
         assert echoed["logprobs"][field][prompt_tokens:] == answer["logprobs"][field]
     assert len(echoed["logprobs"]["tokens"]) == prompt_tokens + 3
+
+
+def test_the_python_api_returns_both_kinds_of_log_probabilities(model, tmp_path):
+    from dayzero.runtime.llm import LLM
+
+    manifest = eager_manifest(model, CacheFormat(), max_batch=2, max_len=128)
+    llm = LLM(tmp_path, runtime=RuntimeOptions(memory_bytes=64 << 20), engine=EagerEngine(model, manifest))
+    out = llm.generate("hi there", SamplingParams(max_tokens=2, logprobs=1, prompt_logprobs=0))[0]
+    assert len(out.logprobs) == 2 and len(out.prompt_logprobs) == len(out.prompt_token_ids)
+    assert out.prompt_logprobs[0] is None and all(e.top == () for e in out.prompt_logprobs[1:])
