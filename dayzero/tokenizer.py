@@ -29,6 +29,10 @@ class ByteTokenizer:
         """The id of a special token by its text: none here (BOS, EOS and PAD have no text)."""
         return None
 
+    def token_bytes(self, token: int) -> bytes | None:
+        """The bytes a token stands for (None: a special token)."""
+        return bytes([token]) if token < 256 else None
+
 
 class HFTokenizer:
     """A checkpoint's tokenizer.json, through the `tokenizers` library."""
@@ -38,6 +42,8 @@ class HFTokenizer:
 
         self._tok = Tokenizer.from_file(str(path))
         self.eos_token_id = self._special(("<|im_end|>", "</s>", "<|endoftext|>", "[EOS]"))
+        self._special_ids = {i for i, added in self._tok.get_added_tokens_decoder().items() if added.special}
+        self._byte_level = "ByteLevel" in repr(self._tok.decoder)
 
     def _special(self, names: tuple[str, ...]) -> int | None:
         for name in names:
@@ -50,6 +56,21 @@ class HFTokenizer:
         """The id of the token whose text this is (a special token's name), or None."""
         return self._tok.token_to_id(text)
 
+    def token_bytes(self, token: int) -> bytes | None:
+        """The bytes a token stands for (None: a special or unknown token): a byte-level BPE piece maps back through
+        GPT-2's byte alphabet; a SentencePiece piece turns its '▁' into spaces and '<0xNN>' into that byte."""
+        piece = self._tok.id_to_token(token)
+        if piece is None or token in self._special_ids:
+            return None
+        if self._byte_level:
+            try:
+                return bytes(BYTE_OF_CHAR[c] for c in piece)
+            except KeyError:
+                return None
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            return bytes([int(piece[3:5], 16)])
+        return piece.replace("▁", " ").encode()
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """add_special_tokens: the tokenizer's post-processor markers (a BOS); off for text a chat template wrote,
         which has its own."""
@@ -59,6 +80,15 @@ class HFTokenizer:
         return self._tok.decode(ids)
 
 
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, reversed: the printable character each byte is written as -> the byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(others)}
+
+
+BYTE_OF_CHAR = _byte_of_char()
 TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
@@ -135,6 +165,10 @@ class TiktokenTokenizer:
     def token_id(self, text: str) -> int | None:
         """The id of a special token by its name, or None."""
         return self.special_tokens.get(text)
+
+    def token_bytes(self, token: int) -> bytes | None:
+        """The bytes a token stands for (None: a special token or an id past the vocabulary)."""
+        return self._enc.decode_single_token_bytes(token) if token < self.num_base_tokens else None
 
 
 # tokenizer file in the checkpoint -> loader, in order of preference

@@ -92,3 +92,22 @@ def test_hf_tokenizer_adds_its_post_processor_bos_only_when_asked(tmp_path):
     assert hf.encode("hello world") == [0, 1, 2]
     assert hf.encode("hello world", add_special_tokens=False) == [1, 2]
     assert ByteTokenizer().encode("a", add_special_tokens=False) == [97] and ByteTokenizer().encode("a") == [256, 97]
+
+
+def test_every_tokenizer_gives_its_tokens_bytes_and_none_for_special_ones(kimi, tmp_path):
+    """The bytes behind each token, for answers held to JSON: a byte-level BPE (GPT-2's alphabet: 'Ġ' is a space),
+    SentencePiece pieces ('▁' a space, '<0x7B>' the byte '{'), Kimi's tiktoken ranks, the byte tokenizer."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+
+    byte_level = Tokenizer(models.BPE({"Ġ{": 0, "Ċ": 1, "a": 2, "Ã©": 3}, [], unk_token=None))
+    byte_level.decoder = decoders.ByteLevel()
+    byte_level.add_special_tokens([AddedToken("<|end|>", special=True)])
+    byte_level.save(str(tmp_path / "tokenizer.json"))
+    hf = HFTokenizer(tmp_path / "tokenizer.json")
+    assert [hf.token_bytes(i) for i in range(5)] == [b" {", b"\n", b"a", "é".encode(), None]
+    piece = Tokenizer(models.WordLevel({"▁hello": 0, "<0x7B>": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    piece.save(str(tmp_path / "tokenizer.json"))
+    sentencepiece = HFTokenizer(tmp_path / "tokenizer.json")
+    assert [sentencepiece.token_bytes(i) for i in range(2)] == [b" hello", b"{"]
+    assert kimi.token_bytes(256 + MERGES.index(b"hell")) == b"hell" and kimi.token_bytes(IM_END) is None
+    assert ByteTokenizer().token_bytes(123) == b"{" and ByteTokenizer().token_bytes(257) is None

@@ -52,7 +52,8 @@ class LLM:
         self.load_seconds = time.perf_counter() - started
         self.tokenizer = tokenizer or load_tokenizer(self.checkpoint, self.step_engine.manifest.vocab_size)
         self.engine = LLMEngine(self.step_engine, runtime or RuntimeOptions(), self.tokenizer.decode,
-                                end_of_sequence_ids(self.checkpoint, self.tokenizer))
+                                end_of_sequence_ids(self.checkpoint, self.tokenizer),
+                                getattr(self.tokenizer, "token_bytes", None))
 
     def generate(self, prompts: list[str] | str, params: SamplingParams | None = None) -> list[RequestOutput]:
         """Generate for every prompt (batched continuously); outputs in prompt order."""

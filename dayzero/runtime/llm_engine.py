@@ -25,6 +25,7 @@ from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
 from dayzero.runtime.spec_decode import PROPOSERS, accept, greedy_run
 from dayzero.runtime.state_pool import StatePool
+from dayzero.runtime.token_grammar import JsonAnswer, TokenTable
 
 # prefill tokens a step gives each rank by default (context-parallel ranks split a step's tokens)
 TOKENS_PER_RANK = 2048
@@ -71,8 +72,14 @@ class StepStats:
 
 
 def _plain_greedy(params: SamplingParams) -> bool:
-    """Greedy with no logit adjustments: the token is the row's argmax."""
-    return params.method == "greedy" and not adjusts_logits(params)
+    """Greedy with no logit adjustments or format: the token is the row's argmax."""
+    return params.method == "greedy" and not adjusts_logits(params) and params.response_format is None
+
+
+def _adjusted(seq: Sequence, rows: torch.Tensor, draft: list[int]) -> torch.Tensor:
+    """A sequence's logits rows with its penalties and biases, and masked to its JSON answer (no drafts then)."""
+    rows = penalized(rows, seq.output_ids, draft, seq.params)
+    return rows if seq.json_answer is None else seq.json_answer.mask(rows)
 
 
 def _first_bad_token(prompt_ids: list, vocab: int):
@@ -81,7 +88,9 @@ def _first_bad_token(prompt_ids: list, vocab: int):
 
 class LLMEngine:
     def __init__(self, engine: StepEngine, options: RuntimeOptions = RuntimeOptions(),
-                 detokenize: Callable[[list[int]], str] | None = None, stop_ids: frozenset[int] = frozenset()):
+                 detokenize: Callable[[list[int]], str] | None = None, stop_ids: frozenset[int] = frozenset(),
+                 token_bytes: Callable[[int], bytes | None] | None = None):
+        """token_bytes: each token's bytes, for answers held to JSON (the vocabulary's trie is built on the first)."""
         manifest = engine.manifest
         self.engine, self.manifest = engine, manifest
         self.max_batch = min(options.max_batch or manifest.max_batch, manifest.max_batch)
@@ -102,6 +111,8 @@ class LLMEngine:
         self.decode = decode_runner(engine, self.caches, self.max_batch, self.max_pages,
                                     options.cuda_graphs and getattr(engine, "graph_capturable", True))
         self.detokenize, self.stop_ids = detokenize, stop_ids
+        self.token_bytes = token_bytes
+        self._token_table: TokenTable | None = None
         self.stats = StepStats()
 
     def _prefix_cache(self, options: RuntimeOptions, token_budget: int, decodes_alone: bool) -> PrefixCache | None:
@@ -123,8 +134,17 @@ class LLMEngine:
                                "logits")
         seq = Sequence(list(prompt_ids), params) if request_id is None else Sequence(list(prompt_ids), params,
                                                                                        request_id)
+        if params.response_format == "json_object":
+            seq.json_answer = JsonAnswer(self._json_tokens())
         self.scheduler.add(seq)
         return seq
+
+    def _json_tokens(self) -> TokenTable:
+        if self.token_bytes is None:
+            raise DayzeroError("JSON answers need the tokenizer's token bytes, which this engine was not given")
+        if self._token_table is None:
+            self._token_table = TokenTable(self.token_bytes, self.manifest.vocab_size)
+        return self._token_table
 
     def cancel(self, request_id: str) -> Sequence | None:
         return self.scheduler.cancel(request_id)
@@ -169,7 +189,7 @@ class LLMEngine:
     def _sample(seq: Sequence, row: torch.Tensor, argmax: int) -> int:
         if _plain_greedy(seq.params):
             return argmax
-        return seq.sampler(penalized(row[None], seq.output_ids, [], seq.params)[0])
+        return seq.sampler(_adjusted(seq, row[None], [])[0])
 
     def _decode(self, step: ScheduledStep) -> list[Sequence]:
         """Verify each sequence's drafts (none without speculation) and keep the accepted run."""
@@ -189,8 +209,9 @@ class LLMEngine:
         return finished
 
     def _draft(self, seq: Sequence, num_draft: int) -> list[int]:
-        # without speculation skip the proposer: token_ids copies the whole sequence
-        return self.propose(seq.token_ids, num_draft) if num_draft else []
+        # without speculation skip the proposer: token_ids copies the whole sequence; a JSON answer's rows are
+        # masked by its state after each token, which drafts would have to be checked against first
+        return self.propose(seq.token_ids, num_draft) if num_draft and seq.json_answer is None else []
 
     def _verify(self, seq: Sequence, draft: list[int], rows: torch.Tensor, argmax: list[int]) -> list[int]:
         """The tokens seq's verify rows [width, vocab] (argmax: each row's) emit; its cache length and entry slot move
@@ -198,7 +219,7 @@ class LLMEngine:
         if _plain_greedy(seq.params):
             tokens = greedy_run(argmax, draft)
         else:
-            tokens = accept(penalized(rows[: 1 + len(draft)], seq.output_ids, draft, seq.params), draft, seq.sampler)
+            tokens = accept(_adjusted(seq, rows[: 1 + len(draft)], draft), draft, seq.sampler)
         # the last token and the accepted drafts entered the cache; the model's own next token did not yet
         seq.num_cached += len(tokens)
         seq.num_accepted = len(tokens)
@@ -212,6 +233,8 @@ class LLMEngine:
         -> whether it finished."""
         for token, row in zip(tokens, rows):
             seq.output_ids.append(token)
+            if seq.json_answer is not None:
+                seq.json_answer.advance(token)
             if seq.logprobs is not None:
                 seq.logprobs.append(token_logprob(row, token, seq.params.logprobs))
             self.stats.first_token_at.setdefault(seq.request_id, time.perf_counter())
@@ -223,6 +246,8 @@ class LLMEngine:
 
     def _finish_reason(self, seq: Sequence) -> str | None:
         token = seq.output_ids[-1]
+        if seq.json_answer is not None and seq.json_answer.done:
+            return "stop"
         if token in seq.params.stop_token_ids or (token in self.stop_ids and not seq.params.ignore_eos):
             return "stop"
         if seq.params.stop and self.detokenize:

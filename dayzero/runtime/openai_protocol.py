@@ -4,7 +4,8 @@
 ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). `echo` (completions) puts the prompt's text before each
 answer; with `logprobs` the prompt's tokens get theirs too, and `max_tokens: 0` then asks for nothing else (how
 evaluation harnesses score text). Fields dayzero cannot honour (suffix, ...) are refused by name rather than
-ignored, so a client never gets an answer computed differently from what it asked for. `top_k`, `ignore_eos` and
+ignored, so a client never gets an answer computed differently from what it asked for. `response_format:
+{"type": "json_object"}` holds the answer to one JSON object (token_grammar.py). `top_k`, `ignore_eos` and
 `stop_token_ids` are accepted as extensions, as in vLLM.
 """
 
@@ -63,6 +64,7 @@ class Sampling:
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     stop_token_ids: tuple[int, ...] = ()  # vLLM's extension: ids that end the answer (their text stays in it)
+    response_format: str | None = None  # "json_object": the answer is one JSON object
 
     def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
         """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay. max_tokens 0
@@ -75,7 +77,7 @@ class Sampling:
                               logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs,
                               presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias,
-                              stop_token_ids=self.stop_token_ids)
+                              stop_token_ids=self.stop_token_ids, response_format=self.response_format)
 
 
 @dataclass(frozen=True)
@@ -149,9 +151,18 @@ def _refuse_unsupported(body: dict, supported: tuple[str, ...]) -> None:
     for name, unused in UNSUPPORTED.items():
         if name in body and name not in supported and body[name] not in unused:
             raise RequestError(f"'{name}' is not supported by dayzero; leave it out", param=name)
+
+
+def _response_format(body: dict) -> str | None:
+    """None (text) or "json_object" (the answer is one JSON object)."""
     response_format = body.get("response_format")
-    if response_format not in (None, {"type": "text"}):
-        raise RequestError("'response_format' other than text is not supported by dayzero", param="response_format")
+    if response_format in (None, {"type": "text"}):
+        return None
+    if response_format == {"type": "json_object"}:
+        return "json_object"
+    raise RequestError("'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"} (JSON schemas "
+                       "are not enforced by dayzero: ask for json_object and give the schema in the prompt)",
+                       param="response_format")
 
 
 def _sampling(body: dict, max_tokens_field: str, logprobs: int | None, echo: bool) -> Sampling:
@@ -165,7 +176,7 @@ def _sampling(body: dict, max_tokens_field: str, logprobs: int | None, echo: boo
                     seed=_number(body, "seed", None, int, -(2**63), 2**63 - 1), stop=_stop(body),
                     stop_token_ids=_stop_token_ids(body),
                     ignore_eos=flag(body, "ignore_eos"), logprobs=logprobs,
-                    prompt_logprobs=logprobs if echo else None,
+                    prompt_logprobs=logprobs if echo else None, response_format=_response_format(body),
                     presence_penalty=_number(body, "presence_penalty", 0.0, float, -2.0, 2.0),
                     frequency_penalty=_number(body, "frequency_penalty", 0.0, float, -2.0, 2.0),
                     logit_bias=_logit_bias(body))
