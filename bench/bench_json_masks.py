@@ -1,0 +1,89 @@
+"""What answers held to JSON cost on the host per step, at a real vocabulary's size: building the vocabulary's
+trie once, and the mask of each state along a JSON answer, cold (searched) and cached.
+
+    PYTHONPATH=. python bench/bench_json_masks.py [--vocab 163840] [--tiktoken PATH] [--out bench/results]
+
+Without --tiktoken the vocabulary is synthetic: the 256 bytes, then the most common words, numbers, punctuation runs
+and their space-led forms from the Python sources next to this interpreter (a stand-in for a BPE vocabulary with
+the same mix of pieces), up to --vocab entries. With --tiktoken (Kimi's tiktoken.model) it is the real one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+from bench.common import table, write_results
+from dayzero.runtime import json_grammar
+from dayzero.runtime.token_grammar import TokenTable
+
+ANSWER = json.dumps({"name": "Kimi K3.1", "layers": [1, 2, 3], "ratio": -0.125, "ok": True, "none": None,
+                     "nested": {"text": "a \"quoted\" word\n and \u00e9", "empty": []}}, indent=2,
+                    ensure_ascii=False)
+
+
+def synthetic_vocabulary(size: int) -> list[bytes]:
+    counts = collections.Counter()
+    pattern = re.compile(rb" ?[A-Za-z]+| ?[0-9]{1,3}| ?[^\sA-Za-z0-9]{1,3}|\s+")
+    for path in Path(sysconfig.get_paths()["stdlib"]).rglob("*.py"):
+        counts.update(pattern.findall(path.read_bytes()))
+    pieces = [bytes([b]) for b in range(256)]
+    seen = set(pieces)
+    for piece, _ in counts.most_common():
+        if len(pieces) >= size:
+            break
+        if piece not in seen:
+            seen.add(piece)
+            pieces.append(piece)
+    return pieces
+
+
+def tiktoken_vocabulary(path: str) -> list[bytes]:
+    from tiktoken.load import load_tiktoken_bpe
+
+    ranks = load_tiktoken_bpe(path)
+    return [piece for piece, _ in sorted(ranks.items(), key=lambda item: item[1])]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", type=int, default=163840)
+    parser.add_argument("--tiktoken", default=None)
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args()
+    pieces = tiktoken_vocabulary(args.tiktoken) if args.tiktoken else synthetic_vocabulary(args.vocab)
+    start = time.perf_counter()
+    table_ = TokenTable(lambda t: pieces[t] if t < len(pieces) else None, len(pieces))
+    build_s = time.perf_counter() - start
+    states = [json_grammar.start()]
+    for byte in ANSWER.encode():
+        states.append(json_grammar.advance(states[-1], byte))
+    cold, warm, kinds = [], [], collections.defaultdict(list)
+    for state in states[:-1]:
+        start = time.perf_counter()
+        table_.mask(state)
+        cold.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        table_.mask(state)
+        warm.append(time.perf_counter() - start)
+        kinds[state[1]].append(cold[-1])
+    rows = [{"states": kind, "count": len(times), "first_mask_ms_max": 1e3 * max(times),
+             "first_mask_ms_mean": 1e3 * sum(times) / len(times)} for kind, times in sorted(kinds.items())]
+    summary = {"vocab": len(pieces), "trie_build_s": build_s, "answer_bytes": len(ANSWER),
+               "masks_searched": len({s for s in states[:-1]}), "cold_ms_total": 1e3 * sum(cold),
+               "cached_ms_mean": 1e3 * sum(warm) / len(warm), "python": sys.version.split()[0]}
+    for row in rows:
+        row.update({k: round(v, 3) for k, v in row.items() if isinstance(v, float)})
+    write_results(args.out, "bench_json_masks", {"args": vars(args), "summary": summary, "rows": rows})
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
+    print(table(rows, ["states", "count", "first_mask_ms_max", "first_mask_ms_mean"]))
+
+
+if __name__ == "__main__":
+    main()
