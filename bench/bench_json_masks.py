@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench.common import table, write_results
-from dayzero.runtime import json_grammar
+from dayzero.runtime.json_grammar import JSON_OBJECT
 from dayzero.runtime.token_grammar import TokenTable
 
 ANSWER = json.dumps({"name": "Kimi K3.1", "layers": [1, 2, 3], "ratio": -0.125, "ok": True, "none": None,
@@ -61,16 +61,16 @@ def main() -> None:
     start = time.perf_counter()
     table_ = TokenTable(lambda t: pieces[t] if t < len(pieces) else None, len(pieces))
     build_s = time.perf_counter() - start
-    states = [json_grammar.start()]
+    states = [JSON_OBJECT.start()]
     for byte in ANSWER.encode():
-        states.append(json_grammar.advance(states[-1], byte))
+        states.append(JSON_OBJECT.advance(states[-1], byte))
     cold, warm, kinds = [], [], collections.defaultdict(list)
     for state in states[:-1]:
         start = time.perf_counter()
-        table_.mask(state)
+        table_.mask(JSON_OBJECT, state)
         cold.append(time.perf_counter() - start)
         start = time.perf_counter()
-        table_.mask(state)
+        table_.mask(JSON_OBJECT, state)
         warm.append(time.perf_counter() - start)
         kinds[state[1]].append(cold[-1])
     rows = [{"states": kind, "count": len(times), "first_mask_ms_max": 1e3 * max(times),

@@ -1,13 +1,19 @@
-"""JSON as a byte-at-a-time recognizer, for answers held to JSON (`response_format: {"type": "json_object"}`).
+"""JSON as a byte-at-a-time recognizer, for answers held to JSON: any JSON object (`response_format: {"type":
+"json_object"}`), or one that follows a JSON schema (`{"type": "json_schema", ...}`, json_schema.py compiles it).
 
-A state is an immutable tuple, so a search over the vocabulary can branch from it (token_grammar.py): `advance`
-returns the state after one more byte, or None when no JSON object can continue that way. The answer is one object
-(`start()`); it is complete when its closing brace comes (`is_done`). Whitespace between tokens is allowed in runs of
-at most MAX_WHITESPACE bytes and nesting to MAX_DEPTH, so a model cannot stall in blank space or brackets forever.
-Bytes >= 0x80 are taken inside strings as they come (the UTF-8 of non-ASCII text).
+A grammar is a table of value nodes; a state is an immutable tuple (stack of open containers, mode, detail), so a
+search over the vocabulary can branch from it (token_grammar.py). `advance` returns the state after one more byte,
+or None when nothing the grammar allows can continue that way; the answer is complete when its root object closes
+(`is_done`). Whitespace between tokens is allowed in runs of at most MAX_WHITESPACE bytes and nesting to MAX_DEPTH,
+so a model cannot stall in blank space or brackets forever. Bytes >= 0x80 are taken inside strings as they come
+(the UTF-8 of non-ASCII text). A schema object's keys come in the schema's order, each at most once (an optional one
+may be left out), and in its canonical JSON spelling; enum and const values are spelled as json.dumps writes them.
 """
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
 
 MAX_WHITESPACE = 32
 MAX_DEPTH = 32
@@ -15,147 +21,251 @@ WHITESPACE = frozenset(b" \t\n\r")
 DIGITS = frozenset(b"0123456789")
 HEX = frozenset(b"0123456789abcdefABCDEF")
 ESCAPES = frozenset(b'"\\/bfnrtu')
-LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
+LITERALS = (b"true", b"false", b"null")
 
-# modes: where in the text the recognizer is
-TOP, VALUE, FIRST_KEY, KEY, COLON, AFTER, FIRST_ITEM, DONE = "top", "value", "first_key", "key", "colon", "after", \
-    "first_item", "done"
-STRING, ESCAPE, UNICODE, LITERAL, NUMBER = "string", "escape", "unicode", "literal", "number"
-# number parts: after these a number may end
+VALUE, FIRST_KEY, KEY, KEY_NAME, COLON, AFTER, FIRST_ITEM, DONE = "value", "first_key", "key", "key_name", "colon", \
+    "after", "first_item", "done"
+STRING, ESCAPE, UNICODE, CHOICE, NUMBER = "string", "escape", "unicode", "choice", "number"
+# modes whose detail is a whitespace run (with a node for VALUE and COLON)
+SPACED = frozenset({VALUE, FIRST_KEY, KEY, COLON, AFTER, FIRST_ITEM, DONE})
 NUMBER_ENDS = frozenset({"zero", "int", "frac", "exp"})
 
-# (stack of open containers as b"{" / b"[", mode, detail: whitespace run / string role / literal rest / number part)
 State = tuple
 
 
-def start() -> State:
-    """Before the answer: one JSON object."""
-    return ((), TOP, 0)
+@dataclass(frozen=True)
+class Node:
+    """A value the grammar allows.
+
+    kind: "any" (any JSON value), "object", "array", "string", "number", "integer", "choice" (one of `literals`,
+    JSON texts: enum / const / boolean / null) or "union" (one of `members`, which start with different bytes)."""
+
+    kind: str
+    props: tuple[tuple[bytes, int, bool], ...] = ()  # object: (key as JSON text, value node, required), in order
+    open: bool = False  # object: any string keys, any values (no props)
+    item: int = 0  # array: the items' node
+    min_items: int = 0
+    max_items: int | None = None
+    literals: tuple[bytes, ...] = ()
+    members: tuple[int, ...] = ()
 
 
-def is_done(state: State) -> bool:
-    return state[1] == DONE
+ANY, ANY_OBJECT, ANY_ARRAY = 0, 1, 2
+# the nodes every grammar starts with: any value, any object, any array
+BASE_NODES = (Node("any"), Node("object", open=True), Node("array", item=ANY))
 
 
-def is_plain_string(state: State) -> bool:
-    """Inside a string's text, where every byte but a quote, a backslash or a control byte keeps the state."""
-    return state[1] == STRING
+def first_bytes(nodes: tuple[Node, ...], index: int) -> frozenset[int]:
+    """The bytes a value of node `index` may start with."""
+    node = nodes[index]
+    if node.kind == "any":
+        return frozenset(b'{["-tfn') | DIGITS
+    if node.kind == "union":
+        return frozenset().union(*(first_bytes(nodes, m) for m in node.members))
+    if node.kind == "choice":
+        return frozenset(literal[0] for literal in node.literals)
+    starts = {"object": b"{", "array": b"[", "string": b'"', "number": b"-", "integer": b"-"}
+    return frozenset(starts[node.kind]) | (DIGITS if node.kind in ("number", "integer") else frozenset())
 
 
-def advance(state: State, byte: int) -> State | None:
-    return _STEPS[state[1]](state, byte)
+class Grammar:
+    """A recognizer over `nodes`, whose answer is a value of node `root` (an object)."""
+
+    def __init__(self, nodes: tuple[Node, ...] = BASE_NODES, root: int = ANY_OBJECT, key: str = "json_object"):
+        self.nodes, self.root, self.key = nodes, root, key
+        self._steps = {VALUE: self._value_or_space, FIRST_KEY: self._first_key, KEY: self._key,
+                       KEY_NAME: self._key_name, COLON: self._colon, AFTER: self._after,
+                       FIRST_ITEM: self._first_item, DONE: self._done, STRING: self._string, ESCAPE: self._escape,
+                       UNICODE: self._unicode, CHOICE: self._choice, NUMBER: self._number}
+
+    def start(self) -> State:
+        return ((), VALUE, (self.root, 0))
+
+    @staticmethod
+    def is_done(state: State) -> bool:
+        return state[1] == DONE
+
+    @staticmethod
+    def is_plain_string(state: State) -> bool:
+        """Inside a string's text, where every byte but a quote, a backslash or a control byte keeps the state."""
+        return state[1] == STRING
+
+    def advance(self, state: State, byte: int) -> State | None:
+        if byte in WHITESPACE and state[1] in SPACED:
+            return _spaced(state)
+        return self._steps[state[1]](state, byte)
+
+    # values
+
+    def _value_or_space(self, state: State, byte: int) -> State | None:
+        return self._value(state[0], state[2][0], byte)
+
+    def _value(self, stack: tuple, index: int, byte: int) -> State | None:
+        """The first byte of a value of node `index`."""
+        node = self.nodes[index]
+        kind = node.kind
+        if kind == "union":
+            member = next((m for m in node.members if byte in first_bytes(self.nodes, m)), None)
+            return None if member is None else self._value(stack, member, byte)
+        if kind == "any":
+            kind = {ord("{"): "object", ord("["): "array", ord('"'): "string"}.get(byte, "number")
+            index = {"object": ANY_OBJECT, "array": ANY_ARRAY}.get(kind, index)
+            if byte in b"tfn":
+                return self._choose(stack, LITERALS, byte)
+        if kind == "choice":
+            return self._choose(stack, node.literals, byte)
+        if kind in ("object", "array") and len(stack) >= MAX_DEPTH:
+            return None
+        if kind == "object":
+            return (stack + (("o", index, 0),), FIRST_KEY, 0) if byte == ord("{") else None
+        if kind == "array":
+            return (stack + (("a", index, 0),), FIRST_ITEM, 0) if byte == ord("[") else None
+        if kind == "string":
+            return (stack, STRING, "value") if byte == ord('"') else None
+        integer = kind == "integer"
+        if byte == ord("-"):
+            return (stack, NUMBER, ("sign", integer))
+        if byte in DIGITS:
+            return (stack, NUMBER, ("zero" if byte == ord("0") else "int", integer))
+        return None
+
+    def _after_value(self, stack: tuple) -> State:
+        """A value ended: counted in its array, then what may follow it."""
+        if not stack:
+            return ((), DONE, 0)
+        kind, index, count = stack[-1]
+        if kind == "a":
+            stack = stack[:-1] + ((kind, index, count + 1),)
+        return (stack, AFTER, 0)
+
+    def _choose(self, stack: tuple, literals: tuple[bytes, ...], byte: int) -> State | None:
+        rests = tuple(literal[1:] for literal in literals if literal[0] == byte)
+        return (stack, CHOICE, rests) if rests else None
+
+    def _choice(self, state: State, byte: int) -> State | None:
+        stack, _, rests = state
+        following = tuple(rest[1:] for rest in rests if rest and rest[0] == byte)
+        if following:
+            return (stack, CHOICE, following)
+        # a literal ended (a number's may be the start of a longer one): the byte belongs to what follows
+        return self.advance(self._after_value(stack), byte) if b"" in rests else None
+
+    # objects
+
+    def _keys(self, frame: tuple) -> tuple[tuple[bytes, int], ...]:
+        """The keys an object may take next: the props from its next one up to and including the first required
+        one, as (key as JSON text after its opening quote, prop index)."""
+        _, index, start = frame
+        keys = []
+        for i, (key, _, required) in enumerate(self.nodes[index].props[start:], start):
+            keys.append((key[1:], i))
+            if required:
+                break
+        return tuple(keys)
+
+    def _may_close(self, frame: tuple) -> bool:
+        if frame[0] == "a":
+            return frame[2] >= self.nodes[frame[1]].min_items
+        return not any(required for _, _, required in self.nodes[frame[1]].props[frame[2]:])
+
+    def _may_go_on(self, frame: tuple) -> bool:
+        node = self.nodes[frame[1]]
+        if frame[0] == "a":
+            return node.max_items is None or frame[2] < node.max_items
+        return node.open or frame[2] < len(node.props)
+
+    def _open_key(self, stack: tuple) -> State | None:
+        """After the opening quote of a key."""
+        if self.nodes[stack[-1][1]].open:
+            return (stack, STRING, "key")
+        keys = self._keys(stack[-1])
+        return (stack, KEY_NAME, keys) if keys else None
+
+    def _first_key(self, state: State, byte: int) -> State | None:
+        stack = state[0]
+        if byte == ord("}") and self._may_close(stack[-1]):
+            return self._after_value(stack[:-1])
+        return self._open_key(stack) if byte == ord('"') else None
+
+    def _key(self, state: State, byte: int) -> State | None:
+        return self._open_key(state[0]) if byte == ord('"') else None
+
+    def _key_name(self, state: State, byte: int) -> State | None:
+        stack, _, keys = state
+        following = tuple((rest[1:], i) for rest, i in keys if rest[0] == byte)
+        if not following:
+            return None
+        ended = next((i for rest, i in following if not rest), None)
+        if ended is None:
+            return (stack, KEY_NAME, following)
+        kind, index, _ = stack[-1]
+        return (stack[:-1] + ((kind, index, ended + 1),), COLON, (self.nodes[index].props[ended][1], 0))
+
+    def _colon(self, state: State, byte: int) -> State | None:
+        return (state[0], VALUE, (state[2][0], 0)) if byte == ord(":") else None
+
+    # containers
+
+    def _after(self, state: State, byte: int) -> State | None:
+        """After a value inside a container: a comma (when more may come), or the container's close."""
+        stack = state[0]
+        frame = stack[-1]
+        if byte == ord(",") and self._may_go_on(frame):
+            return (stack, KEY, 0) if frame[0] == "o" else (stack, VALUE, (self.nodes[frame[1]].item, 0))
+        if byte == ord("}" if frame[0] == "o" else "]") and self._may_close(frame):
+            return self._after_value(stack[:-1])
+        return None
+
+    def _first_item(self, state: State, byte: int) -> State | None:
+        stack = state[0]
+        frame = stack[-1]
+        if byte == ord("]") and self._may_close(frame):
+            return self._after_value(stack[:-1])
+        if not self._may_go_on(frame):
+            return None
+        return self._value(stack, self.nodes[frame[1]].item, byte)
+
+    def _done(self, state: State, byte: int) -> State | None:
+        return None
+
+    # strings and numbers
+
+    def _string(self, state: State, byte: int) -> State | None:
+        stack, _, role = state
+        if byte == ord('"'):
+            return (stack, COLON, (ANY, 0)) if role == "key" else self._after_value(stack)
+        if byte == ord("\\"):
+            return (stack, ESCAPE, role)
+        return state if byte >= 0x20 else None
+
+    def _escape(self, state: State, byte: int) -> State | None:
+        if byte not in ESCAPES:
+            return None
+        return (state[0], UNICODE, (state[2], 4)) if byte == ord("u") else (state[0], STRING, state[2])
+
+    def _unicode(self, state: State, byte: int) -> State | None:
+        role, left = state[2]
+        if byte not in HEX:
+            return None
+        return (state[0], STRING, role) if left == 1 else (state[0], UNICODE, (role, left - 1))
+
+    def _number(self, state: State, byte: int) -> State | None:
+        stack, _, (part, integer) = state
+        moves = _INTEGER_MOVES if integer else _NUMBER_MOVES
+        following = moves[part].get(_number_class(byte))
+        if following is not None:
+            return (stack, NUMBER, (following, integer))
+        # the number ended: the byte belongs to what follows it
+        return self.advance(self._after_value(stack), byte) if part in NUMBER_ENDS else None
 
 
-def _spaced(state: State, byte: int) -> State | None:
+def _spaced(state: State) -> State | None:
     """Whitespace in a structural place: the same place, one byte further into the run (None past its cap)."""
-    stack, mode, run = state
-    return (stack, mode, run + 1) if run < MAX_WHITESPACE else None
-
-
-def _value(stack: tuple, byte: int) -> State | None:
-    """The first byte of a value."""
-    if byte == ord("{"):
-        return (stack + (b"{",), FIRST_KEY, 0) if len(stack) < MAX_DEPTH else None
-    if byte == ord("["):
-        return (stack + (b"[",), FIRST_ITEM, 0) if len(stack) < MAX_DEPTH else None
-    if byte == ord('"'):
-        return (stack, STRING, "value")
-    if byte in LITERALS:
-        return (stack, LITERAL, LITERALS[byte])
-    if byte == ord("-"):
-        return (stack, NUMBER, "sign")
-    if byte == ord("0"):
-        return (stack, NUMBER, "zero")
-    if byte in DIGITS:
-        return (stack, NUMBER, "int")
-    return None
-
-
-def _after_value(stack: tuple) -> State:
-    return (stack, AFTER, 0) if stack else ((), DONE, 0)
-
-
-def _top(state: State, byte: int) -> State | None:
-    if byte in WHITESPACE:
-        return _spaced(state, byte)
-    return ((b"{",), FIRST_KEY, 0) if byte == ord("{") else None
-
-
-def _in_value(state: State, byte: int) -> State | None:
-    return _spaced(state, byte) if byte in WHITESPACE else _value(state[0], byte)
-
-
-def _first_key(state: State, byte: int) -> State | None:
-    if byte in WHITESPACE:
-        return _spaced(state, byte)
-    if byte == ord("}"):
-        return _after_value(state[0][:-1])
-    return (state[0], STRING, "key") if byte == ord('"') else None
-
-
-def _key(state: State, byte: int) -> State | None:
-    if byte in WHITESPACE:
-        return _spaced(state, byte)
-    return (state[0], STRING, "key") if byte == ord('"') else None
-
-
-def _colon(state: State, byte: int) -> State | None:
-    if byte in WHITESPACE:
-        return _spaced(state, byte)
-    return (state[0], VALUE, 0) if byte == ord(":") else None
-
-
-def _after(state: State, byte: int) -> State | None:
-    """After a value inside a container: a comma, or the container's close."""
-    stack = state[0]
-    if byte in WHITESPACE:
-        return _spaced(state, byte)
-    if byte == ord(","):
-        return (stack, KEY, 0) if stack[-1] == b"{" else (stack, VALUE, 0)
-    if byte == ord("}" if stack[-1] == b"{" else "]"):
-        return _after_value(stack[:-1])
-    return None
-
-
-def _first_item(state: State, byte: int) -> State | None:
-    if byte in WHITESPACE:
-        return _spaced(state, byte)
-    if byte == ord("]"):
-        return _after_value(state[0][:-1])
-    return _value(state[0], byte)
-
-
-def _done(state: State, byte: int) -> State | None:
-    return _spaced(state, byte) if byte in WHITESPACE else None
-
-
-def _string(state: State, byte: int) -> State | None:
-    stack, _, role = state
-    if byte == ord('"'):
-        return (stack, COLON, 0) if role == "key" else _after_value(stack)
-    if byte == ord("\\"):
-        return (stack, ESCAPE, role)
-    return state if byte >= 0x20 else None
-
-
-def _escape(state: State, byte: int) -> State | None:
-    if byte not in ESCAPES:
-        return None
-    return (state[0], UNICODE, (state[2], 4)) if byte == ord("u") else (state[0], STRING, state[2])
-
-
-def _unicode(state: State, byte: int) -> State | None:
-    role, left = state[2]
-    if byte not in HEX:
-        return None
-    return (state[0], STRING, role) if left == 1 else (state[0], UNICODE, (role, left - 1))
-
-
-def _literal(state: State, byte: int) -> State | None:
-    rest = state[2]
-    if byte != rest[0]:
-        return None
-    return _after_value(state[0]) if len(rest) == 1 else (state[0], LITERAL, rest[1:])
+    stack, mode, detail = state
+    if mode in (VALUE, COLON):
+        node, run = detail
+        return (stack, mode, (node, run + 1)) if run < MAX_WHITESPACE else None
+    return (stack, mode, detail + 1) if detail < MAX_WHITESPACE else None
 
 
 # number part -> {byte class: next part}
@@ -169,6 +279,7 @@ _NUMBER_MOVES = {
     "exp_sign": {"zero": "exp", "digit": "exp"},
     "exp": {"zero": "exp", "digit": "exp"},
 }
+_INTEGER_MOVES = {"sign": {"zero": "zero", "digit": "int"}, "zero": {}, "int": {"zero": "int", "digit": "int"}}
 
 
 def _number_class(byte: int) -> str | None:
@@ -179,15 +290,9 @@ def _number_class(byte: int) -> str | None:
     return {ord("."): "dot", ord("e"): "e", ord("E"): "e", ord("+"): "sign", ord("-"): "sign"}.get(byte)
 
 
-def _number(state: State, byte: int) -> State | None:
-    stack, _, part = state
-    following = _NUMBER_MOVES[part].get(_number_class(byte))
-    if following is not None:
-        return (stack, NUMBER, following)
-    # the number ended: the byte belongs to what follows it
-    return advance(_after_value(stack), byte) if part in NUMBER_ENDS else None
+def json_text(value) -> bytes:
+    """A value's canonical JSON text, as enum / const values and keys are matched."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-_STEPS = {TOP: _top, VALUE: _in_value, FIRST_KEY: _first_key, KEY: _key, COLON: _colon, AFTER: _after,
-          FIRST_ITEM: _first_item, DONE: _done, STRING: _string, ESCAPE: _escape, UNICODE: _unicode,
-          LITERAL: _literal, NUMBER: _number}
+JSON_OBJECT = Grammar()

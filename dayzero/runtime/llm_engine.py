@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
+from dayzero.runtime.json_grammar import JSON_OBJECT, Grammar
+from dayzero.runtime.json_schema import compile_schema
 from dayzero.runtime.logprobs import token_logprob
 from dayzero.runtime.penalties import adjusts_logits, penalized
 from dayzero.runtime.prefix_cache import PrefixCache
@@ -27,6 +30,8 @@ from dayzero.runtime.spec_decode import PROPOSERS, accept, greedy_run
 from dayzero.runtime.state_pool import StatePool
 from dayzero.runtime.token_grammar import JsonAnswer, TokenTable
 
+# JSON schemas kept compiled, by their text
+CACHED_GRAMMARS = 32
 # prefill tokens a step gives each rank by default (context-parallel ranks split a step's tokens)
 TOKENS_PER_RANK = 2048
 
@@ -113,6 +118,7 @@ class LLMEngine:
         self.detokenize, self.stop_ids = detokenize, stop_ids
         self.token_bytes = token_bytes
         self._token_table: TokenTable | None = None
+        self._grammars: dict[str, Grammar] = {}  # compiled schemas, by their JSON text
         self.stats = StepStats()
 
     def _prefix_cache(self, options: RuntimeOptions, token_budget: int, decodes_alone: bool) -> PrefixCache | None:
@@ -134,8 +140,8 @@ class LLMEngine:
                                "logits")
         seq = Sequence(list(prompt_ids), params) if request_id is None else Sequence(list(prompt_ids), params,
                                                                                        request_id)
-        if params.response_format == "json_object":
-            seq.json_answer = JsonAnswer(self._json_tokens())
+        if params.response_format is not None:
+            seq.json_answer = JsonAnswer(self._json_tokens(), self._grammar(params))
         self.scheduler.add(seq)
         return seq
 
@@ -145,6 +151,15 @@ class LLMEngine:
         if self._token_table is None:
             self._token_table = TokenTable(self.token_bytes, self.manifest.vocab_size)
         return self._token_table
+
+    def _grammar(self, params: SamplingParams) -> Grammar:
+        if params.json_schema is None:
+            return JSON_OBJECT
+        if params.json_schema not in self._grammars:
+            if len(self._grammars) >= CACHED_GRAMMARS:
+                self._grammars.pop(next(iter(self._grammars)))
+            self._grammars[params.json_schema] = compile_schema(json.loads(params.json_schema))
+        return self._grammars[params.json_schema]
 
     def cancel(self, request_id: str) -> Sequence | None:
         return self.scheduler.cancel(request_id)

@@ -5,7 +5,8 @@ ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). `echo` (completions) p
 answer; with `logprobs` the prompt's tokens get theirs too, and `max_tokens: 0` then asks for nothing else (how
 evaluation harnesses score text). Fields dayzero cannot honour (suffix, ...) are refused by name rather than
 ignored, so a client never gets an answer computed differently from what it asked for. `response_format:
-{"type": "json_object"}` holds the answer to one JSON object (token_grammar.py). `top_k`, `ignore_eos` and
+{"type": "json_object"}` holds the answer to one JSON object, `{"type": "json_schema", ...}` to one that follows the
+schema (json_schema.py, token_grammar.py). `top_k`, `ignore_eos` and
 `stop_token_ids` are accepted as extensions, as in vLLM.
 """
 
@@ -15,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from dayzero.errors import DayzeroError
+from dayzero.runtime.json_schema import SchemaError, compile_schema
 from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
 from dayzero.runtime.sampling import SamplingParams
 
@@ -64,7 +66,8 @@ class Sampling:
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     stop_token_ids: tuple[int, ...] = ()  # vLLM's extension: ids that end the answer (their text stays in it)
-    response_format: str | None = None  # "json_object": the answer is one JSON object
+    response_format: str | None = None  # "json_object" / "json_schema": the answer is one JSON object
+    json_schema: str | None = None  # the schema "json_schema" follows, as JSON text
 
     def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
         """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay. max_tokens 0
@@ -77,7 +80,8 @@ class Sampling:
                               logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs,
                               presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias,
-                              stop_token_ids=self.stop_token_ids, response_format=self.response_format)
+                              stop_token_ids=self.stop_token_ids, response_format=self.response_format,
+                              json_schema=self.json_schema)
 
 
 @dataclass(frozen=True)
@@ -153,20 +157,31 @@ def _refuse_unsupported(body: dict, supported: tuple[str, ...]) -> None:
             raise RequestError(f"'{name}' is not supported by dayzero; leave it out", param=name)
 
 
-def _response_format(body: dict) -> str | None:
-    """None (text) or "json_object" (the answer is one JSON object)."""
+def _response_format(body: dict) -> tuple[str | None, str | None]:
+    """-> (None: text, "json_object" or "json_schema"; the schema as JSON text)."""
     response_format = body.get("response_format")
     if response_format in (None, {"type": "text"}):
-        return None
+        return None, None
     if response_format == {"type": "json_object"}:
-        return "json_object"
-    raise RequestError("'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"} (JSON schemas "
-                       "are not enforced by dayzero: ask for json_object and give the schema in the prompt)",
-                       param="response_format")
+        return "json_object", None
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        raise RequestError("'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                           "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}",
+                           param="response_format")
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        raise RequestError("'response_format.json_schema' must be an object with the schema under \"schema\"",
+                           param="response_format")
+    try:
+        grammar = compile_schema(spec["schema"])
+    except SchemaError as err:
+        raise RequestError(f"response_format.json_schema: {err}", param="response_format") from err
+    return "json_schema", grammar.key
 
 
 def _sampling(body: dict, max_tokens_field: str, logprobs: int | None, echo: bool) -> Sampling:
     max_tokens = _number(body, max_tokens_field, DEFAULT_MAX_TOKENS[max_tokens_field], int, 0, 2**31 - 1)
+    response_format, json_schema = _response_format(body)
     if max_tokens == 0 and not echo:
         raise RequestError(f"'{max_tokens_field}' must be >= 1 (0 only with \"echo\": true, for the prompt alone)",
                            param=max_tokens_field)
@@ -176,7 +191,8 @@ def _sampling(body: dict, max_tokens_field: str, logprobs: int | None, echo: boo
                     seed=_number(body, "seed", None, int, -(2**63), 2**63 - 1), stop=_stop(body),
                     stop_token_ids=_stop_token_ids(body),
                     ignore_eos=flag(body, "ignore_eos"), logprobs=logprobs,
-                    prompt_logprobs=logprobs if echo else None, response_format=_response_format(body),
+                    prompt_logprobs=logprobs if echo else None, response_format=response_format,
+                    json_schema=json_schema,
                     presence_penalty=_number(body, "presence_penalty", 0.0, float, -2.0, 2.0),
                     frequency_penalty=_number(body, "frequency_penalty", 0.0, float, -2.0, 2.0),
                     logit_bias=_logit_bias(body))

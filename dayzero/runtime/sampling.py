@@ -11,7 +11,7 @@ from dayzero.errors import DayzeroError
 from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
 
 GREEDY_TEMPERATURE = 1e-5
-RESPONSE_FORMATS = (None, "json_object")
+RESPONSE_FORMATS = (None, "json_object", "json_schema")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,9 @@ class SamplingParams:
     presence_penalty: float = 0.0  # penalties.py
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, added to its logit)
-    response_format: str | None = None  # "json_object": the answer is one JSON object (token_grammar.py)
+    # "json_object": the answer is one JSON object; "json_schema": one that follows json_schema (a JSON text)
+    response_format: str | None = None
+    json_schema: str | None = None
 
     def __post_init__(self):
         if self.max_tokens < 1:
@@ -45,6 +47,8 @@ class SamplingParams:
                 raise DayzeroError(f"{name} must be in [0, {MAX_TOP_LOGPROBS}], got {value}")
         if self.response_format not in RESPONSE_FORMATS:
             raise DayzeroError(f"response_format must be one of {RESPONSE_FORMATS}, got {self.response_format!r}")
+        if (self.response_format == "json_schema") != (self.json_schema is not None):
+            raise DayzeroError("json_schema goes with response_format \"json_schema\", and only with it")
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise DayzeroError("need temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))

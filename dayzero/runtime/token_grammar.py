@@ -1,11 +1,12 @@
 """Which tokens may come next in an answer held to JSON: the vocabulary's bytes in a trie, searched from the
-recognizer's state (json_grammar.py), so each step masks the logits to the tokens that keep the text a JSON object.
+recognizer's state (json_grammar.py), so each step masks the logits to the tokens that keep the text on the
+grammar's way (a JSON object, or one that follows a schema).
 
 A search walks the trie byte by byte and drops a branch at the first byte JSON refuses, so it visits few nodes
 except inside a string, where almost any token fits. There the tokens without a quote, backslash or control byte
-(most of a vocabulary) are allowed at once, and only the others are searched. Masks are kept by state (the same
-states recur: inside a string, after a comma, ...). Special tokens have no bytes and are never allowed: an answer
-ends when its object closes.
+(most of a vocabulary) are allowed at once, and only the others are searched. Masks are kept by grammar and state
+(the same states recur: inside a string, after a comma, ...). Special tokens have no bytes and are never allowed:
+an answer ends when its object closes.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from collections.abc import Callable
 import torch
 
 from dayzero.errors import DayzeroError
-from dayzero.runtime import json_grammar
-from dayzero.runtime.json_grammar import State
+from dayzero.runtime.json_grammar import Grammar, State
 
-# masks kept, by state (a mask is a bool a vocabulary entry: 160 KB for Kimi's)
+# masks kept, by grammar and state (a mask is a bool a vocabulary entry: 160 KB for Kimi's)
 CACHED_MASKS = 512
 # single-byte tokens JSON needs to reach every state's way out (a close, a digit, a quote ...)
 NEEDED_BYTES = b'{}[]:,"\\0123456789.-+eEtrufalsn '
@@ -65,67 +65,68 @@ class TokenTable:
             else:
                 self.unsafe_trie.insert(data, token)
         self.string_safe = safe
-        self._masks: OrderedDict[State, torch.Tensor] = OrderedDict()
+        self._masks: OrderedDict[tuple[str, State], torch.Tensor] = OrderedDict()
 
-    def mask(self, state: State) -> torch.Tensor:
+    def mask(self, grammar: Grammar, state: State) -> torch.Tensor:
         """bool [vocab]: the tokens allowed after `state`."""
-        if state in self._masks:
-            self._masks.move_to_end(state)
-            return self._masks[state]
-        mask = self._search(state)
-        self._masks[state] = mask
+        key = (grammar.key, state)
+        if key in self._masks:
+            self._masks.move_to_end(key)
+            return self._masks[key]
+        mask = self._search(grammar, state)
+        self._masks[key] = mask
         if len(self._masks) > CACHED_MASKS:
             self._masks.popitem(last=False)
         return mask
 
-    def advance(self, state: State, token: int) -> State | None:
+    def advance(self, grammar: Grammar, state: State, token: int) -> State | None:
         for byte in self.bytes[token]:
-            state = json_grammar.advance(state, byte)
+            state = grammar.advance(state, byte)
             if state is None:
                 return None
         return state if self.bytes[token] else None
 
-    def _search(self, state: State) -> torch.Tensor:
+    def _search(self, grammar: Grammar, state: State) -> torch.Tensor:
         allowed: list[int] = []
-        if json_grammar.is_plain_string(state):
+        if grammar.is_plain_string(state):
             mask = self.string_safe.clone()
-            _walk(self.unsafe_trie, state, allowed)
+            _walk(grammar, self.unsafe_trie, state, allowed)
         else:
             mask = torch.zeros(self.vocab_size, dtype=torch.bool)
-            _walk(self.trie, state, allowed)
+            _walk(grammar, self.trie, state, allowed)
         mask[allowed] = True
         return mask
 
 
-def _walk(node: _Node, state: State, allowed: list[int]) -> None:
-    """Every token under `node` whose bytes the recognizer takes from `state` -> allowed."""
+def _walk(grammar: Grammar, node: _Node, state: State, allowed: list[int]) -> None:
+    """Every token under `node` whose bytes the grammar takes from `state` -> allowed."""
     for byte, child in node.children.items():
-        following = json_grammar.advance(state, byte)
+        following = grammar.advance(state, byte)
         if following is None:
             continue
         allowed.extend(child.tokens)
         if child.children:
-            _walk(child, following, allowed)
+            _walk(grammar, child, following, allowed)
 
 
 class JsonAnswer:
     """One sequence's place in its JSON answer: masks its logits rows, and moves on with each token it emits."""
 
-    def __init__(self, table: TokenTable):
-        self.table = table
-        self.state = json_grammar.start()
+    def __init__(self, table: TokenTable, grammar: Grammar):
+        self.table, self.grammar = table, grammar
+        self.state = grammar.start()
 
     @property
     def done(self) -> bool:
-        return json_grammar.is_done(self.state)
+        return self.grammar.is_done(self.state)
 
     def mask(self, rows: torch.Tensor) -> torch.Tensor:
-        """rows [n, vocab] (the next token's logits) -> the same with every token JSON refuses at -inf."""
-        allowed = self.table.mask(self.state).to(rows.device)
-        return rows.masked_fill(~allowed[: rows.shape[-1]], float("-inf"))
+        """rows [n, vocab] (the next token's logits) -> the same with every token the grammar refuses at -inf."""
+        allowed = self.table.mask(self.grammar, self.state).to(rows.device)
+        return rows.masked_fill(~allowed, float("-inf"))
 
     def advance(self, token: int) -> None:
-        following = self.table.advance(self.state, token)
+        following = self.table.advance(self.grammar, self.state, token)
         if following is None:
             raise DayzeroError(f"token {token} does not continue the JSON answer (a mask was bypassed)")
         self.state = following

@@ -1,14 +1,17 @@
-"""Answers held to JSON (`response_format: {"type": "json_object"}`): the byte recognizer agrees with Python's json
-module on whole texts, the vocabulary masks equal a token-by-token check of every token, and the engine's answers
-(sampled from a random model, any vocabulary) are JSON objects that end where they close."""
+"""Answers held to JSON (`response_format` json_object or json_schema): the byte recognizer agrees with Python's
+json module on whole texts and, held to a schema, accepts every instance and only texts that follow it (checked by
+the jsonschema library); the vocabulary masks equal a token-by-token check of every token; the engine's answers
+(sampled from a random model) are JSON objects that end where they close and follow their schema; schemas it
+cannot hold are refused by what is wrong."""
 
 from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
@@ -16,6 +19,8 @@ from dayzero.errors import DayzeroError
 from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
 from dayzero.runtime import json_grammar
+from dayzero.runtime.json_grammar import JSON_OBJECT, Grammar
+from dayzero.runtime.json_schema import SchemaError, compile_schema
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.token_grammar import TokenTable
@@ -24,18 +29,18 @@ from tests.helpers import random_model, tiny_config_dict
 from tests.runtime.test_server import HI, assert_nothing_open, make_server
 
 
-def recognize(data: bytes) -> list:
+def recognize(data: bytes, grammar: Grammar = JSON_OBJECT) -> list:
     """The recognizer's state after each byte (None from the first refused one on)."""
-    state, states = json_grammar.start(), []
+    state, states = grammar.start(), []
     for byte in data:
-        state = None if state is None else json_grammar.advance(state, byte)
+        state = None if state is None else grammar.advance(state, byte)
         states.append(state)
     return states
 
 
-def accepts(data: bytes) -> bool:
-    states = recognize(data)
-    return bool(states) and states[-1] is not None and json_grammar.is_done(states[-1])
+def accepts(data: bytes, grammar: Grammar = JSON_OBJECT) -> bool:
+    states = recognize(data, grammar)
+    return bool(states) and states[-1] is not None and grammar.is_done(states[-1])
 
 
 def python_accepts(data: bytes) -> bool:
@@ -62,8 +67,8 @@ json_objects = st.dictionaries(st.text(max_size=6), json_values, max_size=5)
 def test_every_serialized_object_is_accepted_and_done_only_at_its_last_byte(value, indent, ascii_only):
     data = json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode()
     states = recognize(data)
-    assert None not in states and json_grammar.is_done(states[-1])
-    assert not any(json_grammar.is_done(s) for s in states[:-1])
+    assert None not in states and JSON_OBJECT.is_done(states[-1])
+    assert not any(JSON_OBJECT.is_done(s) for s in states[:-1])
 
 
 @settings(max_examples=400, deadline=None)
@@ -99,8 +104,8 @@ def test_whitespace_runs_and_depth_are_capped():
     assert not accepts(b'{"a":' + b"[" * (deep + 1) + b"]" * (deep + 1) + b"}")
 
 
-def naive_mask(table: TokenTable, state) -> torch.Tensor:
-    return torch.tensor([table.advance(state, t) is not None for t in range(table.vocab_size)])
+def naive_mask(table: TokenTable, grammar: Grammar, state) -> torch.Tensor:
+    return torch.tensor([table.advance(grammar, state, t) is not None for t in range(table.vocab_size)])
 
 
 # a vocabulary of multi-byte pieces: JSON's own characters, words, quotes and escapes inside, digits
@@ -115,10 +120,10 @@ def test_masks_equal_checking_every_token(vocab):
     pieces = PIECES if vocab == "pieces" else PIECES[:256]
     table = TokenTable(lambda t: pieces[t] if t < len(pieces) else None, len(pieces) + 3)
     text = json.dumps({"a": [1, -2.5e3, True, None, "x\\y\u00e9\"z"], "b": {"c": False, "": []}}, ensure_ascii=False)
-    states = [json_grammar.start()] + recognize(text.encode())
+    states = [JSON_OBJECT.start()] + recognize(text.encode())
     for state in states[:-1]:
-        assert torch.equal(table.mask(state), naive_mask(table, state)), state
-    assert not table.mask(states[0])[len(pieces):].any()
+        assert torch.equal(table.mask(JSON_OBJECT, state), naive_mask(table, JSON_OBJECT, state)), state
+    assert not table.mask(JSON_OBJECT, states[0])[len(pieces):].any()
 
 
 def test_a_vocabulary_without_json_characters_is_refused():
@@ -167,19 +172,145 @@ def test_a_tokenizer_that_cannot_give_token_bytes_is_refused(model):
         engine.add_request([1, 2], SamplingParams(response_format="json_object"))
 
 
-def test_the_api_takes_json_object_and_refuses_schemas(model, tmp_path):
+def test_the_api_holds_answers_to_json_and_to_schemas(model, tmp_path):
     server = make_server(model, tmp_path)
     try:
         with TestClient(server.app) as client:
-            fields = {"max_tokens": 200, "temperature": 0.7, "seed": 3, "response_format": {"type": "json_object"},
-                      "logit_bias": {str(t): b for t, b in CLOSING}}
-            chat = client.post("/v1/chat/completions", json={"messages": HI, **fields}).json()["choices"][0]
+            fields = {"max_tokens": 300, "temperature": 0.7, "seed": 3, "logit_bias": {str(t): b for t, b in CLOSING}}
+            json_object = {"response_format": {"type": "json_object"}, **fields}
+            chat = client.post("/v1/chat/completions", json={"messages": HI, **json_object}).json()["choices"][0]
             assert chat["finish_reason"] == "stop" and isinstance(json.loads(chat["message"]["content"]), dict)
-            text = client.post("/v1/completions", json={"prompt": "JSON:", **fields}).json()["choices"][0]
+            text = client.post("/v1/completions", json={"prompt": "JSON:", **json_object}).json()["choices"][0]
             assert text["finish_reason"] == "stop" and isinstance(json.loads(text["text"]), dict)
-            schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-            reply = client.post("/v1/chat/completions", json={"messages": HI, "response_format": schema})
-            assert reply.status_code == 400 and "ask for json_object" in reply.json()["error"]["message"]
+            schema = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+            reply = client.post("/v1/chat/completions", json={"messages": HI, "response_format": schema, **fields})
+            answer = reply.json()["choices"][0]
+            assert answer["finish_reason"] == "stop"
+            jsonschema.validate(json.loads(answer["message"]["content"]), PERSON)
+            bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+                "type": "object", "properties": {"id": {"type": "string", "pattern": "^a"}}}}}
+            reply = client.post("/v1/chat/completions", json={"messages": HI, "response_format": bad})
+            assert reply.status_code == 400 and "pattern cannot be enforced" in reply.json()["error"]["message"]
             assert_nothing_open(server)
     finally:
         server.close()
+
+
+# schemas as clients send them (pydantic-style: $defs, optional fields as anyOf with null, enums, nested arrays)
+PERSON = {
+    "type": "object", "title": "Person",
+    "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer"},
+        "email": {"anyOf": [{"type": "string", "format": "email"}, {"type": "null"}], "default": None},
+        "role": {"enum": ["admin", "user", 7]}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+        "home": {"$ref": "#/$defs/Address"}},
+    "required": ["name", "age", "role"],
+    "$defs": {"Address": {"type": "object", "properties": {"zip": {"type": "string"}, "lat": {"type": "number"}},
+                          "required": ["lat"]}}}
+TREE = {"type": "object", "properties": {"value": {"type": "integer"},
+                                         "children": {"type": "array", "items": {"$ref": "#/$defs/Tree"}}},
+        "required": ["value", "children"], "$defs": {"Tree": {"$ref": "#"}}}
+MIXED = {"type": "object", "properties": {
+    "x": {"type": ["number", "string", "null", "boolean"]}, "c": {"const": "fixed"},
+    "list": {"type": "array", "minItems": 1, "maxItems": 3,
+             "items": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}},
+    "free": {"type": "object"}, "anything": {}},
+    "required": ["x", "list"], "additionalProperties": False}
+
+
+def instances(schema: dict, root: dict, depth: int = 0):
+    """A hypothesis strategy of values that follow `schema`, with keys in its order (optional ones sometimes left
+    out), as the grammar spells them."""
+    if "$ref" in schema:
+        target = root if schema["$ref"] == "#" else root["$defs"][schema["$ref"].split("/")[-1]]
+        return instances(target, root, depth + 1)
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if "anyOf" in schema:
+        return st.one_of([instances(m, root, depth) for m in schema["anyOf"]])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return st.one_of([instances({**schema, "type": k}, root, depth) for k in kind])
+    if kind == "object" and "properties" in schema:
+        def build(draw):
+            value = {}
+            for name, sub in schema["properties"].items():
+                if name in schema.get("required", []) or draw(st.booleans()):
+                    value[name] = draw(instances(sub, root, depth + 1))
+            return value
+        return st.composite(lambda draw: build(draw))()
+    if kind == "array":
+        items = instances(schema.get("items", {}), root, depth + 1)
+        return st.lists(items, min_size=schema.get("minItems", 0), max_size=min(schema.get("maxItems", 3), 3)
+                        if depth < 3 else schema.get("minItems", 0))
+    simple = {"string": st.text(max_size=6), "integer": st.integers(-10**9, 10**9), "boolean": st.booleans(),
+              "number": st.floats(allow_nan=False, allow_infinity=False), "null": st.none()}
+    return simple[kind] if kind in simple else json_objects
+
+
+SCHEMAS = {"person": PERSON, "tree": TREE, "mixed": MIXED}
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_every_instance_of_a_schema_is_accepted(name, data):
+    schema = SCHEMAS[name]
+    value = data.draw(instances(schema, schema))
+    jsonschema.validate(value, schema)
+    text = json.dumps(value, ensure_ascii=data.draw(st.booleans()), indent=data.draw(st.sampled_from([None, 1])))
+    assert accepts(text.encode(), compile_schema(schema)), text
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), edits=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(list(b'{}[]:,"0-1.tnx '))),
+                                      min_size=1, max_size=3))
+def test_a_mutated_instance_is_accepted_only_if_it_follows_the_schema(name, data, edits):
+    schema = SCHEMAS[name]
+    text = bytearray(json.dumps(data.draw(instances(schema, schema))).encode())
+    for position, byte in edits:
+        text.insert(position % (len(text) + 1), byte)
+    if accepts(bytes(text), compile_schema(schema)):
+        jsonschema.validate(json.loads(bytes(text)), schema)
+
+
+def test_schema_masks_equal_checking_every_token():
+    table = TokenTable(lambda t: PIECES[t] if t < len(PIECES) else None, len(PIECES))
+    grammar = compile_schema(PERSON)
+    text = json.dumps({"name": "Al \"x\"", "age": -12, "email": None, "role": 7, "tags": ["a"],
+                       "home": {"zip": "0", "lat": 1.5e-3}})
+    for state in [grammar.start()] + recognize(text.encode(), grammar)[:-1]:
+        assert torch.equal(table.mask(grammar, state), naive_mask(table, grammar, state)), state
+
+
+@pytest.mark.parametrize("schema, says", [
+    ({"type": "object", "properties": {"a": {"type": "string", "minLength": 2}}}, "minLength cannot be enforced"),
+    ({"type": "array"}, "root must be an object"),
+    ({"type": "object", "properties": {"a": {"anyOf": [{"type": "object"}, {"type": "object"}]}}},
+     "must start differently"),
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/B"}}}, "names no definition"),
+    ({"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}, "only local references"),
+    ({"type": "object", "properties": {}, "required": ["a"]}, "which properties does not define"),
+    ({"type": "object", "properties": {"a": {"type": "date"}}}, "unknown type"),
+    ({"type": "object", "properties": {"a": {"const": {"k": 1}}}}, "must be strings, numbers, booleans or null"),
+])
+def test_schemas_it_cannot_hold_are_refused_by_what_is_wrong(schema, says):
+    with pytest.raises(SchemaError, match=says):
+        compile_schema(schema)
+
+
+def test_the_engines_answers_follow_a_schema(model):
+    engine = engine_with(model)
+    params = [SamplingParams(max_tokens=300, temperature=1.0, seed=seed, logit_bias=CLOSING,
+                             response_format="json_schema", json_schema=json.dumps(schema))
+              for seed, schema in enumerate([PERSON, MIXED, PERSON])]
+    seqs = [engine.add_request([256, *b"Answer:"], p) for p in params]
+    while engine.has_work:
+        engine.step()
+    for seq, schema in zip(seqs, [PERSON, MIXED, PERSON]):
+        text = ByteTokenizer().decode(seq.output_ids)
+        assert seq.finish_reason == "stop", text
+        jsonschema.validate(json.loads(text), schema)
