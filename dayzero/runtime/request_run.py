@@ -70,7 +70,7 @@ class RequestRun:
         text = self.texts[index].add(update.token_ids)
         if update.finish_reason is not None:
             text += self.texts[index].finish()
-        text, calls = self._split(index, text, update.finish_reason is not None)
+        text, calls = self._split(index, text, update.finish_reason)
         if update.finish_reason is not None:
             # a turn that ended by itself after calling tools: OpenAI's reason is "tool_calls"
             called = update.finish_reason == "stop" and self.calls.get(index)
@@ -78,12 +78,16 @@ class RequestRun:
         self.shown[index] = self.shown.get(index, "") + text
         return text, calls
 
-    def _split(self, index: int, text: str, last: bool) -> tuple[str, list[ToolCall]]:
+    def _split(self, index: int, text: str, reason: str | None) -> tuple[str, list[ToolCall]]:
+        """reason: the choice's finish reason on its last update, else None."""
         if self.tool_texts is None:
             return text, []
-        text, calls = self.tool_texts[index].add(text)
-        if last:
-            text += self.tool_texts[index].finish()
+        tool_text = self.tool_texts[index]
+        text, calls = tool_text.add(text)
+        if reason == "stop":
+            calls = calls + tool_text.close()
+        if reason is not None:
+            text += tool_text.finish()
         made = self.calls.setdefault(index, [])
         calls = calls[: max(0, 1 - len(made))] if not self.parallel_calls else calls
         made.extend(calls)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 import uuid
@@ -32,6 +33,7 @@ from dayzero.runtime.api_key import RequireApiKey
 from dayzero.runtime.chat_template import ChatTemplate, load_chat_template
 from dayzero.runtime.detokenizer import ChoiceText
 from dayzero.runtime.engine_loop import EngineLoop, Update, Updates
+from dayzero.runtime.json_schema import SchemaError, compile_schema
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.openai_messages import ToolRequest, calls_made, chat_messages, parse_tools
@@ -39,7 +41,15 @@ from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse
 from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response
 from dayzero.runtime.request_run import RequestRun
 from dayzero.runtime.server_metrics import CountRequests, ServerMetrics, engine_counts
-from dayzero.runtime.tool_calls import MARKERS, ToolCall, ToolCallText, decode_keeping, marker_ids
+from dayzero.runtime.tool_calls import (
+    CALL_END,
+    MARKERS,
+    SECTION_END,
+    ToolCall,
+    ToolCallText,
+    decode_keeping,
+    marker_ids,
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,20 @@ class ServerOptions:
             raise DayzeroError("--api-key must not be empty")
         if self.drain_seconds < 0:
             raise DayzeroError(f"--drain-seconds must be >= 0, got {self.drain_seconds}")
+
+
+def _arguments_held_to_schema(parsed: GenerateRequest, tools: ToolRequest, prompt: str) -> GenerateRequest:
+    """A request whose prompt ends in a named call's opening: its answer (the arguments) held to the function's
+    parameters schema, or to any JSON object where dayzero cannot hold that schema."""
+    parameters = tools.named_parameters()
+    if parameters is None:
+        return dataclasses.replace(parsed, prompts=(prompt,))
+    try:
+        response_format, schema = "json_schema", compile_schema(parameters).key
+    except SchemaError:
+        response_format, schema = "json_object", None
+    sampling = dataclasses.replace(parsed.sampling, response_format=response_format, json_schema=schema)
+    return dataclasses.replace(parsed, prompts=(prompt,), sampling=sampling)
 
 
 class ClientGone(Exception):
@@ -157,13 +181,14 @@ class OpenAIServer:
         messages, tools = chat_messages(body), parse_tools(body)
         prompt = self.template.render(messages, None if tools is None else list(tools.tools))
         calling = tools if tools is not None and tools.choice != "none" else None
-        forced = ""
+        forced, parsed = "", parse_chat(body, prompt)
         if calling is not None:
             self._check_tool_calls_readable()
             forced = calling.forced_call(calls_made(messages))
+            parsed = _arguments_held_to_schema(parsed, calling, prompt + forced)
         # a checkpoint's template writes the BOS and turn markers itself; the plain transcript has none
-        return await self._generate(request, "chat", parse_chat(body, prompt + forced),
-                                    add_special_tokens=self.template.source is None, tools=calling, forced=forced)
+        return await self._generate(request, "chat", parsed, add_special_tokens=self.template.source is None,
+                                    tools=calling, forced=forced)
 
     def _check_tool_calls_readable(self) -> None:
         if self.template.source is None:
@@ -275,7 +300,9 @@ class OpenAIServer:
         texts = [ChoiceText(decode, parsed.sampling.stop) for _ in range(count)]
         run = RequestRun(request_id, kind, parsed, prompt_ids, Updates(), texts)
         if tools is not None:
-            run.tool_texts = [ToolCallText(forced) for _ in range(count)]
+            # a named call's arguments end where their JSON object closes: the call's end markers follow
+            closing = CALL_END + SECTION_END if tools.named_parameters() is not None else ""
+            run.tool_texts = [ToolCallText(forced, closing) for _ in range(count)]
             run.parallel_calls = tools.parallel
         self.num_open += count
         try:

@@ -99,10 +99,13 @@ class ToolCallText:
     calls. Text the section holds that is not a well-formed call (an unfinished one, cut by max_tokens) comes back as
     answer text at the end, so nothing the model wrote is lost."""
 
-    def __init__(self, prefix: str = ""):
+    def __init__(self, prefix: str = "", closing: str = ""):
+        """prefix: the text the turn was forced to start with; closing: the text that ends it when it stopped by
+        itself (a named call's end markers, which its JSON-held arguments cannot write)."""
         self._pending = prefix  # text not yet given out
         self._in_section = False
         self._leftover = ""  # section text that was no call
+        self.closing = closing
 
     def add(self, text: str) -> tuple[str, list[ToolCall]]:
         """Append text -> (answer text now safe to show, calls completed by it)."""
@@ -116,6 +119,12 @@ class ToolCallText:
             return shown, []
         self._pending, self._in_section = after, True
         return before, self._take_calls()
+
+    def close(self) -> list[ToolCall]:
+        """The turn stopped by itself: a call still open gets the closing text -> the calls that completes."""
+        if not (self.closing and self._in_section and CALL_BEGIN in self._pending):
+            return []
+        return self.add(self.closing)[1]
 
     def finish(self) -> str:
         """The choice ended -> the rest of its answer text: what the section held that was no call, as written."""

@@ -268,3 +268,39 @@ def test_a_checkpoint_that_cannot_read_calls_refuses_tools_and_says_why(tmp_path
             assert "'tools' is not supported" in reply.json()["error"]["message"]
     finally:
         server.close()
+
+
+def test_a_named_call_closes_when_its_arguments_do():
+    """A named call's arguments are held to JSON, which cannot write the end markers: the turn stopping by itself
+    closes the call; a call the model closed itself is left as it is."""
+    tool_text = ToolCallText(call_prefix("get_weather", 0), CALL_END + SECTION_END)
+    assert tool_text.add('{"city": "Oslo"}') == ("", [])
+    assert tool_text.close() == [ToolCall("functions.get_weather:0", "get_weather", '{"city": "Oslo"}')]
+    assert tool_text.finish() == ""
+    closed = ToolCallText(call_prefix("f", 0), CALL_END + SECTION_END)
+    assert closed.add("{}" + CALL_END + SECTION_END)[1] == [ToolCall("functions.f:0", "f", "{}")]
+    assert closed.close() == [] and closed.finish() == ""
+
+
+@pytest.mark.parametrize("parameters", [WEATHER["function"]["parameters"],
+                                        {"type": "object", "properties": {"city": {"type": "string",
+                                                                                   "pattern": "^[A-Z]"}}}],
+                         ids=["schema", "pattern: any object"])
+def test_a_named_calls_arguments_follow_the_functions_schema(client, parameters):
+    """The real engine behind it: a random model's arguments, held to the function's parameters (or, where dayzero
+    cannot hold that schema, to any JSON object), become a whole call."""
+    import jsonschema
+
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": parameters}}
+    closing = {str(b): 4.0 for b in b'"}'}
+    reply = client.post("/v1/chat/completions", json={
+        "messages": ASK, "tools": [tool], "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "max_tokens": 200, "temperature": 0.8, "seed": 1, "logit_bias": closing}).json()
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", reply
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and call["id"] == "functions.get_weather:0"
+    arguments = json.loads(call["function"]["arguments"])
+    assert isinstance(arguments, dict)
+    if "pattern" not in json.dumps(parameters):
+        jsonschema.validate(arguments, parameters)
