@@ -1,5 +1,6 @@
-"""A chat request's conversation as dayzero reads it: the messages (text content, the calls an assistant made and
-the results a tool message returns) and the tools offered with `tools`, `tool_choice` and `parallel_tool_calls`.
+"""A chat request's conversation as dayzero reads it: the messages (text content, the calls an assistant made, its
+reasoning, and the results a tool message returns) and the tools offered with `tools`, `tool_choice` and
+`parallel_tool_calls`.
 
 Everything here goes to the checkpoint's chat template, which shows the model its tools and earlier calls in the
 model's own format; what the model then writes is read by tool_calls.py.
@@ -44,8 +45,8 @@ def _call_made(call, where: str) -> dict:
 
 
 def _tool_fields(message: dict, index: int) -> dict:
-    """The fields a template reads beside role and content: an assistant's tool_calls, a tool result's
-    tool_call_id, a participant's name."""
+    """The fields a template reads beside role and content: an assistant's tool_calls and reasoning_content, a tool
+    result's tool_call_id, a participant's name."""
     fields = {}
     calls = message.get("tool_calls")
     if calls:
@@ -53,7 +54,7 @@ def _tool_fields(message: dict, index: int) -> dict:
             raise RequestError(f"messages[{index}].tool_calls must be a list, in an assistant message",
                                param="messages")
         fields["tool_calls"] = [_call_made(c, f"messages[{index}].tool_calls[{i}]") for i, c in enumerate(calls)]
-    for name in ("tool_call_id", "name"):
+    for name in ("tool_call_id", "name", "reasoning_content"):
         if message.get(name) is not None:
             if not isinstance(message[name], str):
                 raise RequestError(f"messages[{index}].{name} must be a string", param="messages")

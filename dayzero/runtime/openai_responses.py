@@ -15,6 +15,7 @@ class Choice:
     finish_reason: str | None
     logprobs: dict | None = None  # already in the endpoint's form
     tool_calls: tuple[dict, ...] = ()  # chat: in OpenAI's form (streamed ones with their index)
+    reasoning: str = ""  # chat: a thinking model's reasoning (reasoning_content)
 
 
 def _entry(choice: Choice, **content) -> dict:
@@ -66,6 +67,8 @@ class ChatFormat:
     def choice(choice: Choice) -> dict:
         """An answer that only calls tools has no content (null), as in OpenAI's."""
         message = {"role": "assistant", "content": choice.text or (None if choice.tool_calls else "")}
+        if choice.reasoning:
+            message["reasoning_content"] = choice.reasoning
         if choice.tool_calls:
             message["tool_calls"] = list(choice.tool_calls)
         return _entry(choice, message=message)
@@ -73,11 +76,14 @@ class ChatFormat:
     @staticmethod
     def delta(choice: Choice, first: bool) -> dict | None:
         """The first chunk of a choice names the role; the last one carries the finish reason."""
-        if not (first or choice.text or choice.finish_reason or choice.logprobs or choice.tool_calls):
+        if not (first or choice.text or choice.finish_reason or choice.logprobs or choice.tool_calls
+                or choice.reasoning):
             return None
         delta = {"role": "assistant", "content": choice.text} if first else {"content": choice.text}
         if not first and not choice.text:
             delta = {}
+        if choice.reasoning:
+            delta["reasoning_content"] = choice.reasoning
         if choice.tool_calls:
             delta["tool_calls"] = list(choice.tool_calls)
         return _entry(choice, delta=delta)

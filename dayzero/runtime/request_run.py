@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from dayzero.runtime.detokenizer import ChoiceText
 from dayzero.runtime.engine_loop import Update, Updates
 from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.openai_protocol import GenerateRequest, RequestError
 from dayzero.runtime.openai_responses import usage
+from dayzero.runtime.reasoning import ReasoningText
 from dayzero.runtime.tool_calls import ToolCall, ToolCallText
+
+
+class Piece(NamedTuple):
+    """What an update adds to a choice: answer text, tool calls, reasoning (a thinking model's)."""
+
+    text: str
+    calls: list[ToolCall]
+    reasoning: str = ""
 
 
 @dataclass
@@ -39,6 +49,9 @@ class RequestRun:
     parallel_calls: bool = True
     calls: dict[int, list[ToolCall]] = field(default_factory=dict)
     shown: dict[int, str] = field(default_factory=dict)  # choice -> its answer text so far
+    # a chat request to a thinking model: each choice's text split into reasoning and the rest
+    reasoning_texts: list[ReasoningText] | None = None
+    reasoning: dict[int, str] = field(default_factory=dict)  # choice -> its reasoning so far
 
     @property
     def num_choices(self) -> int:
@@ -51,8 +64,9 @@ class RequestRun:
     def engine_id(self, index: int) -> str:
         return f"{self.request_id}-{index}"
 
-    def apply(self, index: int, update: Update) -> tuple[str, list[ToolCall]]:
-        """An update -> the answer text and the tool calls it adds to choice `index` (an engine failure raises)."""
+    def apply(self, index: int, update: Update) -> Piece:
+        """An update -> the answer text, tool calls and reasoning it adds to choice `index` (an engine failure
+        raises)."""
         if update.error is not None:
             raise RequestError(update.error, 400 if update.refused else 503)
         if update.prompt_logprobs is not None:
@@ -64,19 +78,31 @@ class RequestRun:
             # max_tokens 0: the one token the engine ran to is not part of the answer
             if update.finish_reason is not None:
                 self.reasons[index] = "length"
-            return "", []
+            return Piece("", [])
         if update.logprobs is not None:
             self.logprobs.setdefault(index, []).extend(update.logprobs)
         text = self.texts[index].add(update.token_ids)
         if update.finish_reason is not None:
             text += self.texts[index].finish()
+        reasoning, text = self._think(index, text, update.finish_reason is not None)
         text, calls = self._split(index, text, update.finish_reason)
         if update.finish_reason is not None:
             # a turn that ended by itself after calling tools: OpenAI's reason is "tool_calls"
             called = update.finish_reason == "stop" and self.calls.get(index)
             self.reasons[index] = "tool_calls" if called else update.finish_reason
         self.shown[index] = self.shown.get(index, "") + text
-        return text, calls
+        self.reasoning[index] = self.reasoning.get(index, "") + reasoning
+        return Piece(text, calls, reasoning)
+
+    def _think(self, index: int, text: str, last: bool) -> tuple[str, str]:
+        """-> (reasoning, the rest of the text)."""
+        if self.reasoning_texts is None:
+            return "", text
+        reasoning, text = self.reasoning_texts[index].add(text)
+        if last:
+            more_reasoning, more_text = self.reasoning_texts[index].finish()
+            reasoning, text = reasoning + more_reasoning, text + more_text
+        return reasoning, text
 
     def _split(self, index: int, text: str, reason: str | None) -> tuple[str, list[ToolCall]]:
         """reason: the choice's finish reason on its last update, else None."""

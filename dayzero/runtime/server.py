@@ -39,6 +39,7 @@ from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.openai_messages import ToolRequest, calls_made, chat_messages, parse_tools
 from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse_chat, parse_completion
 from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response
+from dayzero.runtime.reasoning import THINK_MARKERS, ReasoningText, opens_thinking
 from dayzero.runtime.request_run import RequestRun
 from dayzero.runtime.server_metrics import CountRequests, ServerMetrics, engine_counts
 from dayzero.runtime.tool_calls import (
@@ -133,6 +134,7 @@ class OpenAIServer:
         self.model_name = options.model_name or self.model.checkpoint.name
         self.template = chat_template or load_chat_template(self.model.checkpoint)
         self.tool_markers = marker_ids(self.tokenizer)
+        self.think_markers = marker_ids(self.tokenizer, THINK_MARKERS)
         self.max_len = self.model.max_len
         self.num_open = 0
         self.metrics = ServerMetrics(counts, lambda: self.num_open)
@@ -186,9 +188,11 @@ class OpenAIServer:
             self._check_tool_calls_readable()
             forced = calling.forced_call(calls_made(messages))
             parsed = _arguments_held_to_schema(parsed, calling, prompt + forced)
+        # a thinking model's turn may start inside its reasoning (the template opened it) or open it itself
+        thinking = None if self.think_markers is None else opens_thinking(prompt)
         # a checkpoint's template writes the BOS and turn markers itself; the plain transcript has none
         return await self._generate(request, "chat", parsed, add_special_tokens=self.template.source is None,
-                                    tools=calling, forced=forced)
+                                    tools=calling, forced=forced, thinking=thinking)
 
     def _check_tool_calls_readable(self) -> None:
         if self.template.source is None:
@@ -239,12 +243,13 @@ class OpenAIServer:
         return list(prompt)
 
     async def _generate(self, request: Request, kind: str, parsed: GenerateRequest, add_special_tokens: bool = True,
-                        tools: ToolRequest | None = None, forced: str = "") -> Response:
-        """tools: read the answers' tool calls; forced: the text the prompt ends in that begins each answer."""
+                        tools: ToolRequest | None = None, forced: str = "", thinking: bool | None = None) -> Response:
+        """tools: read the answers' tool calls; forced: the text the prompt ends in that begins each answer;
+        thinking: split each answer's reasoning off (True: it starts inside it)."""
         self._check_vocabulary("logit_bias", [token for token, _ in parsed.sampling.logit_bias])
         self._check_vocabulary("stop_token_ids", parsed.sampling.stop_token_ids)
         prompt_ids = [self._encode(p, add_special_tokens) for p in parsed.prompts]
-        run = await self._start(kind, parsed, prompt_ids, tools, forced)
+        run = await self._start(kind, parsed, prompt_ids, tools, forced, thinking)
         if parsed.stream:
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
             return StreamingResponse(self._events(request, run), media_type="text/event-stream", headers=headers)
@@ -255,7 +260,8 @@ class OpenAIServer:
         fmt = FORMATS[kind]
         choices = [Choice(i, self._echo(run, i) + run.shown.get(i, ""), run.reasons[i],
                           self._logprobs(run, i, run.prompt_logprobs.get(i, []) + run.logprobs.get(i, []), 0),
-                          tuple(call.body() for call in run.calls.get(i, ()))) for i in range(run.num_choices)]
+                          tuple(call.body() for call in run.calls.get(i, ())), run.reasoning.get(i, ""))
+                   for i in range(run.num_choices)]
         return JSONResponse(response(fmt, run.request_id, run.created, self.model_name, choices, run.usage()))
 
     def _check_vocabulary(self, field: str, tokens) -> None:
@@ -280,7 +286,7 @@ class OpenAIServer:
         return self.tokenizer.decode([token])
 
     async def _start(self, kind: str, parsed: GenerateRequest, prompt_ids: list[list[int]],
-                     tools: ToolRequest | None, forced: str) -> RequestRun:
+                     tools: ToolRequest | None, forced: str, thinking: bool | None) -> RequestRun:
         """Submit every choice and wait until the engine took them all (or refused one: then none runs)."""
         count = len(prompt_ids) * parsed.n
         if self.loop.failure is not None:
@@ -295,10 +301,13 @@ class OpenAIServer:
             raise RequestError(f"the server has {self.num_open} requests open, the most it takes is "
                                f"{self.options.max_open} (--max-open); retry later", 503)
         request_id = f"{FORMATS[kind].id_prefix}-{uuid.uuid4().hex}"
-        decode = self.tokenizer.decode if tools is None else decode_keeping(self.tokenizer.decode,
-                                                                               self.tool_markers)
+        kept = {**(self.tool_markers if tools is not None else {}),
+                **(self.think_markers if thinking is not None else {})}
+        decode = decode_keeping(self.tokenizer.decode, kept) if kept else self.tokenizer.decode
         texts = [ChoiceText(decode, parsed.sampling.stop) for _ in range(count)]
         run = RequestRun(request_id, kind, parsed, prompt_ids, Updates(), texts)
+        if thinking is not None:
+            run.reasoning_texts = [ReasoningText(thinking) for _ in range(count)]
         if tools is not None:
             # a named call's arguments end where their JSON object closes: the call's end markers follow
             closing = CALL_END + SECTION_END if tools.named_parameters() is not None else ""
@@ -366,15 +375,16 @@ class OpenAIServer:
             while run.is_open:
                 index, update = await self._next(request, run, gone)
                 try:
-                    text, calls = run.apply(index, update)
+                    piece = run.apply(index, update)
                 except RequestError as err:
                     yield _sse(err.body())
                     return
                 logprobs = self._logprobs(run, index, update.logprobs or None, offsets[index])
                 # the text offsets of the completions form go on from these tokens' text (decoded once, above)
                 offsets[index] += sum(len(token) for token in (logprobs or {}).get("tokens", ()))
-                delta = fmt.delta(Choice(index, text, run.reasons.get(index), logprobs,
-                                         self._streamed_calls(run, index, calls)), first=False)
+                delta = fmt.delta(Choice(index, piece.text, run.reasons.get(index), logprobs,
+                                         self._streamed_calls(run, index, piece.calls), piece.reasoning),
+                                  first=False)
                 if delta:
                     yield say([delta])
             if run.parsed.include_usage:

@@ -50,11 +50,11 @@ def call_prefix(function: str | None, index: int) -> str:
     return head + FUNCTION_ID_PREFIX if function is None else head + function_id(function, index) + ARGUMENTS_BEGIN
 
 
-def marker_ids(tokenizer) -> dict[int, str] | None:
-    """Token id -> text of the five markers, when the tokenizer has every one of them as a token; else None (also for
-    a tokenizer that cannot look tokens up by their text)."""
+def marker_ids(tokenizer, markers: tuple[str, ...] = MARKERS) -> dict[int, str] | None:
+    """Token id -> text of the markers (by default the five of tool calls), when the tokenizer has every one of them
+    as a token; else None (also for a tokenizer that cannot look tokens up by their text)."""
     token_id = getattr(tokenizer, "token_id", lambda text: None)
-    ids = {token_id(marker): marker for marker in MARKERS}
+    ids = {token_id(marker): marker for marker in markers}
     return None if None in ids else ids
 
 
@@ -86,7 +86,7 @@ def _parse_call(text: str) -> ToolCall | None:
     return ToolCall(call_id, name, arguments.strip())
 
 
-def _marker_start(text: str, marker: str) -> int:
+def marker_start(text: str, marker: str) -> int:
     """Where the longest end of `text` that could begin `marker` starts (len(text): none does)."""
     for size in range(min(len(marker) - 1, len(text)), 0, -1):
         if marker.startswith(text[-size:]):
@@ -114,7 +114,7 @@ class ToolCallText:
             return "", self._take_calls()
         before, begun, after = self._pending.partition(SECTION_BEGIN)
         if not begun:
-            cut = _marker_start(self._pending, SECTION_BEGIN)
+            cut = marker_start(self._pending, SECTION_BEGIN)
             shown, self._pending = self._pending[:cut], self._pending[cut:]
             return shown, []
         self._pending, self._in_section = after, True

@@ -109,8 +109,8 @@ def test_a_forced_call_begins_the_text():
                  call_prefix(None, 0)) == ("", [ToolCall("functions.get_time:0", "get_time", "{}")])
 
 
-def kimi_tokenizer(directory) -> TiktokenTokenizer:
-    return TiktokenTokenizer(write_kimi_tokenizer(directory, more_special=MARKERS + ("<|im_system|>",)))
+def kimi_tokenizer(directory, more_special: tuple[str, ...] = ()) -> TiktokenTokenizer:
+    return TiktokenTokenizer(write_kimi_tokenizer(directory, more_special=MARKERS + ("<|im_system|>", *more_special)))
 
 
 def test_tokenizers_with_the_markers_decode_them_as_text(tmp_path):
@@ -144,21 +144,26 @@ def client(kimi_server):
         yield client
 
 
-@pytest.fixture
-def scripted(kimi_server, monkeypatch):
-    """Every choice's answer is the given text, a few tokens an update, then "stop"; returns the prompts sent."""
+def script_replies(server, monkeypatch) -> tuple[list, dict]:
+    """Every choice's answer becomes reply["text"], a few tokens an update, then "stop" -> (the prompts sent,
+    reply)."""
     prompts, reply = [], {}
 
     def submit(prompt_ids, params, request_id, post):
         prompts.append(prompt_ids)
-        ids = kimi_server.llm.tokenizer.encode(reply["text"])
+        ids = server.llm.tokenizer.encode(reply["text"])
         post(Update())
         for start in range(0, len(ids), 3):
             post(Update(ids[start:start + 3]))
         post(Update([], "stop"))
 
-    monkeypatch.setattr(kimi_server.loop, "submit", submit)
+    monkeypatch.setattr(server.loop, "submit", submit)
     return prompts, reply
+
+
+@pytest.fixture
+def scripted(kimi_server, monkeypatch):
+    return script_replies(kimi_server, monkeypatch)
 
 
 def chat(client, **fields):

@@ -1,0 +1,93 @@
+"""A thinking model's reasoning (`<think>` ... `</think>`) comes back as `reasoning_content` beside the answer, however
+its tokens arrive, whole and streamed, when the model opens it or the template did, and before tool calls; text that
+only looks like the marker stays the answer."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from dayzero.runtime.reasoning import THINK_BEGIN, THINK_END, ReasoningText
+from tests.helpers import KIMI_VOCAB, random_model, tiny_config_dict
+from tests.runtime.test_server import events, make_server
+from tests.runtime.test_tool_calls import ASK, CALLS, TIME, TWO_CALLS, WEATHER, kimi_tokenizer, script_replies
+
+
+def split(text: str, pieces: list[str], thinking: bool = False) -> tuple[str, str]:
+    reasoning_text, reasoning, answer = ReasoningText(thinking), "", ""
+    for piece in pieces:
+        more_reasoning, more_answer = reasoning_text.add(piece)
+        reasoning, answer = reasoning + more_reasoning, answer + more_answer
+    last_reasoning, last_answer = reasoning_text.finish()
+    return reasoning + last_reasoning, answer + last_answer
+
+
+@pytest.mark.parametrize("text, thinking, expected", [
+    (f"{THINK_BEGIN}Let me see.{THINK_END}Sunny.", False, ("Let me see.", "Sunny.")),
+    (f"\n {THINK_BEGIN}a{THINK_END}", False, ("a", "")),
+    (f"plan{THINK_END}answer", True, ("plan", "answer")),
+    ("still thinking", True, ("still thinking", "")),
+    ("no reasoning here", False, ("", "no reasoning here")),
+    ("<thinking> is a tag", False, ("", "<thinking> is a tag")),
+    (f"{THINK_BEGIN}never closed", False, ("never closed", "")),
+])
+def test_reasoning_and_answer_are_split_at_the_markers(text, thinking, expected):
+    assert split(text, [text], thinking) == expected
+
+
+atoms = st.sampled_from(["a", " ", "<", "/", ">", "think", "\n", THINK_BEGIN, THINK_END, "<thi", "nk>"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(atoms, max_size=10).map("".join), st.booleans(), st.data())
+def test_any_split_of_the_text_splits_it_as_the_whole(text, thinking, data):
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+    assert split(text, pieces, thinking) == split(text, [text], thinking)
+
+
+THINKING_TEMPLATE = ("{% for m in messages %}<|im_user|>{{ m.role }}: {{ m.content }}"
+                     "{% if m.reasoning_content %}[{{ m.reasoning_content }}]{% endif %}<|im_end|>{% endfor %}"
+                     "<|im_user|>assistant: {% if opened %}<think>{% endif %}")
+
+
+def thinking_server(tmp_path, opened: bool):
+    kimi_tokenizer(tmp_path, more_special=(THINK_BEGIN, THINK_END))
+    (tmp_path / "chat_template.jinja").write_text(THINKING_TEMPLATE.replace("opened", str(opened).lower()))
+    return make_server(random_model(tiny_config_dict(vocab_size=KIMI_VOCAB)), tmp_path)
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["model opens", "template opens"])
+def test_the_chat_answer_carries_its_reasoning_whole_and_streamed(tmp_path, monkeypatch, opened):
+    server = thinking_server(tmp_path, opened)
+    prompts, reply = script_replies(server, monkeypatch)
+    reply["text"] = ("" if opened else THINK_BEGIN) + f"Check the sky.{THINK_END}It is sunny."
+    try:
+        with TestClient(server.app) as client:
+            history = [*ASK, {"role": "assistant", "content": "Hm.", "reasoning_content": "earlier"}, *ASK]
+            message = client.post("/v1/chat/completions", json={"messages": history}).json()["choices"][0]["message"]
+            deltas = [e["choices"][0]["delta"] for e in events(client.post(
+                "/v1/chat/completions", json={"messages": ASK, "stream": True})) if e["choices"]]
+    finally:
+        server.close()
+    assert message == {"role": "assistant", "content": "It is sunny.", "reasoning_content": "Check the sky."}
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "Check the sky."
+    assert "".join(d.get("content") or "" for d in deltas) == "It is sunny."
+    assert bytes(t for t in prompts[0] if t < 256).count(b"[earlier]") == 1
+
+
+def test_reasoning_comes_before_tool_calls(tmp_path, monkeypatch):
+    server = thinking_server(tmp_path, opened=False)
+    _, reply = script_replies(server, monkeypatch)
+    reply["text"] = f"{THINK_BEGIN}Two lookups.{THINK_END}" + TWO_CALLS
+    try:
+        with TestClient(server.app) as client:
+            body = client.post("/v1/chat/completions", json={"messages": ASK, "tools": [WEATHER, TIME]}).json()
+    finally:
+        server.close()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"] == {"role": "assistant", "content": "Let me look.", "reasoning_content": "Two lookups.",
+                                 "tool_calls": [call.body() for call in CALLS]}
