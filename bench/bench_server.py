@@ -34,7 +34,7 @@ import torch
 
 from bench.common import table, write_results
 from dayzero.export.options import ExportOptions
-from dayzero.runtime.http_host import leave_a_core_for_http, serve, serve_in_thread
+from dayzero.runtime.http_host import leave_a_core_for_http, serve, serve_in_thread, wait_healthy
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.server import OpenAIServer, ServerOptions
@@ -145,23 +145,11 @@ def served_process_run(llm: LLM, prompts: list[list[int]], max_tokens: int) -> t
     return {**answer["row"], "mode": "http process (streamed)"}, answer["texts"]
 
 
-def wait_healthy(base: str, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/health").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise SystemExit(f"{base} did not become healthy in {seconds} s")
-
-
 def clients_main(request_file: str) -> None:
     """The clients' process: the requests in request_file, streamed all at once -> JSON on stdout."""
     request = json.loads(Path(request_file).read_text())
-    if request.get("wait_healthy"):
-        wait_healthy(request["base"])
+    if request.get("wait_healthy") and not wait_healthy(request["base"], 120):
+        raise SystemExit(f"{request['base']} did not become healthy in 120 s")
     row, texts = asyncio.run(served_all(request["base"], request["prompts"], request["max_tokens"]))
     print(json.dumps({"row": row, "texts": texts}))
 

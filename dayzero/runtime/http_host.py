@@ -135,3 +135,19 @@ def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 0, log_
 
     host, port = sock.getsockname()[:2]
     return f"http://{host}:{port}", stop
+
+
+def wait_healthy(base: str, seconds: float) -> bool:
+    """Poll `base`/health until it answers 200 (a server that has warmed up) -> whether it did within `seconds`:
+    for scripts and tests that start `dayzero serve` and wait for it."""
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/health").status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    return False

@@ -8,7 +8,6 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 
 import httpx
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from dayzero.errors import DayzeroError
 from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
-from dayzero.runtime.http_host import serve
+from dayzero.runtime.http_host import serve, wait_healthy
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.llm_engine import RuntimeOptions
 from dayzero.runtime.server import ServerOptions
@@ -38,18 +37,6 @@ def make_llm(model, tmp_path) -> LLM:
                engine=EagerEngine(model, manifest))
 
 
-def wait_healthy(base: str) -> None:
-    deadline = time.monotonic() + HTTP_START_S
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/health").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("the HTTP process never became healthy")
-
-
 def serve_with_client(llm: LLM, client, seen: dict | None = None) -> dict:
     """serve() on this (the main) thread while `client(base, seen)` runs on another; -> what the client saw."""
     port, seen = free_port(), {} if seen is None else seen
@@ -57,7 +44,7 @@ def serve_with_client(llm: LLM, client, seen: dict | None = None) -> dict:
 
     def run_client():
         try:
-            wait_healthy(base)
+            assert wait_healthy(base, HTTP_START_S), "the HTTP process never became healthy"
             client(base, seen)
         except BaseException as err:  # noqa: BLE001 - reported by the test below
             seen["error"] = err
