@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import time
 import uuid
@@ -31,26 +30,18 @@ from starlette.routing import Route
 from dayzero.errors import DayzeroError
 from dayzero.runtime.api_key import RequireApiKey
 from dayzero.runtime.chat_template import ChatTemplate, load_chat_template
+from dayzero.runtime.chat_turn import prepare_chat
 from dayzero.runtime.detokenizer import ChoiceText
 from dayzero.runtime.engine_loop import EngineLoop, Update, Updates
-from dayzero.runtime.json_schema import SchemaError, compile_schema
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.logprobs import TokenLogprob
-from dayzero.runtime.openai_messages import ToolRequest, calls_made, chat_messages, parse_tools
-from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse_chat, parse_completion
+from dayzero.runtime.openai_messages import ToolRequest
+from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse_completion
 from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response
-from dayzero.runtime.reasoning import THINK_MARKERS, ReasoningText, opens_thinking
+from dayzero.runtime.reasoning import THINK_MARKERS, ReasoningText
 from dayzero.runtime.request_run import RequestRun
 from dayzero.runtime.server_metrics import CountRequests, ServerMetrics, engine_counts
-from dayzero.runtime.tool_calls import (
-    CALL_END,
-    MARKERS,
-    SECTION_END,
-    ToolCall,
-    ToolCallText,
-    decode_keeping,
-    marker_ids,
-)
+from dayzero.runtime.tool_calls import CALL_END, SECTION_END, ToolCall, ToolCallText, decode_keeping, marker_ids
 
 
 @dataclass(frozen=True)
@@ -73,20 +64,6 @@ class ServerOptions:
             raise DayzeroError("--api-key must not be empty")
         if self.drain_seconds < 0:
             raise DayzeroError(f"--drain-seconds must be >= 0, got {self.drain_seconds}")
-
-
-def _arguments_held_to_schema(parsed: GenerateRequest, tools: ToolRequest, prompt: str) -> GenerateRequest:
-    """A request whose prompt ends in a named call's opening: its answer (the arguments) held to the function's
-    parameters schema, or to any JSON object where dayzero cannot hold that schema."""
-    parameters = tools.named_parameters()
-    if parameters is None:
-        return dataclasses.replace(parsed, prompts=(prompt,))
-    try:
-        response_format, schema = "json_schema", compile_schema(parameters).key
-    except SchemaError:
-        response_format, schema = "json_object", None
-    sampling = dataclasses.replace(parsed.sampling, response_format=response_format, json_schema=schema)
-    return dataclasses.replace(parsed, prompts=(prompt,), sampling=sampling)
 
 
 class ClientGone(Exception):
@@ -180,28 +157,10 @@ class OpenAIServer:
 
     async def chat_completions(self, request: Request) -> Response:
         body = await self._body(request)
-        messages, tools = chat_messages(body), parse_tools(body)
-        prompt = self.template.render(messages, None if tools is None else list(tools.tools))
-        calling = tools if tools is not None and tools.choice != "none" else None
-        forced, parsed = "", parse_chat(body, prompt)
-        if calling is not None:
-            self._check_tool_calls_readable()
-            forced = calling.forced_call(calls_made(messages))
-            parsed = _arguments_held_to_schema(parsed, calling, prompt + forced)
-        # a thinking model's turn may start inside its reasoning (the template opened it) or open it itself
-        thinking = None if self.think_markers is None else opens_thinking(prompt)
+        turn = prepare_chat(body, self.template, self.tool_markers, self.think_markers)
         # a checkpoint's template writes the BOS and turn markers itself; the plain transcript has none
-        return await self._generate(request, "chat", parsed, add_special_tokens=self.template.source is None,
-                                    tools=calling, forced=forced, thinking=thinking)
-
-    def _check_tool_calls_readable(self) -> None:
-        if self.template.source is None:
-            raise RequestError("this checkpoint has no chat template to show the model its tools; serve a chat "
-                               "model's checkpoint (with its tokenizer_config.json) to use 'tools'", param="tools")
-        if self.tool_markers is None:
-            raise RequestError("this checkpoint's tokenizer has no tool-call tokens (" + ", ".join(MARKERS) +
-                               "): dayzero reads tool calls in Kimi's format only; leave 'tools' out or set "
-                               "\"tool_choice\": \"none\"", param="tools")
+        return await self._generate(request, "chat", turn.parsed, add_special_tokens=self.template.source is None,
+                                    tools=turn.tools, forced=turn.forced, thinking=turn.thinking)
 
     async def _error(self, request: Request, err: RequestError) -> Response:
         return JSONResponse(err.body(), status_code=err.status)

@@ -1,0 +1,68 @@
+"""A chat request made ready for the engine: its messages through the checkpoint's chat template, the tools it
+offers and how the model may call them, and how to read the answer (tool calls, a thinking model's reasoning).
+
+A turn that must call a tool ("required", or a named function) starts with the call's opening written into the
+prompt; a named function's arguments are then held to its parameters schema (to any JSON object where dayzero
+cannot hold that schema), and the call closes where they do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from dayzero.runtime.chat_template import ChatTemplate
+from dayzero.runtime.json_schema import SchemaError, compile_schema
+from dayzero.runtime.openai_messages import ToolRequest, calls_made, chat_messages, parse_tools
+from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse_chat
+from dayzero.runtime.reasoning import opens_thinking
+from dayzero.runtime.tool_calls import MARKERS
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    parsed: GenerateRequest  # its one prompt: the rendered conversation (and a forced call's opening)
+    tools: ToolRequest | None  # read the answer's tool calls (None: tools are off)
+    forced: str  # the text the answer was made to start with
+    thinking: bool | None  # split the answer's reasoning off (True: it starts inside it); None: no reasoning
+
+
+def prepare_chat(body: dict, template: ChatTemplate, tool_markers: dict | None,
+                 think_markers: dict | None) -> ChatTurn:
+    """tool_markers / think_markers: the tokenizer's tokens for them (None: it has none)."""
+    messages, tools = chat_messages(body), parse_tools(body)
+    prompt = template.render(messages, None if tools is None else list(tools.tools))
+    parsed = parse_chat(body, prompt)
+    calling = tools if tools is not None and tools.choice != "none" else None
+    if calling is None:
+        thinking = None if think_markers is None else opens_thinking(prompt)
+        return ChatTurn(parsed, None, "", thinking)
+    _check_tool_calls_readable(template, tool_markers)
+    forced = calling.forced_call(calls_made(messages))
+    # a turn forced to start with a call has no reasoning
+    thinking = None if think_markers is None or forced else opens_thinking(prompt)
+    return ChatTurn(_arguments_held_to_schema(parsed, calling, prompt + forced), calling, forced, thinking)
+
+
+def _check_tool_calls_readable(template: ChatTemplate, tool_markers: dict | None) -> None:
+    if template.source is None:
+        raise RequestError("this checkpoint has no chat template to show the model its tools; serve a chat "
+                           "model's checkpoint (with its tokenizer_config.json) to use 'tools'", param="tools")
+    if tool_markers is None:
+        raise RequestError("this checkpoint's tokenizer has no tool-call tokens (" + ", ".join(MARKERS) +
+                           "): dayzero reads tool calls in Kimi's format only; leave 'tools' out or set "
+                           "\"tool_choice\": \"none\"", param="tools")
+
+
+def _arguments_held_to_schema(parsed: GenerateRequest, tools: ToolRequest, prompt: str) -> GenerateRequest:
+    """The request with `prompt`; a named call's answer (its arguments) held to the function's parameters schema, or
+    to any JSON object where dayzero cannot hold that schema."""
+    parameters = tools.named_parameters()
+    if parameters is None:
+        return dataclasses.replace(parsed, prompts=(prompt,))
+    try:
+        response_format, schema = "json_schema", compile_schema(parameters).key
+    except SchemaError:
+        response_format, schema = "json_object", None
+    sampling = dataclasses.replace(parsed.sampling, response_format=response_format, json_schema=schema)
+    return dataclasses.replace(parsed, prompts=(prompt,), sampling=sampling)
