@@ -27,20 +27,19 @@ class ChatTurn:
     thinking: bool | None  # split the answer's reasoning off (True: it starts inside it); None: no reasoning
 
 
-def prepare_chat(body: dict, template: ChatTemplate, tool_markers: dict | None,
-                 think_markers: dict | None) -> ChatTurn:
-    """tool_markers / think_markers: the tokenizer's tokens for them (None: it has none)."""
+def prepare_chat(body: dict, template: ChatTemplate, tool_markers: dict | None, thinks: bool) -> ChatTurn:
+    """tool_markers: the tokenizer's tool-call tokens (None: it has none); thinks: a thinking model's."""
     messages, tools = chat_messages(body), parse_tools(body)
     prompt = template.render(messages, None if tools is None else list(tools.tools))
     parsed = parse_chat(body, prompt)
     calling = tools if tools is not None and tools.choice != "none" else None
     if calling is None:
-        thinking = None if think_markers is None else opens_thinking(prompt)
+        thinking = opens_thinking(prompt) if thinks else None
         return ChatTurn(parsed, None, "", thinking)
     _check_tool_calls_readable(template, tool_markers)
     forced = calling.forced_call(calls_made(messages))
     # a turn forced to start with a call has no reasoning
-    thinking = None if think_markers is None or forced else opens_thinking(prompt)
+    thinking = opens_thinking(prompt) if thinks and not forced else None
     return ChatTurn(_arguments_held_to_schema(parsed, calling, prompt + forced), calling, forced, thinking)
 
 

@@ -1,10 +1,11 @@
 """A thinking model's reasoning, split from its answer (Kimi K2-Thinking's `<think>` ... `</think>`): OpenAI-style
 clients get it as the message's `reasoning_content` beside `content`, whole or streamed.
 
-The markers are special tokens where the tokenizer has them; a request decodes them as text (tool_calls.py's
-decode_keeping) and `ReasoningText` splits the text as it grows. A turn is reasoning from its start when the chat
-template already opened it (the prompt ends in `<think>`) or when the model's first text opens it; it is the answer
-from the closing marker on. A turn that never opens one is all answer.
+A model thinks when its tokenizer has the markers as tokens (a request then decodes them as text, tool_calls.py's
+decode_keeping) or its chat template writes them as text; `ReasoningText` splits the answer's text as it grows. A
+turn is reasoning from its start when the chat template already opened it (the prompt ends in `<think>`) or when
+the model's first text opens it; it is the answer from the closing marker on. A turn that never opens one is all
+answer.
 """
 
 from __future__ import annotations

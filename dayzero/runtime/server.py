@@ -38,7 +38,7 @@ from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.openai_messages import ToolRequest
 from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse_completion
 from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response
-from dayzero.runtime.reasoning import THINK_MARKERS, ReasoningText
+from dayzero.runtime.reasoning import THINK_END, THINK_MARKERS, ReasoningText
 from dayzero.runtime.request_run import RequestRun
 from dayzero.runtime.server_metrics import CountRequests, ServerMetrics, engine_counts
 from dayzero.runtime.tool_calls import CALL_END, SECTION_END, ToolCall, ToolCallText, decode_keeping, marker_ids
@@ -111,7 +111,9 @@ class OpenAIServer:
         self.model_name = options.model_name or self.model.checkpoint.name
         self.template = chat_template or load_chat_template(self.model.checkpoint)
         self.tool_markers = marker_ids(self.tokenizer)
-        self.think_markers = marker_ids(self.tokenizer, THINK_MARKERS)
+        # a thinking model: its tokenizer has the reasoning markers as tokens, or its template writes them as text
+        self.think_markers = marker_ids(self.tokenizer, THINK_MARKERS) or {}
+        self.thinks = bool(self.think_markers) or THINK_END in (self.template.source or "")
         self.max_len = self.model.max_len
         self.num_open = 0
         self.metrics = ServerMetrics(counts, lambda: self.num_open)
@@ -157,7 +159,7 @@ class OpenAIServer:
 
     async def chat_completions(self, request: Request) -> Response:
         body = await self._body(request)
-        turn = prepare_chat(body, self.template, self.tool_markers, self.think_markers)
+        turn = prepare_chat(body, self.template, self.tool_markers, self.thinks)
         # a checkpoint's template writes the BOS and turn markers itself; the plain transcript has none
         return await self._generate(request, "chat", turn.parsed, add_special_tokens=self.template.source is None,
                                     tools=turn.tools, forced=turn.forced, thinking=turn.thinking)
