@@ -41,7 +41,7 @@ def serve(llm: LLM, options: ServerOptions) -> None:
     loop = EngineLoop(llm.engine)
     bridge = EngineBridge(loop, engine_end, partial(engine_counts, llm.engine))
     try:
-        _run_engine(loop, options, after_each=bridge.flush)
+        _run_engine(loop, options, after_each=bridge.flush, http_ready=bridge.wait_listening)
     finally:
         bridge.stop_http()
         http.join(10)
@@ -74,11 +74,12 @@ def announce(server: OpenAIServer, base: str) -> None:
           flush=True)
 
 
-def _run_engine(loop: EngineLoop, options: ServerOptions, after_each: Callable[[], None] = lambda: None) -> None:
-    """Warm up and run the engine loop on this (the main) thread. The first Ctrl-C / SIGTERM drains it: new
-    requests get 503 (and /health says "draining") while the accepted ones run to their end, for at most
-    drain_seconds; a second one stops it at once. A failed engine step ends it too (open requests get the error
-    first) and raises."""
+def _run_engine(loop: EngineLoop, options: ServerOptions, after_each: Callable[[], None] = lambda: None,
+                http_ready: Callable[[], None] = lambda: None) -> None:
+    """Warm up and run the engine loop on this (the main) thread, once the HTTP side listens (`http_ready` waits for
+    it), so that "warmed up" means the server takes requests. The first Ctrl-C / SIGTERM drains it: new requests get
+    503 (and /health says "draining") while the accepted ones run to their end, for at most drain_seconds; a second
+    one stops it at once. A failed engine step ends it too (open requests get the error first) and raises."""
 
     def stop(signum, frame) -> None:
         if loop.draining:
@@ -90,9 +91,11 @@ def _run_engine(loop: EngineLoop, options: ServerOptions, after_each: Callable[[
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        started = time.perf_counter()
         if options.warm_up:
-            started = time.perf_counter()
             loop.warm_up()
+        http_ready()
+        if options.warm_up:
             print(f"warmed up in {time.perf_counter() - started:.1f} s", flush=True)
         loop.run(stop_on_failure=True, after_each=after_each)
     finally:

@@ -26,6 +26,8 @@ from dayzero.runtime.server import OpenAIServer, ServedModel, ServerOptions
 
 # the engine process sends its state at least this often while it steps, for /metrics
 STATE_EVERY_S = 0.5
+# how long the engine process waits for the HTTP process to listen (it imports torch and the server first)
+HTTP_START_S = 120
 NO_COUNTS = {"gauges": {}, "counters": {}}
 
 
@@ -40,6 +42,7 @@ class EngineBridge:
         self._sent_state: dict | None = None
         self._sent_at = 0.0
         self.http_gone = False  # the HTTP process ended before it was told to stop
+        self.listening = threading.Event()
         self._stopping = False
         threading.Thread(target=self._read, name="dayzero-http-commands", daemon=True).start()
 
@@ -59,7 +62,9 @@ class EngineBridge:
                     self.http_gone = True
                     self.loop.stop()
                 return
-            if command[0] == "add":
+            if command[0] == "listening":
+                self.listening.set()
+            elif command[0] == "add":
                 _, request_id, prompt_ids, params = command
                 try:
                     self.loop.submit(prompt_ids, params, request_id, self._poster(request_id))
@@ -83,6 +88,14 @@ class EngineBridge:
             self.http_gone = not self._stopping
             return
         self._sent_state, self._sent_at = state, now
+
+    def wait_listening(self, seconds: float = HTTP_START_S) -> None:
+        """Wait until the HTTP process takes connections (raises when it ended or took too long)."""
+        deadline = time.monotonic() + seconds
+        while not self.listening.wait(0.1):
+            if self.http_gone or time.monotonic() > deadline:
+                raise DayzeroError(f"the HTTP process did not start listening within {seconds:g} s; see its "
+                                   "output above")
 
     def stop_http(self) -> None:
         self._stopping = True
@@ -120,6 +133,10 @@ class RemoteEngine:
 
     def cancel(self, request_id: str) -> None:
         self._send(("cancel", request_id))
+
+    def listening(self) -> None:
+        """Tell the engine process that HTTP requests are taken now."""
+        self._send(("listening",))
 
     def close(self) -> None:
         """Nothing to do: the engine process decides when serving ends."""
@@ -170,5 +187,6 @@ def http_process_main(conn: Connection, model: ServedModel, options: ServerOptio
     base, stop_http = serve_in_thread(server.app, log_level="info", sock=sock)
     announce(server, base)
     remote.start()
+    remote.listening()
     remote.stopped.wait()
     stop_http()
