@@ -145,6 +145,14 @@ class LLMEngine:
         self.scheduler.add(seq)
         return seq
 
+    def prepare_json_answers(self) -> None:
+        """Build the vocabulary's table for JSON answers now, where the tokenizer allows them (else on the first)."""
+        if self.token_bytes is not None:
+            try:
+                self._json_tokens()
+            except DayzeroError:
+                pass  # a vocabulary that cannot hold JSON: each JSON request is refused with the reason
+
     def _json_tokens(self) -> TokenTable:
         if self.token_bytes is None:
             raise DayzeroError("JSON answers need the tokenizer's token bytes, which this engine was not given")

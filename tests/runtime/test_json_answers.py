@@ -314,3 +314,12 @@ def test_the_engines_answers_follow_a_schema(model):
         text = ByteTokenizer().decode(seq.output_ids)
         assert seq.finish_reason == "stop", text
         jsonschema.validate(json.loads(text), schema)
+
+
+def test_warm_up_builds_the_vocabulary_table_so_no_request_waits_for_it(model):
+    from dayzero.runtime.engine_loop import EngineLoop
+
+    engine = engine_with(model)
+    assert engine._token_table is None
+    EngineLoop(engine).warm_up()
+    assert engine._token_table is not None and engine._json_tokens() is engine._token_table
