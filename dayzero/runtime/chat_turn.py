@@ -3,7 +3,7 @@ offers and how the model may call them, and how to read the answer (tool calls, 
 
 A turn that must call a tool ("required", or a named function) starts with the call's opening written into the
 prompt; a named function's arguments are then held to its parameters schema (to any JSON object where dayzero
-cannot hold that schema), and the call closes where they do.
+cannot hold that schema), and the call closes where they do. A thinking model's answer held to JSON reasons first.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dayzero.runtime.chat_template import ChatTemplate
 from dayzero.runtime.json_schema import SchemaError, compile_schema
 from dayzero.runtime.openai_messages import ToolRequest, calls_made, chat_messages, parse_tools
 from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse_chat
-from dayzero.runtime.reasoning import opens_thinking
+from dayzero.runtime.reasoning import THINK_BEGIN, THINK_END, opens_thinking
 from dayzero.runtime.tool_calls import MARKERS
 
 
@@ -27,20 +27,32 @@ class ChatTurn:
     thinking: bool | None  # split the answer's reasoning off (True: it starts inside it); None: no reasoning
 
 
-def prepare_chat(body: dict, template: ChatTemplate, tool_markers: dict | None, thinks: bool) -> ChatTurn:
-    """tool_markers: the tokenizer's tool-call tokens (None: it has none); thinks: a thinking model's."""
+def prepare_chat(body: dict, template: ChatTemplate, tool_markers: dict | None, thinks: bool,
+                 think_markers: dict) -> ChatTurn:
+    """tool_markers: the tokenizer's tool-call tokens (None: it has none); thinks: a thinking model's;
+    think_markers: its reasoning markers' tokens ({}: it writes them as text)."""
     messages, tools = chat_messages(body), parse_tools(body)
     prompt = template.render(messages, None if tools is None else list(tools.tools))
     parsed = parse_chat(body, prompt)
     calling = tools if tools is not None and tools.choice != "none" else None
     if calling is None:
         thinking = opens_thinking(prompt) if thinks else None
-        return ChatTurn(parsed, None, "", thinking)
+        return ChatTurn(_json_after_reasoning(parsed, think_markers, thinking), None, "", thinking)
     _check_tool_calls_readable(template, tool_markers)
     forced = calling.forced_call(calls_made(messages))
     # a turn forced to start with a call has no reasoning
     thinking = opens_thinking(prompt) if thinks and not forced else None
     return ChatTurn(_arguments_held_to_schema(parsed, calling, prompt + forced), calling, forced, thinking)
+
+
+def _json_after_reasoning(parsed: GenerateRequest, think_markers: dict, thinking: bool | None) -> GenerateRequest:
+    """A thinking model's JSON answer starts after its reasoning (where the markers are tokens)."""
+    if parsed.sampling.response_format is None or thinking is None or len(think_markers) != 2:
+        return parsed
+    ids = {text: token for token, text in think_markers.items()}
+    sampling = dataclasses.replace(parsed.sampling, reasoning_tokens=(ids[THINK_BEGIN], ids[THINK_END]),
+                                   reasoning_opened=thinking)
+    return dataclasses.replace(parsed, sampling=sampling)
 
 
 def _check_tool_calls_readable(template: ChatTemplate, tool_markers: dict | None) -> None:

@@ -141,7 +141,8 @@ class LLMEngine:
         seq = Sequence(list(prompt_ids), params) if request_id is None else Sequence(list(prompt_ids), params,
                                                                                        request_id)
         if params.response_format is not None:
-            seq.json_answer = JsonAnswer(self._json_tokens(), self._grammar(params))
+            seq.json_answer = JsonAnswer(self._json_tokens(), self._grammar(params), params.reasoning_tokens,
+                                         params.reasoning_opened)
         self.scheduler.add(seq)
         return seq
 

@@ -68,6 +68,8 @@ class Sampling:
     stop_token_ids: tuple[int, ...] = ()  # vLLM's extension: ids that end the answer (their text stays in it)
     response_format: str | None = None  # "json_object" / "json_schema": the answer is one JSON object
     json_schema: str | None = None  # the schema "json_schema" follows, as JSON text
+    reasoning_tokens: tuple[int, int] | None = None  # a thinking model's markers: its JSON starts after them
+    reasoning_opened: bool = False
 
     def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
         """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay. max_tokens 0
@@ -81,7 +83,8 @@ class Sampling:
                               presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias,
                               stop_token_ids=self.stop_token_ids, response_format=self.response_format,
-                              json_schema=self.json_schema)
+                              json_schema=self.json_schema, reasoning_tokens=self.reasoning_tokens,
+                              reasoning_opened=self.reasoning_opened)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,10 @@ class SamplingParams:
     # "json_object": the answer is one JSON object; "json_schema": one that follows json_schema (a JSON text)
     response_format: str | None = None
     json_schema: str | None = None
+    # a thinking model's reasoning markers (begin, end token ids): a JSON answer starts after its reasoning;
+    # reasoning_opened: the prompt already opened it
+    reasoning_tokens: tuple[int, int] | None = None
+    reasoning_opened: bool = False
 
     def __post_init__(self):
         if self.max_tokens < 1:

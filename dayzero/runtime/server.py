@@ -159,7 +159,7 @@ class OpenAIServer:
 
     async def chat_completions(self, request: Request) -> Response:
         body = await self._body(request)
-        turn = prepare_chat(body, self.template, self.tool_markers, self.thinks)
+        turn = prepare_chat(body, self.template, self.tool_markers, self.thinks, self.think_markers)
         # a checkpoint's template writes the BOS and turn markers itself; the plain transcript has none
         return await self._generate(request, "chat", turn.parsed, add_special_tokens=self.template.source is None,
                                     tools=turn.tools, forced=turn.forced, thinking=turn.thinking)

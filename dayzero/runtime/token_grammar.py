@@ -110,22 +110,40 @@ def _walk(grammar: Grammar, node: _Node, state: State, allowed: list[int]) -> No
 
 
 class JsonAnswer:
-    """One sequence's place in its JSON answer: masks its logits rows, and moves on with each token it emits."""
+    """One sequence's place in its JSON answer: masks its logits rows, and moves on with each token it emits.
 
-    def __init__(self, table: TokenTable, grammar: Grammar):
-        self.table, self.grammar = table, grammar
+    A thinking model's answer (`reasoning`: its begin and end marker tokens) reasons freely first: the JSON starts
+    after the end marker. Where the template did not open the reasoning (`opened` False), the first token may open it
+    or start the JSON at once."""
+
+    def __init__(self, table: TokenTable, grammar: Grammar, reasoning: tuple[int, int] | None = None,
+                 opened: bool = False):
+        self.table, self.grammar, self.reasoning = table, grammar, reasoning
         self.state = grammar.start()
+        self.phase = "json" if reasoning is None else "thinking" if opened else "first"
 
     @property
     def done(self) -> bool:
-        return self.grammar.is_done(self.state)
+        return self.phase == "json" and self.grammar.is_done(self.state)
 
     def mask(self, rows: torch.Tensor) -> torch.Tensor:
         """rows [n, vocab] (the next token's logits) -> the same with every token the grammar refuses at -inf."""
+        if self.phase == "thinking":
+            return rows
         allowed = self.table.mask(self.grammar, self.state).to(rows.device)
+        if self.phase == "first":
+            allowed = allowed.clone()
+            allowed[self.reasoning[0]] = True
         return rows.masked_fill(~allowed, float("-inf"))
 
     def advance(self, token: int) -> None:
+        if self.phase == "thinking":
+            self.phase = "json" if token == self.reasoning[1] else "thinking"
+            return
+        if self.phase == "first":
+            self.phase = "thinking" if token == self.reasoning[0] else "json"
+            if self.phase == "thinking":
+                return
         following = self.table.advance(self.grammar, self.state, token)
         if following is None:
             raise DayzeroError(f"token {token} does not continue the JSON answer (a mask was bypassed)")

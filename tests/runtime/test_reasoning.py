@@ -91,3 +91,31 @@ def test_reasoning_comes_before_tool_calls(tmp_path, monkeypatch):
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"] == {"role": "assistant", "content": "Let me look.", "reasoning_content": "Two lookups.",
                                  "tool_calls": [call.body() for call in CALLS]}
+
+
+@pytest.mark.parametrize("opened", [False, True], ids=["model opens", "template opens"])
+def test_a_json_answer_starts_after_the_reasoning(tmp_path, opened):
+    """The real engine behind it (a random model, nudged to open and close its reasoning soon): the reasoning runs
+    free, the answer after it is held to JSON."""
+    import json
+
+    server = thinking_server(tmp_path, opened)
+    begin, end = (server.tokenizer.token_id(m) for m in (THINK_BEGIN, THINK_END))
+    bias = {str(begin): 3.0, str(end): 3.0, **{str(b): 4.0 for b in b'"}'}}
+    try:
+        with TestClient(server.app) as client:
+            reply = client.post("/v1/chat/completions", json={
+                "messages": ASK, "response_format": {"type": "json_object"}, "max_tokens": 300, "temperature": 0.8,
+                "seed": 1, "logit_bias": bias}).json()
+    finally:
+        server.close()
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "stop", reply
+    assert isinstance(json.loads(choice["message"]["content"]), dict)
+    # free text: the grammar did not hold the reasoning (a JSON-held answer could not hold these bytes)
+    assert not json_text_only(choice["message"]["reasoning_content"])
+
+
+def json_text_only(text: str) -> bool:
+    """Whether text could lie inside a JSON object's structure: no control bytes but whitespace, no '<'."""
+    return all(c in " \t\n\r" or (c >= " " and c != "<") for c in text)
