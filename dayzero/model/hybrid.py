@@ -74,6 +74,10 @@ class HybridModel(nn.Module):
             input_ids, meta, shard = split_step(input_ids, meta, self.context_plan)
             return self.lm_head(self.model(input_ids, meta, caches, decode=False, shard=shard)[shard.last_rows])
         hidden = self.model(input_ids, meta, caches, decode=False)
+        return self._last_logits(hidden, meta)
+
+    def _last_logits(self, hidden: torch.Tensor, meta: StepMeta) -> torch.Tensor:
+        """hidden [T, D] of a step's new tokens -> logits [N, vocab] of each sequence's last one."""
         return self.lm_head(hidden[meta.cu_seqlens[1:].long() - 1])
 
     def prefill_scored(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache], targets: torch.Tensor,
@@ -84,8 +88,7 @@ class HybridModel(nn.Module):
         if self.context_plan is not None:
             raise DayzeroError("a context-parallel rank cannot score a prompt's tokens; run without --cp")
         hidden = self.model(input_ids, meta, caches, decode=False)
-        logits = self.lm_head(hidden[meta.cu_seqlens[1:].long() - 1])
-        return logits, score_rows(self.lm_head, hidden, targets, num_top)
+        return self._last_logits(hidden, meta), score_rows(self.lm_head, hidden, targets, num_top)
 
     def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache]) -> torch.Tensor:
         """input_ids [B, 1 + d] -> logits [B, 1 + d, vocab]."""

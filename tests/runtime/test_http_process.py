@@ -13,14 +13,11 @@ import httpx
 import pytest
 
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
-from dayzero.model.caches import CacheFormat
 from dayzero.runtime.http_host import serve, wait_healthy
 from dayzero.runtime.llm import LLM
-from dayzero.runtime.llm_engine import RuntimeOptions
 from dayzero.runtime.server import ServerOptions
 from tests.helpers import random_model, tiny_config_dict
-from tests.runtime.test_server import HI, MAX_LEN, MODEL, events, expected_text, free_port, greedy
+from tests.runtime.test_server import HI, MODEL, events, expected_text, free_port, greedy, make_llm
 
 HTTP_START_S = 60
 
@@ -28,13 +25,6 @@ HTTP_START_S = 60
 @pytest.fixture(scope="module")
 def model():
     return random_model(tiny_config_dict())
-
-
-def make_llm(model, tmp_path) -> LLM:
-    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=MAX_LEN)
-    budget = 5 * manifest.unit_bytes(SLOT) + 40 * manifest.unit_bytes(PAGE)
-    return LLM(tmp_path, runtime=RuntimeOptions(token_budget=32, memory_bytes=budget),
-               engine=EagerEngine(model, manifest))
 
 
 def serve_with_client(llm: LLM, client, seen: dict | None = None) -> dict:

@@ -37,13 +37,16 @@ def model():
     return random_model(tiny_config_dict())
 
 
-def make_server(model, tmp_path, engine_thread: bool = True, prefix_caching: bool = False,
-                **options) -> OpenAIServer:
+def make_llm(model, tmp_path, prefix_caching: bool = False) -> LLM:
     manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=MAX_LEN)
     budget = 5 * manifest.unit_bytes(SLOT) + 40 * manifest.unit_bytes(PAGE)
     runtime = RuntimeOptions(token_budget=32, memory_bytes=budget, prefix_caching=prefix_caching, snapshot_every=64)
-    llm = LLM(tmp_path, runtime=runtime,
-              engine=EagerEngine(model, manifest))
+    return LLM(tmp_path, runtime=runtime, engine=EagerEngine(model, manifest))
+
+
+def make_server(model, tmp_path, engine_thread: bool = True, prefix_caching: bool = False,
+                **options) -> OpenAIServer:
+    llm = make_llm(model, tmp_path, prefix_caching)
     return OpenAIServer(llm, ServerOptions(model_name=MODEL, **options), engine_thread=engine_thread)
 
 
