@@ -11,6 +11,7 @@ import click
 import torch
 
 from dayzero.errors import DayzeroError
+from dayzero.model.expert_format import DEQUANTIZE_EXPERTS_HELP
 from dayzero.paths import resolve_config
 
 if TYPE_CHECKING:
@@ -41,14 +42,17 @@ def cli() -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--shard-size-mb", type=int, default=2048, show_default=True, help="Largest safetensors shard.")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it already holds files.")
-def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb: int, overwrite: bool) -> None:
+@click.option("--mxfp4-experts", is_flag=True, help="Store the routed experts as MXFP4 (weight_packed + weight_scale, "
+              "as K3 checkpoints are released).")
+def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb: int, overwrite: bool,
+                    mxfp4_experts: bool) -> None:
     """Write a random, well-scaled HF-format checkpoint for CONFIG (a config.json, a directory holding one, or
     the name of a bundled config such as tiny-hybrid) to OUT."""
     from dayzero.model.checkpoint_writer import write_random_checkpoint
 
     source = resolve_config(config)
     start = time.perf_counter()
-    write_random_checkpoint(source, out, _dtype(dtype), seed, shard_size_mb << 20, overwrite)
+    write_random_checkpoint(source, out, _dtype(dtype), seed, shard_size_mb << 20, overwrite, mxfp4_experts)
     click.echo(f"wrote {out} in {time.perf_counter() - start:.1f} s")
 
 
@@ -66,6 +70,7 @@ ENGINE_OPTIONS = [
     click.option("--ep", type=int, default=1, show_default=True,
                  help="1: every expert's neurons split over the --tp ranks; = --tp: whole experts split over them."),
     click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True),
+    click.option("--dequantize-experts", is_flag=True, help=DEQUANTIZE_EXPERTS_HELP),
     click.option("--memory-mb", type=int, default=None, help="Cache memory (default: --gpu-memory-fraction of free "
                  "GPU memory, 256 MiB on CPU)."),
     click.option("--gpu-memory-fraction", type=float, default=0.8, show_default=True,
@@ -88,8 +93,8 @@ def engine_options(command):
     return command
 
 
-def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, memory_mb, gpu_memory_fraction, no_cuda_graphs,
-              prefix_caching, token_budget, num_draft, max_batch):
+def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, dequantize_experts, memory_mb, gpu_memory_fraction,
+              no_cuda_graphs, prefix_caching, token_budget, num_draft, max_batch):
     from dayzero.export.options import ExportOptions
     from dayzero.runtime.llm import LLM
     from dayzero.runtime.llm_engine import RuntimeOptions
@@ -100,7 +105,7 @@ def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, memory_mb, gpu_mem
         # before any package loads: on GPU images that need it, this restarts the command with the preload set
         reexec_with_libstdcxx()
     export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max_batch, num_draft=num_draft,
-                           tp=tp, cp=cp, ep=ep)
+                           tp=tp, cp=cp, ep=ep, dequantize_experts=dequantize_experts)
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs,
                              token_budget=token_budget, prefix_caching=prefix_caching)
@@ -181,7 +186,7 @@ def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine)
     import json
 
     from dayzero.dist.rank_plan import RankPlan
-    from dayzero.model.config import ModelConfig
+    from dayzero.model.expert_format import checkpoint_config
     from dayzero.perf.engine_bench import copy_bandwidth, matmul_rate, run_engine
 
     batches = batches or (1, 16, 64)
@@ -189,7 +194,8 @@ def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine)
         raise DayzeroError("--batch and --prompt-tokens must be >= 1 and --output-tokens >= 2 (one token comes from "
                            "prefill, the rest from decode steps)")
     with _load_llm(**engine, num_draft=num_draft, max_batch=max(batches)) as llm:
-        cfg = RankPlan(engine["tp"], 0, engine["ep"]).local_config(ModelConfig.from_hf(llm.checkpoint))
+        cfg = RankPlan(engine["tp"], 0, engine["ep"]).local_config(
+            checkpoint_config(llm.checkpoint, keep_mxfp4=not engine["dequantize_experts"]))
         ceilings = {"copy_bytes_per_s": copy_bandwidth(engine["device"]),
                     "matmul_flops_per_s": matmul_rate(engine["device"], _dtype(engine["dtype"]))}
         click.echo(f"[on {engine['device']}: copy {ceilings['copy_bytes_per_s'] / 1e9:.1f} GB/s, {engine['dtype']} "
@@ -233,17 +239,22 @@ def _table(rows: list[dict]) -> str:
 @click.option("--cp", type=int, default=1, show_default=True)
 @click.option("--ep", type=int, default=1, show_default=True)
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bfloat16", show_default=True)
-def plan(config: str, tp: int, cp: int, ep: int, dtype: str) -> None:
+@click.option("--mxfp4-experts", is_flag=True, help="Routed experts held packed as MXFP4 (4.25 bits a weight), as "
+              "serving a checkpoint that stores them so does.")
+def plan(config: str, tp: int, cp: int, ep: int, dtype: str, mxfp4_experts: bool) -> None:
     """Weight bytes per rank of CONFIG (a config.json, a folder holding one, or a bundled name) over --tp ranks;
     each of --cp context-parallel rank groups holds the same."""
     from dayzero.dist.rank_plan import RankPlan
     from dayzero.dist.sizing import rank_weights
     from dayzero.model.config import ModelConfig
+    from dayzero.model.expert_format import with_mxfp4_experts
 
-    cfg = ModelConfig.from_hf(resolve_config(config))
+    cfg = with_mxfp4_experts(ModelConfig.from_hf(resolve_config(config)), mxfp4_experts)
     whole = rank_weights(cfg, RankPlan(1, 0), _dtype(dtype))
     share = rank_weights(cfg, RankPlan(tp, 0, ep), _dtype(dtype))
-    click.echo(f"{cfg.model_type}: {whole.params / 1e9:.2f} B parameters, {whole.bytes / 2**30:.1f} GiB in {dtype}")
+    experts = ", routed experts in MXFP4" if cfg.moe is not None and cfg.moe.mxfp4_experts else ""
+    click.echo(f"{cfg.model_type}: {whole.params / 1e9:.2f} B parameters, {whole.bytes / 2**30:.1f} GiB in {dtype}"
+               f"{experts}")
     click.echo(f"per rank (--tp {tp} --ep {ep}): {share.params / 1e9:.2f} B parameters, {share.bytes / 2**30:.1f} GiB, "
                f"of which {share.replicated_bytes / 2**30:.1f} GiB are the same on every rank")
     if cp > 1:

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from dayzero.model.config import ModelConfig
+from dayzero.model.expert_format import with_mxfp4_experts
 from dayzero.model.random_init import init_random_
 from dayzero.model.weights import build_empty
 
@@ -36,8 +37,8 @@ def layer_pattern(kinds: str) -> dict:
             "full_attn_layers": [i + 1 for i, c in enumerate(kinds) if c == "m"]}
 
 
-def random_model(data: dict, dtype=torch.float32, seed: int = 0):
-    model = build_empty(ModelConfig.from_dict(data), dtype, "cpu")
+def random_model(data: dict, dtype=torch.float32, seed: int = 0, mxfp4_experts: bool = False):
+    model = build_empty(with_mxfp4_experts(ModelConfig.from_dict(data), mxfp4_experts), dtype, "cpu")
     init_random_(model, seed)
     return model
 

@@ -19,6 +19,7 @@ from torch import nn
 from dayzero.dist.collectives import WORLD_GROUP
 from dayzero.errors import DayzeroError
 from dayzero.model.config import ModelConfig
+from dayzero.model.expert_format import check_packed_split
 
 
 def check_expert_split(ep: int, tp: int) -> None:
@@ -62,6 +63,7 @@ class RankPlan:
         if uneven:
             listed = ", ".join(f"{name} = {size}" for name, size in uneven.items())
             raise DayzeroError(f"--tp {self.tp} does not divide this model ({listed}); choose a tp that divides them")
+        check_packed_split(cfg, self.tp if self.ep == 1 else 1)
         share = {"intermediate_size": cfg.intermediate_size // self.tp}
         if cfg.kda is not None:
             share["kda"] = dataclasses.replace(cfg.kda, num_heads=cfg.kda.num_heads // self.tp)

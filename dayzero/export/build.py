@@ -92,7 +92,8 @@ def load_rank_model(checkpoint: Path, options: ExportOptions, rank: int = 0) -> 
 
     mesh = MeshRank(options.tp, options.cp, rank)
     model = load(checkpoint, dtype=getattr(torch, options.dtype), device=options.rank_device(rank),
-                 plan=RankPlan(options.tp, mesh.tp_rank, options.ep, mesh.tp_group))
+                 plan=RankPlan(options.tp, mesh.tp_rank, options.ep, mesh.tp_group),
+                 keep_mxfp4=not options.dequantize_experts)
     if options.cp > 1:
         model.context_plan = ContextPlan(options.cp, mesh.cp_rank, mesh.cp_group)
     _check_formats(model, options)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from dayzero.export.options import BACKENDS, DTYPES, INDEX_CACHES, KV_CACHES, ExportOptions
+from dayzero.model.expert_format import DEQUANTIZE_EXPERTS_HELP
 
 
 @click.command("export")
@@ -25,6 +26,7 @@ from dayzero.export.options import BACKENDS, DTYPES, INDEX_CACHES, KV_CACHES, Ex
 @click.option("--ep", type=int, default=1, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
+@click.option("--dequantize-experts", is_flag=True, help=DEQUANTIZE_EXPERTS_HELP)
 def export(checkpoint: Path, **options) -> None:
     """Trace, lay out and compile CHECKPOINT's step functions into engines stored in the compilation cache."""
     from dayzero.export.build import export_engine

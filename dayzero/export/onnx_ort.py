@@ -139,6 +139,12 @@ def _moe_grouped_mlp(x_sorted, expert_offsets, w1, w3, w2, **attrs):
                                 _linear_beta(attrs)),)
 
 
+@kernel("MoeGroupedMlpMxfp4")
+def _moe_grouped_mlp_mxfp4(x_sorted, expert_offsets, *packed_weights, **attrs):
+    return (ops.moe_grouped_mlp_mxfp4(x_sorted, expert_offsets, *packed_weights, attrs["activation"], attrs["beta"],
+                                      _linear_beta(attrs)),)
+
+
 @kernel("MoeGatedActivation")
 def _moe_gated_activation(gate, up, **attrs):
     return (ops.moe_gated_activation(gate, up, attrs["activation"], attrs["beta"], _linear_beta(attrs)),)

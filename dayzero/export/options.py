@@ -36,6 +36,8 @@ class ExportOptions:
     ep: int = 1
     device: str = "cpu"
     dtype: str = "float32"
+    # routed experts stored as MXFP4 are held packed (model/expert_format.py) unless this is set
+    dequantize_experts: bool = False
 
     def __post_init__(self):
         _choice("backend", self.backend, BACKENDS)

@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from dayzero.errors import DayzeroError
 from dayzero.model.checkpoint import INDEX_FILE
 from dayzero.model.config import ModelConfig
+from dayzero.model.expert_format import with_mxfp4_experts
 from dayzero.model.hybrid import HybridModel
 from dayzero.model.random_init import random_parts
 from dayzero.model.weights import param_dtype
@@ -26,7 +27,8 @@ DEFAULT_SHARD_BYTES = 2 << 30
 
 
 def checkpoint_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> Iterator[tuple[str, torch.Tensor]]:
-    """(checkpoint name, tensor) of every stored tensor, in model order."""
+    """(checkpoint name, tensor) of every stored tensor, in model order (routed experts as MXFP4 `weight_packed` +
+    `weight_scale`, K3's release format, when cfg holds them so)."""
     with torch.device("meta"):
         skeleton = HybridModel(cfg)
     for name, param in skeleton.named_parameters():
@@ -48,11 +50,11 @@ def _shards(tensors: Iterator[tuple[str, torch.Tensor]], shard_bytes: int) -> It
         yield shard
 
 
-def _write_shards(tmp: Path, cfg: ModelConfig, dtype: torch.dtype, seed: int, shard_bytes: int) -> None:
+def _write_shards(tmp: Path, tensors: Iterator[tuple[str, torch.Tensor]], shard_bytes: int) -> None:
     weight_map: dict[str, str] = {}
     total = 0
     files = []
-    for number, shard in enumerate(_shards(checkpoint_tensors(cfg, dtype, seed), shard_bytes), start=1):
+    for number, shard in enumerate(_shards(tensors, shard_bytes), start=1):
         file = f"shard-{number:05d}.safetensors"
         save_file(shard, str(tmp / file), metadata={"format": "pt"})
         files.append(file)
@@ -71,7 +73,7 @@ def _write_shards(tmp: Path, cfg: ModelConfig, dtype: torch.dtype, seed: int, sh
 
 def write_random_checkpoint(
     config_path: str | Path, out: str | Path, dtype: torch.dtype = torch.bfloat16, seed: int = 0,
-    shard_bytes: int = DEFAULT_SHARD_BYTES, overwrite: bool = False,
+    shard_bytes: int = DEFAULT_SHARD_BYTES, overwrite: bool = False, mxfp4_experts: bool = False,
 ) -> Path:
     """Write a checkpoint for the config at `config_path` (a config.json or a directory holding one) to `out`."""
     config_file = Path(config_path)
@@ -84,7 +86,7 @@ def write_random_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         shutil.copyfile(config_file, tmp / "config.json")
-        _write_shards(tmp, cfg, dtype, seed, shard_bytes)
+        _write_shards(tmp, checkpoint_tensors(with_mxfp4_experts(cfg, mxfp4_experts), dtype, seed), shard_bytes)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

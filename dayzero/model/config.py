@@ -91,6 +91,9 @@ class MoEConfig:
     # expert parallelism (a rank's view, dayzero/dist/rank_plan.py): this many ranks share the routed experts (each
     # holds whole experts) and the shared experts' neurons
     expert_shards: int = 1
+    # routed expert weights kept as the checkpoint stores them, MXFP4 (K3's release format; chosen at load time, see
+    # model/expert_format.py), instead of dequantized to the model dtype
+    mxfp4_experts: bool = False
 
     @property
     def local_experts(self) -> int:

@@ -12,6 +12,7 @@ from dayzero.model.mlp import GatedMLP
 from dayzero.model.norm import RMSNorm, linear
 from dayzero.plugins import moe as moe_ops
 from dayzero.plugins.moe.reference import router_logits as reference_router_logits
+from dayzero.plugins.quant.reference import MX_BLOCK
 
 
 class Router(nn.Module):
@@ -30,6 +31,29 @@ class ExpertBank(nn.Module):
         self.w3 = nn.Parameter(torch.zeros(num_experts, intermediate_size, dim), requires_grad=False)
         self.w2 = nn.Parameter(torch.zeros(num_experts, dim, intermediate_size), requires_grad=False)
 
+    def weights(self) -> tuple[torch.Tensor, ...]:
+        return self.w1, self.w3, self.w2
+
+
+def _packed(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.zeros(*shape, dtype=torch.uint8), requires_grad=False)
+
+
+class PackedExpertBank(nn.Module):
+    """Routed expert weights kept as MXFP4: `w1_packed` [E, I, D/2] uint8 (two E2M1 values a byte) with `w1_scale`
+    [E, I, D/32] uint8 (E8M0), likewise w3; `w2_packed` [E, D, I/2] with `w2_scale` [E, D, I/32]."""
+
+    def __init__(self, num_experts: int, dim: int, intermediate_size: int):
+        super().__init__()
+        for name, (rows, k) in {"w1": (intermediate_size, dim), "w3": (intermediate_size, dim),
+                                "w2": (dim, intermediate_size)}.items():
+            setattr(self, f"{name}_packed", _packed(num_experts, rows, k // 2))
+            setattr(self, f"{name}_scale", _packed(num_experts, rows, k // MX_BLOCK))
+
+    def weights(self) -> tuple[moe_ops.Mxfp4Weight, ...]:
+        return tuple(moe_ops.Mxfp4Weight(getattr(self, f"{w}_packed"), getattr(self, f"{w}_scale"))
+                     for w in ("w1", "w3", "w2"))
+
 
 class MoE(nn.Module):
     def __init__(self, hidden_size: int, cfg: MoEConfig, rms_norm_eps: float, activation: str,
@@ -39,7 +63,8 @@ class MoE(nn.Module):
         self.activation, self.act_params = activation, act_params
         expert_dim = cfg.latent_size or hidden_size
         self.gate = Router(hidden_size, cfg.num_experts)
-        self.experts = ExpertBank(cfg.local_experts, expert_dim, cfg.intermediate_size)
+        bank = PackedExpertBank if cfg.mxfp4_experts else ExpertBank
+        self.experts = bank(cfg.local_experts, expert_dim, cfg.intermediate_size)
         if cfg.latent_size is not None:
             self.routed_expert_down_proj = linear(hidden_size, cfg.latent_size)
             if cfg.latent_norm:
@@ -61,11 +86,10 @@ class MoE(nn.Module):
                                      cfg.topk_group, cfg.renormalize, cfg.scaling, cfg.router_activation)
         if cfg.latent_size is not None:
             x = self.routed_expert_down_proj(x)
-        bank = self.experts
+        bank = self.experts.weights()
         if self.first_expert is None:
-            return moe_ops.moe_experts(x, weights, ids, bank.w1, bank.w3, bank.w2, self.activation, **self.act_params)
-        return moe_ops.moe_local_experts(x, weights, ids, self.first_expert, bank.w1, bank.w3, bank.w2, self.activation,
-                                         **self.act_params)
+            return moe_ops.moe_experts(x, weights, ids, *bank, self.activation, **self.act_params)
+        return moe_ops.moe_local_experts(x, weights, ids, self.first_expert, *bank, self.activation, **self.act_params)
 
     def _leave_latent(self, y: torch.Tensor) -> torch.Tensor:
         if self.cfg.latent_norm:

@@ -17,8 +17,10 @@ import torch
 
 from dayzero.model.config import ModelConfig
 from dayzero.model.weights import parameter_parts
+from dayzero.plugins.quant.reference import MX_BLOCK, mxfp4_quantize
 
 OUTPUT_PROJECTIONS = ("o_proj.weight", "down_proj.weight", "w2.weight", "routed_expert_up_proj.weight")
+MXFP4_SUFFIXES = (".weight_packed", ".weight_scale")
 
 
 def _generator(seed: int, name: str, device) -> torch.Generator:
@@ -62,11 +64,22 @@ def random_tensor(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int
     return _normal(shape, gen) * _matrix_std(name, shape, cfg)
 
 
+def _mxfp4_half(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int, device) -> torch.Tensor:
+    """`*.weight_packed` or `*.weight_scale` of the random weight `*.weight`, quantized to MXFP4."""
+    base, _, half = name.rpartition(".weight_")
+    k = shape[-1] * (2 if half == "packed" else MX_BLOCK)
+    packed, scale = mxfp4_quantize(random_tensor(base + ".weight", (*shape[:-1], k), cfg, seed, device))
+    return packed if half == "packed" else scale
+
+
 def random_parts(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int = 0,
                  device="cpu") -> Iterator[tuple[str, torch.Tensor]]:
-    """(checkpoint name, fp32 value) of each stored tensor of parameter `name` (experts: one per expert)."""
+    """(checkpoint name, value) of each stored tensor of parameter `name` (experts: one per expert): fp32, or
+    uint8 for MXFP4 experts (the random fp32 weight, quantized)."""
     for part in parameter_parts(name, shape):
-        yield part.names[0], random_tensor(part.names[0], part.shape, cfg, seed, device)
+        stored = part.names[0]
+        make = _mxfp4_half if stored.endswith(MXFP4_SUFFIXES) else random_tensor
+        yield stored, make(stored, part.shape, cfg, seed, device)
 
 
 @torch.no_grad()

@@ -19,12 +19,13 @@ import torch
 from dayzero.errors import DayzeroError
 from dayzero.model.checkpoint import CheckpointReader
 from dayzero.model.config import ModelConfig
+from dayzero.model.expert_format import with_expert_format
 from dayzero.model.hybrid import HybridModel
 
 if TYPE_CHECKING:
     from dayzero.dist.rank_plan import RankPlan
 
-EXPERT_PARAM = re.compile(r"^(?P<base>.*\.experts)\.(?P<w>w[123])$")
+EXPERT_PARAM = re.compile(r"^(?P<base>.*\.experts)\.(?P<w>w[123])(?P<mxfp4>_packed|_scale)?$")
 # kept in fp32 whatever the model dtype: tiny, and the gates and router are precision-sensitive
 FP32_PARAMS = re.compile(r"(\.A_log|\.dt_bias|\.gate\.weight|\.gate\.e_score_correction_bias)$")
 
@@ -41,8 +42,8 @@ def parameter_parts(name: str, shape: tuple[int, ...]) -> list[TensorPart]:
     """The stored tensors of parameter `name`, in stacking order."""
     expert = EXPERT_PARAM.match(name)
     if expert:
-        base, w = expert["base"], expert["w"]
-        return [TensorPart((f"{base}.{e}.{w}.weight",), shape[1:]) for e in range(shape[0])]
+        base, w, suffix = expert["base"], expert["w"], expert["mxfp4"] or ""
+        return [TensorPart((f"{base}.{e}.{w}.weight{suffix}",), shape[1:]) for e in range(shape[0])]
     if ".mlp." in name:
         return [TensorPart((name, name.replace(".mlp.", ".block_sparse_moe.")), shape)]
     return [TensorPart((name,), shape)]
@@ -55,6 +56,9 @@ def parameter_shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
 
 
 def param_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
+    expert = EXPERT_PARAM.match(name)
+    if expert and expert["mxfp4"]:
+        return torch.uint8
     return torch.float32 if FP32_PARAMS.search(name) else dtype
 
 
@@ -107,11 +111,12 @@ def _load_parameter(reader: CheckpointReader, name: str, param: torch.Tensor, cf
 
 @torch.no_grad()
 def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu",
-         plan: RankPlan | None = None) -> HybridModel:
+         plan: RankPlan | None = None, keep_mxfp4: bool = True) -> HybridModel:
     """Load a HF-format checkpoint directory (config.json + *.safetensors) into the reference network, or into the
-    part of it that one tensor-parallel rank runs."""
-    cfg = ModelConfig.from_hf(path)
+    part of it that one tensor-parallel rank runs. Routed experts stored as MXFP4 stay packed unless `keep_mxfp4`
+    is off (model/expert_format.py)."""
     reader = CheckpointReader(path)
+    cfg = with_expert_format(ModelConfig.from_hf(path), reader, keep_mxfp4)
     if plan is None or plan.tp == 1:
         model = build_empty(cfg, dtype, device)
         for name, param in model.named_parameters():

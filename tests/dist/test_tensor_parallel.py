@@ -34,8 +34,13 @@ def checkpoints(tmp_path_factory):
     # tiny-hybrid (latent MoE: the latent and shared partial sums reduce together) and a plain-MoE variant
     plain = root / "plain.json"
     plain.write_text(json.dumps(tiny_config_dict(routed_expert_hidden_size=None)))
-    return {name: write_random_checkpoint(config, root / name, torch.float32, seed=3)
-            for name, config in (("latent", TINY_CONFIG), ("plain", plain))}
+    # MXFP4 experts kept packed: each rank's slice of the down projection's inputs is one 32-wide scale block
+    wide = root / "wide.json"
+    wide.write_text(json.dumps(tiny_config_dict(moe_intermediate_size=64)))
+    written = {name: write_random_checkpoint(config, root / name, torch.float32, seed=3)
+               for name, config in (("latent", TINY_CONFIG), ("plain", plain))}
+    written["mxfp4"] = write_random_checkpoint(wide, root / "mxfp4", torch.float32, seed=3, mxfp4_experts=True)
+    return written
 
 
 def _inputs():
@@ -56,8 +61,8 @@ def _compare_with_one_rank(engine, checkpoint, tolerance: float) -> None:
         assert g.shape == e.shape and rel_err(g, e) < tolerance
 
 
-@pytest.mark.parametrize("variant, ep", [("latent", 1), ("plain", 1), ("latent", 2)],
-                         ids=["latent", "plain", "latent-ep2"])
+@pytest.mark.parametrize("variant, ep", [("latent", 1), ("plain", 1), ("latent", 2), ("mxfp4", 1)],
+                         ids=["latent", "plain", "latent-ep2", "mxfp4"])
 def test_eager_ranks_match_one_rank(checkpoints, variant, ep, tmp_path):
     entry, _ = export_engine(checkpoints[variant], ExportOptions(backend="eager", tp=2, ep=ep, max_batch=4),
                              CompilationCache(tmp_path))

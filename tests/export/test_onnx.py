@@ -117,6 +117,16 @@ def test_dense_mla_verify_step_matches_eager(tmp_path):
     _assert_decode_matches_eager(model, manifest, OnnxEngine(path))
 
 
+@pytest.mark.slow
+def test_mxfp4_experts_are_one_custom_node_and_decode_as_eager(tmp_path):
+    model = random_model(tiny_config_dict(), mxfp4_experts=True)
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64)
+    path = export_onnx(model, manifest, tmp_path / "decode.onnx")
+    custom = {n.op_type for n in onnx.load(path).graph.node if n.domain == ONNX_DOMAIN}
+    assert "MoeGroupedMlpMxfp4" in custom and "MoeGroupedMlp" not in custom
+    _assert_decode_matches_eager(model, manifest, OnnxEngine(path))
+
+
 def test_onnx_engine_prefill_says_it_carries_decode_only(engine):
     with pytest.raises(DayzeroError, match="decode graph only"):
         engine.prefill(torch.zeros(3, dtype=torch.long), None, [])

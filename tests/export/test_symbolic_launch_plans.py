@@ -159,19 +159,31 @@ def laid_out_model():
     return model
 
 
-@pytest.mark.parametrize("decode, num_draft", [(True, 0), (True, 2), (False, 0)], ids=["decode", "verify", "prefill"])
-def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_draft):
-    manifest = eager_manifest(laid_out_model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=64, max_len=4096,
+def _kernels_of_plans_that_keep_the_ranges(model, decode: bool, num_draft: int) -> set[str]:
+    manifest = eager_manifest(model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=64, max_len=4096,
                               num_draft=num_draft)
-    program = trace_step(laid_out_model, manifest, decode=decode)
+    program = trace_step(model, manifest, decode=decode)
     guards_by_op, narrowed, launches, offset_tables, scratch_views = _plan_every_plugin_call(program)
     assert narrowed == []
     assert guards_by_op == {}
     assert offset_tables == []
     assert scratch_views == []
-    kernels = {name for name, _, _ in launches}
+    return {name for name, _, _ in launches}
+
+
+@pytest.mark.parametrize("decode, num_draft", [(True, 0), (True, 2), (False, 0)], ids=["decode", "verify", "prefill"])
+def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_draft):
+    kernels = _kernels_of_plans_that_keep_the_ranges(laid_out_model, decode, num_draft)
     # at most 64 rows (decode) one AttnRes program per token; above, persistent programs
     attnres = "_attnres_mix_kernel" if decode and num_draft == 0 else "attnres_mix_pipelined_kernel"
     assert {"_mla_attention_kernel", attnres} <= kernels, kernels
     # decode rows are few for any batch in range: the Triton grouped GEMM; verify and prefill may be many
     assert ("_grouped_gemm_kernel" in kernels) == (decode and num_draft == 0), kernels
+
+
+@pytest.mark.parametrize("decode", [True, False], ids=["decode", "prefill"])
+def test_mxfp4_experts_launch_plans_keep_the_traced_ranges(decode):
+    model = random_model(tiny_config_dict(kv_lora_rank=128), dtype=torch.bfloat16, mxfp4_experts=True)
+    lay_out(model)
+    # MXFP4 experts take the Triton grouped GEMM at every row count
+    assert "_grouped_gemm_kernel" in _kernels_of_plans_that_keep_the_ranges(model, decode, 0)

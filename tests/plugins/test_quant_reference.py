@@ -57,3 +57,32 @@ def test_mxfp4_dequantize_known_values():
     out = Q.mxfp4_dequantize(packed, scales)
     assert out.shape == (1, 32)
     assert out[0, :4].tolist() == [-2.0, 3.0, 12.0, -12.0] and (out[0, 4:] == 0).all()
+
+
+def test_mxfp4_quantize_inverts_dequantize_on_representable_values():
+    gen = torch.Generator().manual_seed(0)
+    packed = torch.randint(0, 256, (5, 7, 48), dtype=torch.uint8, generator=gen)
+    scales = torch.randint(115, 140, (5, 7, 3), dtype=torch.uint8, generator=gen)
+    # a block whose largest magnitude is below 4 would be given a smaller scale: make each block hold a 6
+    packed[..., ::16] = 0x07
+    values = Q.mxfp4_dequantize(packed, scales)
+    again = Q.mxfp4_quantize(values)
+    assert torch.equal(Q.mxfp4_dequantize(*again), values)
+    assert torch.equal(again[1], scales)
+
+
+def test_mxfp4_quantize_rounds_to_nearest_with_ties_to_the_even_code():
+    x = torch.tensor([[0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.75, 0.2, 2.9, 4.9, 6.0] + [0.0] * 20])
+    out = Q.mxfp4_dequantize(*Q.mxfp4_quantize(x))
+    assert out[0, :12].tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, -1.0, 0.0, 3.0, 4.0, 6.0]
+
+
+def test_mxfp4_scale_is_the_smallest_without_clipping_and_error_is_half_a_step():
+    x = torch.randn(64, 128, generator=torch.Generator().manual_seed(1)) * torch.logspace(-3, 3, 64)[:, None]
+    packed, scales = Q.mxfp4_quantize(x)
+    scale = Q.e8m0_to_float(scales).repeat_interleave(32, dim=-1)
+    amax = x.abs().reshape(64, 4, 32).amax(-1)
+    assert ((amax / Q.e8m0_to_float(scales) <= 6) & (amax / Q.e8m0_to_float(scales) > 3)).all()
+    magnitude = x.abs() / scale
+    half_step = torch.where(magnitude < 2, 0.25, torch.where(magnitude < 4, 0.5, 1.0)) * scale
+    assert ((Q.mxfp4_dequantize(packed, scales) - x).abs() <= half_step * (1 + 1e-6)).all()

@@ -1,5 +1,6 @@
 """The grouped expert MLP on a GPU: torch._grouped_mm (CUTLASS) on Hopper and newer for bf16 when the experts get
-enough rows each, the Triton grouped GEMM (gate, up and activation fused) otherwise."""
+enough rows each, the Triton grouped GEMM (gate, up and activation fused) otherwise. MXFP4 experts always take the
+Triton GEMM, which dequantizes the weight tiles it loads."""
 
 from __future__ import annotations
 
@@ -58,3 +59,21 @@ def grouped_mlp_cuda(
         return torch.empty_like(x_sorted)
     impl = grouped_mlp_grouped_mm if use_grouped_mm(x_sorted, w1.shape[0]) else grouped_mlp_triton
     return impl(x_sorted, expert_offsets, w1, w3, w2, activation, beta, linear_beta, launch=launch)
+
+
+def grouped_mlp_mxfp4_cuda(
+    x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w1_scale: torch.Tensor, w3: torch.Tensor,
+    w3_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor, activation: str, beta: float,
+    linear_beta: float | None, launch=None, out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x_sorted [M, D] bf16 or fp32, expert_offsets [E+1] int32, MXFP4 experts: w1/w3 uint8 [E, I, D/2] with E8M0
+    scales [E, I, D/32], w2 uint8 [E, D, I/2] with scales [E, D, I/32] -> [M, D] (into `out` if given).
+
+    Two Triton grouped GEMMs that dequantize the weight tiles they load (torch._grouped_mm takes no MXFP4 weights),
+    so decode streams 4.25 bits a weight instead of 16.
+    """
+    if x_sorted.shape[0] == 0:
+        return torch.empty_like(x_sorted) if out is None else out
+    h = grouped_gemm_launcher(x_sorted, w1, expert_offsets, w3, activation, beta, linear_beta, launch=launch,
+                              b_scale=w1_scale, b_up_scale=w3_scale)
+    return grouped_gemm_launcher(h, w2, expert_offsets, out=out, launch=launch, b_scale=w2_scale)

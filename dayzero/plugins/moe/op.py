@@ -3,12 +3,32 @@ the gated activation; and the Python wrappers with the reference signatures the 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from dayzero.plugins.moe import reference
 from dayzero.plugins.moe.activation import activation_args, gated_activation
 from dayzero.plugins.onnx_node import dayzero_node
+from dayzero.plugins.quant.reference import mxfp4_dequantize
 from dayzero.plugins.registry import onnx_translation, plugin_op
+
+
+class Mxfp4Weight(NamedTuple):
+    """Stacked expert weights [E, N, K] kept as MXFP4: packed [E, N, K/2] uint8, scale [E, N, K/32] uint8."""
+
+    packed: torch.Tensor
+    scale: torch.Tensor
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        return mxfp4_dequantize(self.packed, self.scale, dtype=dtype)
+
+
+ExpertWeight = torch.Tensor | Mxfp4Weight
+
+
+def _num_experts(w: ExpertWeight) -> int:
+    return w.packed.shape[0] if isinstance(w, Mxfp4Weight) else w.shape[0]
 
 
 def _act_params(activation: str, beta: float, linear_beta: float | None) -> dict[str, float]:
@@ -97,6 +117,30 @@ def moe_grouped_mlp(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: to
                             launch=wrap_triton)
 
 
+def _grouped_mlp_mxfp4_cpu(x_sorted, expert_offsets, w1, w1_scale, w3, w3_scale, w2, w2_scale, activation, beta,
+                           linear_beta):
+    dense = [Mxfp4Weight(p, s).dequantize(x_sorted.dtype) for p, s in ((w1, w1_scale), (w3, w3_scale), (w2, w2_scale))]
+    return _grouped_mlp_cpu(x_sorted, expert_offsets, *dense, activation, beta, linear_beta)
+
+
+def _grouped_mlp_mxfp4_fake(x_sorted, expert_offsets, w1, w1_scale, w3, w3_scale, w2, w2_scale, activation, beta,
+                            linear_beta):
+    return x_sorted.new_empty(x_sorted.shape[0], w2.shape[1])
+
+
+@plugin_op("moe_grouped_mlp_mxfp4", cpu=_grouped_mlp_mxfp4_cpu, fake=_grouped_mlp_mxfp4_fake)
+def moe_grouped_mlp_mxfp4(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor,
+                          w1_scale: torch.Tensor, w3: torch.Tensor, w3_scale: torch.Tensor, w2: torch.Tensor,
+                          w2_scale: torch.Tensor, activation: str, beta: float,
+                          linear_beta: float | None) -> torch.Tensor:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_mxfp4_cuda
+
+    return grouped_mlp_mxfp4_cuda(x_sorted.contiguous(), expert_offsets, w1, w1_scale, w3, w3_scale, w2, w2_scale,
+                                  activation, beta, linear_beta, launch=wrap_triton)
+
+
 def _gated_activation_cpu(gate, up, activation, beta, linear_beta):
     return gated_activation(gate, up, activation, **_act_params(activation, beta, linear_beta)).to(gate.dtype)
 
@@ -142,31 +186,35 @@ def unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_position
     return moe_unpermute(y_sorted, weights, assignment_positions)
 
 
-def grouped_mlp(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor,
-                w2: torch.Tensor, activation: str = "silu", **act_params) -> torch.Tensor:
-    """Expert e's gated MLP on its rows expert_offsets[e]:expert_offsets[e+1] of x_sorted [M, D] -> [M, D]."""
-    return moe_grouped_mlp(x_sorted, expert_offsets, w1, w3, w2, activation, *activation_args(activation, act_params))
+def grouped_mlp(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: ExpertWeight, w3: ExpertWeight,
+                w2: ExpertWeight, activation: str = "silu", **act_params) -> torch.Tensor:
+    """Expert e's gated MLP on its rows expert_offsets[e]:expert_offsets[e+1] of x_sorted [M, D] -> [M, D]; the
+    weights dense tensors or all three Mxfp4Weight."""
+    args = activation_args(activation, act_params)
+    if isinstance(w1, Mxfp4Weight):
+        return moe_grouped_mlp_mxfp4(x_sorted, expert_offsets, *w1, *w3, *w2, activation, *args)
+    return moe_grouped_mlp(x_sorted, expert_offsets, w1, w3, w2, activation, *args)
 
 
 def moe_experts(
-    x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor,
-    w2: torch.Tensor, activation: str = "silu", **act_params,
+    x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w1: ExpertWeight, w3: ExpertWeight,
+    w2: ExpertWeight, activation: str = "silu", **act_params,
 ) -> torch.Tensor:
     """Weighted sum over each token's chosen experts: x [T, D], weights/ids [T, k] -> [T, D] in x's dtype."""
-    x_sorted, _, positions, offsets = permute(x, ids, w1.shape[0])
+    x_sorted, _, positions, offsets = permute(x, ids, _num_experts(w1))
     return unpermute(grouped_mlp(x_sorted, offsets, w1, w3, w2, activation, **act_params), weights, positions)
 
 
 def moe_local_experts(
-    x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, first_expert: int, w1: torch.Tensor, w3: torch.Tensor,
-    w2: torch.Tensor, activation: str = "silu", **act_params,
+    x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, first_expert: int, w1: ExpertWeight, w3: ExpertWeight,
+    w2: ExpertWeight, activation: str = "silu", **act_params,
 ) -> torch.Tensor:
     """Expert parallelism: this rank's share of the weighted sum, from its experts first_expert .. + w1.shape[0] - 1
     only (ids are global); the ranks' shares sum to moe_experts.
 
     Other ranks' assignments go to a sink group sorted last; the grouped MLP runs on the local groups alone and the
     sink rows, which no kernel writes, are zeroed before the weighted sum."""
-    num_local = w1.shape[0]
+    num_local = _num_experts(w1)
     local = (ids >= first_expert) & (ids < first_expert + num_local)
     x_sorted, _, positions, offsets = permute(x, torch.where(local, ids - first_expert, num_local), num_local + 1)
     y_sorted = grouped_mlp(x_sorted, offsets[: num_local + 1], w1, w3, w2, activation, **act_params)
@@ -214,6 +262,15 @@ def _moe_grouped_mlp_onnx(x_sorted, expert_offsets, w1, w3, w2, activation: str,
                           linear_beta: float | None):
     return dayzero_node("MoeGroupedMlp", [x_sorted, expert_offsets, w1, w3, w2], [x_sorted], activation=activation,
                         beta=beta, linear_beta=0.0 if linear_beta is None else linear_beta,
+                        has_linear_beta=linear_beta is not None)
+
+
+@onnx_translation(moe_grouped_mlp_mxfp4)
+def _moe_grouped_mlp_mxfp4_onnx(x_sorted, expert_offsets, w1, w1_scale, w3, w3_scale, w2, w2_scale, activation: str,
+                                beta: float, linear_beta: float | None):
+    return dayzero_node("MoeGroupedMlpMxfp4", [x_sorted, expert_offsets, w1, w1_scale, w3, w3_scale, w2, w2_scale],
+                        [x_sorted], activation=activation, beta=beta,
+                        linear_beta=0.0 if linear_beta is None else linear_beta,
                         has_linear_beta=linear_beta is not None)
 
 

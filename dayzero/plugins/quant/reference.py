@@ -85,3 +85,26 @@ def mxfp4_dequantize(packed: torch.Tensor, scales: torch.Tensor, block: int = MX
     nibbles = torch.stack([packed & 0x0F, packed >> 4], dim=-1).flatten(-2).long()
     values = table[nibbles]
     return _dequantize_blocks(values, e8m0_to_float(scales), block, dtype)
+
+
+E2M1_MAX = 6.0
+
+
+def mxfp4_quantize(x: torch.Tensor, block: int = MX_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., K] (K even, a multiple of `block`) -> (packed uint8 [..., K/2], E8M0 scales uint8 [..., K/block]),
+    the layout mxfp4_dequantize reads.
+
+    The scale is the smallest power of two with amax / scale <= 6 (nothing clips); each element rounds to the
+    nearest E2M1 value, ties to the even code, as OCP MX specifies.
+    """
+    blocks = _blocks(x, block)
+    exponent = torch.ceil(torch.log2(blocks.abs().amax(-1).clamp_min(2.0 ** -120) / E2M1_MAX)).to(torch.int32)
+    scaled = blocks / torch.exp2(exponent.float())[..., None]
+    magnitude = scaled.abs()
+    # E2M1's spacing is 0.5 below 2, 1 below 4, 2 up to 6; torch.round halves to even, which is the even code
+    step = torch.where(magnitude < 2, 0.5, torch.where(magnitude < 4, 1.0, 2.0))
+    rounded = torch.round(magnitude / step) * step
+    codes = torch.searchsorted(torch.tensor(E2M1_VALUES, device=x.device), rounded) + 8 * (scaled < 0).long()
+    codes = codes.reshape(*x.shape[:-1], x.shape[-1] // 2, 2).to(torch.uint8)
+    packed = codes[..., 0] | (codes[..., 1] << 4)
+    return packed, (exponent + E8M0_BIAS).to(torch.uint8)
