@@ -3,7 +3,9 @@ offers and how the model may call them, and how to read the answer (tool calls, 
 
 A turn that must call a tool ("required", or a named function) starts with the call's opening written into the
 prompt; a named function's arguments are then held to its parameters schema (to any JSON object where dayzero
-cannot hold that schema), and the call closes where they do. A thinking model's answer held to JSON reasons first.
+cannot hold that schema), and the call closes where they do. Under "auto" and "required" the calls the model writes
+are held to the offered functions and their schemas (tool_call_grammar.py). A thinking model's answer held to JSON
+reasons first.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dayzero.runtime.json_schema import SchemaError, compile_schema
 from dayzero.runtime.openai_messages import ToolRequest, calls_made, chat_messages, parse_tools
 from dayzero.runtime.openai_protocol import GenerateRequest, RequestError, parse_chat
 from dayzero.runtime.reasoning import THINK_BEGIN, THINK_END, opens_thinking
+from dayzero.runtime.tool_call_grammar import ToolCallRules, marker_token_ids
 from dayzero.runtime.tool_calls import MARKERS
 
 
@@ -42,7 +45,8 @@ def prepare_chat(body: dict, template: ChatTemplate, tool_markers: dict | None, 
     forced = calling.forced_call(calls_made(messages))
     # a turn forced to start with a call has no reasoning
     thinking = opens_thinking(prompt) if thinks and not forced else None
-    return ChatTurn(_arguments_held_to_schema(parsed, calling, prompt + forced), calling, forced, thinking)
+    held = _calls_held_to_tools(parsed, calling, tool_markers)
+    return ChatTurn(_arguments_held_to_schema(held, calling, prompt + forced), calling, forced, thinking)
 
 
 def _json_after_reasoning(parsed: GenerateRequest, think_markers: dict, thinking: bool | None) -> GenerateRequest:
@@ -65,15 +69,34 @@ def _check_tool_calls_readable(template: ChatTemplate, tool_markers: dict | None
                            "\"tool_choice\": \"none\"", param="tools")
 
 
+def _parameters_schema(parameters: dict) -> str | None:
+    """A function's parameters schema as the JSON text the engine compiles (None: any JSON object, where dayzero
+    cannot hold the schema)."""
+    try:
+        return compile_schema(parameters).key
+    except SchemaError:
+        return None
+
+
+def _calls_held_to_tools(parsed: GenerateRequest, tools: ToolRequest, tool_markers: dict) -> GenerateRequest:
+    """Under "auto" and "required", the answer's calls held to the offered functions (tool_call_grammar.py); an
+    "auto" turn whose text answer is held to a response_format keeps that instead."""
+    if parsed.sampling.response_format is not None and tools.choice != "auto":
+        raise RequestError("response_format shapes a text answer, and this tool_choice makes the turn a tool call; "
+                           "leave out response_format, or use tool_choice \"auto\"", param="response_format")
+    if tools.named_function is not None or parsed.sampling.response_format is not None:
+        return parsed
+    functions = tuple((name, _parameters_schema(parameters)) for name, parameters in tools.parameters().items())
+    rules = ToolCallRules(marker_token_ids(tool_markers), functions, tools.choice == "required", tools.parallel)
+    return dataclasses.replace(parsed, sampling=dataclasses.replace(parsed.sampling, tool_calls=rules))
+
+
 def _arguments_held_to_schema(parsed: GenerateRequest, tools: ToolRequest, prompt: str) -> GenerateRequest:
     """The request with `prompt`; a named call's answer (its arguments) held to the function's parameters schema, or
     to any JSON object where dayzero cannot hold that schema."""
-    parameters = tools.named_parameters()
-    if parameters is None:
+    if tools.named_function is None:
         return dataclasses.replace(parsed, prompts=(prompt,))
-    try:
-        response_format, schema = "json_schema", compile_schema(parameters).key
-    except SchemaError:
-        response_format, schema = "json_object", None
+    schema = _parameters_schema(tools.parameters()[tools.named_function])
+    response_format = "json_object" if schema is None else "json_schema"
     sampling = dataclasses.replace(parsed.sampling, response_format=response_format, json_schema=schema)
     return dataclasses.replace(parsed, prompts=(prompt,), sampling=sampling)

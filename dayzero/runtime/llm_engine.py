@@ -29,6 +29,7 @@ from dayzero.runtime.sequence import Sequence, Status
 from dayzero.runtime.spec_decode import PROPOSERS, accept, greedy_run
 from dayzero.runtime.state_pool import StatePool
 from dayzero.runtime.token_grammar import JsonAnswer, TokenTable
+from dayzero.runtime.tool_call_grammar import ToolCallAnswer
 
 # JSON schemas kept compiled, by their text
 CACHED_GRAMMARS = 32
@@ -78,7 +79,8 @@ class StepStats:
 
 def _plain_greedy(params: SamplingParams) -> bool:
     """Greedy with no logit adjustments or format: the token is the row's argmax."""
-    return params.method == "greedy" and not adjusts_logits(params) and params.response_format is None
+    return (params.method == "greedy" and not adjusts_logits(params) and params.response_format is None
+            and params.tool_calls is None)
 
 
 def _adjusted(seq: Sequence, rows: torch.Tensor, draft: list[int]) -> torch.Tensor:
@@ -140,9 +142,11 @@ class LLMEngine:
                                "logits")
         seq = Sequence(list(prompt_ids), params) if request_id is None else Sequence(list(prompt_ids), params,
                                                                                        request_id)
-        if params.response_format is not None:
-            seq.json_answer = JsonAnswer(self._json_tokens(), self._grammar(params), params.reasoning_tokens,
-                                         params.reasoning_opened)
+        if params.tool_calls is not None:
+            seq.json_answer = ToolCallAnswer(self._json_tokens(), params.tool_calls, self._grammar)
+        elif params.response_format is not None:
+            seq.json_answer = JsonAnswer(self._json_tokens(), self._grammar(params.json_schema),
+                                         params.reasoning_tokens, params.reasoning_opened)
         self.scheduler.add(seq)
         return seq
 
@@ -161,14 +165,15 @@ class LLMEngine:
             self._token_table = TokenTable(self.token_bytes, self.manifest.vocab_size)
         return self._token_table
 
-    def _grammar(self, params: SamplingParams) -> Grammar:
-        if params.json_schema is None:
+    def _grammar(self, schema: str | None) -> Grammar:
+        """The recognizer of a JSON schema given as JSON text (None: any JSON object), compiled once."""
+        if schema is None:
             return JSON_OBJECT
-        if params.json_schema not in self._grammars:
+        if schema not in self._grammars:
             if len(self._grammars) >= CACHED_GRAMMARS:
                 self._grammars.pop(next(iter(self._grammars)))
-            self._grammars[params.json_schema] = compile_schema(json.loads(params.json_schema))
-        return self._grammars[params.json_schema]
+            self._grammars[schema] = compile_schema(json.loads(schema))
+        return self._grammars[schema]
 
     def cancel(self, request_id: str) -> Sequence | None:
         return self.scheduler.cancel(request_id)

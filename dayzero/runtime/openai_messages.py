@@ -88,12 +88,14 @@ class ToolRequest:
     choice: str  # "auto", "none", "required", or the one function the turn must call
     parallel: bool  # False: at most one call a turn
 
-    def named_parameters(self) -> dict | None:
-        """The parameters schema of the function a named tool_choice calls (None: no function is named)."""
-        if self.choice in ("auto", "none", "required"):
-            return None
-        function = next(t["function"] for t in self.tools if t["function"]["name"] == self.choice)
-        return function.get("parameters") or {"type": "object"}
+    @property
+    def named_function(self) -> str | None:
+        """The function a named tool_choice calls (None: "auto", "none" or "required")."""
+        return None if self.choice in ("auto", "none", "required") else self.choice
+
+    def parameters(self) -> dict[str, dict]:
+        """Each function's parameters schema, by name (a function without one takes any object)."""
+        return {t["function"]["name"]: t["function"].get("parameters") or {"type": "object"} for t in self.tools}
 
     def forced_call(self, calls_before: int) -> str:
         """The text the model's turn starts with: a call ("required", a named function), else nothing."""

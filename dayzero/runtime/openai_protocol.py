@@ -19,6 +19,7 @@ from dayzero.errors import DayzeroError
 from dayzero.runtime.json_schema import SchemaError, compile_schema
 from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
 from dayzero.runtime.sampling import SamplingParams
+from dayzero.runtime.tool_call_grammar import ToolCallRules
 
 MAX_CHOICES = 16
 MAX_STOP_STRINGS = 16
@@ -70,6 +71,7 @@ class Sampling:
     json_schema: str | None = None  # the schema "json_schema" follows, as JSON text
     reasoning_tokens: tuple[int, int] | None = None  # a thinking model's markers: its JSON starts after them
     reasoning_opened: bool = False
+    tool_calls: ToolCallRules | None = None  # the answer's tool calls held to the offered functions
 
     def params(self, num_prompt_tokens: int, max_len: int, choice: int) -> SamplingParams:
         """Choice i of a request with a seed samples with seed + i, so n > 1 choices differ but replay. max_tokens 0
@@ -84,7 +86,7 @@ class Sampling:
                               frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias,
                               stop_token_ids=self.stop_token_ids, response_format=self.response_format,
                               json_schema=self.json_schema, reasoning_tokens=self.reasoning_tokens,
-                              reasoning_opened=self.reasoning_opened)
+                              reasoning_opened=self.reasoning_opened, tool_calls=self.tool_calls)
 
 
 @dataclass(frozen=True)

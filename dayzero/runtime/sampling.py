@@ -9,6 +9,7 @@ import torch
 
 from dayzero.errors import DayzeroError
 from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
+from dayzero.runtime.tool_call_grammar import ToolCallRules
 
 GREEDY_TEMPERATURE = 1e-5
 RESPONSE_FORMATS = (None, "json_object", "json_schema")
@@ -36,6 +37,8 @@ class SamplingParams:
     # reasoning_opened: the prompt already opened it
     reasoning_tokens: tuple[int, int] | None = None
     reasoning_opened: bool = False
+    # tool calls held to the offered functions (tool_call_grammar.py), under tool_choice "auto" / "required"
+    tool_calls: ToolCallRules | None = None
 
     def __post_init__(self):
         if self.max_tokens < 1:
@@ -53,6 +56,8 @@ class SamplingParams:
             raise DayzeroError(f"response_format must be one of {RESPONSE_FORMATS}, got {self.response_format!r}")
         if (self.response_format == "json_schema") != (self.json_schema is not None):
             raise DayzeroError("json_schema goes with response_format \"json_schema\", and only with it")
+        if self.tool_calls is not None and self.response_format is not None:
+            raise DayzeroError("an answer is held to its tool calls or to a response_format, not both")
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise DayzeroError("need temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))

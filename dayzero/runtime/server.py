@@ -271,7 +271,7 @@ class OpenAIServer:
             run.reasoning_texts = [ReasoningText(thinking) for _ in range(count)]
         if tools is not None:
             # a named call's arguments end where their JSON object closes: the call's end markers follow
-            closing = CALL_END + SECTION_END if tools.named_parameters() is not None else ""
+            closing = CALL_END + SECTION_END if tools.named_function is not None else ""
             run.tool_texts = [ToolCallText(forced, closing) for _ in range(count)]
             run.parallel_calls = tools.parallel
         self.num_open += count

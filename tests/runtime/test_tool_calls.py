@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,6 +34,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
                                             "parameters": {"type": "object",
                                                            "properties": {"city": {"type": "string"}}}}}
 TIME = {"type": "function", "function": {"name": "get_time"}}
+SCHEMAS = {"get_weather": WEATHER["function"]["parameters"], "get_time": {"type": "object"}}
 ASK = [{"role": "user", "content": "Weather in Paris and the time?"}]
 # a template in the spirit of Kimi's: the tools as JSON, earlier calls and results written back with their ids
 TEMPLATE = ("{% if tools %}<|im_user|>tools: {{ tools | tojson }}<|im_end|>{% endif %}"
@@ -166,6 +168,10 @@ def scripted(kimi_server, monkeypatch):
     return script_replies(kimi_server, monkeypatch)
 
 
+# a random model, nudged toward closing strings and objects, ends its JSON within a few hundred tokens
+CLOSERS = {str(b): 4.0 for b in b'"}'}
+
+
 def chat(client, **fields):
     return client.post("/v1/chat/completions", json={"messages": ASK, "tools": [WEATHER, TIME], **fields})
 
@@ -294,13 +300,10 @@ def test_a_named_call_closes_when_its_arguments_do():
 def test_a_named_calls_arguments_follow_the_functions_schema(client, parameters):
     """The real engine behind it: a random model's arguments, held to the function's parameters (or, where dayzero
     cannot hold that schema, to any JSON object), become a whole call."""
-    import jsonschema
-
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": parameters}}
-    closing = {str(b): 4.0 for b in b'"}'}
     reply = client.post("/v1/chat/completions", json={
         "messages": ASK, "tools": [tool], "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
-        "max_tokens": 200, "temperature": 0.8, "seed": 1, "logit_bias": closing}).json()
+        "max_tokens": 200, "temperature": 0.8, "seed": 1, "logit_bias": CLOSERS}).json()
     choice = reply["choices"][0]
     assert choice["finish_reason"] == "tool_calls", reply
     (call,) = choice["message"]["tool_calls"]
@@ -309,3 +312,33 @@ def test_a_named_calls_arguments_follow_the_functions_schema(client, parameters)
     assert isinstance(arguments, dict)
     if "pattern" not in json.dumps(parameters):
         jsonschema.validate(arguments, parameters)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_required_calls_from_the_real_engine_name_offered_functions_with_valid_arguments(
+        kimi_server, client, parallel):
+    reply = chat(client, tool_choice="required", parallel_tool_calls=parallel, max_tokens=200, temperature=0.8,
+                  seed=2, logit_bias=CLOSERS).json()
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", reply
+    calls = choice["message"]["tool_calls"]
+    assert calls and (parallel or len(calls) == 1)
+    for call in calls:
+        name = call["function"]["name"]
+        jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS[name])
+    assert_nothing_open(kimi_server)
+
+
+def test_a_call_the_model_opens_under_auto_is_held_too(kimi_server, client):
+    section_begin = next(t for t, text in marker_ids(kimi_server.llm.tokenizer).items() if text == SECTION_BEGIN)
+    reply = chat(client, max_tokens=200, temperature=0.8, seed=3,
+                  logit_bias={**CLOSERS, str(section_begin): 30.0}).json()
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", reply
+    for call in choice["message"]["tool_calls"]:
+        jsonschema.validate(json.loads(call["function"]["arguments"]), SCHEMAS[call["function"]["name"]])
+
+
+def test_response_format_with_a_forced_call_is_refused(client):
+    reply = chat(client, tool_choice="required", response_format={"type": "json_object"})
+    assert reply.status_code == 400 and "leave out response_format" in reply.json()["error"]["message"]
