@@ -18,6 +18,7 @@ from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.json_grammar import JSON_OBJECT, Grammar
+from dayzero.runtime.held_drafts import held_draft, masked_along
 from dayzero.runtime.json_schema import compile_schema
 from dayzero.runtime.logprobs import token_logprob
 from dayzero.runtime.penalties import adjusts_logits, penalized
@@ -84,9 +85,9 @@ def _plain_greedy(params: SamplingParams) -> bool:
 
 
 def _adjusted(seq: Sequence, rows: torch.Tensor, draft: list[int]) -> torch.Tensor:
-    """A sequence's logits rows with its penalties and biases, and masked to its JSON answer (no drafts then)."""
+    """A sequence's logits rows with its penalties and biases, and masked to its held answer along the draft."""
     rows = penalized(rows, seq.output_ids, draft, seq.params)
-    return rows if seq.json_answer is None else seq.json_answer.mask(rows)
+    return rows if seq.json_answer is None else masked_along(seq.json_answer, rows, draft)
 
 
 def _first_bad_token(prompt_ids: list, vocab: int):
@@ -238,9 +239,11 @@ class LLMEngine:
         return finished
 
     def _draft(self, seq: Sequence, num_draft: int) -> list[int]:
-        # without speculation skip the proposer: token_ids copies the whole sequence; a JSON answer's rows are
-        # masked by its state after each token, which drafts would have to be checked against first
-        return self.propose(seq.token_ids, num_draft) if num_draft and seq.json_answer is None else []
+        # without speculation skip the proposer: token_ids copies the whole sequence
+        if not num_draft:
+            return []
+        draft = self.propose(seq.token_ids, num_draft)
+        return draft if seq.json_answer is None else held_draft(seq.json_answer, draft)
 
     def _verify(self, seq: Sequence, draft: list[int], rows: torch.Tensor, argmax: list[int]) -> list[int]:
         """The tokens seq's verify rows [width, vocab] (argmax: each row's) emit; its cache length and entry slot move

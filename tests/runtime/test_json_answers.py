@@ -19,11 +19,12 @@ from dayzero.errors import DayzeroError
 from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
 from dayzero.runtime import json_grammar
+from dayzero.runtime.held_drafts import held_draft, masked_along
 from dayzero.runtime.json_grammar import JSON_OBJECT, Grammar
 from dayzero.runtime.json_schema import SchemaError, compile_schema
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
-from dayzero.runtime.token_grammar import TokenTable
+from dayzero.runtime.token_grammar import JsonAnswer, TokenTable
 from dayzero.tokenizer import ByteTokenizer
 from tests.helpers import random_model, tiny_config_dict
 from tests.runtime.test_server import HI, assert_nothing_open, make_server
@@ -323,3 +324,35 @@ def test_warm_up_builds_the_vocabulary_table_so_no_request_waits_for_it(model):
     assert engine._token_table is None
     EngineLoop(engine).warm_up()
     assert engine._token_table is not None and engine._json_tokens() is engine._token_table
+
+
+def _greedy_answers(model, num_draft: int, **format_fields):
+    engine = engine_with(model, num_draft)
+    prompts = [[256, *b"Give me JSON:"], [256, *b"{"], [256, *b"x" * 40], [256, *b'{"a": [1, 1, 1, 1']]
+    seqs = [engine.add_request(p, SamplingParams(max_tokens=200, logit_bias=CLOSING, **format_fields))
+            for p in prompts]
+    while engine.has_work:
+        engine.step()
+    return [seq.output_ids for seq in seqs], engine.stats
+
+
+def test_drafts_under_a_schema_are_verified_against_its_masks(model):
+    """Speculation on answers held to a schema: drafts cut where the grammar refuses them, each verify row masked by
+    the state after the drafts before it, so greedy answers equal those decoded token by token."""
+    schema = compile_schema(PERSON).key
+    plain, _ = _greedy_answers(model, 0, response_format="json_schema", json_schema=schema)
+    speculative, stats = _greedy_answers(model, 3, response_format="json_schema", json_schema=schema)
+    assert speculative == plain
+    assert stats.accepted_tokens > 0 and stats.drafted_tokens > stats.accepted_tokens
+    for ids in speculative:
+        jsonschema.validate(json.loads(ByteTokenizer().decode(ids)), PERSON)
+
+
+def test_a_held_draft_stops_at_the_first_refused_token_and_at_the_answers_end():
+    table = TokenTable(lambda t: bytes([t]) if t < 256 else None, 258)
+    answer = JsonAnswer(table, JSON_OBJECT)
+    assert held_draft(answer, [*b'{"a":1', ord("]"), *b"}"]) == [*b'{"a":1']
+    assert held_draft(answer, [*b"{}", *b"  "]) == [*b"{}"]
+    assert answer.state == JSON_OBJECT.start()  # the sequence's own place did not move
+    rows = masked_along(answer, torch.zeros(3, 258), [*b"{}"])
+    assert torch.isinf(rows[0, ord("}")]) and torch.isfinite(rows[1, ord("}")]) and torch.isfinite(rows[2]).all()

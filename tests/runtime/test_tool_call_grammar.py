@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from dayzero.errors import DayzeroError
+from dayzero.runtime.held_drafts import held_draft
 from dayzero.runtime.json_grammar import Grammar
 from dayzero.runtime.json_schema import compile_schema
 from dayzero.runtime.token_grammar import TokenTable
@@ -109,3 +110,16 @@ def test_in_text_only_the_section_may_open_and_a_bypassed_mask_is_an_error(vocab
     answer.advance(ids[0])
     with pytest.raises(DayzeroError, match="out of place"):
         answer.advance(ids[4])
+
+
+def test_a_draft_is_cut_where_the_calls_rules_refuse_it(vocabulary):
+    tokenizer, table, markers = vocabulary
+    section_begin, section_end, call_begin, arguments_begin, call_end = marker_token_ids(markers)
+    answer = ToolCallAnswer(table, _rules(markers, False, False), _grammars)
+    call = [section_begin, call_begin, *tokenizer.encode("functions.get_time:0"), arguments_begin,
+            *tokenizer.encode("{}"), call_end]
+    assert held_draft(answer, [*tokenizer.encode("ok"), *call, call_begin]) == [*tokenizer.encode("ok"), *call]
+    assert held_draft(answer, [*call, section_end, *tokenizer.encode("more")]) == [*call, section_end]
+    assert held_draft(answer, [section_begin, call_begin, *tokenizer.encode("functions.get_date")]) == [
+        section_begin, call_begin, *tokenizer.encode("functions.get_")]
+    assert answer.phase == "text"
