@@ -17,8 +17,8 @@ from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
-from dayzero.runtime.json_grammar import JSON_OBJECT, Grammar
 from dayzero.runtime.held_drafts import held_draft, masked_along
+from dayzero.runtime.json_grammar import JSON_OBJECT, Grammar
 from dayzero.runtime.json_schema import compile_schema
 from dayzero.runtime.logprobs import token_logprob
 from dayzero.runtime.penalties import adjusts_logits, penalized
