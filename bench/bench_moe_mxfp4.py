@@ -14,7 +14,8 @@ replay (launch overhead gone). Reported with each time: the expert-weight bytes 
 touched: 3 D I x 2 B in bf16, x 0.53125 B in MXFP4, scales included), those bytes per second and their fraction of
 the device-to-device copy ceiling (bytes read + written, as bench_moe.py counts it; weight streaming only reads).
 --sweep also times the MXFP4 path under alternative tile configs (the launcher's `config` override, the same for
-both GEMMs) to tune _mxfp4_config. JSON to OUT; the table is printed last.
+both GEMMs) to tune _mxfp4_config, and with `scaled_dot` (tl.dot_scaled instead of the kernel's integer decode).
+JSON to OUT; the table is printed last.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ DECODE_SWEEP = [dict(BLOCK_M=16, BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=s
 PREFILL_SWEEP = [dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=s)
                  for m, n, k, w, s in [(128, 64, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 8, 4),
                                        (64, 128, 64, 4, 4), (128, 64, 128, 8, 3), (64, 64, 128, 4, 4)]]
+# the same tiles through tl.dot_scaled (Triton's own E2M1 upcast) instead of the integer decode
+DECODE_SWEEP += [{**config, "scaled_dot": True} for config in DECODE_SWEEP[:4]]
+PREFILL_SWEEP += [{**config, "scaled_dot": True} for config in PREFILL_SWEEP[:4]]
 
 
 def mxfp4_bank(experts: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -106,6 +106,24 @@ def test_mxfp4_gated_gemm_matches_reference(rows, experts, n, k, dtype, activati
     assert rel_err(got, expected) < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("rows, experts, n, k, block_k", sizes(
+    cpu=[(11, 3, 24, 96, 64), (6, 2, 17, 224, 128), (9, 4, 32, 64, 64)],
+    gpu=[(64, 256, 1024, 2304, 128), (4097, 32, 3072, 3584, 64), (33, 8, 100, 160, 64)],
+))
+def test_the_scaled_dot_path_matches_reference(rows, experts, n, k, block_k):
+    """tl.dot_scaled on the MXFP4 tiles (bf16 activations), gated: the bench's alternative to the integer decode."""
+    from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
+
+    offsets = _offsets(rows, experts)
+    a = torch.randn(rows, k, device=DEVICE).to(torch.bfloat16)
+    (w1, s1), (w3, s3) = _mxfp4_weights(experts, n, k), _mxfp4_weights(experts, n, k)
+    got = grouped_gemm_launcher(a, w1, offsets, w3, "silu", out=poisoned(rows, n, dtype=torch.bfloat16),
+                                b_scale=s1, b_up_scale=s3, config={"BLOCK_K": block_k, "scaled_dot": True})
+    expected = _reference_gemm(a, offsets, mxfp4_dequantize(w1, s1, dtype=torch.bfloat16),
+                               mxfp4_dequantize(w3, s3, dtype=torch.bfloat16), "silu")
+    assert rel_err(got, expected) < TOLERANCE[torch.bfloat16]
+
+
 @pytest.mark.parametrize("block_k, k", [(128, 224), (256, 96), (64, 320)])
 def test_mxfp4_tiles_of_several_scale_blocks(block_k, k):
     """K tiles spanning 2 to 8 scale blocks, K not a multiple of the tile, a tile longer than K."""

@@ -127,11 +127,40 @@ def _mxfp4_dots(a, b, b_up, b_scale, b_up_scale, expert, rows, row_mask, cols, c
 
 
 @triton.jit
+def _mxfp4_scaled_dots(a, b, b_up, b_scale, b_up_scale, expert, rows, row_mask, cols, col_mask, N, K,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GATED: tl.constexpr):
+    """_mxfp4_dots through tl.dot_scaled (a bf16): Triton's own E2M1 upcast before the bf16 MMA on Hopper, which
+    lowers the decode to byte permutes rather than the per-element integer ops above (the bench picks one)."""
+    ks = tl.arange(0, BLOCK_K)
+    js = tl.arange(0, BLOCK_K // 2)
+    blocks = tl.arange(0, BLOCK_K // 32)
+    a_ptrs = a + rows.to(tl.int64)[:, None] * K + ks[None, :]
+    weight_rows = expert.to(tl.int64) * N + cols.to(tl.int64)
+    # packed [BLOCK_K/2, BLOCK_N] (K-major, as dot_scaled takes its rhs) and scales [BLOCK_N, BLOCK_K/32]
+    b_offs = weight_rows[None, :] * (K // 2) + js[:, None]
+    s_offs = weight_rows[:, None] * (K // 32) + blocks[None, :]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a_tile = tl.load(a_ptrs + k0, mask=row_mask[:, None] & (ks + k0 < K)[None, :], other=0.0)
+        b_mask = (js + k0 // 2 < K // 2)[:, None] & col_mask[None, :]
+        s_mask = col_mask[:, None] & (blocks + k0 // 32 < K // 32)[None, :]
+        packed = tl.load(b + b_offs + k0 // 2, mask=b_mask, other=0)
+        scale = tl.load(b_scale + s_offs + k0 // 32, mask=s_mask, other=0)
+        acc = tl.dot_scaled(a_tile, None, "bf16", packed, scale, "e2m1", acc)
+        if GATED:
+            packed_up = tl.load(b_up + b_offs + k0 // 2, mask=b_mask, other=0)
+            scale_up = tl.load(b_up_scale + s_offs + k0 // 32, mask=s_mask, other=0)
+            acc_up = tl.dot_scaled(a_tile, None, "bf16", packed_up, scale_up, "e2m1", acc_up)
+    return acc, acc_up
+
+
+@triton.jit
 def _grouped_gemm_kernel(
     a, b, b_up, b_scale, b_up_scale, c, expert_offsets, N, K, beta, linear_beta,
     NUM_EXPERTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, GATED: tl.constexpr, ACTIVATION: tl.constexpr, HAS_LINEAR_BETA: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr, MXFP4: tl.constexpr,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr, MXFP4: tl.constexpr, SCALED_DOT: tl.constexpr,
 ):
     expert, row_start, row_end = _tile_rows(expert_offsets, tl.program_id(1), NUM_EXPERTS, BLOCK_E, BLOCK_M)
     if expert >= NUM_EXPERTS:
@@ -140,7 +169,10 @@ def _grouped_gemm_kernel(
     row_mask = rows < row_end
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    if MXFP4:
+    if SCALED_DOT:
+        acc, acc_up = _mxfp4_scaled_dots(a, b, b_up, b_scale, b_up_scale, expert, rows, row_mask, cols, col_mask,
+                                         N, K, BLOCK_M, BLOCK_N, BLOCK_K, GATED)
+    elif MXFP4:
         acc, acc_up = _mxfp4_dots(a, b, b_up, b_scale, b_up_scale, expert, rows, row_mask, cols, col_mask, N, K,
                                   BLOCK_M, BLOCK_N, BLOCK_K, GATED, PRECISION, UPCAST)
     else:
@@ -226,7 +258,8 @@ def grouped_gemm_launcher(
 
     With b_up: act(a b^T) * (a b_up^T) (SwiGLU or SiTU), the expert MLP's hidden activations.
     With b_scale: b (and b_up) are MXFP4, uint8 [E, N, K/2] E2M1 pairs with E8M0 scales b_scale (and b_up_scale)
-    uint8 [E, N, K/32]; K a multiple of 32, a bf16 or fp32. `config` overrides the block sizes (tests, benchmarks).
+    uint8 [E, N, K/32]; K a multiple of 32, a bf16 or fp32. `config` overrides the block sizes (tests, benchmarks),
+    and `scaled_dot` in it takes tl.dot_scaled for the MXFP4 tiles (bf16 a).
     """
     mxfp4 = b_scale is not None
     if mxfp4:
@@ -241,6 +274,7 @@ def grouped_gemm_launcher(
         return c
     cfg = {**_launch_config(a, experts, b_up is not None, mxfp4), **(config or {})}
     assert not mxfp4 or cfg["BLOCK_K"] % 64 == 0, f"MXFP4 tiles: BLOCK_K {cfg['BLOCK_K']} is not a multiple of 64"
+    assert not cfg.get("scaled_dot") or a.dtype == torch.bfloat16, "tl.dot_scaled takes a bf16 a"
     grid = (triton.cdiv(n, cfg["BLOCK_N"]), triton.cdiv(rows, cfg["BLOCK_M"]) + torch.sym_min(experts, rows))
     kernel = launch(_grouped_gemm_kernel) if launch else _grouped_gemm_kernel
     scale = b_scale if mxfp4 else b
@@ -250,6 +284,6 @@ def grouped_gemm_launcher(
         triton.next_power_of_2(experts), cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], b_up is not None,
         ACTIVATION_CODES[activation], linear_beta is not None, "ieee" if a.dtype == torch.float32 else "tf32",
         # the interpreter's bf16 dot is wrong (triton 3.9); it computes the tiles in fp32 instead
-        not device_info.on_gpu(a.device), mxfp4,
+        not device_info.on_gpu(a.device), mxfp4, mxfp4 and cfg.get("scaled_dot", False),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return c
