@@ -21,11 +21,13 @@ DEQUANTIZE_EXPERTS_HELP = ("Hold routed experts that the checkpoint stores as MX
 
 
 def stores_mxfp4_experts(reader: CheckpointReader, cfg: ModelConfig) -> bool:
-    """Whether the checkpoint's first routed expert is stored as MXFP4 (`weight_packed` + `weight_scale`)."""
+    """Whether the checkpoint stores every routed expert weight as MXFP4 (`weight_packed` + `weight_scale`); one
+    that mixes the forms is held dequantized."""
     if cfg.moe is None:
         return False
-    layer = cfg.mlp_kinds.index(MOE)
-    return reader.has_mxfp4(f"model.layers.{layer}.{MOE_MODULE}.experts.0.w1.weight")
+    layers = [i for i, kind in enumerate(cfg.mlp_kinds) if kind == MOE]
+    return all(reader.has_mxfp4(f"model.layers.{layer}.{MOE_MODULE}.experts.{expert}.{w}.weight")
+               for layer in layers for expert in range(cfg.moe.num_experts) for w in ("w1", "w2", "w3"))
 
 
 def with_mxfp4_experts(cfg: ModelConfig, packed: bool = True) -> ModelConfig:
