@@ -14,15 +14,18 @@ from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.openai_protocol import GenerateRequest, RequestError
 from dayzero.runtime.openai_responses import usage
 from dayzero.runtime.reasoning import ReasoningText
+from dayzero.runtime.tool_call_stream import StreamedCalls
 from dayzero.runtime.tool_calls import ToolCall, ToolCallText
 
 
 class Piece(NamedTuple):
-    """What an update adds to a choice: answer text, tool calls, reasoning (a thinking model's)."""
+    """What an update adds to a choice: answer text, tool calls, reasoning (a thinking model's), and the tool-call
+    deltas a stream sends (tool_call_stream.py)."""
 
     text: str
     calls: list[ToolCall]
     reasoning: str = ""
+    call_deltas: tuple[dict, ...] = ()
 
 
 @dataclass
@@ -48,6 +51,7 @@ class RequestRun:
     tool_texts: list[ToolCallText] | None = None
     parallel_calls: bool = True
     calls: dict[int, list[ToolCall]] = field(default_factory=dict)
+    streamed_calls: list[StreamedCalls] | None = None  # a streamed request's calls as deltas, per choice
     shown: dict[int, str] = field(default_factory=dict)  # choice -> its answer text so far
     # a chat request to a thinking model: each choice's text split into reasoning and the rest
     reasoning_texts: list[ReasoningText] | None = None
@@ -85,14 +89,14 @@ class RequestRun:
         if update.finish_reason is not None:
             text += self.texts[index].finish()
         reasoning, text = self._think(index, text, update.finish_reason is not None)
-        text, calls = self._split(index, text, update.finish_reason)
+        text, calls, deltas = self._split(index, text, update.finish_reason)
         if update.finish_reason is not None:
             # a turn that ended by itself after calling tools: OpenAI's reason is "tool_calls"
             called = update.finish_reason == "stop" and self.calls.get(index)
             self.reasons[index] = "tool_calls" if called else update.finish_reason
         self.shown[index] = self.shown.get(index, "") + text
         self.reasoning[index] = self.reasoning.get(index, "") + reasoning
-        return Piece(text, calls, reasoning)
+        return Piece(text, calls, reasoning, deltas)
 
     def _think(self, index: int, text: str, last: bool) -> tuple[str, str]:
         """-> (reasoning, the rest of the text)."""
@@ -104,20 +108,23 @@ class RequestRun:
             reasoning, text = reasoning + more_reasoning, text + more_text
         return reasoning, text
 
-    def _split(self, index: int, text: str, reason: str | None) -> tuple[str, list[ToolCall]]:
-        """reason: the choice's finish reason on its last update, else None."""
+    def _split(self, index: int, text: str, reason: str | None) -> tuple[str, list[ToolCall], tuple[dict, ...]]:
+        """reason: the choice's finish reason on its last update, else None -> (answer text, completed calls, the
+        stream's call deltas)."""
         if self.tool_texts is None:
-            return text, []
+            return text, [], ()
         tool_text = self.tool_texts[index]
         text, calls = tool_text.add(text)
         if reason == "stop":
             calls = calls + tool_text.close()
-        if reason is not None:
-            text += tool_text.finish()
         made = self.calls.setdefault(index, [])
         calls = calls[: max(0, 1 - len(made))] if not self.parallel_calls else calls
         made.extend(calls)
-        return text, calls
+        stream = None if self.streamed_calls is None else self.streamed_calls[index]
+        deltas = () if stream is None else stream.deltas(calls, tool_text.open_call())
+        if reason is not None:
+            text += tool_text.finish(drop_open_call=stream is not None and stream.open)
+        return text, calls, deltas
 
     def usage(self) -> dict:
         generated = 0 if self.parsed.prompt_only else sum(t.num_tokens for t in self.texts)

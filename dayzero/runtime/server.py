@@ -41,7 +41,8 @@ from dayzero.runtime.openai_responses import FORMATS, Choice, chunk, response
 from dayzero.runtime.reasoning import THINK_END, THINK_MARKERS, ReasoningText
 from dayzero.runtime.request_run import RequestRun
 from dayzero.runtime.server_metrics import CountRequests, ServerMetrics, engine_counts
-from dayzero.runtime.tool_calls import CALL_END, SECTION_END, ToolCall, ToolCallText, decode_keeping, marker_ids
+from dayzero.runtime.tool_call_stream import StreamedCalls
+from dayzero.runtime.tool_calls import CALL_END, SECTION_END, ToolCallText, decode_keeping, marker_ids
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,8 @@ class OpenAIServer:
             closing = CALL_END + SECTION_END if tools.named_function is not None else ""
             run.tool_texts = [ToolCallText(forced, closing) for _ in range(count)]
             run.parallel_calls = tools.parallel
+            if parsed.stream:
+                run.streamed_calls = [StreamedCalls(keep_one=not tools.parallel) for _ in range(count)]
         self.num_open += count
         try:
             for index in range(count):
@@ -343,9 +346,8 @@ class OpenAIServer:
                 logprobs = self._logprobs(run, index, update.logprobs or None, offsets[index])
                 # the text offsets of the completions form go on from these tokens' text (decoded once, above)
                 offsets[index] += sum(len(token) for token in (logprobs or {}).get("tokens", ()))
-                delta = fmt.delta(Choice(index, piece.text, run.reasons.get(index), logprobs,
-                                         self._streamed_calls(run, index, piece.calls), piece.reasoning),
-                                  first=False)
+                delta = fmt.delta(Choice(index, piece.text, run.reasons.get(index), logprobs, piece.call_deltas,
+                                         piece.reasoning), first=False)
                 if delta:
                     yield say([delta])
             if run.parsed.include_usage:
@@ -356,12 +358,6 @@ class OpenAIServer:
         finally:
             gone.cancel()
             self._end(run)
-
-    @staticmethod
-    def _streamed_calls(run: RequestRun, index: int, calls: list[ToolCall]) -> tuple[dict, ...]:
-        """New calls of choice `index`, each numbered by its place among the choice's calls."""
-        before = len(run.calls.get(index, ())) - len(calls)
-        return tuple(call.body(before + i) for i, call in enumerate(calls))
 
     def _chunk_event(self, run: RequestRun, pieces: list[dict], usage_body: dict | None = None) -> str:
         fmt = FORMATS[run.kind]

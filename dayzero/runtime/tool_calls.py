@@ -126,9 +126,23 @@ class ToolCallText:
             return []
         return self.add(self.closing)[1]
 
-    def finish(self) -> str:
-        """The choice ended -> the rest of its answer text: what the section held that was no call, as written."""
+    def open_call(self) -> ToolCall | None:
+        """The call being written, once its id is whole: its arguments so far, without a tail that may begin the
+        call's end marker and without surrounding blanks (so they begin the whole call's arguments)."""
+        if not self._in_section:
+            return None
+        call = _parse_call(self._pending)
+        if call is None:
+            return None
+        written = self._pending.partition(CALL_BEGIN)[2].partition(ARGUMENTS_BEGIN)[2]
+        return ToolCall(call.id, call.name, written[:marker_start(written, CALL_END)].strip())
+
+    def finish(self, drop_open_call: bool = False) -> str:
+        """The choice ended -> the rest of its answer text: what the section held that was no call, as written
+        (drop_open_call: less an unfinished call, which went out as a streamed call)."""
         rest, leftover = self._pending, self._leftover
+        if drop_open_call:
+            rest = rest.partition(CALL_BEGIN)[0]
         self._pending = self._leftover = ""
         if not self._in_section:
             return rest

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from dayzero.runtime.engine_loop import Update
+from dayzero.runtime.tool_call_stream import StreamedCalls
 from dayzero.runtime.tool_calls import (
     ARGUMENTS_BEGIN,
     CALL_BEGIN,
@@ -190,15 +191,67 @@ def test_a_turn_that_calls_tools_answers_with_tool_calls(kimi_server, client, sc
     assert_nothing_open(kimi_server)
 
 
-def test_streamed_calls_come_whole_with_their_index_and_the_same_answer(kimi_server, client, scripted):
+def assembled(deltas: list[dict]) -> list[dict]:
+    """Streamed tool-call deltas -> the calls they add up to, as a client assembles them (by index); each call's
+    first delta carries its id, type and name once."""
+    calls: list[dict] = []
+    for delta in deltas:
+        if delta["index"] == len(calls):
+            assert {"id", "type"} <= set(delta) and delta["function"]["name"], delta
+            calls.append({"index": delta["index"], "id": delta["id"], "type": delta["type"],
+                          "function": {"name": delta["function"]["name"], "arguments": ""}})
+        else:
+            assert delta["index"] == len(calls) - 1 and set(delta) == {"index", "function"}, delta
+        calls[-1]["function"]["arguments"] += delta["function"]["arguments"]
+    return calls
+
+
+def test_streamed_calls_come_piece_by_piece_with_their_index_and_the_same_answer(kimi_server, client, scripted):
     scripted[1]["text"] = TWO_CALLS
     chunks = events(chat(client, stream=True))
     deltas = [c["choices"][0]["delta"] for c in chunks]
     assert deltas[0]["role"] == "assistant"
     assert "".join(d.get("content") or "" for d in deltas) == "Let me look."
-    assert [call for d in deltas for call in d.get("tool_calls", ())] == [c.body(i) for i, c in enumerate(CALLS)]
+    call_deltas = [call for d in deltas for call in d.get("tool_calls", ())]
+    assert assembled(call_deltas) == [c.body(i) for i, c in enumerate(CALLS)]
+    # the first call's head went out before its arguments were whole
+    assert call_deltas[0]["function"]["arguments"] == "" and len(call_deltas) > 3
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assert_nothing_open(kimi_server)
+
+
+def test_a_streamed_call_cut_by_max_tokens_stays_a_call(client, scripted):
+    """A call whose head went out and which the answer never finished is not repeated as answer text."""
+    scripted[1]["text"] = f"Hm.{SECTION_BEGIN}" + call_text("get_weather", 0, '{"city": "Par')[:-len(CALL_END)]
+    deltas = [c["choices"][0]["delta"] for c in events(chat(client, stream=True))]
+    assert "".join(d.get("content") or "" for d in deltas) == "Hm."
+    (call,) = assembled([call for d in deltas for call in d.get("tool_calls", ())])
+    assert call["id"] == "functions.get_weather:0" and call["function"]["arguments"] == '{"city": "Par'
+
+
+def test_parallel_tool_calls_false_streams_the_first_call_only(client, scripted):
+    scripted[1]["text"] = TWO_CALLS
+    deltas = [c["choices"][0]["delta"] for c in events(chat(client, stream=True, parallel_tool_calls=False))]
+    assert assembled([call for d in deltas for call in d.get("tool_calls", ())]) == [CALLS[0].body(0)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(pieces_of_text, max_size=6), st.data())
+def test_any_split_streams_the_calls_of_the_whole(parts, data):
+    """However the tokens cut the text, the streamed deltas add up to the calls of the whole text, in order."""
+    text = SECTION_BEGIN + "".join(parts)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=8)))
+    tool_text, stream, deltas, calls = ToolCallText(), StreamedCalls(), [], []
+    for start, end in zip([0, *cuts], [*cuts, len(text)]):
+        _, new = tool_text.add(text[start:end])
+        calls += new
+        deltas += stream.deltas(new, tool_text.open_call())
+    expected = [c.body(i) for i, c in enumerate(calls)]
+    streamed = assembled(deltas)
+    if stream.open:  # an unfinished call went out as far as it was written
+        streamed, cut = streamed[:-1], streamed[-1]
+        assert cut["function"]["arguments"] == tool_text.open_call().arguments
+    assert streamed == expected
 
 
 def test_parallel_tool_calls_false_keeps_the_first_call(client, scripted):
