@@ -5,7 +5,8 @@ A model thinks when its tokenizer has the markers as tokens (a request then deco
 decode_keeping) or its chat template writes them as text; `ReasoningText` splits the answer's text as it grows. A
 turn is reasoning from its start when the chat template already opened it (the prompt ends in `<think>`) or when
 the model's first text opens it; it is the answer from the closing marker on. A turn that never opens one is all
-answer.
+answer. A request with tools also ends the reasoning where a tool-call section begins (Kimi K2.5's interleaved
+thinking calls tools without closing its reasoning first): the section stays in the answer, where its calls are read.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ def opens_thinking(prompt: str) -> bool:
 class ReasoningText:
     """One choice's text, split as it grows into reasoning and answer."""
 
-    def __init__(self, thinking: bool):
+    def __init__(self, thinking: bool, kept_ends: tuple[str, ...] = ()):
+        """kept_ends: markers that also end the reasoning and begin the answer (a tool-call section's)."""
         self._pending = ""  # text not yet given out
         self._mode = "reasoning" if thinking else "start"  # start: the first text may still open the reasoning
+        self.kept_ends = kept_ends
 
     def add(self, text: str) -> tuple[str, str]:
         """Append text -> (reasoning, answer text) now safe to show."""
@@ -40,14 +43,20 @@ class ReasoningText:
                 self._pending, self._mode = opening[len(THINK_BEGIN):], "reasoning"
         reasoning = ""
         if self._mode == "reasoning":
-            before, ended, after = self._pending.partition(THINK_END)
-            if not ended:
-                cut = marker_start(self._pending, THINK_END)
+            end, marker = self._first_end()
+            if marker is None:
+                cut = min(marker_start(self._pending, m) for m in (THINK_END, *self.kept_ends))
                 reasoning, self._pending = self._pending[:cut], self._pending[cut:]
                 return reasoning, ""
-            reasoning, self._pending, self._mode = before, after, "answer"
+            answer_from = end + len(marker) if marker == THINK_END else end
+            reasoning, self._pending, self._mode = self._pending[:end], self._pending[answer_from:], "answer"
         answer, self._pending = self._pending, ""
         return reasoning, answer
+
+    def _first_end(self) -> tuple[int, str | None]:
+        """Where the reasoning's first end marker in the pending text starts, and which (None: none yet)."""
+        found = [(self._pending.find(m), m) for m in (THINK_END, *self.kept_ends) if m in self._pending]
+        return min(found) if found else (-1, None)
 
     def finish(self) -> tuple[str, str]:
         """The choice ended -> the rest of its (reasoning, answer)."""

@@ -42,7 +42,7 @@ from dayzero.runtime.reasoning import THINK_END, THINK_MARKERS, ReasoningText
 from dayzero.runtime.request_run import RequestRun
 from dayzero.runtime.server_metrics import CountRequests, ServerMetrics, engine_counts
 from dayzero.runtime.tool_call_stream import StreamedCalls
-from dayzero.runtime.tool_calls import CALL_END, SECTION_END, ToolCallText, decode_keeping, marker_ids
+from dayzero.runtime.tool_calls import CALL_END, SECTION_BEGIN, SECTION_END, ToolCallText, decode_keeping, marker_ids
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,8 @@ class OpenAIServer:
         texts = [ChoiceText(decode, parsed.sampling.stop) for _ in range(count)]
         run = RequestRun(request_id, kind, parsed, prompt_ids, Updates(), texts)
         if thinking is not None:
-            run.reasoning_texts = [ReasoningText(thinking) for _ in range(count)]
+            ends = (SECTION_BEGIN,) if tools is not None else ()
+            run.reasoning_texts = [ReasoningText(thinking, ends) for _ in range(count)]
         if tools is not None:
             # a named call's arguments end where their JSON object closes: the call's end markers follow
             closing = CALL_END + SECTION_END if tools.named_function is not None else ""

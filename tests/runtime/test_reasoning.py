@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from dayzero.runtime.reasoning import THINK_BEGIN, THINK_END, ReasoningText
+from dayzero.runtime.tool_calls import SECTION_BEGIN
 from tests.helpers import KIMI_VOCAB, random_model, tiny_config_dict
 from tests.runtime.test_server import events, make_server
 from tests.runtime.test_tool_calls import ASK, CALLS, TIME, TWO_CALLS, WEATHER, kimi_tokenizer, script_replies
 
 
-def split(text: str, pieces: list[str], thinking: bool = False) -> tuple[str, str]:
-    reasoning_text, reasoning, answer = ReasoningText(thinking), "", ""
+def split(text: str, pieces: list[str], thinking: bool = False, kept_ends: tuple[str, ...] = ()) -> tuple[str, str]:
+    reasoning_text, reasoning, answer = ReasoningText(thinking, kept_ends), "", ""
     for piece in pieces:
         more_reasoning, more_answer = reasoning_text.add(piece)
         reasoning, answer = reasoning + more_reasoning, answer + more_answer
@@ -37,15 +38,24 @@ def test_reasoning_and_answer_are_split_at_the_markers(text, thinking, expected)
     assert split(text, [text], thinking) == expected
 
 
-atoms = st.sampled_from(["a", " ", "<", "/", ">", "think", "\n", THINK_BEGIN, THINK_END, "<thi", "nk>"])
+def test_a_tool_call_section_ends_the_reasoning_and_stays_in_the_answer():
+    """Kimi K2.5's interleaved thinking: a call section inside the reasoning ends it without a closing marker."""
+    text = f"{THINK_BEGIN}I need the weather.{TWO_CALLS[len('Let me look.'):]}"
+    assert split(text, [text], kept_ends=(SECTION_BEGIN,)) == ("I need the weather.", TWO_CALLS[len("Let me look."):])
+    assert split(text, [text]) == (text[len(THINK_BEGIN):], "")  # without tools the section is reasoning text
+
+
+atoms = st.sampled_from(["a", " ", "<", "/", ">", "think", "\n", THINK_BEGIN, THINK_END, "<thi", "nk>", SECTION_BEGIN,
+                         "<|tool_calls"])
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(atoms, max_size=10).map("".join), st.booleans(), st.data())
-def test_any_split_of_the_text_splits_it_as_the_whole(text, thinking, data):
+@given(st.lists(atoms, max_size=10).map("".join), st.booleans(), st.booleans(), st.data())
+def test_any_split_of_the_text_splits_it_as_the_whole(text, thinking, with_tools, data):
     cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6)))
     pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
-    assert split(text, pieces, thinking) == split(text, [text], thinking)
+    ends = (SECTION_BEGIN,) if with_tools else ()
+    assert split(text, pieces, thinking, ends) == split(text, [text], thinking, ends)
 
 
 THINKING_TEMPLATE = ("{% for m in messages %}<|im_user|>{{ m.role }}: {{ m.content }}"
@@ -78,10 +88,11 @@ def test_the_chat_answer_carries_its_reasoning_whole_and_streamed(tmp_path, monk
     assert bytes(t for t in prompts[0] if t < 256).count(b"[earlier]") == 1
 
 
-def test_reasoning_comes_before_tool_calls(tmp_path, monkeypatch):
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "interleaved"])
+def test_reasoning_comes_before_tool_calls(tmp_path, monkeypatch, closed):
     server = thinking_server(tmp_path, opened=False)
     _, reply = script_replies(server, monkeypatch)
-    reply["text"] = f"{THINK_BEGIN}Two lookups.{THINK_END}" + TWO_CALLS
+    reply["text"] = f"{THINK_BEGIN}Two lookups.{THINK_END if closed else ''}" + TWO_CALLS
     try:
         with TestClient(server.app) as client:
             body = client.post("/v1/chat/completions", json={"messages": ASK, "tools": [WEATHER, TIME]}).json()
@@ -89,7 +100,9 @@ def test_reasoning_comes_before_tool_calls(tmp_path, monkeypatch):
         server.close()
     choice = body["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
-    assert choice["message"] == {"role": "assistant", "content": "Let me look.", "reasoning_content": "Two lookups.",
+    # without a closing marker the text before the section is still reasoning
+    content, reasoning = ("Let me look.", "Two lookups.") if closed else (None, "Two lookups.Let me look.")
+    assert choice["message"] == {"role": "assistant", "content": content, "reasoning_content": reasoning,
                                  "tool_calls": [call.body() for call in CALLS]}
 
 
