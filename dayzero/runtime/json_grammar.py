@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from dayzero.runtime.json_number_bounds import reachable, within
+
 MAX_WHITESPACE = 32
 MAX_DEPTH = 32
 WHITESPACE = frozenset(b" \t\n\r")
@@ -48,6 +50,19 @@ class Node:
     max_items: int | None = None
     literals: tuple[bytes, ...] = ()
     members: tuple[int, ...] = ()
+    min_length: int = 0  # string: characters (code points; an escape is one)
+    max_length: int | None = None
+    # number / integer: (bound, exclusive) or None
+    minimum: tuple[float, bool] | None = None
+    maximum: tuple[float, bool] | None = None
+
+    @property
+    def bounded_string(self) -> bool:
+        return self.kind == "string" and (self.min_length > 0 or self.max_length is not None)
+
+    @property
+    def bounded_number(self) -> bool:
+        return self.minimum is not None or self.maximum is not None
 
 
 ANY, ANY_OBJECT, ANY_ARRAY = 0, 1, 2
@@ -87,8 +102,19 @@ class Grammar:
 
     @staticmethod
     def is_plain_string(state: State) -> bool:
-        """Inside a string's text, where every byte but a quote, a backslash or a control byte keeps the state."""
-        return state[1] == STRING
+        """Inside a string's text, where every byte but a quote, a backslash or a control byte keeps the state (or,
+        in a string with a length bound, at a character's start: valid UTF-8 counts one more character a lead
+        byte)."""
+        return state[1] == STRING and (isinstance(state[2], str) or not state[2][2])
+
+    def string_room(self, state: State) -> int | None:
+        """Inside a string whose characters are counted (a length bound): how many more it may take (None: not
+        counted)."""
+        role = state[2]
+        if isinstance(role, str):
+            return None
+        limit = self.nodes[role[0]].max_length
+        return UNBOUNDED_ROOM if limit is None else limit - role[1]
 
     def advance(self, state: State, byte: int) -> State | None:
         if byte in WHITESPACE and state[1] in SPACED:
@@ -121,13 +147,25 @@ class Grammar:
         if kind == "array":
             return (stack + (("a", index, 0),), FIRST_ITEM, 0) if byte == ord("[") else None
         if kind == "string":
-            return (stack, STRING, "value") if byte == ord('"') else None
+            # a bounded string counts its characters: (node, count, the continuation bytes its character still needs)
+            role = (index, 0, ()) if node.bounded_string else "value"
+            return (stack, STRING, role) if byte == ord('"') else None
         integer = kind == "integer"
         if byte == ord("-"):
-            return (stack, NUMBER, ("sign", integer))
-        if byte in DIGITS:
-            return (stack, NUMBER, ("zero" if byte == ord("0") else "int", integer))
-        return None
+            part = "sign"
+        elif byte in DIGITS:
+            part = "zero" if byte == ord("0") else "int"
+        else:
+            return None
+        if not node.bounded_number:
+            return (stack, NUMBER, (part, integer))
+        # a bounded number carries its node and text so far: each byte must leave it a way into the bounds
+        text = bytes([byte])
+        return (stack, NUMBER, (part, integer, index, text)) if self._reachable(index, text, integer) else None
+
+    def _reachable(self, index: int, text: bytes, integer: bool) -> bool:
+        node = self.nodes[index]
+        return reachable(text, integer, node.minimum, node.maximum)
 
     def _after_value(self, stack: tuple) -> State:
         """A value ended: counted in its array, then what may follow it."""
@@ -232,31 +270,70 @@ class Grammar:
 
     def _string(self, state: State, byte: int) -> State | None:
         stack, _, role = state
+        if not isinstance(role, str) and role[2]:
+            low, high = role[2][0]
+            return (stack, STRING, (role[0], role[1], role[2][1:])) if low <= byte <= high else None
         if byte == ord('"'):
-            return (stack, COLON, (ANY, 0)) if role == "key" else self._after_value(stack)
+            if role == "key":
+                return (stack, COLON, (ANY, 0))
+            too_short = not isinstance(role, str) and role[1] < self.nodes[role[0]].min_length
+            return None if too_short else self._after_value(stack)
+        if byte < 0x20:
+            return None
         if byte == ord("\\"):
-            return (stack, ESCAPE, role)
-        return state if byte >= 0x20 else None
+            return (stack, ESCAPE, role) if self._counted(role) is not None else None
+        if isinstance(role, str):
+            return state
+        # a counted string takes valid UTF-8 only, so that its count is the decoded text's
+        continuations = () if byte < 0x80 else UTF8_CONTINUATIONS.get(byte)
+        role = None if continuations is None else self._counted(role, continuations)
+        return None if role is None else (stack, STRING, role)
+
+    def _counted(self, role, continuations: tuple = ()):
+        """A string's role with one more character (None: past its maxLength); unbounded roles stay as they are."""
+        if isinstance(role, str):
+            return role
+        limit = self.nodes[role[0]].max_length
+        return None if limit is not None and role[1] >= limit else (role[0], role[1] + 1, continuations)
 
     def _escape(self, state: State, byte: int) -> State | None:
         if byte not in ESCAPES:
             return None
-        return (state[0], UNICODE, (state[2], 4)) if byte == ord("u") else (state[0], STRING, state[2])
+        if byte == ord("u"):
+            return (state[0], UNICODE, (state[2], b""))
+        return (state[0], STRING, self._counted(state[2]))
 
     def _unicode(self, state: State, byte: int) -> State | None:
-        role, left = state[2]
+        role, digits = state[2]
         if byte not in HEX:
             return None
-        return (state[0], STRING, role) if left == 1 else (state[0], UNICODE, (role, left - 1))
+        # a string without a length bound keeps only how many digits came (fewer states to mask)
+        digits += b"0" if isinstance(role, str) else bytes([byte])
+        if len(digits) < 4:
+            return (state[0], UNICODE, (role, digits))
+        # a high surrogate and the low one after it are one character: the low one counts it
+        high_surrogate = 0xD800 <= int(digits, 16) <= 0xDBFF
+        return (state[0], STRING, role if high_surrogate else self._counted(role))
 
     def _number(self, state: State, byte: int) -> State | None:
-        stack, _, (part, integer) = state
-        moves = _INTEGER_MOVES if integer else _NUMBER_MOVES
+        stack, _, detail = state
+        part, integer, bounded = detail[0], detail[1], len(detail) > 2
+        moves = _INTEGER_MOVES if integer else _BOUNDED_NUMBER_MOVES if bounded else _NUMBER_MOVES
         following = moves[part].get(_number_class(byte))
-        if following is not None:
+        if following is not None and not bounded:
             return (stack, NUMBER, (following, integer))
+        if following is not None:
+            text = detail[3] + bytes([byte])
+            return (stack, NUMBER, (following, integer, detail[2], text)) if self._reachable(detail[2], text,
+                                                                                            integer) else None
+        if part not in NUMBER_ENDS:
+            return None
+        if bounded:
+            node = self.nodes[detail[2]]
+            if not within(detail[3], node.minimum, node.maximum):
+                return None
         # the number ended: the byte belongs to what follows it
-        return self.advance(self._after_value(stack), byte) if part in NUMBER_ENDS else None
+        return self.advance(self._after_value(stack), byte)
 
 
 def _spaced(state: State) -> State | None:
@@ -267,6 +344,19 @@ def _spaced(state: State) -> State | None:
         return (stack, mode, (node, run + 1)) if run < MAX_WHITESPACE else None
     return (stack, mode, detail + 1) if detail < MAX_WHITESPACE else None
 
+
+# the room of a string counted for its minLength only
+UNBOUNDED_ROOM = 1 << 30
+_ANY_CONTINUATION = (0x80, 0xBF)
+# UTF-8 lead byte -> the ranges its continuation bytes must fall in (no overlong forms, no surrogates, <= U+10FFFF)
+UTF8_CONTINUATIONS = {
+    **{lead: (_ANY_CONTINUATION,) for lead in range(0xC2, 0xE0)},
+    0xE0: ((0xA0, 0xBF), _ANY_CONTINUATION), 0xED: ((0x80, 0x9F), _ANY_CONTINUATION),
+    **{lead: (_ANY_CONTINUATION,) * 2 for lead in (*range(0xE1, 0xED), 0xEE, 0xEF)},
+    0xF0: ((0x90, 0xBF), _ANY_CONTINUATION, _ANY_CONTINUATION),
+    0xF4: ((0x80, 0x8F), _ANY_CONTINUATION, _ANY_CONTINUATION),
+    **{lead: (_ANY_CONTINUATION,) * 3 for lead in range(0xF1, 0xF4)},
+}
 
 # number part -> {byte class: next part}
 _NUMBER_MOVES = {
@@ -280,6 +370,8 @@ _NUMBER_MOVES = {
     "exp": {"zero": "exp", "digit": "exp"},
 }
 _INTEGER_MOVES = {"sign": {"zero": "zero", "digit": "int"}, "zero": {}, "int": {"zero": "int", "digit": "int"}}
+# a number with bounds is written without an exponent, so that its digits so far say where it can still end
+_BOUNDED_NUMBER_MOVES = {part: {c: p for c, p in moves.items() if c != "e"} for part, moves in _NUMBER_MOVES.items()}
 
 
 def _number_class(byte: int) -> str | None:

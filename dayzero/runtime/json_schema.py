@@ -2,17 +2,21 @@
 the nodes of a JSON grammar (json_grammar.py), so that answers follow them as they are generated.
 
 Enforced: type (one or a list), properties + required (keys in the schema's order; keys beyond `properties` are not
-generated), items + minItems / maxItems, enum and const of strings, numbers, booleans and null, anyOf / oneOf whose
-members start with different bytes (the usual `anyOf: [X, {"type": "null"}]` of an optional field), and local
-`$ref`s to the root or to `$defs` / `definitions` (recursion included, down to the grammar's depth cap). Annotations
-are ignored (title, description, default, examples, format, which JSON Schema 2020-12 treats as an annotation, ...).
-Keywords that constrain values in ways the grammar cannot hold (pattern, minLength, minimum, allOf, ...) are refused
-by name, so an answer never claims a schema it does not follow.
+generated), items + minItems / maxItems, minLength / maxLength of strings (in characters: code points, an escape
+counting one; such a string takes valid UTF-8 only), minimum / maximum / exclusiveMinimum / exclusiveMaximum of
+numbers and integers (a bounded number is written without an exponent, and every digit keeps a way into the bounds
+open), enum and const of strings, numbers, booleans and null, anyOf / oneOf whose members start with different bytes
+(the usual `anyOf: [X, {"type": "null"}]` of an optional field), and local `$ref`s to the root or to `$defs` /
+`definitions` (recursion included, down to the grammar's depth cap). Annotations are ignored (title, description,
+default, examples, format, which JSON Schema 2020-12 treats as an annotation, ...). Keywords that constrain values in
+ways the grammar cannot hold (pattern, multipleOf, allOf, ...) are refused by name, so an answer never claims a
+schema it does not follow.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from dayzero.errors import DayzeroError
 from dayzero.runtime.json_grammar import ANY, BASE_NODES, Grammar, Node, first_bytes, json_text
@@ -21,7 +25,8 @@ ANNOTATIONS = frozenset({"title", "description", "default", "examples", "format"
                          "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "strict", "contentMediaType",
                          "contentEncoding"})
 HANDLED = frozenset({"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum",
-                     "const", "anyOf", "oneOf", "$ref"})
+                     "const", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "minimum", "maximum",
+                     "exclusiveMinimum", "exclusiveMaximum"})
 MAX_NODES = 4096
 MAX_SCHEMA_BYTES = 64 << 10
 
@@ -117,11 +122,23 @@ class _Compiler:
             return self._object(schema, where)
         if kind == "array":
             return self._array(schema, where)
-        simple = {"string": Node("string"), "number": Node("number"), "integer": Node("integer"),
+        if kind == "string":
+            return self._add(self._string(schema, where))
+        if kind in ("number", "integer"):
+            return self._add(Node(kind, minimum=_bound(schema, "minimum", where),
+                                  maximum=_bound(schema, "maximum", where)))
+        simple = {
                   "boolean": Node("choice", literals=(b"true", b"false")), "null": Node("choice", literals=(b"null",))}
         if kind not in simple:
             raise SchemaError(f"{where}: unknown type {kind!r}")
         return self._add(simple[kind])
+
+    @staticmethod
+    def _string(schema: dict, where: str) -> Node:
+        low, high = schema.get("minLength", 0), schema.get("maxLength")
+        if not _count(low) or (high is not None and (not _count(high) or high < low)):
+            raise SchemaError(f"{where}: minLength / maxLength must be integers >= 0, minLength <= maxLength")
+        return Node("string", min_length=low, max_length=high)
 
     def _object(self, schema: dict, where: str) -> int:
         properties = schema.get("properties", {})
@@ -141,9 +158,30 @@ class _Compiler:
 
     def _array(self, schema: dict, where: str) -> int:
         low, high = schema.get("minItems", 0), schema.get("maxItems")
-        if not isinstance(low, int) or (high is not None and (not isinstance(high, int) or high < low)):
+        if not _count(low) or (high is not None and (not _count(high) or high < low)):
             raise SchemaError(f"{where}: minItems / maxItems must be integers, minItems <= maxItems")
         index = self._add(Node("array"))
         item = self.node(schema.get("items", {}), f"{where}/items")
         self.nodes[index] = Node("array", item=item, min_items=low, max_items=high)
         return index
+
+
+def _bound(schema: dict, name: str, where: str) -> tuple[float, bool] | None:
+    """minimum / maximum and their exclusive forms (2020-12: exclusiveMinimum a number) -> (value, exclusive); the
+    tighter where a schema gives both."""
+    exclusive_name = "exclusive" + name[0].upper() + name[1:]
+    bounds = [(schema[name], False)] if name in schema else []
+    if exclusive_name in schema:
+        bounds.append((schema[exclusive_name], True))
+    for value, _ in bounds:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SchemaError(f"{where}: {name} / {exclusive_name} must be finite numbers")
+    if not bounds:
+        return None
+    tighter = max if name == "minimum" else min
+    return tighter(bounds, key=lambda b: (b[0], b[1]) if name == "minimum" else (b[0], not b[1]))
+
+
+def _count(value) -> bool:
+    """A count a schema may give (minItems, maxLength, ...): an integer >= 0, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -11,6 +11,7 @@ an answer ends when its object closes.
 
 from __future__ import annotations
 
+import codecs
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -39,6 +40,14 @@ class _Node:
         node.tokens.append(token)
 
 
+def _utf8_from_boundary(data: bytes) -> bool:
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _string_safe(data: bytes) -> bool:
     return all(byte >= 0x20 and byte not in b'"\\' for byte in data)
 
@@ -65,6 +74,10 @@ class TokenTable:
             else:
                 self.unsafe_trie.insert(data, token)
         self.string_safe = safe
+        # for strings whose characters are counted (a length bound): the characters each token begins (UTF-8 lead
+        # bytes), and whether its bytes are valid UTF-8 read from a character's start (its last one may be cut)
+        self.characters = torch.tensor([sum(byte & 0xC0 != 0x80 for byte in data) for data in self.bytes])
+        self.utf8_from_boundary = torch.tensor([_utf8_from_boundary(data) for data in self.bytes])
         self._masks: OrderedDict[tuple[str, State], torch.Tensor] = OrderedDict()
 
     def mask(self, grammar: Grammar, state: State) -> torch.Tensor:
@@ -90,6 +103,9 @@ class TokenTable:
         allowed: list[int] = []
         if grammar.is_plain_string(state):
             mask = self.string_safe.clone()
+            room = grammar.string_room(state)
+            if room is not None:
+                mask &= self.utf8_from_boundary & (self.characters <= room)
             _walk(grammar, self.unsafe_trie, state, allowed)
         else:
             mask = torch.zeros(self.vocab_size, dtype=torch.bool)

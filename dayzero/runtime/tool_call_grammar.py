@@ -65,6 +65,9 @@ class FunctionIdGrammar:
     def is_plain_string(self, state: bytes) -> bool:
         return False
 
+    def string_room(self, state: bytes) -> int | None:
+        return None
+
 
 class ToolCallAnswer:
     """One sequence's place in a turn whose tool calls are held (the JsonAnswer interface: mask, advance, done)."""

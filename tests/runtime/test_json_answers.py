@@ -21,6 +21,7 @@ from dayzero.model.caches import CacheFormat
 from dayzero.runtime import json_grammar
 from dayzero.runtime.held_drafts import held_draft, masked_along
 from dayzero.runtime.json_grammar import JSON_OBJECT, Grammar
+from dayzero.runtime.json_number_bounds import reachable
 from dayzero.runtime.json_schema import SchemaError, compile_schema
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
@@ -246,12 +247,42 @@ def instances(schema: dict, root: dict, depth: int = 0):
         items = instances(schema.get("items", {}), root, depth + 1)
         return st.lists(items, min_size=schema.get("minItems", 0), max_size=min(schema.get("maxItems", 3), 3)
                         if depth < 3 else schema.get("minItems", 0))
-    simple = {"string": st.text(max_size=6), "integer": st.integers(-10**9, 10**9), "boolean": st.booleans(),
+    if kind == "string":
+        return st.text(min_size=schema.get("minLength", 0), max_size=schema.get("maxLength", 6))
+    if kind in ("integer", "number") and {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & set(schema):
+        return bounded_numbers(schema, kind)
+    simple = {"integer": st.integers(-10**9, 10**9), "boolean": st.booleans(),
               "number": st.floats(allow_nan=False, allow_infinity=False), "null": st.none()}
     return simple[kind] if kind in simple else json_objects
 
 
-SCHEMAS = {"person": PERSON, "tree": TREE, "mixed": MIXED}
+# length-bounded strings (pydantic's constr / Field(max_length=...)): keys, values, an optional bounded one
+BOUNDED = {"type": "object", "properties": {
+    "code": {"type": "string", "minLength": 2, "maxLength": 3}, "note": {"type": "string", "maxLength": 4},
+    "name": {"type": ["string", "null"], "minLength": 1}, "exact": {"type": "string", "minLength": 1, "maxLength": 1}},
+    "required": ["code", "exact"]}
+# bounded numbers (pydantic's Field(ge=..., lt=...)): inclusive and exclusive, negative, integers and numbers
+NUMBERS = {"type": "object", "properties": {
+    "age": {"type": "integer", "minimum": 0, "maximum": 150}, "score": {"type": "number", "exclusiveMinimum": 0,
+                                                                          "maximum": 1},
+    "delta": {"type": "number", "minimum": -2.5, "exclusiveMaximum": -0.5}, "big": {"type": "integer",
+                                                                                  "exclusiveMinimum": 99},
+    "neg": {"type": ["integer", "null"], "maximum": -3}}, "required": ["age", "score"]}
+def bounded_numbers(schema: dict, kind: str):
+    """Numbers inside a schema's bounds; floats as json.dumps writes them without an exponent (the form a bounded
+    number takes)."""
+    low, high = schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum",
+                                                                                  schema.get("exclusiveMaximum"))
+    if kind == "integer":
+        low = None if low is None else low + ("exclusiveMinimum" in schema)
+        high = None if high is None else high - ("exclusiveMaximum" in schema)
+        return st.integers(min_value=low, max_value=high)
+    floats = st.floats(min_value=low, max_value=high, exclude_min="exclusiveMinimum" in schema,
+                       exclude_max="exclusiveMaximum" in schema, allow_nan=False, allow_infinity=False)
+    return floats.filter(lambda x: "e" not in repr(x))
+
+
+SCHEMAS = {"person": PERSON, "tree": TREE, "mixed": MIXED, "bounded": BOUNDED, "numbers": NUMBERS}
 
 
 @pytest.mark.parametrize("name", SCHEMAS)
@@ -278,17 +309,28 @@ def test_a_mutated_instance_is_accepted_only_if_it_follows_the_schema(name, data
         jsonschema.validate(json.loads(bytes(text)), schema)
 
 
-def test_schema_masks_equal_checking_every_token():
+@pytest.mark.parametrize("schema, value", [
+    (PERSON, {"name": "Al \"x\"", "age": -12, "email": None, "role": 7, "tags": ["a"],
+              "home": {"zip": "0", "lat": 1.5e-3}}),
+    (BOUNDED, {"code": "é\"a", "note": "ab\u00e9", "name": "\U0001f600 x", "exact": "\u20ac"}),
+    (NUMBERS, {"age": 150, "score": 0.25, "delta": -2.5, "big": 1000, "neg": -30}),
+], ids=["person", "bounded", "numbers"])
+def test_schema_masks_equal_checking_every_token(schema, value):
+    """The masks of every state along an instance equal checking each token byte by byte (the fast path inside
+    strings, with its character counts for bounded ones, included)."""
     table = TokenTable(lambda t: PIECES[t] if t < len(PIECES) else None, len(PIECES))
-    grammar = compile_schema(PERSON)
-    text = json.dumps({"name": "Al \"x\"", "age": -12, "email": None, "role": 7, "tags": ["a"],
-                       "home": {"zip": "0", "lat": 1.5e-3}})
-    for state in [grammar.start()] + recognize(text.encode(), grammar)[:-1]:
-        assert torch.equal(table.mask(grammar, state), naive_mask(table, grammar, state)), state
+    grammar = compile_schema(schema)
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        for state in [grammar.start()] + recognize(text.encode(), grammar)[:-1]:
+            assert torch.equal(table.mask(grammar, state), naive_mask(table, grammar, state)), state
 
 
 @pytest.mark.parametrize("schema, says", [
-    ({"type": "object", "properties": {"a": {"type": "string", "minLength": 2}}}, "minLength cannot be enforced"),
+    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^a"}}}, "pattern cannot be enforced"),
+    ({"type": "object", "properties": {"a": {"type": "string", "maxLength": -1}}}, "minLength / maxLength must be"),
+    ({"type": "object", "properties": {"a": {"type": "string", "minLength": 3, "maxLength": 2}}},
+     "minLength <= maxLength"),
+    ({"type": "object", "properties": {"a": {"type": "integer", "exclusiveMinimum": True}}}, "must be finite numbers"),
     ({"type": "array"}, "root must be an object"),
     ({"type": "object", "properties": {"a": {"anyOf": [{"type": "object"}, {"type": "object"}]}}},
      "must start differently"),
@@ -307,11 +349,11 @@ def test_the_engines_answers_follow_a_schema(model):
     engine = engine_with(model)
     params = [SamplingParams(max_tokens=300, temperature=1.0, seed=seed, logit_bias=CLOSING,
                              response_format="json_schema", json_schema=json.dumps(schema))
-              for seed, schema in enumerate([PERSON, MIXED, PERSON])]
+              for seed, schema in enumerate([PERSON, MIXED, BOUNDED, NUMBERS])]
     seqs = [engine.add_request([256, *b"Answer:"], p) for p in params]
     while engine.has_work:
         engine.step()
-    for seq, schema in zip(seqs, [PERSON, MIXED, PERSON]):
+    for seq, schema in zip(seqs, [PERSON, MIXED, BOUNDED, NUMBERS]):
         text = ByteTokenizer().decode(seq.output_ids)
         assert seq.finish_reason == "stop", text
         jsonschema.validate(json.loads(text), schema)
@@ -356,3 +398,21 @@ def test_a_held_draft_stops_at_the_first_refused_token_and_at_the_answers_end():
     assert answer.state == JSON_OBJECT.start()  # the sequence's own place did not move
     rows = masked_along(answer, torch.zeros(3, 258), [*b"{}"])
     assert torch.isinf(rows[0, ord("}")]) and torch.isfinite(rows[1, ord("}")]) and torch.isfinite(rows[2]).all()
+
+
+@pytest.mark.parametrize("text, integer, low, high, expected", [
+    (b"1", True, (10, False), (100, False), True), (b"123", True, (10, False), (100, False), False),
+    (b"-", True, (0, False), None, True), (b"-1", True, (0, False), None, False),
+    (b"0.", False, (0.5, True), (0.6, False), True), (b"0.5", False, (0.5, True), None, True),
+    (b"0.4", False, (0.5, True), None, False), (b"-2", False, (-1.5, False), None, False),
+    (b"9", True, (99, True), None, True), (b"0", True, (1, False), None, False),
+])
+def test_a_bounded_numbers_digits_keep_a_way_into_its_bounds(text, integer, low, high, expected):
+    assert reachable(text, integer, low, high) == expected
+
+
+def test_a_number_that_ends_outside_its_bounds_is_refused():
+    grammar = compile_schema(NUMBERS)
+    assert accepts(b'{"age": 150, "score": 1}', grammar) and not accepts(b'{"age": 151, "score": 1}', grammar)
+    assert not accepts(b'{"age": 1, "score": 0}', grammar) and not accepts(b'{"age": 1, "score": 1e-1}', grammar)
+    assert not accepts(b'{"age": 1, "score": 0.5, "big": 99}', grammar)
