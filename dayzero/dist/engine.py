@@ -56,6 +56,10 @@ class MultiRankEngine:
         # them there (a preempted sequence is prefilled again from scratch): the first TP group (rank 0 alone
         # without TP) decodes.
         self.decodes_alone = cp > 1 and tp == 1
+        if cp == 1 and hasattr(self.local, "prefill_scored"):
+            # tensor-parallel ranks all compute every token's hidden state and hold the whole LM head: rank 0
+            # scores the prompt alone (context-parallel ranks each hold only their chunks' states)
+            self.prefill_scored = self._prefill_scored
 
     @property
     def graph_capturable(self) -> bool:
@@ -105,6 +109,12 @@ class MultiRankEngine:
     def prefill(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
         self._send_step("prefill", input_ids, meta, caches)
         return self.local.prefill(input_ids, meta, caches)
+
+    def _prefill_scored(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor],
+                        targets: torch.Tensor, num_top: int):
+        """prefill, and rank 0's log-probabilities of the prompt's own next tokens (EagerEngine.prefill_scored)."""
+        self._send_step("prefill", input_ids, meta, caches)
+        return self.local.prefill_scored(input_ids, meta, caches, targets, num_top)
 
     def decode(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[torch.Tensor]) -> torch.Tensor:
         if not self.decodes_alone:

@@ -138,9 +138,9 @@ class LLMEngine:
         if any(token >= self.manifest.vocab_size for token, _ in params.logit_bias):
             raise DayzeroError(f"logit_bias names a token outside the vocabulary of {self.manifest.vocab_size}")
         if params.prompt_logprobs is not None and not hasattr(self.engine, "prefill_scored"):
-            raise DayzeroError("the prompt's log probabilities need the eager engine on one rank (--backend eager, "
-                               "no --tp / --cp): compiled and multi-rank engines return only each prompt's last "
-                               "logits")
+            raise DayzeroError("the prompt's log probabilities need the eager engine without context parallelism "
+                               "(--backend eager, no --cp; --tp works): compiled and context-parallel engines "
+                               "return only each prompt's last logits")
         seq = Sequence(list(prompt_ids), params) if request_id is None else Sequence(list(prompt_ids), params,
                                                                                        request_id)
         if params.tool_calls is not None:

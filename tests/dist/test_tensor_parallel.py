@@ -22,6 +22,7 @@ from dayzero.model.caches import PLAIN_CACHE
 from dayzero.model.checkpoint_writer import write_random_checkpoint
 from dayzero.plugins.paged_cache import PAGE_SIZE
 from dayzero.runtime.llm import LLM
+from dayzero.runtime.llm_engine import RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from tests.helpers import TINY_CONFIG, rel_err, run_steps, tiny_config_dict
 
@@ -105,6 +106,23 @@ def test_greedy_generation_with_speculation_equals_one_rank(checkpoints, tmp_pat
     one_rank = _generate_twice(checkpoints["plain"], 1)
     assert _generate_twice(checkpoints["plain"], 2) == one_rank
     assert _generate_twice(checkpoints["plain"], 2, ep=2) == one_rank
+
+
+def test_tensor_parallel_ranks_score_prompts_as_one_rank(checkpoints, tmp_path, monkeypatch):
+    """A prompt's own log probabilities (lm-evaluation-harness's loglikelihood) from two ranks: rank 0 scores the
+    hidden states every rank computed, chunked prefill included."""
+    monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
+    params = SamplingParams(max_tokens=1, prompt_logprobs=2)
+    runtime = RuntimeOptions(token_budget=32)
+    with LLM(checkpoints["latent"], ExportOptions(backend="eager", tp=2, max_batch=4), runtime) as llm:
+        (scored,) = llm.generate(["a prompt scored token by token, longer than one prefill chunk of 32 tokens"], params)
+    prompt = scored.prompt_token_ids
+    assert len(prompt) > 32
+    expected = torch.log_softmax(load(checkpoints["latent"], dtype=torch.float32).logits(torch.tensor([prompt]))[0], -1)
+    assert scored.prompt_logprobs[0] is None and len(scored.prompt_logprobs) == len(prompt)
+    for position, entry in enumerate(scored.prompt_logprobs[1:], start=1):
+        assert entry.logprob == pytest.approx(float(expected[position - 1, prompt[position]]), abs=1e-4)
+        assert [token for token, _ in entry.top] == expected[position - 1].topk(2).indices.tolist()
 
 
 def test_a_rank_that_cannot_start_is_reported(checkpoints, tmp_path):

@@ -86,7 +86,7 @@ def test_an_engine_with_only_last_logits_refuses_with_what_to_do(model):
     manifest = eager_manifest(model, CacheFormat(), max_batch=2, max_len=128)
     eager = EagerEngine(model, manifest)
     engine = LLMEngine(SplitEngine(manifest, eager, eager), RuntimeOptions(memory_bytes=64 << 20))
-    with pytest.raises(DayzeroError, match="need the eager engine on one rank"):
+    with pytest.raises(DayzeroError, match="need the eager engine without context parallelism"):
         engine.add_request([1, 2, 3], SamplingParams(prompt_logprobs=0))
 
 
