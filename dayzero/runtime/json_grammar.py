@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from dayzero.runtime import json_checked_string as checked
+from dayzero.runtime.json_checked_string import StringRules
 from dayzero.runtime.json_number_bounds import reachable, within
+from dayzero.runtime.json_pattern import Pattern
 
 MAX_WHITESPACE = 32
 MAX_DEPTH = 32
@@ -23,6 +26,9 @@ WHITESPACE = frozenset(b" \t\n\r")
 DIGITS = frozenset(b"0123456789")
 HEX = frozenset(b"0123456789abcdefABCDEF")
 ESCAPES = frozenset(b'"\\/bfnrtu')
+# an escape's character (\\u escapes aside)
+ESCAPED_CHARS = {ord('"'): 0x22, ord("\\"): 0x5C, ord("/"): 0x2F, ord("b"): 0x08, ord("f"): 0x0C, ord("n"): 0x0A,
+                 ord("r"): 0x0D, ord("t"): 0x09}
 LITERALS = (b"true", b"false", b"null")
 
 VALUE, FIRST_KEY, KEY, KEY_NAME, COLON, AFTER, FIRST_ITEM, DONE = "value", "first_key", "key", "key_name", "colon", \
@@ -52,13 +58,14 @@ class Node:
     members: tuple[int, ...] = ()
     min_length: int = 0  # string: characters (code points; an escape is one)
     max_length: int | None = None
+    pattern: str | None = None  # string: an ECMA-262 regular expression it must match (json_pattern.py)
     # number / integer: (bound, exclusive) or None
     minimum: tuple[float, bool] | None = None
     maximum: tuple[float, bool] | None = None
 
     @property
-    def bounded_string(self) -> bool:
-        return self.kind == "string" and (self.min_length > 0 or self.max_length is not None)
+    def checked_string(self) -> bool:
+        return self.kind == "string" and (self.min_length > 0 or self.max_length is not None or bool(self.pattern))
 
     @property
     def bounded_number(self) -> bool:
@@ -88,6 +95,9 @@ class Grammar:
 
     def __init__(self, nodes: tuple[Node, ...] = BASE_NODES, root: int = ANY_OBJECT, key: str = "json_object"):
         self.nodes, self.root, self.key = nodes, root, key
+        self._string_rules = {index: StringRules(node.min_length, node.max_length,
+                                                 Pattern(node.pattern) if node.pattern else None)
+                              for index, node in enumerate(nodes) if node.checked_string}
         self._steps = {VALUE: self._value_or_space, FIRST_KEY: self._first_key, KEY: self._key,
                        KEY_NAME: self._key_name, COLON: self._colon, AFTER: self._after,
                        FIRST_ITEM: self._first_item, DONE: self._done, STRING: self._string, ESCAPE: self._escape,
@@ -103,18 +113,14 @@ class Grammar:
     @staticmethod
     def is_plain_string(state: State) -> bool:
         """Inside a string's text, where every byte but a quote, a backslash or a control byte keeps the state (or,
-        in a string with a length bound, at a character's start: valid UTF-8 counts one more character a lead
-        byte)."""
-        return state[1] == STRING and (isinstance(state[2], str) or not state[2][2])
+        in a string with a length bound and no pattern, at a character's start: valid UTF-8 counts one more
+        character a lead byte)."""
+        return state[1] == STRING and (isinstance(state[2], str) or state[2].plain)
 
     def string_room(self, state: State) -> int | None:
-        """Inside a string whose characters are counted (a length bound): how many more it may take (None: not
-        counted)."""
+        """Inside a string whose characters are counted: how many more it may take (None: not counted)."""
         role = state[2]
-        if isinstance(role, str):
-            return None
-        limit = self.nodes[role[0]].max_length
-        return UNBOUNDED_ROOM if limit is None else limit - role[1]
+        return None if isinstance(role, str) else checked.room(role, self._string_rules[role.node])
 
     def advance(self, state: State, byte: int) -> State | None:
         if byte in WHITESPACE and state[1] in SPACED:
@@ -147,8 +153,8 @@ class Grammar:
         if kind == "array":
             return (stack + (("a", index, 0),), FIRST_ITEM, 0) if byte == ord("[") else None
         if kind == "string":
-            # a bounded string counts its characters: (node, count, the continuation bytes its character still needs)
-            role = (index, 0, ()) if node.bounded_string else "value"
+            # a checked string carries its place (characters counted, pattern states) in place of the role
+            role = checked.begin(index, self._string_rules[index]) if node.checked_string else "value"
             return (stack, STRING, role) if byte == ord('"') else None
         integer = kind == "integer"
         if byte == ord("-"):
@@ -270,50 +276,51 @@ class Grammar:
 
     def _string(self, state: State, byte: int) -> State | None:
         stack, _, role = state
-        if not isinstance(role, str) and role[2]:
-            low, high = role[2][0]
-            return (stack, STRING, (role[0], role[1], role[2][1:])) if low <= byte <= high else None
+        if not isinstance(role, str):
+            return self._checked_string(stack, role, byte)
         if byte == ord('"'):
-            if role == "key":
-                return (stack, COLON, (ANY, 0))
-            too_short = not isinstance(role, str) and role[1] < self.nodes[role[0]].min_length
-            return None if too_short else self._after_value(stack)
-        if byte < 0x20:
-            return None
+            return (stack, COLON, (ANY, 0)) if role == "key" else self._after_value(stack)
         if byte == ord("\\"):
-            return (stack, ESCAPE, role) if self._counted(role) is not None else None
-        if isinstance(role, str):
-            return state
-        # a counted string takes valid UTF-8 only, so that its count is the decoded text's
-        continuations = () if byte < 0x80 else UTF8_CONTINUATIONS.get(byte)
-        role = None if continuations is None else self._counted(role, continuations)
-        return None if role is None else (stack, STRING, role)
+            return (stack, ESCAPE, role)
+        return state if byte >= 0x20 else None
 
-    def _counted(self, role, continuations: tuple = ()):
-        """A string's role with one more character (None: past its maxLength); unbounded roles stay as they are."""
-        if isinstance(role, str):
-            return role
-        limit = self.nodes[role[0]].max_length
-        return None if limit is not None and role[1] >= limit else (role[0], role[1] + 1, continuations)
+    def _checked_string(self, stack: tuple, role: checked.CheckedString, byte: int) -> State | None:
+        rules = self._string_rules[role.node]
+        if byte == ord('"') and not role.continuations:
+            return self._after_value(stack) if checked.may_close(role, rules) else None
+        if byte == ord("\\") and not role.continuations:
+            return (stack, ESCAPE, role) if checked.may_escape(role, rules) else None
+        following = checked.take_byte(role, rules, byte) if byte >= 0x20 else None
+        return None if following is None else (stack, STRING, following)
 
     def _escape(self, state: State, byte: int) -> State | None:
         if byte not in ESCAPES:
             return None
+        role = state[2]
         if byte == ord("u"):
-            return (state[0], UNICODE, (state[2], b""))
-        return (state[0], STRING, self._counted(state[2]))
+            if not isinstance(role, str) and not checked.may_take_digits(role, self._string_rules[role.node], b""):
+                return None
+            return (state[0], UNICODE, (role, b""))
+        if isinstance(role, str):
+            return (state[0], STRING, role)
+        return self._checked_char(state[0], role, ESCAPED_CHARS[byte])
 
     def _unicode(self, state: State, byte: int) -> State | None:
         role, digits = state[2]
         if byte not in HEX:
             return None
-        # a string without a length bound keeps only how many digits came (fewer states to mask)
+        # a string that is not checked keeps only how many digits came (fewer states to mask)
         digits += b"0" if isinstance(role, str) else bytes([byte])
+        if isinstance(role, str):
+            return (state[0], UNICODE, (role, digits)) if len(digits) < 4 else (state[0], STRING, role)
         if len(digits) < 4:
-            return (state[0], UNICODE, (role, digits))
-        # a high surrogate and the low one after it are one character: the low one counts it
-        high_surrogate = 0xD800 <= int(digits, 16) <= 0xDBFF
-        return (state[0], STRING, role if high_surrogate else self._counted(role))
+            feasible = checked.may_take_digits(role, self._string_rules[role.node], digits)
+            return (state[0], UNICODE, (role, digits)) if feasible else None
+        return self._checked_char(state[0], role, int(digits, 16))
+
+    def _checked_char(self, stack: tuple, role: checked.CheckedString, code: int) -> State | None:
+        following = checked.take_escaped(role, self._string_rules[role.node], code)
+        return None if following is None else (stack, STRING, following)
 
     def _number(self, state: State, byte: int) -> State | None:
         stack, _, detail = state
@@ -344,19 +351,6 @@ def _spaced(state: State) -> State | None:
         return (stack, mode, (node, run + 1)) if run < MAX_WHITESPACE else None
     return (stack, mode, detail + 1) if detail < MAX_WHITESPACE else None
 
-
-# the room of a string counted for its minLength only
-UNBOUNDED_ROOM = 1 << 30
-_ANY_CONTINUATION = (0x80, 0xBF)
-# UTF-8 lead byte -> the ranges its continuation bytes must fall in (no overlong forms, no surrogates, <= U+10FFFF)
-UTF8_CONTINUATIONS = {
-    **{lead: (_ANY_CONTINUATION,) for lead in range(0xC2, 0xE0)},
-    0xE0: ((0xA0, 0xBF), _ANY_CONTINUATION), 0xED: ((0x80, 0x9F), _ANY_CONTINUATION),
-    **{lead: (_ANY_CONTINUATION,) * 2 for lead in (*range(0xE1, 0xED), 0xEE, 0xEF)},
-    0xF0: ((0x90, 0xBF), _ANY_CONTINUATION, _ANY_CONTINUATION),
-    0xF4: ((0x80, 0x8F), _ANY_CONTINUATION, _ANY_CONTINUATION),
-    **{lead: (_ANY_CONTINUATION,) * 3 for lead in range(0xF1, 0xF4)},
-}
 
 # number part -> {byte class: next part}
 _NUMBER_MOVES = {

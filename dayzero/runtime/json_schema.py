@@ -3,14 +3,15 @@ the nodes of a JSON grammar (json_grammar.py), so that answers follow them as th
 
 Enforced: type (one or a list), properties + required (keys in the schema's order; keys beyond `properties` are not
 generated), items + minItems / maxItems, minLength / maxLength of strings (in characters: code points, an escape
-counting one; such a string takes valid UTF-8 only), minimum / maximum / exclusiveMinimum / exclusiveMaximum of
+counting one; such a string takes valid UTF-8 only), pattern (an ECMA-262 regular expression of the subset
+json_pattern.py holds, matched anywhere unless anchored), minimum / maximum / exclusiveMinimum / exclusiveMaximum of
 numbers and integers (a bounded number is written without an exponent, and every digit keeps a way into the bounds
 open), enum and const of strings, numbers, booleans and null, anyOf / oneOf whose members start with different bytes
 (the usual `anyOf: [X, {"type": "null"}]` of an optional field), and local `$ref`s to the root or to `$defs` /
 `definitions` (recursion included, down to the grammar's depth cap). Annotations are ignored (title, description,
 default, examples, format, which JSON Schema 2020-12 treats as an annotation, ...). Keywords that constrain values in
-ways the grammar cannot hold (pattern, multipleOf, allOf, ...) are refused by name, so an answer never claims a
-schema it does not follow.
+ways the grammar cannot hold (multipleOf, allOf, lookaround in a pattern, ...) are refused by name, so an answer
+never claims a schema it does not follow.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import math
 
 from dayzero.errors import DayzeroError
 from dayzero.runtime.json_grammar import ANY, BASE_NODES, Grammar, Node, first_bytes, json_text
+from dayzero.runtime.json_pattern import Pattern, PatternError
 
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "format", "$schema", "$id", "$comment",
                          "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "strict", "contentMediaType",
                          "contentEncoding"})
 HANDLED = frozenset({"type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum",
-                     "const", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "minimum", "maximum",
+                     "const", "anyOf", "oneOf", "$ref", "minLength", "maxLength", "pattern", "minimum", "maximum",
                      "exclusiveMinimum", "exclusiveMaximum"})
 MAX_NODES = 4096
 MAX_SCHEMA_BYTES = 64 << 10
@@ -138,7 +140,13 @@ class _Compiler:
         low, high = schema.get("minLength", 0), schema.get("maxLength")
         if not _count(low) or (high is not None and (not _count(high) or high < low)):
             raise SchemaError(f"{where}: minLength / maxLength must be integers >= 0, minLength <= maxLength")
-        return Node("string", min_length=low, max_length=high)
+        pattern = schema.get("pattern")
+        if pattern is not None:
+            try:
+                Pattern(pattern)
+            except PatternError as err:
+                raise SchemaError(f"{where}: {err}; leave pattern out (or check it after the answer)") from None
+        return Node("string", min_length=low, max_length=high, pattern=pattern)
 
     def _object(self, schema: dict, where: str) -> int:
         properties = schema.get("properties", {})

@@ -7,6 +7,7 @@ cannot hold are refused by what is wrong."""
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
 import pytest
@@ -190,9 +191,9 @@ def test_the_api_holds_answers_to_json_and_to_schemas(model, tmp_path):
             assert answer["finish_reason"] == "stop"
             jsonschema.validate(json.loads(answer["message"]["content"]), PERSON)
             bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-                "type": "object", "properties": {"id": {"type": "string", "pattern": "^a"}}}}}
+                "type": "object", "properties": {"id": {"type": "integer", "multipleOf": 3}}}}}
             reply = client.post("/v1/chat/completions", json={"messages": HI, "response_format": bad})
-            assert reply.status_code == 400 and "pattern cannot be enforced" in reply.json()["error"]["message"]
+            assert reply.status_code == 400 and "multipleOf cannot be enforced" in reply.json()["error"]["message"]
             assert_nothing_open(server)
     finally:
         server.close()
@@ -247,6 +248,10 @@ def instances(schema: dict, root: dict, depth: int = 0):
         items = instances(schema.get("items", {}), root, depth + 1)
         return st.lists(items, min_size=schema.get("minItems", 0), max_size=min(schema.get("maxItems", 3), 3)
                         if depth < 3 else schema.get("minItems", 0))
+    if kind == "string" and "pattern" in schema:
+        fits = st.from_regex(re.compile(schema["pattern"], re.ASCII))
+        # Python's $ also matches before a final newline, ECMA-262's (the grammar's) does not
+        return fits.filter(lambda text: len(text) <= schema.get("maxLength", len(text)) and not text.endswith("\n"))
     if kind == "string":
         return st.text(min_size=schema.get("minLength", 0), max_size=schema.get("maxLength", 6))
     if kind in ("integer", "number") and {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & set(schema):
@@ -282,7 +287,14 @@ def bounded_numbers(schema: dict, kind: str):
     return floats.filter(lambda x: "e" not in repr(x))
 
 
-SCHEMAS = {"person": PERSON, "tree": TREE, "mixed": MIXED, "bounded": BOUNDED, "numbers": NUMBERS}
+# patterns (pydantic's constr(pattern=...)): anchored and not, with a length bound beside one
+PATTERNED = {"type": "object", "properties": {
+    "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+    "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]?$"},
+    "tag": {"type": "string", "pattern": "x[a-c]+", "maxLength": 5},
+    "slug": {"type": ["string", "null"], "pattern": "^[a-z0-9]+(-[a-z0-9]+)*$"}}, "required": ["date", "code"]}
+SCHEMAS = {"person": PERSON, "tree": TREE, "mixed": MIXED, "bounded": BOUNDED, "numbers": NUMBERS,
+           "patterned": PATTERNED}
 
 
 @pytest.mark.parametrize("name", SCHEMAS)
@@ -314,7 +326,8 @@ def test_a_mutated_instance_is_accepted_only_if_it_follows_the_schema(name, data
               "home": {"zip": "0", "lat": 1.5e-3}}),
     (BOUNDED, {"code": "é\"a", "note": "ab\u00e9", "name": "\U0001f600 x", "exact": "\u20ac"}),
     (NUMBERS, {"age": 150, "score": 0.25, "delta": -2.5, "big": 1000, "neg": -30}),
-], ids=["person", "bounded", "numbers"])
+    (PATTERNED, {"date": "2026-12-05", "code": "AB1", "tag": "\u00e9xab", "slug": "day-zero"}),
+], ids=["person", "bounded", "numbers", "patterned"])
 def test_schema_masks_equal_checking_every_token(schema, value):
     """The masks of every state along an instance equal checking each token byte by byte (the fast path inside
     strings, with its character counts for bounded ones, included)."""
@@ -326,7 +339,8 @@ def test_schema_masks_equal_checking_every_token(schema, value):
 
 
 @pytest.mark.parametrize("schema, says", [
-    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "^a"}}}, "pattern cannot be enforced"),
+    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)"}}}, "lookaround"),
+    ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}, "multipleOf cannot be enforced"),
     ({"type": "object", "properties": {"a": {"type": "string", "maxLength": -1}}}, "minLength / maxLength must be"),
     ({"type": "object", "properties": {"a": {"type": "string", "minLength": 3, "maxLength": 2}}},
      "minLength <= maxLength"),
@@ -349,11 +363,11 @@ def test_the_engines_answers_follow_a_schema(model):
     engine = engine_with(model)
     params = [SamplingParams(max_tokens=300, temperature=1.0, seed=seed, logit_bias=CLOSING,
                              response_format="json_schema", json_schema=json.dumps(schema))
-              for seed, schema in enumerate([PERSON, MIXED, BOUNDED, NUMBERS])]
+              for seed, schema in enumerate([PERSON, MIXED, BOUNDED, NUMBERS, PATTERNED])]
     seqs = [engine.add_request([256, *b"Answer:"], p) for p in params]
     while engine.has_work:
         engine.step()
-    for seq, schema in zip(seqs, [PERSON, MIXED, BOUNDED, NUMBERS]):
+    for seq, schema in zip(seqs, [PERSON, MIXED, BOUNDED, NUMBERS, PATTERNED]):
         text = ByteTokenizer().decode(seq.output_ids)
         assert seq.finish_reason == "stop", text
         jsonschema.validate(json.loads(text), schema)

@@ -348,8 +348,8 @@ def test_a_named_call_closes_when_its_arguments_do():
 
 @pytest.mark.parametrize("parameters", [WEATHER["function"]["parameters"],
                                         {"type": "object", "properties": {"city": {"type": "string",
-                                                                                   "pattern": "^[A-Z]"}}}],
-                         ids=["schema", "pattern: any object"])
+                                                                                   "multipleOf": 2}}}],
+                         ids=["schema", "multipleOf: any object"])
 def test_a_named_calls_arguments_follow_the_functions_schema(client, parameters):
     """The real engine behind it: a random model's arguments, held to the function's parameters (or, where dayzero
     cannot hold that schema, to any JSON object), become a whole call."""
@@ -363,7 +363,7 @@ def test_a_named_calls_arguments_follow_the_functions_schema(client, parameters)
     assert call["function"]["name"] == "get_weather" and call["id"] == "functions.get_weather:0"
     arguments = json.loads(call["function"]["arguments"])
     assert isinstance(arguments, dict)
-    if "pattern" not in json.dumps(parameters):
+    if "multipleOf" not in json.dumps(parameters):
         jsonschema.validate(arguments, parameters)
 
 
