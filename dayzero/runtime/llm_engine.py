@@ -84,9 +84,9 @@ def _plain_greedy(params: SamplingParams) -> bool:
             and params.tool_calls is None)
 
 
-def _adjusted(seq: Sequence, rows: torch.Tensor, draft: list[int]) -> torch.Tensor:
+def _adjusted(seq: Sequence, rows: torch.Tensor, draft: list[int], stop_ids: frozenset[int]) -> torch.Tensor:
     """A sequence's logits rows with its penalties and biases, and masked to its held answer along the draft."""
-    rows = penalized(rows, seq.output_ids, draft, seq.params)
+    rows = penalized(rows, seq.prompt_ids, seq.output_ids, draft, seq.params, stop_ids)
     return rows if seq.json_answer is None else masked_along(seq.json_answer, rows, draft)
 
 
@@ -215,11 +215,10 @@ class LLMEngine:
                 finished.append(seq)
         return finished
 
-    @staticmethod
-    def _sample(seq: Sequence, row: torch.Tensor, argmax: int) -> int:
+    def _sample(self, seq: Sequence, row: torch.Tensor, argmax: int) -> int:
         if _plain_greedy(seq.params):
             return argmax
-        return seq.sampler(_adjusted(seq, row[None], [])[0])
+        return seq.sampler(_adjusted(seq, row[None], [], self.stop_ids)[0])
 
     def _decode(self, step: ScheduledStep) -> list[Sequence]:
         """Verify each sequence's drafts (none without speculation) and keep the accepted run."""
@@ -251,7 +250,7 @@ class LLMEngine:
         if _plain_greedy(seq.params):
             tokens = greedy_run(argmax, draft)
         else:
-            tokens = accept(_adjusted(seq, rows[: 1 + len(draft)], draft), draft, seq.sampler)
+            tokens = accept(_adjusted(seq, rows[: 1 + len(draft)], draft, self.stop_ids), draft, seq.sampler)
         # the last token and the accepted drafts entered the cache; the model's own next token did not yet
         seq.num_cached += len(tokens)
         seq.num_accepted = len(tokens)

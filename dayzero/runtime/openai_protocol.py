@@ -6,8 +6,8 @@ answer; with `logprobs` the prompt's tokens get theirs too, and `max_tokens: 0` 
 evaluation harnesses score text). Fields dayzero cannot honour (suffix, ...) are refused by name rather than
 ignored, so a client never gets an answer computed differently from what it asked for. `response_format:
 {"type": "json_object"}` holds the answer to one JSON object, `{"type": "json_schema", ...}` to one that follows the
-schema (json_schema.py, token_grammar.py). `top_k`, `ignore_eos` and
-`stop_token_ids` are accepted as extensions, as in vLLM.
+schema (json_schema.py, token_grammar.py). `top_k`, `ignore_eos`,
+`stop_token_ids`, `repetition_penalty`, `min_p` and `min_tokens` are accepted as extensions, as in vLLM.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ CHAT_TOOL_FIELDS = ("tools", "tool_choice")
 UNSUPPORTED = {
     "echo": (None, False), "suffix": (None, ""),
     "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "best_of": (None, 1),
+    # vLLM's extensions dayzero does not take (its structured outputs: response_format)
+    "use_beam_search": (None, False), "length_penalty": (None, 1, 1.0), "guided_json": (None,),
+    "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,), "structured_outputs": (None,),
 }
 
 
@@ -65,6 +68,9 @@ class Sampling:
     prompt_logprobs: int | None = None  # the same for the prompt's tokens (completions: echo with logprobs)
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    min_tokens: int = 0
     logit_bias: tuple[tuple[int, float], ...] = ()
     stop_token_ids: tuple[int, ...] = ()  # vLLM's extension: ids that end the answer (their text stays in it)
     response_format: str | None = None  # "json_object" / "json_schema": the answer is one JSON object
@@ -84,6 +90,8 @@ class Sampling:
                               logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs,
                               presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias,
+                              repetition_penalty=self.repetition_penalty, min_p=self.min_p,
+                              min_tokens=min(self.min_tokens, max_tokens),
                               stop_token_ids=self.stop_token_ids, response_format=self.response_format,
                               json_schema=self.json_schema, reasoning_tokens=self.reasoning_tokens,
                               reasoning_opened=self.reasoning_opened, tool_calls=self.tool_calls)
@@ -200,7 +208,9 @@ def _sampling(body: dict, max_tokens_field: str, logprobs: int | None, echo: boo
                     json_schema=json_schema,
                     presence_penalty=_number(body, "presence_penalty", 0.0, float, -2.0, 2.0),
                     frequency_penalty=_number(body, "frequency_penalty", 0.0, float, -2.0, 2.0),
-                    logit_bias=_logit_bias(body))
+                    repetition_penalty=_number(body, "repetition_penalty", 1.0, float, 0.01, 100.0),
+                    min_p=_number(body, "min_p", 0.0, float, 0.0, 1.0),
+                    min_tokens=_number(body, "min_tokens", 0, int, 0, 2**31 - 1), logit_bias=_logit_bias(body))
 
 
 def _stream_options(body: dict, stream: bool) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -29,6 +30,9 @@ class SamplingParams:
     prompt_logprobs: int | None = None  # the same for the prompt's tokens (prompt_logprobs.py)
     presence_penalty: float = 0.0  # penalties.py
     frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0  # vLLM's: a seen token's logit divided by it (multiplied when negative)
+    min_p: float = 0.0  # vLLM's: tokens below min_p x the most likely one's probability are dropped
+    min_tokens: int = 0  # vLLM's: no end-of-sequence or stop token id before this many tokens
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, added to its logit)
     # "json_object": the answer is one JSON object; "json_schema": one that follows json_schema (a JSON text)
     response_format: str | None = None
@@ -60,6 +64,8 @@ class SamplingParams:
             raise DayzeroError("an answer is held to its tool calls or to a response_format, not both")
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise DayzeroError("need temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
+        if not (self.repetition_penalty > 0 and 0 <= self.min_p <= 1 and 0 <= self.min_tokens <= self.max_tokens):
+            raise DayzeroError("need repetition_penalty > 0, 0 <= min_p <= 1 and 0 <= min_tokens <= max_tokens")
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
 
@@ -81,6 +87,9 @@ def _filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if params.top_k:
         kth = torch.topk(logits, min(params.top_k, logits.numel())).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.min_p > 0:
+        # the largest logit is 0 here: a token's probability over the most likely one's is exp(its logit)
+        logits = logits.masked_fill(logits < math.log(params.min_p), float("-inf"))
     if params.top_p < 1:
         sorted_logits, order = logits.sort(descending=True)
         cumulative = sorted_logits.softmax(-1).cumsum(-1)

@@ -228,6 +228,11 @@ def test_penalties_reach_the_engine(client, server, model):
     ({"prompt": "x", "max_tokens": 0}, 400, "'max_tokens' must be >= 1 (0 only with \"echo\": true"),
     ({"prompt": "x", "echo": "yes"}, 400, "'echo' must be true or false"),
     ({"prompt": "x", "presence_penalty": 3}, 400, "'presence_penalty' must be in [-2.0, 2.0]"),
+    ({"prompt": "x", "repetition_penalty": 0}, 400, "'repetition_penalty' must be in [0.01, 100.0]"),
+    ({"prompt": "x", "min_p": 1.5}, 400, "'min_p' must be in [0.0, 1.0]"),
+    ({"prompt": "x", "min_tokens": -1}, 400, "'min_tokens' must be in"),
+    ({"prompt": "x", "use_beam_search": True}, 400, "'use_beam_search' is not supported"),
+    ({"prompt": "x", "guided_json": {"type": "object"}}, 400, "'guided_json' is not supported"),
     ({"prompt": "x", "logit_bias": {"a": 10}}, 400, "'logit_bias' must map token ids to numbers"),
     ({"prompt": "x", "logit_bias": {"5": 101}}, 400, "biases in [-100, 100]"),
     ({"prompt": "x", "logit_bias": {"260": 1}}, 400, "outside the vocabulary of 260"),
@@ -537,12 +542,16 @@ def test_default_lengths_follow_openai(client, server):
     assert chat.max_tokens is None and chat.params(20, MAX_LEN, 0).max_tokens == MAX_LEN - 20
     assert parse_chat({"messages": HI, "max_completion_tokens": 5}, "p").sampling.max_tokens == 5
     assert parse_completion({"prompt": "p", "max_tokens": 7}).sampling.max_tokens == 7
+    extensions = parse_completion({"prompt": "p", "max_tokens": 4, "repetition_penalty": 1.2, "min_p": 0.1,
+                                   "min_tokens": 9}).sampling.params(1, MAX_LEN, 0)
+    assert (extensions.repetition_penalty, extensions.min_p, extensions.min_tokens) == (1.2, 0.1, 4)
     assert_nothing_open(server)
 
 
 FIELDS = ["prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "seed",
           "stop", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-          "logit_bias", "ignore_eos", "echo", "model", "tools", "response_format", "stop_token_ids"]
+          "logit_bias", "ignore_eos", "echo", "model", "tools", "response_format", "stop_token_ids",
+          "repetition_penalty", "min_p", "min_tokens"]
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 300) | st.floats(-3, 3, allow_nan=False) | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
