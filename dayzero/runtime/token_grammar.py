@@ -11,7 +11,6 @@ an answer ends when its object closes.
 
 from __future__ import annotations
 
-import codecs
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -24,6 +23,7 @@ from dayzero.runtime.json_grammar import Grammar, State
 CACHED_MASKS = 512
 # single-byte tokens JSON needs to reach every state's way out (a close, a digit, a quote ...)
 NEEDED_BYTES = b'{}[]:,"\\0123456789.-+eEtrufalsn '
+CONTINUATION_BYTES = bytes(range(0x80, 0xC0))
 
 
 class _Node:
@@ -41,10 +41,11 @@ class _Node:
 
 
 def _utf8_from_boundary(data: bytes) -> bool:
+    """Valid UTF-8 read from a character's start, its last character possibly cut."""
     try:
-        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
-    except UnicodeDecodeError:
-        return False
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return err.reason == "unexpected end of data"
     return True
 
 
@@ -76,7 +77,7 @@ class TokenTable:
         self.string_safe = safe
         # for strings whose characters are counted (a length bound): the characters each token begins (UTF-8 lead
         # bytes), and whether its bytes are valid UTF-8 read from a character's start (its last one may be cut)
-        self.characters = torch.tensor([sum(byte & 0xC0 != 0x80 for byte in data) for data in self.bytes])
+        self.characters = torch.tensor([len(data.translate(None, CONTINUATION_BYTES)) for data in self.bytes])
         self.utf8_from_boundary = torch.tensor([_utf8_from_boundary(data) for data in self.bytes])
         self._masks: OrderedDict[tuple[str, State], torch.Tensor] = OrderedDict()
 
