@@ -1,5 +1,6 @@
 """What answers held to JSON cost on the host per step, at a real vocabulary's size: building the vocabulary's
-trie once, and the mask of each state along a JSON answer, cold (searched) and cached.
+trie once, and the mask of each state along a JSON answer, cold (searched) and cached; then the states inside values
+held to a schema (a length bound, a pattern, number bounds), which the plain string's fast path does not cover.
 
     PYTHONPATH=. python bench/bench_json_masks.py [--vocab 163840] [--tiktoken PATH] [--out bench/results]
 
@@ -21,8 +22,17 @@ from pathlib import Path
 
 from bench.common import table, write_results
 from dayzero.runtime.json_grammar import JSON_OBJECT
+from dayzero.runtime.json_schema import compile_schema
 from dayzero.runtime.token_grammar import TokenTable
 
+# values held to schemas: inside each, the states a string's text or a number's digits pass through
+HELD_VALUES = {
+    "string": ({"type": "string"}, "hello world, said the model"),
+    "string maxLength 40": ({"type": "string", "maxLength": 40}, "hello world, said the model"),
+    "pattern ^[a-z ,]+$": ({"type": "string", "pattern": "^[a-z ,]+$"}, "hello world, said the model"),
+    "pattern (a date)": ({"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "2026-12-05"),
+    "integer 0..150": ({"type": "integer", "minimum": 0, "maximum": 150}, 123),
+}
 ANSWER = json.dumps({"name": "Kimi K3.1", "layers": [1, 2, 3], "ratio": -0.125, "ok": True, "none": None,
                      "nested": {"text": "a \"quoted\" word\n and \u00e9", "empty": []}}, indent=2,
                     ensure_ascii=False)
@@ -78,11 +88,33 @@ def main() -> None:
     summary = {"vocab": len(pieces), "trie_build_s": build_s, "answer_bytes": len(ANSWER),
                "masks_searched": len({s for s in states[:-1]}), "cold_ms_total": 1e3 * sum(cold),
                "cached_ms_mean": 1e3 * sum(warm) / len(warm), "python": sys.version.split()[0]}
-    for row in rows:
+    held = [held_value_row(table_, name, schema, value) for name, (schema, value) in HELD_VALUES.items()]
+    for row in rows + held:
         row.update({k: round(v, 3) for k, v in row.items() if isinstance(v, float)})
-    write_results(args.out, "bench_json_masks", {"args": vars(args), "summary": summary, "rows": rows})
+    write_results(args.out, "bench_json_masks", {"args": vars(args), "summary": summary, "rows": rows,
+                                                 "held_values": held})
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
     print(table(rows, ["states", "count", "first_mask_ms_max", "first_mask_ms_mean"]))
+    print(table(held, ["value", "states", "distinct", "first_masks_ms", "first_mask_ms_mean", "again_ms"]))
+
+
+def held_value_row(table_: TokenTable, name: str, schema: dict, value) -> dict:
+    """The masks of the states inside one held value (a string's text, a number's digits), cold then kept."""
+    grammar = compile_schema({"type": "object", "properties": {"v": schema}, "required": ["v"]})
+    states = [grammar.start()]
+    for byte in json.dumps({"v": value}).encode():
+        states.append(grammar.advance(states[-1], byte))
+    inside = states[len(b'{"v": '):-2]
+    start = time.perf_counter()
+    for state in inside:
+        table_.mask(grammar, state)
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    for state in inside:
+        table_.mask(grammar, state)
+    again = time.perf_counter() - start
+    return {"value": name, "states": len(inside), "distinct": len(set(inside)), "first_masks_ms": 1e3 * cold,
+            "first_mask_ms_mean": 1e3 * cold / len(inside), "again_ms": 1e3 * again}
 
 
 if __name__ == "__main__":

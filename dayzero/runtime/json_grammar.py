@@ -26,6 +26,8 @@ WHITESPACE = frozenset(b" \t\n\r")
 DIGITS = frozenset(b"0123456789")
 HEX = frozenset(b"0123456789abcdefABCDEF")
 ESCAPES = frozenset(b'"\\/bfnrtu')
+# steps of checked strings kept (json_grammar.Grammar._checked_string)
+MAX_KEPT_STEPS = 1 << 16
 # an escape's character (\\u escapes aside)
 ESCAPED_CHARS = {ord('"'): 0x22, ord("\\"): 0x5C, ord("/"): 0x2F, ord("b"): 0x08, ord("f"): 0x0C, ord("n"): 0x0A,
                  ord("r"): 0x0D, ord("t"): 0x09}
@@ -95,6 +97,9 @@ class Grammar:
 
     def __init__(self, nodes: tuple[Node, ...] = BASE_NODES, root: int = ANY_OBJECT, key: str = "json_object"):
         self.nodes, self.root, self.key = nodes, root, key
+        # searches over the vocabulary repeat the same steps: checked-string steps and bounded numbers' prefixes kept
+        self._checked_steps: dict[tuple, tuple] = {}
+        self._reachable_texts: dict[tuple[int, bytes], bool] = {}
         self._string_rules = {index: StringRules(node.min_length, node.max_length,
                                                  Pattern(node.pattern) if node.pattern else None)
                               for index, node in enumerate(nodes) if node.checked_string}
@@ -170,8 +175,13 @@ class Grammar:
         return (stack, NUMBER, (part, integer, index, text)) if self._reachable(index, text, integer) else None
 
     def _reachable(self, index: int, text: bytes, integer: bool) -> bool:
-        node = self.nodes[index]
-        return reachable(text, integer, node.minimum, node.maximum)
+        key = (index, text)
+        if key not in self._reachable_texts:
+            if len(self._reachable_texts) >= MAX_KEPT_STEPS:
+                self._reachable_texts.clear()
+            node = self.nodes[index]
+            self._reachable_texts[key] = reachable(text, integer, node.minimum, node.maximum)
+        return self._reachable_texts[key]
 
     def _after_value(self, stack: tuple) -> State:
         """A value ended: counted in its array, then what may follow it."""
@@ -285,13 +295,25 @@ class Grammar:
         return state if byte >= 0x20 else None
 
     def _checked_string(self, stack: tuple, role: checked.CheckedString, byte: int) -> State | None:
+        key = (role, byte)
+        if key not in self._checked_steps:
+            if len(self._checked_steps) >= MAX_KEPT_STEPS:
+                self._checked_steps.clear()
+            self._checked_steps[key] = self._checked_step(role, byte)
+        mode, following = self._checked_steps[key]
+        if mode is None:
+            return None
+        return self._after_value(stack) if mode == DONE else (stack, mode, following)
+
+    def _checked_step(self, role: checked.CheckedString, byte: int) -> tuple[str | None, object]:
+        """-> (the mode after the byte: STRING, ESCAPE, DONE for the closing quote, None: refused; the role)."""
         rules = self._string_rules[role.node]
         if byte == ord('"') and not role.continuations:
-            return self._after_value(stack) if checked.may_close(role, rules) else None
+            return (DONE, None) if checked.may_close(role, rules) else (None, None)
         if byte == ord("\\") and not role.continuations:
-            return (stack, ESCAPE, role) if checked.may_escape(role, rules) else None
+            return (ESCAPE, role) if checked.may_escape(role, rules) else (None, None)
         following = checked.take_byte(role, rules, byte) if byte >= 0x20 else None
-        return None if following is None else (stack, STRING, following)
+        return (None, None) if following is None else (STRING, following)
 
     def _escape(self, state: State, byte: int) -> State | None:
         if byte not in ESCAPES:
