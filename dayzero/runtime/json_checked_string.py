@@ -65,6 +65,21 @@ def room(string: CheckedString, rules: StringRules) -> int:
     return UNBOUNDED_ROOM if rules.max_length is None else rules.max_length - string.count
 
 
+def equivalent_count(string: CheckedString, rules: StringRules, span: int) -> int:
+    """A count that takes any `span` more characters as string.count does: the same ones fit the maxLength room
+    (room beyond span is all alike) and the same ones reach the minLength (a shortfall beyond span likewise)."""
+    count = string.count
+    roomy = rules.max_length is None or rules.max_length - count > span
+    if not roomy:
+        return count
+    ceiling = math.inf if rules.max_length is None else rules.max_length - span - 1
+    if count >= rules.min_length and rules.min_length <= ceiling:
+        return rules.min_length
+    if count < rules.min_length - span and 0 <= ceiling:
+        return 0
+    return count
+
+
 def take_byte(string: CheckedString, rules: StringRules, byte: int) -> CheckedString | None:
     """A byte of the string's text (not a quote, backslash or control byte) -> the place after it (None: refused)."""
     if string.code and not string.continuations:  # an escaped high surrogate: only its low one's escape may follow

@@ -122,6 +122,15 @@ class Grammar:
         character a lead byte)."""
         return state[1] == STRING and (isinstance(state[2], str) or state[2].plain)
 
+    def walk_key(self, state: State, span: int) -> State:
+        """A plain string state whose tokens of at most `span` characters the grammar takes exactly as it takes them
+        from `state`: a counted string's count moved as far as its bounds cannot tell (masks kept by it recur)."""
+        role = state[2]
+        if isinstance(role, str):
+            return state
+        return (state[0], state[1], role._replace(count=checked.equivalent_count(role, self._string_rules[role.node],
+                                                                                  span)))
+
     def string_room(self, state: State) -> int | None:
         """Inside a string whose characters are counted: how many more it may take (None: not counted)."""
         role = state[2]

@@ -49,6 +49,15 @@ def _utf8_from_boundary(data: bytes) -> bool:
     return True
 
 
+def _characters_inside(data: bytes) -> int:
+    """At most how many characters a token can add inside a string: those before its first quote (0 when a control
+    byte comes first: no string takes it)."""
+    inside = data.split(b'"', 1)[0]
+    if any(byte < 0x20 for byte in inside):
+        return 0
+    return len(inside.translate(None, CONTINUATION_BYTES))
+
+
 def _string_safe(data: bytes) -> bool:
     return all(byte >= 0x20 and byte not in b'"\\' for byte in data)
 
@@ -66,6 +75,8 @@ class TokenTable:
                                "leave out response_format")
         self.trie, self.unsafe_trie = _Node(), _Node()
         safe = torch.zeros(vocab_size, dtype=torch.bool)
+        # the most characters a token with a quote, backslash or control byte adds inside a string
+        self.longest_unsafe = 0
         for token, data in enumerate(self.bytes):
             if not data:
                 continue
@@ -74,12 +85,14 @@ class TokenTable:
                 safe[token] = True
             else:
                 self.unsafe_trie.insert(data, token)
+                self.longest_unsafe = max(self.longest_unsafe, _characters_inside(data))
         self.string_safe = safe
         # for strings whose characters are counted (a length bound): the characters each token begins (UTF-8 lead
         # bytes), and whether its bytes are valid UTF-8 read from a character's start (its last one may be cut)
         self.characters = torch.tensor([len(data.translate(None, CONTINUATION_BYTES)) for data in self.bytes])
         self.utf8_from_boundary = torch.tensor([_utf8_from_boundary(data) for data in self.bytes])
         self._masks: OrderedDict[tuple[str, State], torch.Tensor] = OrderedDict()
+        self._unsafe_walks: dict[tuple[str, State], list[int]] = {}
 
     def mask(self, grammar: Grammar, state: State) -> torch.Tensor:
         """bool [vocab]: the tokens allowed after `state`."""
@@ -107,12 +120,25 @@ class TokenTable:
             room = grammar.string_room(state)
             if room is not None:
                 mask &= self.utf8_from_boundary & (self.characters <= room)
-            _walk(grammar, self.unsafe_trie, state, allowed)
+            allowed = self._unsafe_walk(grammar, state)
         else:
             mask = torch.zeros(self.vocab_size, dtype=torch.bool)
             _walk(grammar, self.trie, state, allowed)
         mask[allowed] = True
         return mask
+
+    def _unsafe_walk(self, grammar: Grammar, state: State) -> list[int]:
+        """The tokens with a quote, backslash or control byte allowed inside a string: kept by the state as far as
+        they can tell it apart (a counted string's count matters only near its bounds, within the longest such
+        token's characters)."""
+        key = (grammar.key, grammar.walk_key(state, self.longest_unsafe))
+        if key not in self._unsafe_walks:
+            if len(self._unsafe_walks) >= CACHED_MASKS:
+                self._unsafe_walks.pop(next(iter(self._unsafe_walks)))
+            allowed: list[int] = []
+            _walk(grammar, self.unsafe_trie, key[1], allowed)
+            self._unsafe_walks[key] = allowed
+        return self._unsafe_walks[key]
 
 
 def _walk(grammar: Grammar, node: _Node, state: State, allowed: list[int]) -> None:

@@ -327,7 +327,10 @@ def test_a_mutated_instance_is_accepted_only_if_it_follows_the_schema(name, data
     (BOUNDED, {"code": "é\"a", "note": "ab\u00e9", "name": "\U0001f600 x", "exact": "\u20ac"}),
     (NUMBERS, {"age": 150, "score": 0.25, "delta": -2.5, "big": 1000, "neg": -30}),
     (PATTERNED, {"date": "2026-12-05", "code": "AB1", "tag": "\u00e9xab", "slug": "day-zero"}),
-], ids=["person", "bounded", "numbers", "patterned"])
+    # long enough that a mask is kept by a count moved within the bounds (TokenTable._unsafe_walk)
+    ({"type": "object", "properties": {"s": {"type": "string", "minLength": 12, "maxLength": 30}}, "required": ["s"]},
+     {"s": "a \"quoted\" word, \u00e9 and\n more"}),
+], ids=["person", "bounded", "numbers", "patterned", "long-bounded"])
 def test_schema_masks_equal_checking_every_token(schema, value):
     """The masks of every state along an instance equal checking each token byte by byte (the fast path inside
     strings, with its character counts for bounded ones, included)."""
