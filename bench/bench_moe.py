@@ -272,26 +272,33 @@ def print_table(cases, ceiling) -> None:
           "the grouped expert MLP through torch._grouped_mm / the Triton grouped GEMM (us)")
 
 
-def main() -> None:
-    out = out_dir_argument(__doc__.splitlines()[0])
-    ceiling = ceilings()
-    torch.cuda.empty_cache()
+def run_cases(build, run, token_counts=TOKENS) -> list[dict]:
+    """Each shape's weights built once (build(shape)), then a case per token count (run(shape, weights, tokens)); a
+    failure is recorded in its case rather than raised: one failing case must not stop the rest."""
     cases = []
     for shape in SHAPES:
         try:
-            weights = build_weights(shape)
+            weights = build(shape)
         except Exception as exc:  # noqa: BLE001
-            cases += [{"shape": shape.name, "tokens": t, "error": f"weights: {exc!r}"} for t in TOKENS]
+            cases += [{"shape": shape.name, "tokens": t, "error": f"weights: {exc!r}"} for t in token_counts]
             continue
-        for tokens in TOKENS:
+        for tokens in token_counts:
             try:
-                cases.append(run_case(shape, weights, tokens, ceiling))
-            except Exception as exc:  # noqa: BLE001 (one failing case must not stop the rest)
+                cases.append(run(shape, weights, tokens))
+            except Exception as exc:  # noqa: BLE001
                 cases.append({"shape": shape.name, "tokens": tokens, "error": repr(exc),
                               "traceback": traceback.format_exc()})
             torch.cuda.empty_cache()
         del weights
         torch.cuda.empty_cache()
+    return cases
+
+
+def main() -> None:
+    out = out_dir_argument(__doc__.splitlines()[0])
+    ceiling = ceilings()
+    torch.cuda.empty_cache()
+    cases = run_cases(build_weights, lambda shape, weights, tokens: run_case(shape, weights, tokens, ceiling))
     report = {"ceilings": ceiling, "cases": cases, "device": torch.cuda.get_device_name(),
               "torch": torch.__version__}
     (out / "bench_moe.json").write_text(json.dumps(report, indent=1, default=str))

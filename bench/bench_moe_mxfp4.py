@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import traceback
 from pathlib import Path
 
 import torch
 
-from bench.bench_moe import SHAPES, Shape, ceilings, graph_ms, rel_err, timed
+from bench.bench_moe import Shape, ceilings, graph_ms, rel_err, run_cases, timed
 from dayzero.plugins.moe import reference
 from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
 from dayzero.plugins.moe.grouped_mlp import (
@@ -198,23 +197,8 @@ def main() -> None:
     torch.manual_seed(0)
     ceiling = ceilings()
     torch.cuda.empty_cache()
-    cases = []
-    for shape in SHAPES:
-        top_k = args.top_k or shape.top_k
-        try:
-            banks = build_banks(shape)
-        except Exception as exc:  # noqa: BLE001
-            cases += [{"shape": shape.name, "tokens": t, "error": f"weights: {exc!r}"} for t in TOKENS]
-            continue
-        for tokens in TOKENS:
-            try:
-                cases.append(run_case(shape, banks, tokens, top_k, ceiling, args.sweep))
-            except Exception as exc:  # noqa: BLE001 (one failing case must not stop the rest)
-                cases.append({"shape": shape.name, "tokens": tokens, "error": repr(exc),
-                              "traceback": traceback.format_exc()})
-            torch.cuda.empty_cache()
-        del banks
-        torch.cuda.empty_cache()
+    cases = run_cases(build_banks, lambda shape, banks, tokens: run_case(
+        shape, banks, tokens, args.top_k or shape.top_k, ceiling, args.sweep), TOKENS)
     report = {"ceilings": ceiling, "cases": cases, "device": torch.cuda.get_device_name(), "torch": torch.__version__}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1, default=str))
