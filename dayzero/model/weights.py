@@ -2,7 +2,8 @@
 
 Parameter names equal checkpoint names except for three layouts:
 * routed experts are stacked per layer (`experts.w1 [E, I, D]`) but stored per expert (`experts.{e}.w1.weight`),
-  possibly as MXFP4 (`weight_packed` + `weight_scale`, K3's release format);
+  possibly as MXFP4 (`weight_packed` + `weight_scale`, K3's release format), which the network then holds packed
+  (`experts.w1_packed` / `experts.w1_scale`, model/expert_format.py) or dequantized;
 * dense MLPs may be stored under `block_sparse_moe.` (what transformers writes) instead of `mlp.`;
 * `A_log` is stored [1, 1, H, 1] (Kimi-Linear), [H], or zero-padded to a multiple of 128 (K3).
 """
