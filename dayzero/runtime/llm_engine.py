@@ -144,12 +144,20 @@ class LLMEngine:
         seq = Sequence(list(prompt_ids), params) if request_id is None else Sequence(list(prompt_ids), params,
                                                                                        request_id)
         if params.tool_calls is not None:
-            seq.json_answer = ToolCallAnswer(self._json_tokens(), params.tool_calls, self._grammar)
+            seq.json_answer = self._held_tool_calls(params)
         elif params.response_format is not None:
             seq.json_answer = JsonAnswer(self._json_tokens(), self._grammar(params.json_schema),
                                          params.reasoning_tokens, params.reasoning_opened)
         self.scheduler.add(seq)
         return seq
+
+    def _held_tool_calls(self, params: SamplingParams) -> ToolCallAnswer | None:
+        """The answer's tool calls held to the offered functions, where the vocabulary allows masks (a tokenizer
+        without token bytes or single-byte JSON tokens: the calls are read as written, as before holding)."""
+        try:
+            return ToolCallAnswer(self._json_tokens(), params.tool_calls, self._grammar)
+        except DayzeroError:
+            return None
 
     def prepare_json_answers(self) -> None:
         """Build the vocabulary's table for JSON answers now, where the tokenizer allows them (else on the first)."""

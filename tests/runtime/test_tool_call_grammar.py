@@ -123,3 +123,21 @@ def test_a_draft_is_cut_where_the_calls_rules_refuse_it(vocabulary):
     assert held_draft(answer, [section_begin, call_begin, *tokenizer.encode("functions.get_date")]) == [
         section_begin, call_begin, *tokenizer.encode("functions.get_")]
     assert answer.phase == "text"
+
+
+def test_a_vocabulary_that_cannot_hold_calls_reads_them_as_written(vocabulary):
+    """Holding the calls is a help, not a condition: an engine without token bytes still answers a tool request."""
+    from dayzero.export.engine import EagerEngine, eager_manifest
+    from dayzero.model.caches import CacheFormat
+    from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
+    from dayzero.runtime.sampling import SamplingParams
+    from tests.helpers import random_model, tiny_config_dict
+
+    _, _, markers = vocabulary
+    model = random_model(tiny_config_dict(vocab_size=KIMI_VOCAB))
+    engine = LLMEngine(EagerEngine(model, eager_manifest(model, CacheFormat(), max_batch=2, max_len=128)),
+                       RuntimeOptions(memory_bytes=64 << 20))
+    seq = engine.add_request([1, 2, 3], SamplingParams(max_tokens=3, tool_calls=_rules(markers, False, True)))
+    while engine.has_work:
+        engine.step()
+    assert seq.json_answer is None and len(seq.output_ids) == 3
