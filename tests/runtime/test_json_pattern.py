@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dayzero.runtime.json_pattern import CharSet, Pattern, PatternError
+from dayzero.runtime.json_pattern import SPACE, CharSet, Pattern, PatternError
 
 PATTERNS = [r"^\d{4}-\d{2}-\d{2}$", r"^[a-z]+$", r"ab|cd", r"^(ab)*c?$", r"^[^0-9]{2,3}$", r"x", r"^a.c$",
             r"^(?:a|b)+\.txt$", r"^[A-Z][a-z]*( [A-Z][a-z]*)*$", r"^\w+@\w+\.\w{2,}$", r"^[\d\-]+$", r"^a{0,2}b{2,}$",
@@ -40,12 +40,19 @@ def test_the_automaton_accepts_what_python_finds(source, text):
     assert matches(Pattern(source), text) == python_finds(source, text)
 
 
+def dialects_differ(char: str) -> bool:
+    """A character ECMA-262 and Python's ASCII mode read differently: a space to ECMA's \\s only (no-break space,
+    BOM, ...), or a line end that ECMA's `.` leaves out and Python's takes (\\r, U+2028, U+2029)."""
+    return (ord(char) > 0x7F and any(low <= ord(char) <= high for low, high in SPACE)) or char in "\r\u2028\u2029"
+
+
 @pytest.mark.parametrize("source", PATTERNS)
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_strings_made_to_match_are_accepted(source, data):
+    # where the two dialects differ on a character (\s beyond ASCII), the string is left out
     text = data.draw(st.from_regex(re.compile(source, re.ASCII), fullmatch=False).filter(
-        lambda t: python_finds(source, t)))
+        lambda t: python_finds(source, t) and not any(dialects_differ(c) for c in t)))
     assert matches(Pattern(source), text)
 
 
