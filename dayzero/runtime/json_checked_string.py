@@ -166,16 +166,14 @@ def _may_match_range(string: CheckedString, rules: StringRules, low: int, high: 
 
 
 def _counted(string: CheckedString, rules: StringRules, code: int) -> CheckedString | None:
-    count = string.count
     if rules.counts:
-        if rules.max_length is not None and count >= rules.max_length:
+        if room(string, rules) < 1:
             return None
-        count += 1
-    matcher = string.matcher
-    if matcher is not None:
-        matcher = rules.pattern.step(matcher, code)
+        string = string._replace(count=string.count + 1)
+    if string.matcher is not None:
+        matcher = rules.pattern.step(string.matcher, code)
         # a match must stay within reach: the fewest characters it still needs fit the room
-        if not matcher or (rules.max_length is not None and rules.pattern.shortest_rest(matcher) >
-                           rules.max_length - count):
+        if not matcher or (rules.max_length is not None and rules.pattern.shortest_rest(matcher) > room(string, rules)):
             return None
-    return string._replace(count=count, matcher=matcher)
+        string = string._replace(matcher=matcher)
+    return string
