@@ -19,9 +19,10 @@ from pathlib import Path
 from bench.triton_resources import compile_resources
 from dayzero.plugins.sparse_mla import gluon_decode_kernel
 
-TYPES = {"rows": "*i32", "num_slots": "*i32", "counters": "*i32", "lse": "*fp32", "o_part": "*fp32",
-         "lse_part": "*fp32", "sm_scale": "fp32", "num_tokens": "i32", "num_heads": "i32", "num_head_blocks": "i32",
-         "num_splits": "i32", "stride_qt": "i32", "stride_qh": "i32", "stride_rows": "i32"}
+TYPES = {"indices": "*i32", "block_table": "*i32", "cu_seqlens": "*i32", "counters": "*i32", "lse": "*fp32",
+         "o_part": "*fp32", "lse_part": "*fp32", "sm_scale": "fp32", "num_tokens": "i32", "num_seqs": "i32",
+         "num_heads": "i32", "num_head_blocks": "i32", "num_splits": "i32", "topk": "i32", "stride_qt": "i32",
+         "stride_qh": "i32", "stride_idx": "i32", "stride_table": "i32"}
 TTGIR_OPS = ("warp_group_dot_wait", "warp_group_dot", "async_copy_global_to_local", "async_commit_group",
              "async_wait", "fence_async_shared", "gpu.barrier", "convert_layout", "scf.yield")
 PTX_OPS = ("wgmma.wait_group", "wgmma.mma_async", "wgmma.commit_group", "cp.async.cg", "cp.async.commit_group",
@@ -75,12 +76,13 @@ VARIANTS = ((False, False, False), (False, True, False), (True, False, False), (
 
 def build(split: bool, full_scores: bool, fp8: bool = False, fused_combine: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
-    constexprs = dict(ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS, BLOCK_N=gluon_decode_kernel.BLOCK_N,
-                      SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128, FUSED_COMBINE=fused_combine)
+    constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS,
+                      BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128,
+                      FUSED_COMBINE=fused_combine)
     types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
     return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
                              num_warps=gluon_decode_kernel.NUM_WARPS,
-                             divisible=("stride_qt", "stride_qh", "stride_rows"))
+                             divisible=("stride_qt", "stride_qh", "stride_idx"))
 
 
 def main() -> None:

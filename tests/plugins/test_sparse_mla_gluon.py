@@ -155,9 +155,9 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, mo
                                        num_splits=1, **loop)
     assert len(kernel.calls) == 1
     grid, constexprs = kernel.calls[0]
-    assert constexprs == dict(ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False, num_warps=G.NUM_WARPS,
-                              BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False), FP8=fmt == "fp8",
-                              TILE=128, FUSED_COMBINE=False)
+    assert constexprs == dict(PAGE=64, ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False,
+                              num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False),
+                              FP8=fmt == "fp8", TILE=128, FUSED_COMBINE=False)
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
 
 

@@ -24,32 +24,26 @@ Q_SCALE = tl.constexpr(2.0 ** Q_SHIFT)
 BITS_TO_SHIFTED = tl.constexpr(2.0 ** (120 - Q_SHIFT))
 
 
-# bytes 4k..4k+3 of one 32-bit register -> two registers of bf16 pairs: magnitudes to bits 4-10 / 20-26 of the
-# zero-filled halves (prmt picks bytes 0 and 1, then 2 and 3), signs to bits 15 / 31 (the Triton kernel's; the
-# three-instruction form of E4M3X4_TIMES_BF16X4 below awaits a GPU test here: bench/run_h200_of.sh)
+# bytes 4k..4k+3 of one 32-bit register -> two registers of bf16 pairs, three instructions a pair. prmt's
+# sign-replicating selectors (8 | byte) widen bytes 0, 1 (then 2, 3) to two int16 lanes, so a byte `s eeee mmm`
+# becomes `ssssssss s eeee mmm`; shifted left by 4, a lane's bit 15 is s and bits 4-10 are eeee mmm, and the mask
+# clears the sign copies in bits 11-14 and what crossed from the lower lane into bits 0-3. (Run od: the Gluon FP8
+# decode 0.158 / 0.095 ms at H128 / H64 against 0.165 / 0.098 with the five-instruction and / prmt / shr / or form.)
 E4M3X4_TO_BF16X4 = tl.constexpr("""
 {
-.reg .b32 m, s, t;
-and.b32 m, $2, 0x7f7f7f7f;
-and.b32 s, $2, 0x80808080;
-prmt.b32 t, m, 0, 0x1404;
-shr.b32 t, t, 4;
-prmt.b32 $0, s, 0, 0x1404;
-or.b32 $0, $0, t;
-prmt.b32 t, m, 0, 0x3424;
-shr.b32 t, t, 4;
-prmt.b32 $1, s, 0, 0x3424;
-or.b32 $1, $1, t;
+.reg .b32 t;
+prmt.b32 t, $2, 0, 0x9180;
+shl.b32 t, t, 4;
+and.b32 $0, t, 0x87F087F0;
+prmt.b32 t, $2, 0, 0xB3A2;
+shl.b32 t, t, 4;
+and.b32 $1, t, 0x87F087F0;
 }
 """)
 
 
-# the same placement in three instructions a pair, then each bf16 pair times a pair of bf16 factors ($3, $4: one
-# factor for each of the four values), rounded once as `mul.bf16` would (the Gluon decode's; two values an
-# instruction). prmt's sign-replicating selectors (8 | byte) widen bytes 0, 1 (then 2, 3) to two int16 lanes, so a
-# byte `s eeee mmm` becomes `ssssssss s eeee mmm`; shifted left by 4, a lane's bit 15 is s and bits 4-10 are
-# eeee mmm, and the mask clears the sign copies in bits 11-14 and what crossed from the lower lane into bits 0-3.
-# Run od: the Gluon FP8 decode 0.158 / 0.095 ms at H128 / H64 against 0.165 / 0.098 with the five-instruction form.
+# the same placement, then each bf16 pair times a pair of bf16 factors ($3, $4: one factor for each of the four
+# values), rounded once as `mul.bf16` would (the Gluon decode's; two values an instruction)
 E4M3X4_TIMES_BF16X4 = tl.constexpr("""
 {
 .reg .b32 t;

@@ -36,11 +36,12 @@ import torch
 
 from dayzero.plugins.device import is_eager_cuda
 from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, is_quantized
+from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.quant.reference import FP8_TILE
 from dayzero.plugins.sparse_mla import schedule
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
 from dayzero.plugins.sparse_mla.e4m3_bits import BITS_TO_SHIFTED, E4M3X4_TIMES_BF16X4, Q_SCALE
-from dayzero.plugins.sparse_mla.kernel import LN2, LOG2E, _check_inputs, _outputs, _resolve_rows
+from dayzero.plugins.sparse_mla.kernel import LN2, LOG2E, _check_inputs, _outputs
 
 try:
     from triton.experimental import gluon
@@ -79,12 +80,25 @@ if HAS_GLUON:
                                                    instr_shape=[16, NOPE // 2, 16]))
     P_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_MMA.value, k_width=2))
     SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
+    # the per-program scans of cu_seqlens and the token's index row: SCAN entries a step, one a thread
+    SCAN = gl.constexpr(256)
+    SCAN_LAYOUT = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))
 
 
 @_jit
-def _key_rows(row_base, n, hi):
-    """Flat physical rows of key slots n (-1 at and past hi)."""
-    return gl.load(row_base + n, mask=n < hi, other=-1)
+def _key_rows(keys, table_row, n, hi, PAGE: gl.constexpr):
+    """Flat physical rows of the token's key slots n: its logical positions keys[n] through its sequence's block-table
+    row (-1 for an invalid index and at and past hi). Resolved here, a block ahead of its gather, where a kernel of
+    its own (with the token-to-sequence search) took 7 us of a B64 call (run od)."""
+    key = gl.load(keys + n, mask=n < hi, other=-1)
+    page = gl.load(table_row + key // PAGE, mask=key >= 0, other=0)
+    return gl.where(key >= 0, page * PAGE + key % PAGE, -1)
+
+
+@_jit
+def _keys_valid(keys, n, hi):
+    """Whether the token's key slots n hold a valid index (below hi)."""
+    return gl.load(keys + n, mask=n < hi, other=-1) >= 0
 
 
 @_jit
@@ -162,16 +176,28 @@ def _scale_q_nope(q_nope, DV: gl.constexpr, TILE: gl.constexpr, HALVES: gl.const
 
 
 @_jit
-def _program_keys(num_slots, num_head_blocks, num_splits, BLOCK_N: gl.constexpr):
-    """This program's (token, head block, split) and its slots [lo, hi) of the token's key list, in whole key
-    blocks. Slots past the token's last valid index (the indexer's -1 padding) are not visited."""
+def _program_keys(indices, cu_seqlens, num_seqs, topk, stride_idx, num_head_blocks, num_splits,
+                  BLOCK_N: gl.constexpr):
+    """This program's (token, its sequence, head block, split, the token's index row) and its slots [lo, hi) of that
+    row, in whole key blocks. Slots past the token's last valid index (the indexer's -1 padding) are not visited."""
     pid = gl.program_id(0)
     split = gl.program_id(1)
     token = pid // num_head_blocks
-    num_keys = gl.load(num_slots + token)
+    # the token's sequence: the sequences that end at or before it
+    s = gl.arange(0, SCAN, layout=SCAN_LAYOUT)
+    seq = token * 0
+    for s0 in range(0, num_seqs, SCAN):
+        ends = gl.load(cu_seqlens + 1 + s0 + s, mask=s0 + s < num_seqs, other=2147483647)
+        seq += gl.sum((ends <= token).to(gl.int32), 0)
+    keys = indices + token.to(gl.int64) * stride_idx
+    last = gl.full([SCAN], -1, gl.int32, SCAN_LAYOUT)
+    for k0 in range(0, topk, SCAN):
+        valid = gl.load(keys + k0 + s, mask=k0 + s < topk, other=-1) >= 0
+        last = gl.maximum(last, gl.where(valid, k0 + s, -1))
+    num_keys = gl.max(last, 0) + 1
     chunk = gl.cdiv(gl.cdiv(num_keys, num_splits), BLOCK_N) * BLOCK_N
     lo = split * chunk
-    return token, pid % num_head_blocks, split, lo, gl.minimum(lo + chunk, num_keys)
+    return token, seq, pid % num_head_blocks, split, keys, lo, gl.minimum(lo + chunk, num_keys)
 
 
 @_jit
@@ -265,8 +291,9 @@ def _combine_if_last(o, lse, o_part, lse_part, counters, token, head_block, num_
 
 @_jit
 def _sparse_mla_decode_kernel(
-    q, cache, rows, num_slots, o, lse, o_part, lse_part, counters,
-    sm_scale, num_tokens, num_heads, num_head_blocks, num_splits, stride_qt, stride_qh, stride_rows,
+    q, cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, counters,
+    sm_scale, num_tokens, num_seqs, num_heads, num_head_blocks, num_splits, topk, stride_qt, stride_qh, stride_idx,
+    stride_table, PAGE: gl.constexpr,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr,
     FUSED_COMBINE: gl.constexpr,
@@ -280,7 +307,9 @@ def _sparse_mla_decode_kernel(
     S_MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=S_WARPS,
                                                     instr_shape=[16, BLOCK_N // 2, 16])
 
-    token, head_block, split, lo, hi = _program_keys(num_slots, num_head_blocks, num_splits, BLOCK_N)
+    token, seq, head_block, split, keys, lo, hi = _program_keys(indices, cu_seqlens, num_seqs, topk, stride_idx,
+                                                                num_head_blocks, num_splits, BLOCK_N)
+    table_row = block_table + seq.to(gl.int64) * stride_table
 
     q_nope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, DV], SMEM)
     q_pe = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, DR], SMEM)
@@ -297,10 +326,9 @@ def _sparse_mla_decode_kernel(
     head_g = head_block * BLOCK_H + m_g
     q_row = q + token.to(gl.int64) * stride_qt + head_g.to(gl.int64) * stride_qh
     _copy_latent_rows(q_nope, q_pe, q_row, head_g < num_heads, DV, DR, HALVES)
-    row_base = rows + token.to(gl.int64) * stride_rows
     n_g = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, KEYS))
     n_s = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_MMA))
-    rows_now = _key_rows(row_base, lo + n_g, hi)
+    rows_now = _key_rows(keys, table_row, lo + n_g, hi, PAGE)
     if FP8:
         # q in a group of its own: it is scaled while block 0 is on its way
         async_copy.commit_group()
@@ -316,14 +344,14 @@ def _sparse_mla_decode_kernel(
         scale1 = scale0
         scale2 = scale0
         scale3 = scale0
-    rows_next = _key_rows(row_base, lo + BLOCK_N + n_g, hi)
+    rows_next = _key_rows(keys, table_row, lo + BLOCK_N + n_g, hi, PAGE)
 
     qk_scale = sm_scale * LOG2E
     m_i, l_i, s_zero, acc, p = _empty_softmax_state(BLOCK_H, BLOCK_N, DV, S_MMA)
     for start in range(lo, hi, BLOCK_N):
         i = (start - lo) // BLOCK_N
-        rows_after = _key_rows(row_base, start + 2 * BLOCK_N + n_g, hi)
-        key_ok = _key_rows(row_base, start + n_s, hi) >= 0
+        rows_after = _key_rows(keys, table_row, start + 2 * BLOCK_N + n_g, hi, PAGE)
+        key_ok = _keys_valid(keys, start + n_s, hi)
         # block i - 1's P.V has read its keys, in both warpgroups, before block i + 1's rows (BF16) or block i's
         # decoded keys (FP8) overwrite them
         acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
@@ -446,18 +474,18 @@ def sparse_mla_decode_gluon_launcher(
     o, lse = _outputs(q, v_dim, out)
     if tokens == 0:
         return o, lse
-    rows, num_slots = _resolve_rows(indices.contiguous(), block_table, schedule.sequence_of_tokens(cu_seqlens, tokens),
-                                    None)
+    indices = indices.contiguous()
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
     counts = _split_counts(programs, q.device) if fused_combine and splits > 1 else None
     _sparse_mla_decode_kernel[(programs, splits)](
-        q, latent_cache, rows, num_slots, o, lse, o_part, lse_part, num_slots if counts is None else counts,
-        sm_scale, tokens, heads, heads // HEADS, splits, q.stride(0), q.stride(1), rows.stride(0),
-        ROW=latent_cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1,
-        FULL_SCORES=full_scores, FP8=is_quantized(latent_cache), TILE=FP8_TILE, FUSED_COMBINE=counts is not None,
-        num_warps=NUM_WARPS,
+        q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part,
+        indices if counts is None else counts,
+        sm_scale, tokens, cu_seqlens.shape[0] - 1, heads, heads // HEADS, splits, indices.shape[1], q.stride(0),
+        q.stride(1), indices.stride(0), block_table.stride(0), PAGE=PAGE_SIZE, ROW=latent_cache.shape[-1], DV=NOPE,
+        DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1, FULL_SCORES=full_scores,
+        FP8=is_quantized(latent_cache), TILE=FP8_TILE, FUSED_COMBINE=counts is not None, num_warps=NUM_WARPS,
     )
     if splits > 1 and counts is None:
         combine_splits_launcher(o_part, lse_part, o, lse)
