@@ -17,8 +17,10 @@ $(BIN)/.installed: pyproject.toml Makefile
 run: $(BIN)/.installed
 	$(BIN)/dayzero run
 
+# one worker a core (tests/conftest.py gives each worker's torch its share of the threads); a module's tests stay on
+# one worker, so a module-scoped fixture (an AOTI compile, an ONNX export) is built once
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadscope
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check dayzero tests bench
