@@ -16,7 +16,7 @@ from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manif
 from dayzero.model.caches import CacheFormat
 from dayzero.model.step import contiguous_meta
 from dayzero.plugins import registry
-from tests.helpers import random_model, tiny_config_dict
+from tests.helpers import layer_pattern, random_model, tiny_config_dict
 from tests.plugins.triton_env import ON_GPU, needs_triton
 
 pytestmark = [needs_triton, pytest.mark.skipif(ON_GPU, reason="the interpreter run is the CPU check"),
@@ -61,7 +61,9 @@ def triton_bodies_on_cpu():
 
 def test_fake_impls_match_the_triton_bodies_over_prefill_and_decode(triton_bodies_on_cpu):
     calls, mismatches = triton_bodies_on_cpu
-    model = random_model(tiny_config_dict(kv_lora_rank=128), dtype=torch.bfloat16)
+    # three layers (KDA with the dense MLP, sparse MLA with MoE, KDA with MoE) reach every op of the six
+    config = tiny_config_dict(kv_lora_rank=128, num_hidden_layers=3, linear_attn_config=layer_pattern("kmk"))
+    model = random_model(config, dtype=torch.bfloat16)
     manifest = eager_manifest(model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=4, max_len=128)
     engine = EagerEngine(model, manifest)
     caches = allocate_flat_caches(manifest, 9, 6)
