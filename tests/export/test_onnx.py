@@ -20,9 +20,12 @@ from dayzero.export.trace import trace_step  # noqa: E402
 from dayzero.model.caches import CacheFormat  # noqa: E402
 from dayzero.model.step import contiguous_meta  # noqa: E402
 from dayzero.plugins.registry import ONNX_DOMAIN  # noqa: E402
-from tests.helpers import random_model, rel_err, tiny_config_dict  # noqa: E402
+from tests.helpers import layer_pattern, random_model, rel_err, tiny_config_dict  # noqa: E402
 
 PAGES_PER_SEQ = 2
+# KDA with the dense MLP, MLA with MoE, KDA with MoE: every kind of layer, for the variants' exports (half the six's
+# export and run time)
+THREE_LAYERS = {"num_hidden_layers": 3, "linear_attn_config": layer_pattern("kmk")}
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +113,7 @@ def test_onnx_runtime_decode_matches_eager_over_three_steps(exported, engine):
 def test_dense_mla_verify_step_matches_eager(tmp_path):
     """Kimi-Linear's layout (dense MLA, no indexer, no AttnRes) with one draft token per step."""
     model = random_model(tiny_config_dict(index_n_heads=None, index_head_dim=None, index_topk=None,
-                                          attn_res_block_size=None))
+                                          attn_res_block_size=None, **THREE_LAYERS))
     manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64, num_draft=1)
     path = export_onnx(model, manifest, tmp_path / "decode.onnx")
     assert "dense_mla_paged" in {n.op_type for n in onnx.load(path).graph.node if n.domain == ONNX_DOMAIN}
@@ -119,7 +122,7 @@ def test_dense_mla_verify_step_matches_eager(tmp_path):
 
 @pytest.mark.slow
 def test_mxfp4_experts_are_one_custom_node_and_decode_as_eager(tmp_path):
-    model = random_model(tiny_config_dict(), mxfp4_experts=True)
+    model = random_model(tiny_config_dict(**THREE_LAYERS), mxfp4_experts=True)
     manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64)
     path = export_onnx(model, manifest, tmp_path / "decode.onnx")
     custom = {n.op_type for n in onnx.load(path).graph.node if n.domain == ONNX_DOMAIN}
