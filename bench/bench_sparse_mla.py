@@ -51,11 +51,9 @@ VALUE_BLOCK_SWEEP = [(32, 2, 2), (32, 3, 2), (16, 3, 4)]
 EXTRA_DECODE_WARPS: list[int] = []
 # --gluon: the decode cases also time the Gluon decode kernel (gluon_decode_kernel.py, the op's decode on Hopper),
 # under these config names (-> the launcher's options): half the score block a warpgroup (the design; BF16 and FP8
-# caches), all of it (`full_scores`; BF16 only) and the split combine inside the kernel (`fused_combine`; both)
-GLUON_CONFIGS = {"gluon": {}, "gluon-full-scores": {"full_scores": True},
-                 "gluon-fused-combine": {"fused_combine": True}}
-GLUON_CONFIGS_OF = {"bf16": ["gluon", "gluon-full-scores", "gluon-fused-combine"],
-                    "fp8": ["gluon", "gluon-fused-combine"]}
+# caches) and all of it (`full_scores`; BF16 only)
+GLUON_CONFIGS = {"gluon": {}, "gluon-full-scores": {"full_scores": True}}
+GLUON_CONFIGS_OF = {"bf16": ["gluon", "gluon-full-scores"], "fp8": ["gluon"]}
 # FP8 prefill through a BF16 copy of the pages (fp8_prefill.py; what the op does in eager CUDA prefill)
 BF16_COPY = "fp8-via-bf16-copy"
 GLUON_DECODE: list[bool] = []

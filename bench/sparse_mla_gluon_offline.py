@@ -19,7 +19,7 @@ from pathlib import Path
 from bench.triton_resources import compile_resources
 from dayzero.plugins.sparse_mla import gluon_decode_kernel
 
-TYPES = {"indices": "*i32", "block_table": "*i32", "cu_seqlens": "*i32", "counters": "*i32", "lse": "*fp32",
+TYPES = {"indices": "*i32", "block_table": "*i32", "cu_seqlens": "*i32", "lse": "*fp32",
          "o_part": "*fp32", "lse_part": "*fp32", "sm_scale": "fp32", "num_tokens": "i32", "num_seqs": "i32",
          "num_heads": "i32", "num_head_blocks": "i32", "num_splits": "i32", "topk": "i32", "stride_qt": "i32",
          "stride_qh": "i32", "stride_idx": "i32", "stride_table": "i32"}
@@ -70,15 +70,14 @@ def ptx_loop_order(ptx: str) -> list[str]:
 
 
 GRIDS = (("split (B64 H64)", True), ("unsplit (B64 H128)", False))
-# (FP8 cache, full score blocks, fused combine) of every Gluon decode variant
-VARIANTS = ((False, False, False), (False, True, False), (True, False, False), (False, False, True))
+# (FP8 cache, full score blocks) of every Gluon decode variant
+VARIANTS = ((False, False), (False, True), (True, False))
 
 
-def build(split: bool, full_scores: bool, fp8: bool = False, fused_combine: bool = False):
+def build(split: bool, full_scores: bool, fp8: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS,
-                      BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128,
-                      FUSED_COMBINE=fused_combine)
+                      BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128)
     types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
     return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
                              num_warps=gluon_decode_kernel.NUM_WARPS,
@@ -89,15 +88,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None, help="also write the TTGIR and PTX of every build here")
     args = parser.parse_args()
-    for fp8, full, fused in VARIANTS:
+    for fp8, full in VARIANTS:
         label = ("FP8, " if fp8 else "") + ("full scores [8, 1]" if full else "half scores [4, 2]")
-        label += ", fused combine" if fused else ""
         for name, split in GRIDS:
-            resources, compiled = build(split, full, fp8, fused)
+            resources, compiled = build(split, full, fp8)
             print(f"{label}, {name}: {resources.line()}")
             if args.out:
                 args.out.mkdir(parents=True, exist_ok=True)
-                stem = f"gluon_decode_split{int(split)}_full{int(full)}_fp8{int(fp8)}" + "_fused" * fused
+                stem = f"gluon_decode_split{int(split)}_full{int(full)}_fp8{int(fp8)}"
                 for kind in ("ttgir", "ptx"):
                     (args.out / f"{stem}.{kind}").write_text(compiled.asm[kind])
         print(f"{label}, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))

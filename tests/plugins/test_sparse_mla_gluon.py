@@ -49,12 +49,10 @@ CASES = [
 
 
 # (cache format, launcher options): the design's half score blocks over both caches, all of them over BF16 (a bench
-# config), and the split combine inside the kernel over both (`fused_combine`, a bench candidate)
+# config)
 LOOPS = [pytest.param("bfloat16", {}, id="bf16-half-scores"),
          pytest.param("bfloat16", {"full_scores": True}, id="bf16-full-scores"),
-         pytest.param("fp8", {}, id="fp8-half-scores"),
-         pytest.param("bfloat16", {"fused_combine": True}, id="bf16-fused-combine"),
-         pytest.param("fp8", {"fused_combine": True}, id="fp8-fused-combine")]
+         pytest.param("fp8", {}, id="fp8-half-scores")]
 
 
 @pytest.mark.parametrize("fmt, loop", LOOPS)
@@ -77,23 +75,21 @@ def test_gluon_decode_splits_and_blank_tokens(num_splits, fmt, loop):
     assert_matches(got, sparse_reference(sc, indices, NOPE), BF16)
 
 
-@pytest.mark.parametrize("fused_combine", [False, True])
 @pytest.mark.parametrize("fmt", ["bfloat16", "fp8"])
 @pytest.mark.parametrize("heads", [pytest.param(h, marks=hopper_only) for h in (64, 128)])
-def test_gluon_decode_replays_in_a_cuda_graph(heads, fmt, fused_combine):
+def test_gluon_decode_replays_in_a_cuda_graph(heads, fmt):
     """The engine's decode runs as graph replays: a captured call gives the eager result, bit for bit, replay after
-    replay (the fused combine's counts go back to 0 at every call's end)."""
+    replay."""
     sc = scenario([2000] * 8, [1] * 8, heads, NOPE, ROPE, fmt, BF16)
     q, cache, table, cu, idx = on_device(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2048))
-    eager = G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, fused_combine=fused_combine)
+    eager = G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, fused_combine=fused_combine)
+        G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE,
-                                                      fused_combine=fused_combine)
+        captured = G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     for _ in range(3):
         captured[0].fill_(float("nan"))
         graph.replay()
@@ -157,29 +153,20 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, mo
     grid, constexprs = kernel.calls[0]
     assert constexprs == dict(PAGE=64, ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False,
                               num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False),
-                              FP8=fmt == "fp8", TILE=128, FUSED_COMBINE=False)
+                              FP8=fmt == "fp8", TILE=128)
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
-@pytest.mark.parametrize("fused_combine", [False, True])
-def test_split_launches_combine_in_the_kernel_or_after_it(fused_combine, monkeypatch):
-    """With splits, `fused_combine` has the kernel's last split programs combine (no combine launch, zeroed counts
-    for every (token, head block)); otherwise the combine kernel runs after the attention kernel."""
+def test_split_launches_combine_after_the_kernel(monkeypatch):
     kernel, combines = RecordedLaunch(), []
     monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)
     monkeypatch.setattr(G, "combine_splits_launcher", lambda *args: combines.append(args))
-    monkeypatch.setattr(G, "_SPLIT_COUNTS", {})
     sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, "bfloat16", BF16)
     G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
-                                       SM_SCALE, NOPE, num_splits=3, fused_combine=fused_combine)
+                                       SM_SCALE, NOPE, num_splits=3)
     (grid, constexprs), = kernel.calls
-    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and constexprs["FUSED_COMBINE"] == fused_combine
-    assert len(combines) == (0 if fused_combine else 1)
-    counts = G._SPLIT_COUNTS.get(sc.q.device)
-    assert (counts is not None) == fused_combine
-    if fused_combine:
-        assert counts.numel() >= 2 * 2 and not counts.any()
+    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and len(combines) == 1
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")

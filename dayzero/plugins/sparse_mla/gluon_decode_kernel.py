@@ -248,55 +248,12 @@ def _store_outputs(acc, m_i, l_i, out_factor, o, lse, o_part, lse_part, token, s
 
 
 @_jit
-def _combine_if_last(o, lse, o_part, lse_part, counters, token, head_block, num_tokens, num_heads, num_head_blocks,
-                     num_splits, BLOCK_H: gl.constexpr, DV: gl.constexpr):
-    """After a split program stored its partial (o, lse): the last of its (token, head block)'s splits to finish,
-    counted with an atomic, combines every split's partial from the L2 into (o, lse) as combine_kernel.py does, then
-    sets the count back to 0 for the next call. Saves the combine kernel and its launch (run od: 5.2 us at B64 H64)."""
-    # every thread's partial stores come before the count; the atomic's release publishes them, its acquire the others'
-    gl.thread_barrier()
-    count = counters + token * num_head_blocks + head_block
-    if gl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
-        CHUNK: gl.constexpr = 128
-        ROWS: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [8, 1], [1, 0])
-        head = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, ROWS))
-        head_ok = head < num_heads
-        flat = token.to(gl.int64) * num_heads + head
-        plane = num_tokens.to(gl.int64) * num_heads
-        top = gl.full([BLOCK_H], float("-inf"), gl.float32, gl.SliceLayout(1, ROWS))
-        for split in range(num_splits):
-            top = gl.maximum(top, gl.load(lse_part + split * plane + flat, mask=head_ok, other=float("-inf"),
-                                          cache_modifier=".cg"))
-        top = gl.where(top == float("-inf"), 0.0, top)
-        total = gl.zeros([BLOCK_H], gl.float32, gl.SliceLayout(1, ROWS))
-        for split in range(num_splits):
-            total += gl.exp(gl.load(lse_part + split * plane + flat, mask=head_ok, other=float("-inf"),
-                                    cache_modifier=".cg") - top)
-        seen = total > 0
-        total = gl.where(seen, total, 1.0)
-        column = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, ROWS))
-        for c0 in gl.static_range(0, DV, CHUNK):
-            acc = gl.zeros([BLOCK_H, CHUNK], gl.float32, ROWS)
-            for split in range(num_splits):
-                row = split * plane + flat
-                weight = gl.exp(gl.load(lse_part + row, mask=head_ok, other=float("-inf"), cache_modifier=".cg") - top)
-                part = gl.load(o_part + row[:, None] * DV + c0 + column[None, :], mask=head_ok[:, None], other=0.0,
-                               cache_modifier=".cg")
-                acc += weight[:, None] * part
-            gl.store(o + flat[:, None] * DV + c0 + column[None, :], (acc / total[:, None]).to(gl.bfloat16),
-                     mask=head_ok[:, None])
-        gl.store(lse + flat, gl.where(seen, top + gl.log(total), float("-inf")), mask=head_ok)
-        gl.atomic_xchg(count, 0)
-
-
-@_jit
 def _sparse_mla_decode_kernel(
-    q, cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, counters,
+    q, cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part,
     sm_scale, num_tokens, num_seqs, num_heads, num_head_blocks, num_splits, topk, stride_qt, stride_qh, stride_idx,
     stride_table, PAGE: gl.constexpr,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr,
-    FUSED_COMBINE: gl.constexpr,
 ):
     # the same rows a thread, 16 e4m3 bytes each: FP8 records' gather, their decode and their tile scales
     BYTES: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])
@@ -390,9 +347,6 @@ def _sparse_mla_decode_kernel(
 
     _store_outputs(acc, m_i, l_i, Q_SCALE if FP8 else 1.0, o, lse, o_part, lse_part, token, split, head_block,
                    num_tokens, num_heads, BLOCK_H, DV, SPLIT, S_MMA, O_MMA)
-    if SPLIT and FUSED_COMBINE:
-        _combine_if_last(o, lse, o_part, lse_part, counters, token, head_block, num_tokens, num_heads,
-                         num_head_blocks, num_splits, BLOCK_H, DV)
 
 
 def _is_hopper(device: torch.device) -> bool:
@@ -422,25 +376,6 @@ def gluon_decode_applies(q: torch.Tensor, latent_cache: torch.Tensor, v_dim: int
             and _rows_in_16_bytes(q))
 
 
-# per device: the split programs' counts of the fused combine, all 0 between calls (the last program of each
-# (token, head block) sets its count back)
-_SPLIT_COUNTS: dict[torch.device, torch.Tensor] = {}
-
-
-def _split_counts(programs: int, device: torch.device) -> torch.Tensor | None:
-    """A zeroed int32 count for each of `programs` (token, head block) pairs, kept for the device's later calls; None
-    while a CUDA graph is being captured and none large enough exists (a buffer made during capture would belong to
-    the graph's memory pool)."""
-    counts = _SPLIT_COUNTS.get(device)
-    if counts is None or counts.numel() < programs:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        # room for two 64-head blocks of every decode token the op routes here, so that it is made once
-        counts = _SPLIT_COUNTS[device] = torch.zeros(max(programs, MAX_DECODE_TOKENS * 2), dtype=torch.int32,
-                                                     device=device)
-    return counts
-
-
 def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
     return (torch.empty(splits, tokens, heads, NOPE, dtype=torch.float32, device=device),
             torch.empty(splits, tokens, heads, dtype=torch.float32, device=device))
@@ -449,17 +384,14 @@ def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
-    full_scores: bool = False, fused_combine: bool = False,
+    full_scores: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
     FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
     fp32).
 
     `full_scores`: both warpgroups compute the whole score block (warps_per_cta [8, 1], as Triton's kernel does)
-    instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12.
-    `fused_combine` (a bench candidate): with splits, the last split program of each (token, head block) combines
-    them (`_combine_if_last`) instead of a combine kernel after the launch; the device's counts stay 0 between calls,
-    so calls sharing a device must not run concurrently on two streams."""
+    instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
     _check_inputs(q, latent_cache, block_table, v_dim)
     tokens, heads, width = q.shape
@@ -478,15 +410,13 @@ def sparse_mla_decode_gluon_launcher(
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
-    counts = _split_counts(programs, q.device) if fused_combine and splits > 1 else None
     _sparse_mla_decode_kernel[(programs, splits)](
-        q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part,
-        indices if counts is None else counts,
-        sm_scale, tokens, cu_seqlens.shape[0] - 1, heads, heads // HEADS, splits, indices.shape[1], q.stride(0),
-        q.stride(1), indices.stride(0), block_table.stride(0), PAGE=PAGE_SIZE, ROW=latent_cache.shape[-1], DV=NOPE,
+        q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, sm_scale, tokens,
+        cu_seqlens.shape[0] - 1, heads, heads // HEADS, splits, indices.shape[1], q.stride(0), q.stride(1),
+        indices.stride(0), block_table.stride(0), PAGE=PAGE_SIZE, ROW=latent_cache.shape[-1], DV=NOPE,
         DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1, FULL_SCORES=full_scores,
-        FP8=is_quantized(latent_cache), TILE=FP8_TILE, FUSED_COMBINE=counts is not None, num_warps=NUM_WARPS,
+        FP8=is_quantized(latent_cache), TILE=FP8_TILE, num_warps=NUM_WARPS,
     )
-    if splits > 1 and counts is None:
+    if splits > 1:
         combine_splits_launcher(o_part, lse_part, o, lse)
     return o, lse
