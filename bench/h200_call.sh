@@ -70,3 +70,14 @@ gluon_decode_bench() {
   save_caches
   sparse_mla_rows $R/mla_gluon/sparse_mla.json 2>/dev/null | grep -E "default|gluon" | cut -c1-160
 }
+# the kernels above 1.5 us of each case in $R/decode_kernels.log (bench/sparse_mla_decode_kernels.py's lines)
+decode_kernel_rows() {
+  python3 - $R/decode_kernels.log <<'PY'
+import re, sys
+for line in open(sys.argv[1]):
+    if line.startswith("B64"):
+        head, rest = line.split(": ", 1)
+        kept = [p for p in rest.strip().split(", ") if re.search(r" ([\d.]+)$", p) and float(p.rsplit(" ", 1)[1]) > 1.5]
+        print(head, "|", "; ".join(k[-40:] for k in kept))
+PY
+}

@@ -25,12 +25,5 @@ timeout 100 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/ml
 echo "== sparse mla --gluon rc=$? at $(( $(date +%s) - start )) s"; save
 timeout -s INT -k 15 $(left) python3 -m pytest -q -rfE -p no:cacheprovider -n 14 -m gpu tests > $R/gpu_all.log 2>&1
 echo "== gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_all.log; save
-python3 - $R/decode_kernels.log <<'PY'
-import re, sys
-for line in open(sys.argv[1]):
-    if line.startswith("B64"):
-        head, rest = line.split(": ", 1)
-        kept = [p for p in rest.strip().split(", ") if re.search(r" ([\d.]+)$", p) and float(p.rsplit(" ", 1)[1]) > 1.5]
-        print(head, "|", "; ".join(k[-40:] for k in kept))
-PY
+decode_kernel_rows
 sparse_mla_rows $R/mla_gluon/sparse_mla.json 2>/dev/null | grep -E "default|gluon" | cut -c1-160
