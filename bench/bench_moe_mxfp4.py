@@ -44,8 +44,6 @@ TOKENS = (64, 8192)
 DECODE_TOKENS = 64
 # packed nibbles plus one E8M0 byte per 32 weights
 MXFP4_BYTES_PER_WEIGHT = 0.5 + 1 / MX_BLOCK
-# the first three build without spills for sm_90 on Triton 3.6 (bench/triton_resources.py, offline: 233-252
-# registers); the default (64, 128, 4, 4) spills 436 B a thread there
 DECODE_SWEEP = [dict(BLOCK_M=16, BLOCK_N=n, BLOCK_K=k, num_warps=w, num_stages=s)
                 for n, k, w, s in [(64, 64, 4, 3), (64, 128, 8, 3), (32, 128, 4, 3), (64, 128, 4, 4),
                                    (128, 128, 4, 4), (64, 256, 4, 3), (32, 256, 4, 4), (128, 64, 4, 6),
