@@ -19,6 +19,7 @@ from dayzero.runtime import json_checked_string as checked
 from dayzero.runtime.json_checked_string import StringRules
 from dayzero.runtime.json_number_bounds import reachable, within
 from dayzero.runtime.json_pattern import Pattern
+from dayzero.runtime.kept_steps import KeptSteps
 
 MAX_WHITESPACE = 32
 MAX_DEPTH = 32
@@ -26,8 +27,6 @@ WHITESPACE = frozenset(b" \t\n\r")
 DIGITS = frozenset(b"0123456789")
 HEX = frozenset(b"0123456789abcdefABCDEF")
 ESCAPES = frozenset(b'"\\/bfnrtu')
-# steps of checked strings kept (json_grammar.Grammar._checked_string)
-MAX_KEPT_STEPS = 1 << 16
 # an escape's character (\\u escapes aside)
 ESCAPED_CHARS = {ord('"'): 0x22, ord("\\"): 0x5C, ord("/"): 0x2F, ord("b"): 0x08, ord("f"): 0x0C, ord("n"): 0x0A,
                  ord("r"): 0x0D, ord("t"): 0x09}
@@ -98,8 +97,8 @@ class Grammar:
     def __init__(self, nodes: tuple[Node, ...] = BASE_NODES, root: int = ANY_OBJECT, key: str = "json_object"):
         self.nodes, self.root, self.key = nodes, root, key
         # searches over the vocabulary repeat the same steps: checked-string steps and bounded numbers' prefixes kept
-        self._checked_steps: dict[tuple, tuple] = {}
-        self._reachable_texts: dict[tuple[int, bytes], bool] = {}
+        self._checked_steps = KeptSteps(self._checked_step)
+        self._reachable_texts = KeptSteps(self._text_reachable)
         self._string_rules = {index: StringRules(node.min_length, node.max_length,
                                                  Pattern(node.pattern) if node.pattern else None)
                               for index, node in enumerate(nodes) if node.checked_string}
@@ -181,16 +180,12 @@ class Grammar:
             return (stack, NUMBER, (part, integer))
         # a bounded number carries its node and text so far: each byte must leave it a way into the bounds
         text = bytes([byte])
-        return (stack, NUMBER, (part, integer, index, text)) if self._reachable(index, text, integer) else None
+        return (stack, NUMBER, (part, integer, index, text)) if self._reachable_texts[index, text] else None
 
-    def _reachable(self, index: int, text: bytes, integer: bool) -> bool:
-        key = (index, text)
-        if key not in self._reachable_texts:
-            if len(self._reachable_texts) >= MAX_KEPT_STEPS:
-                self._reachable_texts.clear()
-            node = self.nodes[index]
-            self._reachable_texts[key] = reachable(text, integer, node.minimum, node.maximum)
-        return self._reachable_texts[key]
+    def _text_reachable(self, index: int, text: bytes) -> bool:
+        """Whether a bounded number's text so far still has a way into its node's bounds."""
+        node = self.nodes[index]
+        return reachable(text, node.kind == "integer", node.minimum, node.maximum)
 
     def _after_value(self, stack: tuple) -> State:
         """A value ended: counted in its array, then what may follow it."""
@@ -304,12 +299,7 @@ class Grammar:
         return state if byte >= 0x20 else None
 
     def _checked_string(self, stack: tuple, role: checked.CheckedString, byte: int) -> State | None:
-        key = (role, byte)
-        if key not in self._checked_steps:
-            if len(self._checked_steps) >= MAX_KEPT_STEPS:
-                self._checked_steps.clear()
-            self._checked_steps[key] = self._checked_step(role, byte)
-        mode, following = self._checked_steps[key]
+        mode, following = self._checked_steps[role, byte]
         if mode is None:
             return None
         return self._after_value(stack) if mode == DONE else (stack, mode, following)
@@ -362,8 +352,8 @@ class Grammar:
             return (stack, NUMBER, (following, integer))
         if following is not None:
             text = detail[3] + bytes([byte])
-            return (stack, NUMBER, (following, integer, detail[2], text)) if self._reachable(detail[2], text,
-                                                                                            integer) else None
+            reached = self._reachable_texts[detail[2], text]
+            return (stack, NUMBER, (following, integer, detail[2], text)) if reached else None
         if part not in NUMBER_ENDS:
             return None
         if bounded:

@@ -15,8 +15,9 @@ import collections
 import math
 from dataclasses import dataclass, field
 
+from dayzero.runtime.kept_steps import KeptSteps
+
 MAX_STATES = 4096
-MAX_KEPT_STEPS = 1 << 16
 MAX_CODE_POINT = 0x10FFFF
 Ranges = tuple[tuple[int, int], ...]
 DIGIT: Ranges = ((0x30, 0x39),)
@@ -95,7 +96,7 @@ class Pattern:
             exit_ = self._loop_after(exit_)
         self._entry, self._accept = entry, exit_
         self._distances = self._distances_to_accept()
-        self._steps: dict[tuple[frozenset[int], int], frozenset[int]] = {}
+        self._steps = KeptSteps(self._step)
 
     def _distances_to_accept(self) -> list[float]:
         """Per NFA state: the fewest characters that lead from it to a match (0-1 breadth-first, backwards)."""
@@ -134,13 +135,11 @@ class Pattern:
     def step(self, states: frozenset[int], char: int) -> frozenset[int]:
         """The states after one more character (empty: no match can follow); kept, as a vocabulary search takes the
         same steps again and again."""
-        key = (states, char)
-        if key not in self._steps:
-            if len(self._steps) >= MAX_KEPT_STEPS:
-                self._steps.clear()
-            following = {target for state in states for chars, target in self._nfa.edges[state] if char in chars}
-            self._steps[key] = self._closure(following)
-        return self._steps[key]
+        return self._steps[states, char]
+
+    def _step(self, states: frozenset[int], char: int) -> frozenset[int]:
+        following = {target for state in states for chars, target in self._nfa.edges[state] if char in chars}
+        return self._closure(following)
 
     def accepts(self, states: frozenset[int]) -> bool:
         return self._accept in states
