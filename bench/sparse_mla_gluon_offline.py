@@ -20,7 +20,7 @@ from bench.triton_resources import compile_resources
 from dayzero.plugins.sparse_mla import gluon_decode_kernel
 
 TYPES = {"indices": "*i32", "block_table": "*i32", "cu_seqlens": "*i32", "lse": "*fp32",
-         "o_part": "*fp32", "lse_part": "*fp32", "sm_scale": "fp32", "num_tokens": "i32", "num_seqs": "i32",
+         "o_part": "*bf16", "lse_part": "*fp32", "sm_scale": "fp32", "num_tokens": "i32", "num_seqs": "i32",
          "num_heads": "i32", "num_head_blocks": "i32", "num_splits": "i32", "topk": "i32", "stride_qt": "i32",
          "stride_qh": "i32", "stride_idx": "i32", "stride_table": "i32"}
 TTGIR_OPS = ("warp_group_dot_wait", "warp_group_dot", "async_copy_global_to_local", "async_commit_group",
@@ -41,8 +41,10 @@ def collapse(ops: list[str]) -> list[str]:
 
 
 def ttgir_loop_order(ttgir: str) -> list[str]:
-    body = ttgir[ttgir.index("scf.for"):]
-    body = body[:body.index("scf.yield") + len("scf.yield")]
+    """The ops of the key loop (the loop with the wgmmas; the scans before it are loops too)."""
+    bodies = (ttgir[at.start():] for at in re.finditer("scf.for", ttgir))
+    body = next(b[:b.index("scf.yield") + len("scf.yield")] for b in bodies
+                if "warp_group_dot" in b[:b.index("scf.yield")])
     ops = []
     for line in body.splitlines()[1:]:
         name = next((op for op in TTGIR_OPS if op in line), None)
@@ -53,12 +55,17 @@ def ttgir_loop_order(ttgir: str) -> list[str]:
 
 
 def ptx_loop_order(ptx: str) -> list[str]:
-    """The ops of the first loop of the PTX (the key loop: from its header label to its back branch)."""
+    """The ops of the PTX's key loop (the first loop with wgmmas: from its header label to its back branch)."""
     lines = ptx.splitlines()
-    start = next(i for i, line in enumerate(lines) if re.match(r"\$L__BB\d+_\d+:.*Loop Header", line)
-                 or (re.match(r"\$L__BB\d+_\d+:", line) and "Loop Header" in " ".join(lines[i + 1:i + 2])))
-    label = lines[start].split(":")[0]
-    end = max(i for i, line in enumerate(lines) if re.search(rf"\bbra(\.uni)?\s+{re.escape(label)};", line))
+    for start, line in enumerate(lines):
+        if not (re.match(r"\$L__BB\d+_\d+:.*Loop Header", line)
+                or (re.match(r"\$L__BB\d+_\d+:", line) and "Loop Header" in " ".join(lines[start + 1:start + 2]))):
+            continue
+        label = line.split(":")[0]
+        ends = [i for i, text in enumerate(lines) if re.search(rf"\bbra(\.uni)?\s+{re.escape(label)};", text)]
+        if ends and any("wgmma.mma_async" in text for text in lines[start:max(ends)]):
+            end = max(ends)
+            break
     ops = []
     for line in lines[start:end + 1]:
         text = re.sub(r"^\s*(@!?%p\d+\s+)?", "", line)
@@ -77,7 +84,8 @@ VARIANTS = ((False, False), (False, True), (True, False))
 def build(split: bool, full_scores: bool, fp8: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS,
-                      BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128)
+                      BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128,
+                      ROW_SCAN=2048)
     types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
     return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
                              num_warps=gluon_decode_kernel.NUM_WARPS,

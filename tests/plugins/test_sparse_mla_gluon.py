@@ -49,10 +49,11 @@ CASES = [
 
 
 # (cache format, launcher options): the design's half score blocks over both caches, all of them over BF16 (a bench
-# config)
+# config), and fp32 split outputs with the index row scanned 256 slots a step (the defaults before run rb)
 LOOPS = [pytest.param("bfloat16", {}, id="bf16-half-scores"),
          pytest.param("bfloat16", {"full_scores": True}, id="bf16-full-scores"),
-         pytest.param("fp8", {}, id="fp8-half-scores")]
+         pytest.param("fp8", {}, id="fp8-half-scores"),
+         pytest.param("fp8", {"bf16_partials": False, "row_scan": 256}, id="fp8-fp32-partials-stepped-scan")]
 
 
 @pytest.mark.parametrize("fmt, loop", LOOPS)
@@ -153,7 +154,7 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, mo
     grid, constexprs = kernel.calls[0]
     assert constexprs == dict(PAGE=64, ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False,
                               num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False),
-                              FP8=fmt == "fp8", TILE=128)
+                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048))
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
 
 

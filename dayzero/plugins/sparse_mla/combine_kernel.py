@@ -33,7 +33,7 @@ def _combine_splits_kernel(o_part, lse_part, o, lse, num_rows, num_splits, DV: t
 
 def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                             launch=None) -> None:
-    """o_part [S, T, H, DV] fp32, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place."""
+    """o_part [S, T, H, DV] fp32 or bf16, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place."""
     splits, tokens, heads, dim = o_part.shape
     assert lse_part.shape == (splits, tokens, heads) and o.shape == (tokens, heads, dim)
     assert lse.shape == (tokens, heads)

@@ -80,9 +80,11 @@ if HAS_GLUON:
                                                    instr_shape=[16, NOPE // 2, 16]))
     P_OPERAND = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=O_MMA.value, k_width=2))
     SMEM = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
-    # the per-program scans of cu_seqlens and the token's index row: SCAN entries a step, one a thread
+    # the per-program scan of cu_seqlens: SCAN entries a step, one a thread
     SCAN = gl.constexpr(256)
     SCAN_LAYOUT = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))
+# the index row's scan takes up to this many slots a step (16 registers a thread, before the key loop)
+MAX_ROW_SCAN = 4096
 
 
 @_jit
@@ -177,7 +179,7 @@ def _scale_q_nope(q_nope, DV: gl.constexpr, TILE: gl.constexpr, HALVES: gl.const
 
 @_jit
 def _program_keys(indices, cu_seqlens, num_seqs, topk, stride_idx, num_head_blocks, num_splits,
-                  BLOCK_N: gl.constexpr):
+                  BLOCK_N: gl.constexpr, ROW_SCAN: gl.constexpr):
     """This program's (token, its sequence, head block, split, the token's index row) and its slots [lo, hi) of that
     row, in whole key blocks. Slots past the token's last valid index (the indexer's -1 padding) are not visited."""
     pid = gl.program_id(0)
@@ -190,10 +192,14 @@ def _program_keys(indices, cu_seqlens, num_seqs, topk, stride_idx, num_head_bloc
         ends = gl.load(cu_seqlens + 1 + s0 + s, mask=s0 + s < num_seqs, other=2147483647)
         seq += gl.sum((ends <= token).to(gl.int32), 0)
     keys = indices + token.to(gl.int64) * stride_idx
-    last = gl.full([SCAN], -1, gl.int32, SCAN_LAYOUT)
-    for k0 in range(0, topk, SCAN):
-        valid = gl.load(keys + k0 + s, mask=k0 + s < topk, other=-1) >= 0
-        last = gl.maximum(last, gl.where(valid, k0 + s, -1))
+    # the whole row in one load where it fits ROW_SCAN: each step of the scan waits for its load before the first
+    # gather can be issued
+    ROW_LAYOUT: gl.constexpr = gl.BlockedLayout([ROW_SCAN // SCAN], [32], [8], [0])
+    k = gl.arange(0, ROW_SCAN, layout=ROW_LAYOUT)
+    last = gl.full([ROW_SCAN], -1, gl.int32, ROW_LAYOUT)
+    for k0 in range(0, topk, ROW_SCAN):
+        valid = gl.load(keys + k0 + k, mask=k0 + k < topk, other=-1) >= 0
+        last = gl.maximum(last, gl.where(valid, k0 + k, -1))
     num_keys = gl.max(last, 0) + 1
     chunk = gl.cdiv(gl.cdiv(num_keys, num_splits), BLOCK_N) * BLOCK_N
     lo = split * chunk
@@ -240,7 +246,7 @@ def _store_outputs(acc, m_i, l_i, out_factor, o, lse, o_part, lse_part, token, s
     if SPLIT:
         flat_o += split.to(gl.int64) * num_tokens * num_heads
         flat_s += split.to(gl.int64) * num_tokens * num_heads
-        gl.store(o_part + flat_o[:, None] * DV + v[None, :], out, mask=out_ok)
+        gl.store(o_part + flat_o[:, None] * DV + v[None, :], out.to(o_part.dtype.element_ty), mask=out_ok)
         gl.store(lse_part + flat_s, lse_row, mask=head_s < num_heads)
     else:
         gl.store(o + flat_o[:, None] * DV + v[None, :], out.to(gl.bfloat16), mask=out_ok)
@@ -253,7 +259,7 @@ def _sparse_mla_decode_kernel(
     sm_scale, num_tokens, num_seqs, num_heads, num_head_blocks, num_splits, topk, stride_qt, stride_qh, stride_idx,
     stride_table, PAGE: gl.constexpr,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr,
+    SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr, ROW_SCAN: gl.constexpr,
 ):
     # the same rows a thread, 16 e4m3 bytes each: FP8 records' gather, their decode and their tile scales
     BYTES: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])
@@ -265,7 +271,7 @@ def _sparse_mla_decode_kernel(
                                                     instr_shape=[16, BLOCK_N // 2, 16])
 
     token, seq, head_block, split, keys, lo, hi = _program_keys(indices, cu_seqlens, num_seqs, topk, stride_idx,
-                                                                num_head_blocks, num_splits, BLOCK_N)
+                                                                num_head_blocks, num_splits, BLOCK_N, ROW_SCAN)
     table_row = block_table + seq.to(gl.int64) * stride_table
 
     q_nope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, DV], SMEM)
@@ -376,22 +382,25 @@ def gluon_decode_applies(q: torch.Tensor, latent_cache: torch.Tensor, v_dim: int
             and _rows_in_16_bytes(q))
 
 
-def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
-    return (torch.empty(splits, tokens, heads, NOPE, dtype=torch.float32, device=device),
+def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device, bf16_partials: bool):
+    dtype = torch.bfloat16 if bf16_partials else torch.float32
+    return (torch.empty(splits, tokens, heads, NOPE, dtype=dtype, device=device),
             torch.empty(splits, tokens, heads, dtype=torch.float32, device=device))
 
 
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
-    full_scores: bool = False,
+    full_scores: bool = False, bf16_partials: bool = True, row_scan: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
     FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
     fp32).
 
     `full_scores`: both warpgroups compute the whole score block (warps_per_cta [8, 1], as Triton's kernel does)
-    instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12."""
+    instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12.
+    `bf16_partials`: split outputs in bf16 (else fp32), which halves their write and the combine's read.
+    `row_scan`: index slots a step of the row's scan (default: the whole row, up to MAX_ROW_SCAN)."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
     _check_inputs(q, latent_cache, block_table, v_dim)
     tokens, heads, width = q.shape
@@ -409,13 +418,14 @@ def sparse_mla_decode_gluon_launcher(
     indices = indices.contiguous()
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
-    o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
+    o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device, bf16_partials)
+    row_scan = row_scan or min(MAX_ROW_SCAN, max(256, 1 << (indices.shape[1] - 1).bit_length()))
     _sparse_mla_decode_kernel[(programs, splits)](
         q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, sm_scale, tokens,
         cu_seqlens.shape[0] - 1, heads, heads // HEADS, splits, indices.shape[1], q.stride(0), q.stride(1),
         indices.stride(0), block_table.stride(0), PAGE=PAGE_SIZE, ROW=latent_cache.shape[-1], DV=NOPE,
         DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1, FULL_SCORES=full_scores,
-        FP8=is_quantized(latent_cache), TILE=FP8_TILE, num_warps=NUM_WARPS,
+        FP8=is_quantized(latent_cache), TILE=FP8_TILE, ROW_SCAN=row_scan, num_warps=NUM_WARPS,
     )
     if splits > 1:
         combine_splits_launcher(o_part, lse_part, o, lse)
