@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Seventeenth session of 2026-12-05: the Gluon sparse MLA decode with its index row scanned in one load and bf16
-# split outputs (commit after 7b79bf7) against the defaults before (`gluon-before-rb`), in one call: its GPU tests,
+# Seventeenth session of 2026-12-05: the Gluon sparse MLA decode with its index row scanned in one load, bf16 split
+# outputs and the combine as a programmatic dependent launch against the defaults before (`gluon-before-rb`) and
+# without the dependent launch (`gluon-no-pdl`), in one call: its GPU tests,
 # kernel times (CUPTI, graph replay) both ways, issue 4's quick decode bench; then the server bench with HTTP in a
 # process of its own (run_h200_og.sh's steps) in what time is left.
 # usage: bash bench/run_h200_rb.sh [SECONDS] (default 580).
@@ -11,7 +12,8 @@ timeout -s INT -k 15 150 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m g
   tests/plugins/test_sparse_mla_combine.py tests/plugins/test_sparse_mla_kernel.py > $R/gpu_tests.log 2>&1
 echo "== sparse mla gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_tests.log; save
 timeout 60 python3 bench/sparse_mla_decode_kernels.py > $R/decode_kernels.log 2>&1
-timeout 60 python3 bench/sparse_mla_decode_kernels.py --options '{"bf16_partials": false, "row_scan": 256}' \
+timeout 60 python3 bench/sparse_mla_decode_kernels.py --options '{"pdl": false}' >> $R/decode_kernels.log 2>&1
+timeout 60 python3 bench/sparse_mla_decode_kernels.py --options '{"bf16_partials": false, "row_scan": 256, "pdl": false}' \
   >> $R/decode_kernels.log 2>&1
 echo "== decode kernels rc=$? at $(( $(date +%s) - start )) s"; save
 timeout 150 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_gluon > $R/mla_gluon.log 2>&1
