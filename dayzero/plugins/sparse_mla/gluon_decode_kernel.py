@@ -55,7 +55,6 @@ try:
         warpgroup_mma_init,
         warpgroup_mma_wait,
     )
-
     from triton.language.extra.cuda import gdc_launch_dependents
 
     HAS_GLUON = True
