@@ -1,10 +1,10 @@
 """Where a Gluon sparse MLA decode call's GPU time goes, kernel by kernel (CUPTI, inside a CUDA graph as the engine
 replays it): the attention kernel, the split combine and the index resolution, B64 over a 32K context, top-2048.
 
-    PYTHONPATH=. python bench/sparse_mla_decode_kernels.py [--options '{"bf16_partials": false}']
+    PYTHONPATH=. python bench/sparse_mla_decode_kernels.py [--options '{"row_scan": 256}']
 
-At H64 a token's keys run in two splits (64 programs on 132 SMs), so every call also writes partial outputs
-(2 x 64 x 64 x 512 x 2 B = 8.4 MB in bf16) and combines them in a second kernel; this prints what that costs.
+At H64 a token's keys run in two splits (64 programs on 132 SMs), so every call also writes fp32 partial outputs
+(2 x 64 x 64 x 512 x 4 B = 16.8 MB) and combines them in a second kernel; this prints what that costs.
 """
 
 from __future__ import annotations

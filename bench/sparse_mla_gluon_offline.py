@@ -20,7 +20,7 @@ from bench.triton_resources import compile_resources
 from dayzero.plugins.sparse_mla import gluon_decode_kernel
 
 TYPES = {"indices": "*i32", "block_table": "*i32", "cu_seqlens": "*i32", "lse": "*fp32",
-         "o_part": "*bf16", "lse_part": "*fp32", "sm_scale": "fp32", "num_tokens": "i32", "num_seqs": "i32",
+         "o_part": "*fp32", "lse_part": "*fp32", "sm_scale": "fp32", "num_tokens": "i32", "num_seqs": "i32",
          "num_heads": "i32", "num_head_blocks": "i32", "num_splits": "i32", "topk": "i32", "stride_qt": "i32",
          "stride_qh": "i32", "stride_idx": "i32", "stride_table": "i32"}
 TTGIR_OPS = ("warp_group_dot_wait", "warp_group_dot", "async_copy_global_to_local", "async_commit_group",
@@ -85,7 +85,7 @@ def build(split: bool, full_scores: bool, fp8: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS,
                       BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128,
-                      ROW_SCAN=2048, PDL=1 if split else 0)
+                      ROW_SCAN=2048)
     types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
     return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
                              num_warps=gluon_decode_kernel.NUM_WARPS,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dayzero.plugins.dependent_launch import EARLY, OFF
 from dayzero.plugins.sparse_mla import gluon_decode_kernel as G
 from dayzero.plugins.sparse_mla import op
 from tests.plugins.test_sparse_mla_kernel import (
@@ -50,11 +49,11 @@ CASES = [
 
 
 # (cache format, launcher options): the design's half score blocks over both caches, all of them over BF16 (a bench
-# config), and fp32 split outputs, the index row scanned 256 slots a step and no dependent launch (before run rb)
+# config), and the index row scanned 256 slots a step (before run rb) instead of in one load
 LOOPS = [pytest.param("bfloat16", {}, id="bf16-half-scores"),
          pytest.param("bfloat16", {"full_scores": True}, id="bf16-full-scores"),
          pytest.param("fp8", {}, id="fp8-half-scores"),
-         pytest.param("fp8", {"bf16_partials": False, "row_scan": 256, "pdl": False}, id="fp8-before-run-rb")]
+         pytest.param("fp8", {"row_scan": 256}, id="fp8-stepped-row-scan")]
 
 
 @pytest.mark.parametrize("fmt, loop", LOOPS)
@@ -155,24 +154,20 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, mo
     grid, constexprs = kernel.calls[0]
     assert constexprs == dict(PAGE=64, ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False,
                               num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False),
-                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048),
-                              PDL=0)
+                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048))
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
-@pytest.mark.parametrize("pdl", [False, True])
-def test_split_launches_combine_after_the_kernel(pdl, monkeypatch):
-    """With splits, the combine follows the kernel; under PDL the kernel lets it start early and it waits."""
+def test_split_launches_combine_after_the_kernel(monkeypatch):
     kernel, combines = RecordedLaunch(), []
     monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)
-    monkeypatch.setattr(G, "combine_splits_launcher", lambda *args, pdl: combines.append(pdl))
+    monkeypatch.setattr(G, "combine_splits_launcher", lambda *args: combines.append(args))
     sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, "bfloat16", BF16)
     G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
-                                       SM_SCALE, NOPE, num_splits=3, pdl=pdl)
+                                       SM_SCALE, NOPE, num_splits=3)
     (grid, constexprs), = kernel.calls
-    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and combines == [constexprs["PDL"]]
-    assert constexprs["PDL"] == (EARLY if pdl else OFF)
+    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and len(combines) == 1
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")

@@ -10,13 +10,10 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.dependent_launch import OFF, launch_options, wait_for_previous_kernel
-
 
 @triton.jit
 def _combine_splits_kernel(o_part, lse_part, o, lse, num_rows, num_splits, DV: tl.constexpr, DV_PAD: tl.constexpr,
-                           SPLITS_PAD: tl.constexpr, PDL: tl.constexpr):
-    wait_for_previous_kernel(PDL)
+                           SPLITS_PAD: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, SPLITS_PAD)
     lse_s = tl.load(lse_part + s.to(tl.int64) * num_rows + row, mask=s < num_splits, other=float("-inf"))
@@ -35,9 +32,8 @@ def _combine_splits_kernel(o_part, lse_part, o, lse, num_rows, num_splits, DV: t
 
 
 def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                            launch=None, pdl: int = OFF) -> None:
-    """o_part [S, T, H, DV] fp32 or bf16, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place.
-    `pdl`: dependent_launch's mode (the attention kernel before lets it start)."""
+                            launch=None) -> None:
+    """o_part [S, T, H, DV] fp32 or bf16, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place."""
     splits, tokens, heads, dim = o_part.shape
     assert lse_part.shape == (splits, tokens, heads) and o.shape == (tokens, heads, dim)
     assert lse.shape == (tokens, heads)
@@ -45,4 +41,4 @@ def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: tor
     kernel = launch(_combine_splits_kernel) if launch else _combine_splits_kernel
     kernel[(tokens * heads,)](o_part, lse_part, o, lse, tokens * heads, splits, DV=dim,
                               DV_PAD=triton.next_power_of_2(dim), SPLITS_PAD=max(2, triton.next_power_of_2(splits)),
-                              PDL=pdl, num_warps=4, **launch_options(pdl))
+                              num_warps=4)

@@ -34,8 +34,6 @@ import os
 
 import torch
 
-from dayzero.plugins import dependent_launch
-from dayzero.plugins.dependent_launch import EARLY, OFF
 from dayzero.plugins.device import is_eager_cuda
 from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, is_quantized
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
@@ -55,7 +53,6 @@ try:
         warpgroup_mma_init,
         warpgroup_mma_wait,
     )
-    from triton.language.extra.cuda import gdc_launch_dependents
 
     HAS_GLUON = True
 except ImportError:
@@ -249,7 +246,7 @@ def _store_outputs(acc, m_i, l_i, out_factor, o, lse, o_part, lse_part, token, s
     if SPLIT:
         flat_o += split.to(gl.int64) * num_tokens * num_heads
         flat_s += split.to(gl.int64) * num_tokens * num_heads
-        gl.store(o_part + flat_o[:, None] * DV + v[None, :], out.to(o_part.dtype.element_ty), mask=out_ok)
+        gl.store(o_part + flat_o[:, None] * DV + v[None, :], out, mask=out_ok)
         gl.store(lse_part + flat_s, lse_row, mask=head_s < num_heads)
     else:
         gl.store(o + flat_o[:, None] * DV + v[None, :], out.to(gl.bfloat16), mask=out_ok)
@@ -263,7 +260,6 @@ def _sparse_mla_decode_kernel(
     stride_table, PAGE: gl.constexpr,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr, ROW_SCAN: gl.constexpr,
-    PDL: gl.constexpr,
 ):
     # the same rows a thread, 16 e4m3 bytes each: FP8 records' gather, their decode and their tile scales
     BYTES: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])
@@ -277,9 +273,6 @@ def _sparse_mla_decode_kernel(
     token, seq, head_block, split, keys, lo, hi = _program_keys(indices, cu_seqlens, num_seqs, topk, stride_idx,
                                                                 num_head_blocks, num_splits, BLOCK_N, ROW_SCAN)
     table_row = block_table + seq.to(gl.int64) * stride_table
-    if PDL != 0:
-        # the combine's programs may start where this grid (one wave) leaves room; they wait for its writes
-        gdc_launch_dependents()
 
     q_nope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, DV], SMEM)
     q_pe = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, DR], SMEM)
@@ -389,16 +382,15 @@ def gluon_decode_applies(q: torch.Tensor, latent_cache: torch.Tensor, v_dim: int
             and _rows_in_16_bytes(q))
 
 
-def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device, bf16_partials: bool):
-    dtype = torch.bfloat16 if bf16_partials else torch.float32
-    return (torch.empty(splits, tokens, heads, NOPE, dtype=dtype, device=device),
+def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
+    return (torch.empty(splits, tokens, heads, NOPE, dtype=torch.float32, device=device),
             torch.empty(splits, tokens, heads, dtype=torch.float32, device=device))
 
 
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
-    full_scores: bool = False, bf16_partials: bool = True, row_scan: int | None = None, pdl: bool | None = None,
+    full_scores: bool = False, row_scan: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
     FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
@@ -406,10 +398,7 @@ def sparse_mla_decode_gluon_launcher(
 
     `full_scores`: both warpgroups compute the whole score block (warps_per_cta [8, 1], as Triton's kernel does)
     instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12.
-    `bf16_partials`: split outputs in bf16 (else fp32), which halves their write and the combine's read.
-    `row_scan`: index slots a step of the row's scan (default: the whole row, up to MAX_ROW_SCAN).
-    `pdl`: with splits, the combine is a programmatic dependent launch that the kernel lets start at its top (default:
-    where dependent_launch.pdl_available)."""
+    `row_scan`: index slots a step of the row's scan (default: the whole row, up to MAX_ROW_SCAN)."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
     _check_inputs(q, latent_cache, block_table, v_dim)
     tokens, heads, width = q.shape
@@ -427,17 +416,15 @@ def sparse_mla_decode_gluon_launcher(
     indices = indices.contiguous()
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
-    o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device, bf16_partials)
-    pdl = dependent_launch.pdl_available(q) if pdl is None else pdl
-    pdl_mode = EARLY if pdl and splits > 1 else OFF
+    o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
     row_scan = row_scan or min(MAX_ROW_SCAN, max(256, 1 << (indices.shape[1] - 1).bit_length()))
     _sparse_mla_decode_kernel[(programs, splits)](
         q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, sm_scale, tokens,
         cu_seqlens.shape[0] - 1, heads, heads // HEADS, splits, indices.shape[1], q.stride(0), q.stride(1),
         indices.stride(0), block_table.stride(0), PAGE=PAGE_SIZE, ROW=latent_cache.shape[-1], DV=NOPE,
         DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1, FULL_SCORES=full_scores,
-        FP8=is_quantized(latent_cache), TILE=FP8_TILE, ROW_SCAN=row_scan, PDL=pdl_mode, num_warps=NUM_WARPS,
+        FP8=is_quantized(latent_cache), TILE=FP8_TILE, ROW_SCAN=row_scan, num_warps=NUM_WARPS,
     )
     if splits > 1:
-        combine_splits_launcher(o_part, lse_part, o, lse, pdl=pdl_mode)
+        combine_splits_launcher(o_part, lse_part, o, lse)
     return o, lse
