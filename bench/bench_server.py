@@ -209,7 +209,8 @@ def main() -> None:
     for row in rows:
         row.update({k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
     name = "h200_slice" if args.h200_slice else args.device
-    write_results(args.out, f"bench_server_{name}_r{args.requests}", {"args": vars(args), "rows": rows})
+    write_results(args.out, f"bench_server_{name}_r{args.requests}", {
+        "args": vars(args), "rows": rows, "texts": {"engine": expected, "http": texts, "http process": process_texts}})
     print(table(rows, ["mode", "wall_s", "tokens", "tokens_per_s", "first_text_p50_s", "first_text_max_s",
                        "piece_gap_mean_ms", "same_text_as_engine", "texts_differing", "first_differing_token"]))
 
