@@ -185,21 +185,19 @@ def _program_keys(indices, cu_seqlens, num_seqs, topk, stride_idx, num_head_bloc
     pid = gl.program_id(0)
     split = gl.program_id(1)
     token = pid // num_head_blocks
-    keys = indices + token.to(gl.int64) * stride_idx
-    s = gl.arange(0, SCAN, layout=SCAN_LAYOUT)
-    # the whole row in one load where it fits ROW_SCAN (each step of a scan waits for its load, and the first gather
-    # waits for the scans); the first steps of both scans load together
-    ROW_LAYOUT: gl.constexpr = gl.BlockedLayout([ROW_SCAN // SCAN], [32], [8], [0])
-    k = gl.arange(0, ROW_SCAN, layout=ROW_LAYOUT)
-    ends = gl.load(cu_seqlens + 1 + s, mask=s < num_seqs, other=2147483647)
-    slots = gl.load(keys + k, mask=k < topk, other=-1)
     # the token's sequence: the sequences that end at or before it
-    seq = gl.sum((ends <= token).to(gl.int32), 0)
-    last = gl.where(slots >= 0, k, -1)
-    for s0 in range(SCAN, num_seqs, SCAN):
+    s = gl.arange(0, SCAN, layout=SCAN_LAYOUT)
+    seq = token * 0
+    for s0 in range(0, num_seqs, SCAN):
         ends = gl.load(cu_seqlens + 1 + s0 + s, mask=s0 + s < num_seqs, other=2147483647)
         seq += gl.sum((ends <= token).to(gl.int32), 0)
-    for k0 in range(ROW_SCAN, topk, ROW_SCAN):
+    keys = indices + token.to(gl.int64) * stride_idx
+    # the whole row in one load where it fits ROW_SCAN: each step of the scan waits for its load before the first
+    # gather can be issued
+    ROW_LAYOUT: gl.constexpr = gl.BlockedLayout([ROW_SCAN // SCAN], [32], [8], [0])
+    k = gl.arange(0, ROW_SCAN, layout=ROW_LAYOUT)
+    last = gl.full([ROW_SCAN], -1, gl.int32, ROW_LAYOUT)
+    for k0 in range(0, topk, ROW_SCAN):
         valid = gl.load(keys + k0 + k, mask=k0 + k < topk, other=-1) >= 0
         last = gl.maximum(last, gl.where(valid, k0 + k, -1))
     num_keys = gl.max(last, 0) + 1
