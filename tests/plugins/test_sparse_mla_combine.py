@@ -21,7 +21,7 @@ def combined(o_part: torch.Tensor, lse_part: torch.Tensor) -> tuple[torch.Tensor
 
 
 @pytest.mark.parametrize("part_dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("splits, tokens, heads, dim", sizes(cpu=[(2, 3, 2, 40), (5, 1, 3, 16)],
+@pytest.mark.parametrize("splits, tokens, heads, dim", sizes(cpu=[(2, 3, 2, 40), (5, 1, 3, 16), (9, 2, 1, 24)],
                                                              gpu=[(2, 64, 64, 512), (40, 7, 128, 512)]))
 def test_combine_matches_its_formula(splits, tokens, heads, dim, part_dtype):
     gen = torch.Generator().manual_seed(splits * 100 + dim)
