@@ -8,8 +8,9 @@
 # the quick decode bench of each.
 # Before the call:
 #   for c in 6583d10:cand1 bc0e741:cand2; do rm -rf .snap/${c#*:} && mkdir -p .snap/${c#*:} &&
-#     git archive ${c%:*} dayzero bench tests | tar -x -C .snap/${c#*:}; done
-# usage: bash bench/run_h200_rf.sh [SECONDS] (default 560); carry .whl, .snap (and .tcache if it fits in 64 MiB).
+#     git archive ${c%:*} dayzero bench tests ':!bench/results' | tar -x -C .snap/${c#*:}; done
+# (about 2 MB a tree without bench/results, so .whl, .snap and a 45 MB .tcache fit in the 64 MiB carried)
+# usage: bash bench/run_h200_rf.sh [SECONDS] (default 560); carry .whl, .snap and .tcache.
 . bench/h200.sh
 rm -rf /tmp/cand1 /tmp/cand2 && cp -r .snap/cand1 /tmp/cand1 && cp -r .snap/cand2 /tmp/cand2
 . bench/h200_call.sh rf ${1:-560}
