@@ -9,7 +9,8 @@
 # Before the call:
 #   for c in 6583d10:cand1 bc0e741:cand2; do rm -rf .snap/${c#*:} && mkdir -p .snap/${c#*:} &&
 #     git archive ${c%:*} dayzero bench tests ':!bench/results' | tar -x -C .snap/${c#*:}; done
-# (about 2 MB a tree without bench/results, so .whl, .snap and a 45 MB .tcache fit in the 64 MiB carried)
+# (3.2 MB a tree without bench/results; with the checkout's 6 MB, .snap/head's 7 and .whl's 3, two 15 MiB parts of
+# .tcache fit the 64 MiB carried, three do not: a cut archive seeds the cache with what it holds)
 # usage: bash bench/run_h200_rf.sh [SECONDS] (default 560); carry .whl, .snap and .tcache.
 . bench/h200.sh
 rm -rf /tmp/cand1 /tmp/cand2 && cp -r .snap/cand1 /tmp/cand1 && cp -r .snap/cand2 /tmp/cand2
