@@ -159,6 +159,16 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, mo
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
+@pytest.mark.parametrize("row_scan", [128, 300])
+def test_a_row_scan_that_no_layout_fits_is_refused(row_scan, monkeypatch):
+    monkeypatch.setattr(G, "_sparse_mla_decode_kernel", RecordedLaunch())
+    sc = scenario([3000], [1], 64, NOPE, ROPE, "bfloat16", BF16)
+    with pytest.raises(AssertionError, match="power of two >= 256"):
+        G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2048),
+                                           SM_SCALE, NOPE, row_scan=row_scan)
+
+
+@pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
 def test_split_launches_combine_after_the_kernel(monkeypatch):
     kernel, combines = RecordedLaunch(), []
     monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)

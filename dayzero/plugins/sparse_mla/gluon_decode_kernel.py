@@ -418,6 +418,7 @@ def sparse_mla_decode_gluon_launcher(
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
     row_scan = row_scan or min(MAX_ROW_SCAN, max(256, 1 << (indices.shape[1] - 1).bit_length()))
+    assert row_scan >= 256 and row_scan & (row_scan - 1) == 0, f"row_scan must be a power of two >= 256, got {row_scan}"
     _sparse_mla_decode_kernel[(programs, splits)](
         q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, sm_scale, tokens,
         cu_seqlens.shape[0] - 1, heads, heads // HEADS, splits, indices.shape[1], q.stride(0), q.stride(1),
