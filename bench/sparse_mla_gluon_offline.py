@@ -85,7 +85,7 @@ def build(split: bool, full_scores: bool, fp8: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS,
                       BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128,
-                      ROW_SCAN=2048, PDL=2 if split else 0)
+                      ROW_SCAN=2048)
     types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
     return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
                              num_warps=gluon_decode_kernel.NUM_WARPS,

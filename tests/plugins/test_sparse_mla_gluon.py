@@ -154,21 +154,30 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, mo
     grid, constexprs = kernel.calls[0]
     assert constexprs == dict(PAGE=64, ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False,
                               num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False),
-                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048),
-                              PDL=0)
+                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048))
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
+
+
+@pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
+@pytest.mark.parametrize("row_scan", [128, 300])
+def test_a_row_scan_that_no_layout_fits_is_refused(row_scan, monkeypatch):
+    monkeypatch.setattr(G, "_sparse_mla_decode_kernel", RecordedLaunch())
+    sc = scenario([3000], [1], 64, NOPE, ROPE, "bfloat16", BF16)
+    with pytest.raises(AssertionError, match="power of two >= 256"):
+        G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2048),
+                                           SM_SCALE, NOPE, row_scan=row_scan)
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
 def test_split_launches_combine_after_the_kernel(monkeypatch):
     kernel, combines = RecordedLaunch(), []
     monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)
-    monkeypatch.setattr(G, "combine_splits_launcher", lambda *args, pdl: combines.append(pdl))
+    monkeypatch.setattr(G, "combine_splits_launcher", lambda *args: combines.append(args))
     sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, "bfloat16", BF16)
     G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
                                        SM_SCALE, NOPE, num_splits=3)
     (grid, constexprs), = kernel.calls
-    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and combines == [constexprs["PDL"]] == [0]
+    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and len(combines) == 1
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")

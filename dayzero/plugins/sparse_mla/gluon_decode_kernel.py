@@ -34,8 +34,6 @@ import os
 
 import torch
 
-from dayzero.plugins import dependent_launch
-from dayzero.plugins.dependent_launch import LATE, OFF
 from dayzero.plugins.device import is_eager_cuda
 from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, is_quantized
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
@@ -55,7 +53,6 @@ try:
         warpgroup_mma_init,
         warpgroup_mma_wait,
     )
-    from triton.language.extra.cuda import gdc_launch_dependents
 
     HAS_GLUON = True
 except ImportError:
@@ -263,7 +260,6 @@ def _sparse_mla_decode_kernel(
     stride_table, PAGE: gl.constexpr,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr, ROW_SCAN: gl.constexpr,
-    PDL: gl.constexpr,
 ):
     # the same rows a thread, 16 e4m3 bytes each: FP8 records' gather, their decode and their tile scales
     BYTES: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])
@@ -354,9 +350,6 @@ def _sparse_mla_decode_kernel(
         rows_next = rows_after
     acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
     async_copy.wait_group(0)
-    if PDL != 0:
-        # the key loop is done: the combine (a dependent launch) may start; it waits for the partials stored below
-        gdc_launch_dependents()
 
     _store_outputs(acc, m_i, l_i, Q_SCALE if FP8 else 1.0, o, lse, o_part, lse_part, token, split, head_block,
                    num_tokens, num_heads, BLOCK_H, DV, SPLIT, S_MMA, O_MMA)
@@ -397,7 +390,7 @@ def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
-    full_scores: bool = False, row_scan: int | None = None, pdl: bool | None = None,
+    full_scores: bool = False, row_scan: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
     FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
@@ -424,16 +417,15 @@ def sparse_mla_decode_gluon_launcher(
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
-    pdl = dependent_launch.pdl_available(q) if pdl is None else pdl
-    pdl_mode = LATE if pdl and splits > 1 else OFF
     row_scan = row_scan or min(MAX_ROW_SCAN, max(256, 1 << (indices.shape[1] - 1).bit_length()))
+    assert row_scan >= 256 and row_scan & (row_scan - 1) == 0, f"row_scan must be a power of two >= 256, got {row_scan}"
     _sparse_mla_decode_kernel[(programs, splits)](
         q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, sm_scale, tokens,
         cu_seqlens.shape[0] - 1, heads, heads // HEADS, splits, indices.shape[1], q.stride(0), q.stride(1),
         indices.stride(0), block_table.stride(0), PAGE=PAGE_SIZE, ROW=latent_cache.shape[-1], DV=NOPE,
         DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1, FULL_SCORES=full_scores,
-        FP8=is_quantized(latent_cache), TILE=FP8_TILE, ROW_SCAN=row_scan, PDL=pdl_mode, num_warps=NUM_WARPS,
+        FP8=is_quantized(latent_cache), TILE=FP8_TILE, ROW_SCAN=row_scan, num_warps=NUM_WARPS,
     )
     if splits > 1:
-        combine_splits_launcher(o_part, lse_part, o, lse, pdl=pdl_mode)
+        combine_splits_launcher(o_part, lse_part, o, lse)
     return o, lse
