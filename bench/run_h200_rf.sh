@@ -2,12 +2,12 @@
 # Seventeenth session of 2026-12-05 (written after the device time ran out; for the next session): two split-combine
 # candidates against main in one call, each run from its own copy of the tree:
 #   cand1 = commit 6583d10: the combine loads up to 4 splits' rows at once, the first step with the log-sum-exps;
-#   cand2 = commit bc0e741 (branch cand/combine-pdl-late): cand1, launched under PDL, which the Gluon decode triggers
+#   cand2 = commit 1a057e8 (reverted on main after it; branch cand/combine-pdl-late): cand1, launched under PDL, which the Gluon decode triggers
 #           after its key loop (dependent_launch's LATE).
 # Their combine and Gluon GPU tests, the decode kernel times (CUPTI, graph replay) of all three twice in turn, then
 # the quick decode bench of each.
 # Before the call:
-#   for c in 6583d10:cand1 bc0e741:cand2; do rm -rf .snap/${c#*:} && mkdir -p .snap/${c#*:} &&
+#   for c in 6583d10:cand1 1a057e8:cand2; do rm -rf .snap/${c#*:} && mkdir -p .snap/${c#*:} &&
 #     git archive ${c%:*} dayzero bench tests ':!bench/results' | tar -x -C .snap/${c#*:}; done
 # (3.2 MB a tree without bench/results; with the checkout's 6 MB, .snap/head's 7 and .whl's 3, two 15 MiB parts of
 # .tcache fit the 64 MiB carried, three do not: a cut archive seeds the cache with what it holds)
