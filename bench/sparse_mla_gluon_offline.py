@@ -66,6 +66,8 @@ def ptx_loop_order(ptx: str) -> list[str]:
         if ends and any("wgmma.mma_async" in text for text in lines[start:max(ends)]):
             end = max(ends)
             break
+    else:
+        raise ValueError("the PTX has no loop with wgmmas")
     ops = []
     for line in lines[start:end + 1]:
         text = re.sub(r"^\s*(@!?%p\d+\s+)?", "", line)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 
 import torch
+import triton
 
 from dayzero.plugins.device import is_eager_cuda
 from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, is_quantized
@@ -417,7 +418,7 @@ def sparse_mla_decode_gluon_launcher(
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
-    row_scan = row_scan or min(MAX_ROW_SCAN, max(256, 1 << (indices.shape[1] - 1).bit_length()))
+    row_scan = row_scan or min(MAX_ROW_SCAN, max(256, triton.next_power_of_2(indices.shape[1])))
     assert row_scan >= 256 and row_scan & (row_scan - 1) == 0, f"row_scan must be a power of two >= 256, got {row_scan}"
     _sparse_mla_decode_kernel[(programs, splits)](
         q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, sm_scale, tokens,
