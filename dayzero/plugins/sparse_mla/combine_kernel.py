@@ -11,21 +11,38 @@ import triton
 import triton.language as tl
 
 
+# splits whose rows a program loads at once ([STEP, DV] fp32: 16 values a thread at DV 512 on 4 warps)
+MAX_STEP = 4
+
+
+@triton.jit
+def _split_rows(o_part, lse_part, first, row, num_rows, num_splits, v, DV: tl.constexpr, STEP: tl.constexpr):
+    """Splits [first, first + STEP)'s log-sum-exps [STEP] (-inf past num_splits) and output rows [STEP, DV_PAD]."""
+    split = first + tl.arange(0, STEP)
+    part = split.to(tl.int64) * num_rows + row
+    ok = split < num_splits
+    lse_c = tl.load(lse_part + part, mask=ok, other=float("-inf"))
+    o_c = tl.load(o_part + part[:, None] * DV + v[None, :], mask=ok[:, None] & (v < DV)[None, :], other=0.0)
+    return lse_c, o_c
+
+
 @triton.jit
 def _combine_splits_kernel(o_part, lse_part, o, lse, num_rows, num_splits, DV: tl.constexpr, DV_PAD: tl.constexpr,
-                           SPLITS_PAD: tl.constexpr):
+                           SPLITS_PAD: tl.constexpr, STEP: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, SPLITS_PAD)
+    v = tl.arange(0, DV_PAD)
     lse_s = tl.load(lse_part + s.to(tl.int64) * num_rows + row, mask=s < num_splits, other=float("-inf"))
+    # the first STEP splits' rows are loaded with the log-sum-exps, before anything waits on a load: a loop of one
+    # split a step waited for each split's loads in turn
+    lse_c, o_c = _split_rows(o_part, lse_part, 0, row, num_rows, num_splits, v, DV, STEP)
     top = tl.max(lse_s, 0)
     top = tl.where(top == float("-inf"), 0.0, top)
     total = tl.sum(tl.exp(lse_s - top), 0)
-    v = tl.arange(0, DV_PAD)
-    acc = tl.zeros([DV_PAD], tl.float32)
-    for i in range(num_splits):
-        part = (i * num_rows + row).to(tl.int64)
-        weight = tl.exp(tl.load(lse_part + part) - top)
-        acc += weight * tl.load(o_part + part * DV + v, mask=v < DV, other=0.0)
+    acc = tl.sum(tl.exp(lse_c - top)[:, None] * o_c, 0)
+    for first in range(STEP, num_splits, STEP):
+        lse_c, o_c = _split_rows(o_part, lse_part, first, row, num_rows, num_splits, v, DV, STEP)
+        acc += tl.sum(tl.exp(lse_c - top)[:, None] * o_c, 0)
     seen = total > 0
     tl.store(o + row * DV + v, (acc / tl.where(seen, total, 1.0)).to(o.dtype.element_ty), mask=v < DV)
     tl.store(lse + row, tl.where(seen, top + tl.log(tl.where(seen, total, 1.0)), float("-inf")))
@@ -39,6 +56,7 @@ def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: tor
     assert lse.shape == (tokens, heads)
     assert all(t.is_contiguous() for t in (o_part, lse_part, o, lse)), "combine needs contiguous buffers"
     kernel = launch(_combine_splits_kernel) if launch else _combine_splits_kernel
+    splits_pad = max(2, triton.next_power_of_2(splits))
     kernel[(tokens * heads,)](o_part, lse_part, o, lse, tokens * heads, splits, DV=dim,
-                              DV_PAD=triton.next_power_of_2(dim), SPLITS_PAD=max(2, triton.next_power_of_2(splits)),
-                              num_warps=4)
+                              DV_PAD=triton.next_power_of_2(dim), SPLITS_PAD=splits_pad,
+                              STEP=min(splits_pad, MAX_STEP), num_warps=4)
