@@ -24,8 +24,8 @@ def dot(a, b):
 
 
 @functools.cache
-def with_launch_config(kernel, num_warps: int, maxnreg: int | None):
+def with_launch_config(kernel, num_warps: int, maxnreg: int | None, num_stages: int = 3):
     """`kernel` under one fixed launch config. maxnreg goes through a single-config autotuner, the form in which
     torch.library.wrap_triton / AOTInductor carry it (it is not a plain launch option there)."""
-    config = triton.Config({}, num_warps=num_warps, maxnreg=maxnreg)
+    config = triton.Config({}, num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
     return triton.autotune(configs=[config], key=[])(kernel)

@@ -299,7 +299,7 @@ def index_topk_decode_select_launcher(
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 16,
     split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
-    merge_sets: int | None = None, out: torch.Tensor | None = None, launch=None,
+    merge_sets: int | None = None, num_stages: int = 3, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -317,7 +317,8 @@ def index_topk_decode_select_launcher(
     the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
     (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
     32K / 128K); fp8_dot: an MXFP8 query (q_scales) and cache on the FP8 tensor cores (fp8_dot_kernel.py; None:
-    wherever both are MXFP8). The split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU
+    wherever both are MXFP8); num_stages: the split kernel's software-pipeline depth (key tiles in flight + 1; shared
+    memory grows a tile a stage, and two programs must fit an SM). The split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU
     time of 8 warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64,
     MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
@@ -348,7 +349,7 @@ def index_topk_decode_select_launcher(
         out = torch.empty(num_tokens, topk, dtype=torch.int32, device=q.device)
     if num_tokens == 0:
         return out
-    split_kernel = with_launch_config(_decode_select_kernel, num_warps, maxnreg)
+    split_kernel = with_launch_config(_decode_select_kernel, num_warps, maxnreg, num_stages)
     split_kernel = launch(split_kernel) if launch else split_kernel
     merge_kernel = launch(_merge_select_kernel) if launch else _merge_select_kernel
     if num_seqs > 0:
