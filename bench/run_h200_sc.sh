@@ -4,6 +4,8 @@
 # 1. the Gluon and combine GPU tests (the fused combine over BF16 and FP8 caches, 2 / 5 / 40 splits, graph replays);
 # 2. the decode kernel times (CUPTI, graph replay) of both, twice in turn;
 # 3. the quick decode bench with --gluon (both configs, every case checked against the reference first).
+# Ran as run sc at commit 9d067fe (an H100; the fused combine lost and was taken off main: branch cand/fused-combine,
+# which also fixes run sc's two B1 failures). On main `fused_combine` no longer exists: check that branch out first.
 # usage: bash bench/run_h200_sc.sh [SECONDS] (default 480); carry .whl, .snap and .tcache.
 . bench/h200.sh
 . bench/h200_call.sh sc ${1:-480}

@@ -4,8 +4,7 @@
 
 Triton 3.6 (the H200's) must come first on the path: Gluon's API differs between releases. Builds the split
 variant (B64 H64: 64 programs, two splits) and the unsplit one (B64 H128: 128 programs), each with half and with
-full score blocks a warpgroup (`full_scores`) over a BF16 cache and with half score blocks over an FP8 one (the
-half-score splits also with the in-kernel combine, `fused_combine`), prints
+full score blocks a warpgroup (`full_scores`) over a BF16 cache and with half score blocks over an FP8 one, prints
 registers, spills and shared memory (bench/triton_resources.py), then the ops of the key loop in program order, from
 the TTGIR and from the PTX (runs of one instruction collapsed to `op xN`): the next block's cp.async must come before
 the current block's score wgmma.
@@ -20,7 +19,7 @@ from pathlib import Path
 from bench.triton_resources import compile_resources
 from dayzero.plugins.sparse_mla import gluon_decode_kernel
 
-TYPES = {"indices": "*i32", "block_table": "*i32", "cu_seqlens": "*i32", "lse": "*fp32", "counters": "*i32",
+TYPES = {"indices": "*i32", "block_table": "*i32", "cu_seqlens": "*i32", "lse": "*fp32",
          "o_part": "*fp32", "lse_part": "*fp32", "sm_scale": "fp32", "num_tokens": "i32", "num_seqs": "i32",
          "num_heads": "i32", "num_head_blocks": "i32", "num_splits": "i32", "topk": "i32", "stride_qt": "i32",
          "stride_qh": "i32", "stride_idx": "i32", "stride_table": "i32"}
@@ -84,11 +83,11 @@ GRIDS = (("split (B64 H64)", True), ("unsplit (B64 H128)", False))
 VARIANTS = ((False, False), (False, True), (True, False))
 
 
-def build(split: bool, full_scores: bool, fp8: bool = False, combine: bool = False):
+def build(split: bool, full_scores: bool, fp8: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS,
                       BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128,
-                      ROW_SCAN=2048, COMBINE=combine)
+                      ROW_SCAN=2048)
     types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
     return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
                              num_warps=gluon_decode_kernel.NUM_WARPS,
@@ -109,9 +108,6 @@ def main() -> None:
                 stem = f"gluon_decode_split{int(split)}_full{int(full)}_fp8{int(fp8)}"
                 for kind in ("ttgir", "ptx"):
                     (args.out / f"{stem}.{kind}").write_text(compiled.asm[kind])
-        if not full:
-            resources, _ = build(True, full, fp8, combine=True)
-            print(f"{label}, split with the last split's combine (fused_combine): {resources.line()}")
         print(f"{label}, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
         print(f"{label}, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
 

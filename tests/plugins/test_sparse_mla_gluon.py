@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from dayzero.plugins.sparse_mla import gluon_decode_kernel as G
-from dayzero.plugins.sparse_mla import gluon_last_split_combine as last_combine
 from dayzero.plugins.sparse_mla import op
 from tests.plugins.test_sparse_mla_kernel import (
     BF16,
@@ -50,14 +49,11 @@ CASES = [
 
 
 # (cache format, launcher options): the design's half score blocks over both caches, all of them over BF16 (a bench
-# config), the index row scanned 256 slots a step (before run rb) instead of in one load, and the splits merged by
-# their last program instead of a second kernel
+# config), and the index row scanned 256 slots a step (before run rb) instead of in one load
 LOOPS = [pytest.param("bfloat16", {}, id="bf16-half-scores"),
          pytest.param("bfloat16", {"full_scores": True}, id="bf16-full-scores"),
          pytest.param("fp8", {}, id="fp8-half-scores"),
-         pytest.param("fp8", {"row_scan": 256}, id="fp8-stepped-row-scan"),
-         pytest.param("bfloat16", {"fused_combine": True}, id="bf16-fused-combine"),
-         pytest.param("fp8", {"fused_combine": True}, id="fp8-fused-combine")]
+         pytest.param("fp8", {"row_scan": 256}, id="fp8-stepped-row-scan")]
 
 
 @pytest.mark.parametrize("fmt, loop", LOOPS)
@@ -80,22 +76,21 @@ def test_gluon_decode_splits_and_blank_tokens(num_splits, fmt, loop):
     assert_matches(got, sparse_reference(sc, indices, NOPE), BF16)
 
 
-@pytest.mark.parametrize("options", [{}, {"fused_combine": True}], ids=["combine-kernel", "fused-combine"])
 @pytest.mark.parametrize("fmt", ["bfloat16", "fp8"])
 @pytest.mark.parametrize("heads", [pytest.param(h, marks=hopper_only) for h in (64, 128)])
-def test_gluon_decode_replays_in_a_cuda_graph(heads, fmt, options):
+def test_gluon_decode_replays_in_a_cuda_graph(heads, fmt):
     """The engine's decode runs as graph replays: a captured call gives the eager result, bit for bit, replay after
-    replay (the fused combine's counters are back at zero after every call)."""
+    replay."""
     sc = scenario([2000] * 8, [1] * 8, heads, NOPE, ROPE, fmt, BF16)
     q, cache, table, cu, idx = on_device(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2048))
-    eager = G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, **options)
+    eager = G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, **options)
+        G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, **options)
+        captured = G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE)
     for _ in range(3):
         captured[0].fill_(float("nan"))
         graph.replay()
@@ -159,7 +154,7 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, mo
     grid, constexprs = kernel.calls[0]
     assert constexprs == dict(PAGE=64, ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False,
                               num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False),
-                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048), COMBINE=False)
+                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048))
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
 
 
@@ -183,29 +178,6 @@ def test_split_launches_combine_after_the_kernel(monkeypatch):
                                        SM_SCALE, NOPE, num_splits=3)
     (grid, constexprs), = kernel.calls
     assert grid == (2 * 2, 3) and constexprs["SPLIT"] and len(combines) == 1
-
-
-@pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
-def test_fused_combine_merges_splits_in_the_kernel_with_the_devices_counters(monkeypatch):
-    kernel, combines = RecordedLaunch(), []
-    monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)
-    monkeypatch.setattr(G, "combine_splits_launcher", lambda *args: combines.append(args))
-    sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, "bfloat16", BF16)
-    for splits in (3, 1):
-        G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
-                                           SM_SCALE, NOPE, num_splits=splits, fused_combine=True)
-    (split_grid, split_constexprs), (one_grid, one_constexprs) = kernel.calls
-    assert split_grid == (2 * 2, 3) and split_constexprs["SPLIT"] and split_constexprs["COMBINE"]
-    assert one_grid == (2 * 2, 1) and not one_constexprs["SPLIT"] and not one_constexprs["COMBINE"]
-    assert combines == []
-
-
-def test_split_counters_are_one_zeroed_buffer_a_device_and_refuse_too_many_pairs():
-    device = torch.device("cpu")
-    counters = last_combine.split_counters(4, device)
-    assert counters.dtype == torch.int32 and counters.shape == (last_combine.MAX_COUNTERS,)
-    assert not counters.any() and last_combine.split_counters(last_combine.MAX_COUNTERS, device) is counters
-    assert last_combine.split_counters(last_combine.MAX_COUNTERS + 1, device) is None
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")

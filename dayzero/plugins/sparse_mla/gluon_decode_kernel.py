@@ -42,7 +42,6 @@ from dayzero.plugins.quant.reference import FP8_TILE
 from dayzero.plugins.sparse_mla import schedule
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
 from dayzero.plugins.sparse_mla.e4m3_bits import BITS_TO_SHIFTED, E4M3X4_TIMES_BF16X4, Q_SCALE
-from dayzero.plugins.sparse_mla.gluon_last_split_combine import combine_when_last, split_counters
 from dayzero.plugins.sparse_mla.kernel import LN2, LOG2E, _check_inputs, _outputs
 
 try:
@@ -85,7 +84,6 @@ if HAS_GLUON:
     # the per-program scan of cu_seqlens: SCAN entries a step, one a thread
     SCAN = gl.constexpr(256)
     SCAN_LAYOUT = gl.constexpr(gl.BlockedLayout([1], [32], [8], [0]))
-    WARPS = gl.constexpr(NUM_WARPS)
 # the index row's scan takes up to this many slots a step (16 registers a thread, before the key loop)
 MAX_ROW_SCAN = 4096
 
@@ -258,12 +256,11 @@ def _store_outputs(acc, m_i, l_i, out_factor, o, lse, o_part, lse_part, token, s
 
 @_jit
 def _sparse_mla_decode_kernel(
-    q, cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, counters,
+    q, cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part,
     sm_scale, num_tokens, num_seqs, num_heads, num_head_blocks, num_splits, topk, stride_qt, stride_qh, stride_idx,
     stride_table, PAGE: gl.constexpr,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
     SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr, ROW_SCAN: gl.constexpr,
-    COMBINE: gl.constexpr,
 ):
     # the same rows a thread, 16 e4m3 bytes each: FP8 records' gather, their decode and their tile scales
     BYTES: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])
@@ -357,9 +354,6 @@ def _sparse_mla_decode_kernel(
 
     _store_outputs(acc, m_i, l_i, Q_SCALE if FP8 else 1.0, o, lse, o_part, lse_part, token, split, head_block,
                    num_tokens, num_heads, BLOCK_H, DV, SPLIT, S_MMA, O_MMA)
-    if COMBINE:
-        combine_when_last(o, lse, o_part, lse_part, counters, token, head_block, num_tokens, num_heads,
-                          num_head_blocks, num_splits, BLOCK_H, DV, WARPS)
 
 
 def _is_hopper(device: torch.device) -> bool:
@@ -397,7 +391,7 @@ def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
-    full_scores: bool = False, row_scan: int | None = None, fused_combine: bool = False,
+    full_scores: bool = False, row_scan: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
     FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
@@ -405,9 +399,7 @@ def sparse_mla_decode_gluon_launcher(
 
     `full_scores`: both warpgroups compute the whole score block (warps_per_cta [8, 1], as Triton's kernel does)
     instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12.
-    `row_scan`: index slots a step of the row's scan (default: the whole row, up to MAX_ROW_SCAN).
-    `fused_combine`: with splits, the last split of each (token, head block) merges them in the kernel
-    (gluon_last_split_combine.py) instead of combine_kernel.py's second launch."""
+    `row_scan`: index slots a step of the row's scan (default: the whole row, up to MAX_ROW_SCAN)."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
     _check_inputs(q, latent_cache, block_table, v_dim)
     tokens, heads, width = q.shape
@@ -426,18 +418,15 @@ def sparse_mla_decode_gluon_launcher(
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
     o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
-    counters = split_counters(programs, q.device) if fused_combine and splits > 1 else None
     row_scan = row_scan or min(MAX_ROW_SCAN, max(256, triton.next_power_of_2(indices.shape[1])))
     assert row_scan >= 256 and row_scan & (row_scan - 1) == 0, f"row_scan must be a power of two >= 256, got {row_scan}"
     _sparse_mla_decode_kernel[(programs, splits)](
-        q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part,
-        cu_seqlens if counters is None else counters, sm_scale, tokens,
+        q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, sm_scale, tokens,
         cu_seqlens.shape[0] - 1, heads, heads // HEADS, splits, indices.shape[1], q.stride(0), q.stride(1),
         indices.stride(0), block_table.stride(0), PAGE=PAGE_SIZE, ROW=latent_cache.shape[-1], DV=NOPE,
         DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1, FULL_SCORES=full_scores,
-        FP8=is_quantized(latent_cache), TILE=FP8_TILE, ROW_SCAN=row_scan, COMBINE=counters is not None,
-        num_warps=NUM_WARPS,
+        FP8=is_quantized(latent_cache), TILE=FP8_TILE, ROW_SCAN=row_scan, num_warps=NUM_WARPS,
     )
-    if splits > 1 and counters is None:
+    if splits > 1:
         combine_splits_launcher(o_part, lse_part, o, lse)
     return o, lse
