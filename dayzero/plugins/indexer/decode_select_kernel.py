@@ -318,9 +318,9 @@ def index_topk_decode_select_launcher(
     (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
     32K / 128K); fp8_dot: an MXFP8 query (q_scales) and cache on the FP8 tensor cores (fp8_dot_kernel.py; None:
     wherever both are MXFP8); num_stages: the split kernel's software-pipeline depth (key tiles in flight + 1; shared
-    memory grows a tile a stage, and two programs must fit an SM). The split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU
-    time of 8 warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64,
-    MXFP8 / BF16)."""
+    memory grows a tile a stage, and two programs must fit an SM; 4 and 5 gained nothing at HI 64 in run sa). The
+    split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8 warps capped at 128
+    registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
     if key_words is None:
         key_words = key_quant and dim % 128 == 0

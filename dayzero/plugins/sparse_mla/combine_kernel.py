@@ -10,7 +10,6 @@ import torch
 import triton
 import triton.language as tl
 
-
 # splits whose rows a program loads at once ([STEP, DV] fp32: 16 values a thread at DV 512 on 4 warps)
 MAX_STEP = 4
 
