@@ -2,7 +2,7 @@
 # Eighteenth session of 2026-12-05: the chunked decode indexer (decode_chunked_kernel.py: a score kernel with no
 # selection state, then a fold, in rounds of 16K keys; eager calls only) against the select kernel (the op's
 # default), at B64 with the MXFP8 cache, neither measured together since run dd (fourth session) while both changed:
-# 1. the chunked path's GPU tests;
+# 1. the chunked path's GPU tests (none are GPU-marked: run se collected none);
 # 2. bench_indexer.py --decode-kernels select,chunked (8K / 32K / 128K keys, HI 32 / 64; every case checked first);
 # 3. chunked with 128-key tiles in its score kernel (its default is 64; select's FP8 dot takes 128).
 # usage: bash bench/run_h200_se.sh [SECONDS] (default 300); carry .whl, .snap and .tcache.
