@@ -6,6 +6,8 @@
 # 2. bench_indexer.py --decode-kernels select,gluon, B64, 8K / 32K / 128K keys, HI 32 / 64, MXFP8 (every case checked
 #    against the reference first; a failed check shows as ok=False in the table).
 # Offline (no GPU): `PYTHONPATH=/tmp/t36:. python bench/indexer_gluon_offline.py` (registers, key-loop instructions).
+# The kernel is on branch cand/gluon-indexer (commit b598b53), not on main: run this script from that branch's tree
+# (git checkout cand/gluon-indexer, or git archive b598b53 into .snap/head before the call).
 # usage: bash bench/run_h200_sf.sh [SECONDS] (default 420); carry .whl, .snap and .tcache.
 . bench/h200.sh
 . bench/h200_call.sh sf ${1:-420}

@@ -182,44 +182,6 @@ def test_prequantized_mxfp8_query(lengths, new, num_heads, dim, topk, phase):
     assert_rows_follow_the_rule(got, case, topk)
 
 
-ON_HOPPER = ON_GPU and torch.cuda.get_device_capability()[0] == 9
-hopper_only = [pytest.mark.gpu, pytest.mark.skipif(not ON_HOPPER, reason="the Gluon split kernel needs an sm_90 GPU")]
-
-
-# one query token a sequence: contexts past and below the 2048-key blocks, a page-long and a one-key sequence, 40
-# heads padded to 64 (masked), topk below a block
-@pytest.mark.parametrize("lengths, num_heads, topk", [
-    pytest.param((20000, 4100, 77), 64, 2048, marks=hopper_only),
-    pytest.param((33000, 9000, 2500, 64, 1), 32, 2048, marks=hopper_only),
-    pytest.param((70001, 8192), 40, 777, marks=hopper_only),
-])
-def test_gluon_split_kernel_matches_reference(lengths, num_heads, topk):
-    """decode_kernel "gluon" (gluon_select_kernel.py, MXFP8 query and keys on the FP8 tensor cores) == the reference
-    on the same MXFP8 q, to the FP8 dot's tolerance, with each row's picks by the rule."""
-    case = build_case(lengths, (1,) * len(lengths), num_heads, 128, "mxfp8", torch.float32)
-    values, q_scales = mxfp8_quantize(case["q"])
-    quantized = {**case, "q": values}
-    expected = reference.index_topk_paged(**quantized, topk=topk, q_scales=q_scales)
-    got = run_kernel(quantized, topk, "decode", q_scales=q_scales, decode_kernel="gluon")
-    assert_same_topk(got, expected, {**case, "q": mxfp8_dequantize(values, q_scales)}, exact=False, tolerance=1e-3)
-    assert_rows_follow_the_rule(got, case, topk)
-
-
-def test_gluon_split_kernel_refuses_what_it_does_not_run():
-    """Off Hopper (or with a BF16 query, DI other than 128, more than 64 heads, several tokens a sequence) the
-    "gluon" decode kernel says what to use instead."""
-    from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
-
-    case = build_case((300, 40), (1, 1), 4, 128, "mxfp8", torch.float32)
-    values, q_scales = mxfp8_quantize(case["q"])
-    refused = [dict(case, q=values, q_scales=q_scales)] if not ON_HOPPER else []
-    # a query that is not MXFP8, on any device
-    refused.append(dict(case, q=case["q"].to(torch.bfloat16)))
-    for inputs in refused:
-        with pytest.raises(AssertionError, match="use decode_kernel='select'"):
-            index_topk_paged_launcher(**inputs, topk=16, phase="decode", decode_kernel="gluon")
-
-
 def test_fp8_dot_is_taken_for_mxfp8_query_and_keys_up_to_64_dot_rows():
     from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_MAX_ROWS, mxfp8_dot_applies
 

@@ -25,7 +25,6 @@ import triton.language as tl
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
 from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_BLOCK_KEYS, key_scale_words, mxfp8_dot_applies, mxfp8_logits
-from dayzero.plugins.indexer.gluon_select_kernel import gluon_select_applies, gluon_split_launch, gluon_tile_keys
 from dayzero.plugins.indexer.pages_kernel import block_page_count, block_pages, tile_pages
 from dayzero.plugins.indexer.select_kernel import (
     MAX_UNION,
@@ -300,8 +299,7 @@ def index_topk_decode_select_launcher(
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 16,
     split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
-    merge_sets: int | None = None, num_stages: int = 3, gluon: bool = False, out: torch.Tensor | None = None,
-    launch=None,
+    merge_sets: int | None = None, num_stages: int = 3, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -322,9 +320,7 @@ def index_topk_decode_select_launcher(
     wherever both are MXFP8); num_stages: the split kernel's software-pipeline depth (key tiles in flight + 1; shared
     memory grows a tile a stage, and two programs must fit an SM; 4 and 5 gained nothing at HI 64 in run sa). The
     split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8 warps capped at 128
-    registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16). gluon: the split
-    kernel of gluon_select_kernel.py (a candidate: MXFP8 query and cache, one token a sequence, Hopper); the merge is
-    the same."""
+    registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
     if key_words is None:
         key_words = key_quant and dim % 128 == 0
@@ -335,11 +331,6 @@ def index_topk_decode_select_launcher(
     assert key_words or not code_words, "code_words needs key_words"
     lp, hp, _ = decode_row_tiles(rows_per_program, num_heads, 0, None)
     fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
-    if gluon:
-        assert gluon_select_applies(q, q_scales, key_quant, rows_per_program), (
-            "the Gluon split kernel takes an MXFP8 query and cache with DI 128, up to 64 heads and one token a "
-            "sequence, on an sm_90 GPU; use decode_kernel='select'")
-        block_keys = gluon_tile_keys(num_heads)
     if block_keys is None:
         block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot or not (key_quant or dot_fp32) else 64
     maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
@@ -361,10 +352,7 @@ def index_topk_decode_select_launcher(
     split_kernel = with_launch_config(_decode_select_kernel, num_warps, maxnreg, num_stages)
     split_kernel = launch(split_kernel) if launch else split_kernel
     merge_kernel = launch(_merge_select_kernel) if launch else _merge_select_kernel
-    if num_seqs > 0 and gluon:
-        gluon_split_launch(q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, counts,
-                           floors, used, scale, num_splits, min_chunk, split_keys, topk, kp, union)
-    elif num_seqs > 0:
+    if num_seqs > 0:
         split_kernel[(num_seqs, num_splits)](
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
             set_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys,
