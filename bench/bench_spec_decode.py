@@ -1,0 +1,119 @@
+"""Speculative decoding through the runtime (prompt-lookup drafts, greedy verification): the same requests decoded
+with and without drafts, their tokens compared and their speed.
+
+    PYTHONPATH=. python bench/bench_spec_decode.py --h200-slice [--num-layers N] [--requests 16] [--num-draft 3]
+    PYTHONPATH=. python bench/bench_spec_decode.py              (the embedded tiny model on the CPU)
+
+Each prompt repeats a random phrase, so that the n-gram proposer finds matches. Reported per run: wall time,
+generated tokens/s, engine steps, drafted and accepted tokens, and whether each request's tokens equal those of the
+run without drafts (exact in arithmetic; on a GPU a verify step's batch of 1 + d rows a sequence may round a near-tie
+otherwise, which the first differing token then shows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from bench.bench_server import TokenIds, first_difference
+from bench.common import table, write_results
+from dayzero.export.options import ExportOptions
+from dayzero.runtime.llm import LLM
+from dayzero.runtime.sampling import SamplingParams
+
+
+def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int, num_draft: int) -> LLM:
+    from bench.h200_model import h200_slice_model
+    from dayzero.export.engine import EagerEngine, eager_manifest
+    from dayzero.model.caches import CacheFormat
+    from dayzero.runtime.llm_engine import RuntimeOptions
+
+    model = h200_slice_model(num_layers)
+    fmt = CacheFormat(kv_fp8=True, index_mxfp8=True)
+    manifest = eager_manifest(model, fmt, max_batch=max_batch, max_len=max_len, num_draft=num_draft)
+    return LLM("h200-slice", runtime=RuntimeOptions(gpu_memory_fraction=0.4), engine=EagerEngine(model, manifest),
+               tokenizer=TokenIds())
+
+
+def repetitive_prompts(requests: int, tokens: int, vocab: int, phrase: int = 24) -> list[list[int]]:
+    """A random phrase of `phrase` tokens a request, repeated to `tokens`."""
+    gen = torch.Generator().manual_seed(0)
+    phrases = [torch.randint(0, vocab, (phrase,), generator=gen).tolist() for _ in range(requests)]
+    return [(p * (tokens // phrase + 1))[:tokens] for p in phrases]
+
+
+def decode_run(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[list[int]]]:
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    stats = llm.engine.stats
+    before = (stats.steps, stats.drafted_tokens, stats.accepted_tokens)
+    start = time.perf_counter()
+    seqs = [llm.engine.add_request(p, params) for p in prompts]
+    while llm.engine.has_work:
+        llm.engine.step()
+    wall = time.perf_counter() - start
+    tokens = sum(len(s.output_ids) for s in seqs)
+    steps, drafted, accepted = (now - then for now, then in
+                                zip((stats.steps, stats.drafted_tokens, stats.accepted_tokens), before))
+    return {"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "steps": steps, "drafted": drafted,
+            "accepted": accepted}, [s.output_ids for s in seqs]
+
+
+def build(args, num_draft: int) -> LLM:
+    if args.h200_slice:
+        return h200_slice_llm(args.num_layers, args.requests, args.prompt_tokens + args.max_tokens + num_draft + 8,
+                              num_draft)
+    export = ExportOptions(backend="eager", device=args.device, dtype=args.dtype, max_batch=args.requests,
+                           num_draft=num_draft)
+    return LLM(args.checkpoint, export)
+
+
+def measured(args, num_draft: int, prompts_of) -> tuple[dict, list[list[int]]]:
+    """One engine with `num_draft` drafts: a warm-up run (compiles, the batch's decode graphs), then the timed run."""
+    llm = build(args, num_draft)
+    try:
+        prompts = prompts_of(llm)
+        decode_run(llm, prompts, 4)
+        row, tokens = decode_run(llm, prompts, args.max_tokens)
+    finally:
+        llm.close()
+    return {"num_draft": num_draft, **row}, tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--h200-slice", action="store_true", help="the h200-slice model built on the GPU")
+    parser.add_argument("--num-layers", type=int, default=None, help="with --h200-slice: its first N layers")
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--num-draft", type=int, default=3)
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args()
+    if args.h200_slice:
+        args.device = "cuda"
+
+    def prompts_of(llm: LLM) -> list[list[int]]:
+        return repetitive_prompts(args.requests, args.prompt_tokens, min(llm.engine.manifest.vocab_size, 256))
+
+    plain, plain_tokens = measured(args, 0, prompts_of)
+    drafted, drafted_tokens = measured(args, args.num_draft, prompts_of)
+    firsts = [d for d in (first_difference(got, want) for got, want in zip(drafted_tokens, plain_tokens))
+              if d is not None]
+    drafted.update({"requests_differing": len(firsts), "first_differing_token": min(firsts) if firsts else None,
+                    "speedup": plain["wall_s"] / drafted["wall_s"]})
+    rows = [plain, drafted]
+    for row in rows:
+        row.update({k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
+    name = "h200_slice" if args.h200_slice else args.device
+    write_results(args.out, f"bench_spec_decode_{name}", {"args": vars(args), "rows": rows})
+    print(table(rows, ["num_draft", "wall_s", "tokens", "tokens_per_s", "steps", "drafted", "accepted",
+                       "requests_differing", "first_differing_token", "speedup"]))
+
+
+if __name__ == "__main__":
+    main()
