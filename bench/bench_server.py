@@ -113,7 +113,7 @@ class TokenIds:
         return "".join(f" {i}" for i in ids)
 
 
-def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int) -> LLM:
+def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int, num_draft: int = 0) -> LLM:
     from bench.h200_model import h200_slice_model
     from dayzero.export.engine import EagerEngine, eager_manifest
     from dayzero.model.caches import CacheFormat
@@ -121,7 +121,7 @@ def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int) -> LLM:
 
     model = h200_slice_model(num_layers)
     fmt = CacheFormat(kv_fp8=True, index_mxfp8=True)
-    engine = EagerEngine(model, eager_manifest(model, fmt, max_batch=max_batch, max_len=max_len))
+    engine = EagerEngine(model, eager_manifest(model, fmt, max_batch=max_batch, max_len=max_len, num_draft=num_draft))
     return LLM("h200-slice", runtime=RuntimeOptions(gpu_memory_fraction=0.5), engine=engine, tokenizer=TokenIds())
 
 

@@ -13,28 +13,13 @@ otherwise, which the first differing token then shows).
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
-from bench.bench_server import TokenIds, first_difference
+from bench.bench_server import direct, first_difference, h200_slice_llm
 from bench.common import table, write_results
 from dayzero.export.options import ExportOptions
 from dayzero.runtime.llm import LLM
-from dayzero.runtime.sampling import SamplingParams
-
-
-def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int, num_draft: int) -> LLM:
-    from bench.h200_model import h200_slice_model
-    from dayzero.export.engine import EagerEngine, eager_manifest
-    from dayzero.model.caches import CacheFormat
-    from dayzero.runtime.llm_engine import RuntimeOptions
-
-    model = h200_slice_model(num_layers)
-    fmt = CacheFormat(kv_fp8=True, index_mxfp8=True)
-    manifest = eager_manifest(model, fmt, max_batch=max_batch, max_len=max_len, num_draft=num_draft)
-    return LLM("h200-slice", runtime=RuntimeOptions(gpu_memory_fraction=0.4), engine=EagerEngine(model, manifest),
-               tokenizer=TokenIds())
 
 
 def repetitive_prompts(requests: int, tokens: int, vocab: int, phrase: int = 24) -> list[list[int]]:
@@ -45,19 +30,14 @@ def repetitive_prompts(requests: int, tokens: int, vocab: int, phrase: int = 24)
 
 
 def decode_run(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[list[int]]]:
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    """bench_server's engine-alone run, with the engine steps, drafted and accepted tokens it took."""
     stats = llm.engine.stats
     before = (stats.steps, stats.drafted_tokens, stats.accepted_tokens)
-    start = time.perf_counter()
-    seqs = [llm.engine.add_request(p, params) for p in prompts]
-    while llm.engine.has_work:
-        llm.engine.step()
-    wall = time.perf_counter() - start
-    tokens = sum(len(s.output_ids) for s in seqs)
+    row, tokens = direct(llm, prompts, max_tokens)
     steps, drafted, accepted = (now - then for now, then in
                                 zip((stats.steps, stats.drafted_tokens, stats.accepted_tokens), before))
-    return {"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "steps": steps, "drafted": drafted,
-            "accepted": accepted}, [s.output_ids for s in seqs]
+    return {key: row[key] for key in ("wall_s", "tokens", "tokens_per_s")} | {
+        "steps": steps, "drafted": drafted, "accepted": accepted}, tokens
 
 
 def build(args, num_draft: int) -> LLM:
