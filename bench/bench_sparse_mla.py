@@ -53,8 +53,9 @@ EXTRA_DECODE_WARPS: list[int] = []
 # under these config names (-> the launcher's options): the defaults, the index row scanned 256 slots a step (the
 # default before run rb) and all of the score block a warpgroup (`full_scores`; no longer timed by default: 0.081
 # against 0.068 ms at H64 BF16 in run qa)
-GLUON_CONFIGS = {"gluon": {}, "gluon-stepped-row-scan": {"row_scan": 256}, "gluon-full-scores": {"full_scores": True}}
-GLUON_CONFIGS_OF = {fmt: ["gluon", "gluon-stepped-row-scan"] for fmt in ("bf16", "fp8")}
+GLUON_CONFIGS = {"gluon": {}, "gluon-stepped-row-scan": {"row_scan": 256}, "gluon-full-scores": {"full_scores": True},
+                 "gluon-staged-partials": {"staged_partials": True}}
+GLUON_CONFIGS_OF = {fmt: ["gluon", "gluon-staged-partials"] for fmt in ("bf16", "fp8")}
 # FP8 prefill through a BF16 copy of the pages (fp8_prefill.py; what the op does in eager CUDA prefill)
 BF16_COPY = "fp8-via-bf16-copy"
 GLUON_DECODE: list[bool] = []

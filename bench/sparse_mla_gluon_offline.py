@@ -83,12 +83,14 @@ GRIDS = (("split (B64 H64)", True), ("unsplit (B64 H128)", False))
 VARIANTS = ((False, False), (False, True), (True, False))
 
 
-def build(split: bool, full_scores: bool, fp8: bool = False):
+def build(split: bool, full_scores: bool, fp8: bool = False, staged: bool = False):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS,
                       BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128,
-                      ROW_SCAN=2048)
+                      ROW_SCAN=2048, STAGED=staged)
     types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
+    if staged:
+        types = {**types, "o_part": "*bf16"}
     return compile_resources(gluon_decode_kernel._sparse_mla_decode_kernel, constexprs, types,
                              num_warps=gluon_decode_kernel.NUM_WARPS,
                              divisible=("stride_qt", "stride_qh", "stride_idx"))
@@ -108,6 +110,9 @@ def main() -> None:
                 stem = f"gluon_decode_split{int(split)}_full{int(full)}_fp8{int(fp8)}"
                 for kind in ("ttgir", "ptx"):
                     (args.out / f"{stem}.{kind}").write_text(compiled.asm[kind])
+        if not full:
+            resources, _ = build(True, full, fp8, staged=True)
+            print(f"{label}, split with bf16 partials staged in shared memory (staged_partials): {resources.line()}")
         print(f"{label}, TTGIR key loop:", " -> ".join(ttgir_loop_order(compiled.asm["ttgir"])))
         print(f"{label}, PTX key loop:", " -> ".join(ptx_loop_order(compiled.asm["ptx"])))
 

@@ -53,7 +53,9 @@ CASES = [
 LOOPS = [pytest.param("bfloat16", {}, id="bf16-half-scores"),
          pytest.param("bfloat16", {"full_scores": True}, id="bf16-full-scores"),
          pytest.param("fp8", {}, id="fp8-half-scores"),
-         pytest.param("fp8", {"row_scan": 256}, id="fp8-stepped-row-scan")]
+         pytest.param("fp8", {"row_scan": 256}, id="fp8-stepped-row-scan"),
+         pytest.param("bfloat16", {"staged_partials": True}, id="bf16-staged-partials"),
+         pytest.param("fp8", {"staged_partials": True}, id="fp8-staged-partials")]
 
 
 @pytest.mark.parametrize("fmt, loop", LOOPS)
@@ -154,7 +156,7 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, mo
     grid, constexprs = kernel.calls[0]
     assert constexprs == dict(PAGE=64, ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False,
                               num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False),
-                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048))
+                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048), STAGED=False)
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
 
 
@@ -177,7 +179,12 @@ def test_split_launches_combine_after_the_kernel(monkeypatch):
     G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
                                        SM_SCALE, NOPE, num_splits=3)
     (grid, constexprs), = kernel.calls
-    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and len(combines) == 1
+    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and len(combines) == 1 and not constexprs["STAGED"]
+    G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
+                                       SM_SCALE, NOPE, num_splits=3, staged_partials=True)
+    _, (_, staged) = kernel.calls
+    o_part = combines[-1][0]
+    assert staged["STAGED"] and o_part.dtype == torch.bfloat16 and o_part.shape == (3, 2, 128, NOPE)
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
