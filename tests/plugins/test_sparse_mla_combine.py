@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
+from dayzero.plugins.sparse_mla.combine_kernel import _warps_per_row, combine_splits_launcher
 from tests.plugins.triton_env import DEVICE, needs_triton, poisoned, sizes
 
 pytestmark = needs_triton
@@ -35,3 +35,10 @@ def test_combine_matches_its_formula(splits, tokens, heads, dim, part_dtype):
     torch.testing.assert_close(lse.cpu(), ref_lse, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(o.cpu().float(), ref_o, rtol=1e-2, atol=1e-2)
     assert torch.equal(o.cpu()[-1, -1], torch.zeros(dim, dtype=torch.bfloat16))
+
+
+def test_a_programs_warps_cover_one_row_in_16_byte_vectors():
+    """Then every thread holds all of its columns' split rows and sums them in registers (run sg: bf16 rows over 4
+    warps were summed through shared memory, 22 us against 4.8)."""
+    warps = [_warps_per_row(512, 4), _warps_per_row(512, 2), _warps_per_row(40, 2), _warps_per_row(4096, 4)]
+    assert warps == [4, 2, 1, 4]

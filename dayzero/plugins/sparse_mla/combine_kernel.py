@@ -12,6 +12,8 @@ import triton.language as tl
 
 # splits whose rows a program loads at once ([STEP, DV] fp32: 16 values a thread at DV 512 on 4 warps)
 MAX_STEP = 4
+# bytes a thread loads of a row at once (ld.global.v4)
+VECTOR_BYTES = 16
 
 
 @triton.jit
@@ -58,4 +60,12 @@ def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: tor
     splits_pad = max(2, triton.next_power_of_2(splits))
     kernel[(tokens * heads,)](o_part, lse_part, o, lse, tokens * heads, splits, DV=dim,
                               DV_PAD=triton.next_power_of_2(dim), SPLITS_PAD=splits_pad,
-                              STEP=min(splits_pad, MAX_STEP), num_warps=4)
+                              STEP=min(splits_pad, MAX_STEP), num_warps=_warps_per_row(dim, o_part.element_size()))
+
+
+def _warps_per_row(dim: int, element_size: int) -> int:
+    """Warps whose 16-byte vectors cover one row: then each thread holds all STEP rows of its columns and the sum over
+    splits stays in registers. On 4 warps, bf16 rows (64 threads each) were split across warps, summed through shared
+    memory with 7 barriers, and the combine took 22.0 us against 4.8 for fp32 (run sg, B64 H64 on the H200)."""
+    row_threads = triton.next_power_of_2(dim) * element_size // VECTOR_BYTES
+    return max(1, min(4, row_threads // 32))

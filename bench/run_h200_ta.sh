@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Nineteenth session of 2026-12-05: the staged bf16 partials (launcher option `staged_partials`) with the combine on
+# the warps that keep its sum over splits in registers (run sg: 56.5 us attention but 22.0 us combine on 4 warps), then
+# issue 4's bench in the same call (run oe's steps):
+# 1. the Gluon sparse suite and the combine's GPU tests;
+# 2. sparse decode kernel times (CUPTI, graph replay), the default against staged partials, twice in turn;
+# 3. indexer decode and prefill (bench_indexer.py), the quick sparse decode bench with the gluon and
+#    gluon-staged-partials configs, sparse MLA prefill T 32768 H128; every case checked against the reference first.
+# usage: bash bench/run_h200_ta.sh [SECONDS] (default 580); carry .whl, .snap and .tcache.
+. bench/h200.sh
+. bench/h200_call.sh ta ${1:-580}
+export OMP_NUM_THREADS=1
+timeout -s INT -k 15 120 python3 -m pytest -q -rfE -p no:cacheprovider -n 6 -m gpu \
+  tests/plugins/test_sparse_mla_gluon.py tests/plugins/test_sparse_mla_combine.py > $R/gpu_tests.log 2>&1
+echo "== gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_tests.log; save
+for pass in 1 2; do
+  for options in '{}' '{"staged_partials": true}'; do
+    echo "# $options" >> $R/decode_kernels.log
+    timeout 40 python3 bench/sparse_mla_decode_kernels.py --options "$options" >> $R/decode_kernels.log 2>&1
+  done
+done
+echo "== decode kernels at $(( $(date +%s) - start )) s"; save
+timeout 110 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_decode > $R/mla_decode.log 2>&1
+echo "== sparse mla decode rc=$? at $(( $(date +%s) - start )) s"; save
+timeout 170 python3 bench/bench_indexer.py --out $R/indexer > $R/indexer.log 2>&1
+echo "== indexer rc=$? at $(( $(date +%s) - start )) s"; save
+timeout $(left) python3 bench/bench_sparse_mla.py --prefill-only --no-sweep --out $R/mla_prefill > $R/mla_prefill.log 2>&1
+echo "== sparse mla prefill rc=$? at $(( $(date +%s) - start )) s"; save
+save_caches
+grep -E "^#|H64" $R/decode_kernels.log | cut -c1-200
+sparse_mla_rows $R/mla_decode/sparse_mla.json 2>/dev/null | grep -E "gluon" | cut -c1-160
+indexer_rows $R/indexer/bench_indexer.json 2>/dev/null | cut -c1-160
+sparse_mla_rows $R/mla_prefill/sparse_mla.json 2>/dev/null | grep "prefill T32768 H128" | cut -c1-160
