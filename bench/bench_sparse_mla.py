@@ -51,11 +51,11 @@ VALUE_BLOCK_SWEEP = [(32, 2, 2), (32, 3, 2), (16, 3, 4)]
 EXTRA_DECODE_WARPS: list[int] = []
 # --gluon: the decode cases also time the Gluon decode kernel (gluon_decode_kernel.py, the op's decode on Hopper),
 # under these config names (-> the launcher's options): the defaults, the index row scanned 256 slots a step (the
-# default before run rb) and all of the score block a warpgroup (`full_scores`; no longer timed by default: 0.081
-# against 0.068 ms at H64 BF16 in run qa)
+# default before run rb), all of the score block a warpgroup (`full_scores`; no longer timed by default: 0.081
+# against 0.068 ms at H64 BF16 in run qa) and fp32 split partials (the default before run ta)
 GLUON_CONFIGS = {"gluon": {}, "gluon-stepped-row-scan": {"row_scan": 256}, "gluon-full-scores": {"full_scores": True},
-                 "gluon-staged-partials": {"staged_partials": True}}
-GLUON_CONFIGS_OF = {fmt: ["gluon", "gluon-staged-partials"] for fmt in ("bf16", "fp8")}
+                 "gluon-fp32-partials": {"staged_partials": False}}
+GLUON_CONFIGS_OF = {fmt: ["gluon", "gluon-fp32-partials"] for fmt in ("bf16", "fp8")}
 # FP8 prefill through a BF16 copy of the pages (fp8_prefill.py; what the op does in eager CUDA prefill)
 BF16_COPY = "fp8-via-bf16-copy"
 GLUON_DECODE: list[bool] = []
