@@ -40,12 +40,17 @@ from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.server import OpenAIServer, ServerOptions
 
 
-def direct(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[list[int]]]:
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-    start = time.perf_counter()
+def decoded(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> list:
+    """The engine's sequences of `prompts`, stepped until all are done."""
     seqs = [llm.engine.add_request(p, params) for p in prompts]
     while llm.engine.has_work:
         llm.engine.step()
+    return seqs
+
+
+def direct(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[dict, list[list[int]]]:
+    start = time.perf_counter()
+    seqs = decoded(llm, prompts, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     wall = time.perf_counter() - start
     tokens = sum(len(s.output_ids) for s in seqs)
     return {"mode": "engine", "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall}, [

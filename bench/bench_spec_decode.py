@@ -16,10 +16,11 @@ import argparse
 
 import torch
 
-from bench.bench_server import direct, first_difference, h200_slice_llm
+from bench.bench_server import decoded, direct, first_difference, h200_slice_llm
 from bench.common import table, write_results
 from dayzero.export.options import ExportOptions
 from dayzero.runtime.llm import LLM
+from dayzero.runtime.sampling import SamplingParams
 
 
 def repetitive_prompts(requests: int, tokens: int, vocab: int, phrase: int = 24) -> list[list[int]]:
@@ -49,16 +50,41 @@ def build(args, num_draft: int) -> LLM:
     return LLM(args.checkpoint, export)
 
 
-def measured(args, num_draft: int, prompts_of) -> tuple[dict, list[list[int]]]:
-    """One engine with `num_draft` drafts: a warm-up run (compiles, the batch's decode graphs), then the timed run."""
+def measured(args, num_draft: int, prompts_of) -> tuple[dict, list[list[int]], list[list] | None]:
+    """One engine with `num_draft` drafts: a warm-up run (compiles, the batch's decode graphs), then the timed run;
+    with --margins one more, untimed, whose sequences keep each token's top-2 log-probabilities."""
     llm = build(args, num_draft)
     try:
         prompts = prompts_of(llm)
         decode_run(llm, prompts, 4)
         row, tokens = decode_run(llm, prompts, args.max_tokens)
+        logprobs = None
+        if args.margins:
+            params = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, logprobs=2)
+            logprobs = [seq.logprobs for seq in decoded(llm, prompts, params)]
     finally:
         llm.close()
-    return {"num_draft": num_draft, **row}, tokens
+    return {"num_draft": num_draft, **row}, tokens, logprobs
+
+
+def top2_gap(logprob) -> float:
+    """How far the most likely token leads the second, in log-probability."""
+    return logprob.top[0][1] - logprob.top[1][1]
+
+
+def divergences(plain: list[list], drafted: list[list]) -> list[dict]:
+    """Where a request's tokens first differ between the runs: the top-2 gap of each run there, and how far the two
+    runs' log-probabilities of the same tokens drifted apart before it. A flipped near-tie has a gap about the drift;
+    a wrong verify step shows a gap far above it."""
+    rows = []
+    for request, (want, got) in enumerate(zip(plain, drafted)):
+        at = first_difference([p.token for p in got], [p.token for p in want])
+        if at is None or at >= min(len(want), len(got)):
+            continue
+        drift = max((abs(w.logprob - g.logprob) for w, g in zip(want[:at], got[:at])), default=0.0)
+        rows.append({"request": request, "token": at, "gap_plain": top2_gap(want[at]), "gap_drafted": top2_gap(got[at]),
+                     "drift_before": drift})
+    return rows
 
 
 def main() -> None:
@@ -72,6 +98,8 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--num-draft", type=int, default=3)
+    parser.add_argument("--margins", action="store_true",
+                        help="also decode with top-2 log-probabilities and print where and by how much runs differ")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
     if args.h200_slice:
@@ -80,8 +108,8 @@ def main() -> None:
     def prompts_of(llm: LLM) -> list[list[int]]:
         return repetitive_prompts(args.requests, args.prompt_tokens, min(llm.engine.manifest.vocab_size, 256))
 
-    plain, plain_tokens = measured(args, 0, prompts_of)
-    drafted, drafted_tokens = measured(args, args.num_draft, prompts_of)
+    plain, plain_tokens, plain_logprobs = measured(args, 0, prompts_of)
+    drafted, drafted_tokens, drafted_logprobs = measured(args, args.num_draft, prompts_of)
     firsts = [d for d in (first_difference(got, want) for got, want in zip(drafted_tokens, plain_tokens))
               if d is not None]
     drafted.update({"requests_differing": len(firsts), "first_differing_token": min(firsts) if firsts else None,
@@ -93,6 +121,11 @@ def main() -> None:
     write_results(args.out, f"bench_spec_decode_{name}", {"args": vars(args), "rows": rows})
     print(table(rows, ["num_draft", "wall_s", "tokens", "tokens_per_s", "steps", "drafted", "accepted",
                        "requests_differing", "first_differing_token", "speedup"]))
+    if args.margins:
+        where = divergences(plain_logprobs, drafted_logprobs)
+        write_results(args.out, f"bench_spec_decode_{name}_divergences", {"args": vars(args), "rows": where})
+        print(table(where, ["request", "token", "gap_plain", "gap_drafted", "drift_before"]) if where else
+              "no request differs in the log-probability runs")
 
 
 if __name__ == "__main__":
