@@ -20,18 +20,17 @@ def combined(o_part: torch.Tensor, lse_part: torch.Tensor) -> tuple[torch.Tensor
     return o, lse
 
 
-@pytest.mark.parametrize("rows_per_program", [1, 4])
 @pytest.mark.parametrize("part_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("splits, tokens, heads, dim", sizes(cpu=[(2, 3, 2, 40), (5, 1, 3, 16), (9, 2, 1, 24)],
                                                              gpu=[(2, 64, 64, 512), (40, 7, 128, 512)]))
-def test_combine_matches_its_formula(splits, tokens, heads, dim, part_dtype, rows_per_program):
+def test_combine_matches_its_formula(splits, tokens, heads, dim, part_dtype):
     gen = torch.Generator().manual_seed(splits * 100 + dim)
     o_part = torch.randn(splits, tokens, heads, dim, generator=gen).to(part_dtype)
     lse_part = torch.randn(splits, tokens, heads, generator=gen) * 4
     lse_part[-1, 0, :] = float("-inf")  # a split that saw no key
     lse_part[:, -1, -1] = float("-inf")  # a row that saw none
     o, lse = poisoned(tokens, heads, dim, dtype=torch.bfloat16), poisoned(tokens, heads)
-    combine_splits_launcher(o_part.to(DEVICE), lse_part.to(DEVICE), o, lse, rows_per_program=rows_per_program)
+    combine_splits_launcher(o_part.to(DEVICE), lse_part.to(DEVICE), o, lse)
     ref_o, ref_lse = combined(o_part, lse_part)
     torch.testing.assert_close(lse.cpu(), ref_lse, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(o.cpu().float(), ref_o, rtol=1e-2, atol=1e-2)

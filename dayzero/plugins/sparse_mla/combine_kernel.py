@@ -17,59 +17,50 @@ VECTOR_BYTES = 16
 
 
 @triton.jit
-def _split_rows(o_part, lse_part, first, rows, num_rows, num_splits, v, DV: tl.constexpr, STEP: tl.constexpr):
-    """Splits [first, first + STEP)'s log-sum-exps [ROWS, STEP] (-inf past num_splits) and output rows
-    [ROWS, STEP, DV_PAD] of the program's rows."""
+def _split_rows(o_part, lse_part, first, row, num_rows, num_splits, v, DV: tl.constexpr, STEP: tl.constexpr):
+    """Splits [first, first + STEP)'s log-sum-exps [STEP] (-inf past num_splits) and output rows [STEP, DV_PAD]."""
     split = first + tl.arange(0, STEP)
-    part = split.to(tl.int64)[None, :] * num_rows + rows[:, None]
-    ok = (split[None, :] < num_splits) & (rows[:, None] < num_rows)
+    part = split.to(tl.int64) * num_rows + row
+    ok = split < num_splits
     lse_c = tl.load(lse_part + part, mask=ok, other=float("-inf"))
-    o_c = tl.load(o_part + part[:, :, None] * DV + v[None, None, :], mask=ok[:, :, None] & (v < DV)[None, None, :],
-                  other=0.0)
+    o_c = tl.load(o_part + part[:, None] * DV + v[None, :], mask=ok[:, None] & (v < DV)[None, :], other=0.0)
     return lse_c, o_c
 
 
 @triton.jit
 def _combine_splits_kernel(o_part, lse_part, o, lse, num_rows, num_splits, DV: tl.constexpr, DV_PAD: tl.constexpr,
-                           SPLITS_PAD: tl.constexpr, STEP: tl.constexpr, ROWS: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+                           SPLITS_PAD: tl.constexpr, STEP: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, SPLITS_PAD)
     v = tl.arange(0, DV_PAD)
-    row_ok = rows < num_rows
-    lse_s = tl.load(lse_part + s.to(tl.int64)[None, :] * num_rows + rows[:, None],
-                    mask=(s[None, :] < num_splits) & row_ok[:, None], other=float("-inf"))
+    lse_s = tl.load(lse_part + s.to(tl.int64) * num_rows + row, mask=s < num_splits, other=float("-inf"))
     # the first STEP splits' rows are loaded with the log-sum-exps, before anything waits on a load: a loop of one
     # split a step waited for each split's loads in turn
-    lse_c, o_c = _split_rows(o_part, lse_part, 0, rows, num_rows, num_splits, v, DV, STEP)
-    top = tl.max(lse_s, 1)
+    lse_c, o_c = _split_rows(o_part, lse_part, 0, row, num_rows, num_splits, v, DV, STEP)
+    top = tl.max(lse_s, 0)
     top = tl.where(top == float("-inf"), 0.0, top)
-    total = tl.sum(tl.exp(lse_s - top[:, None]), 1)
-    acc = tl.sum(tl.exp(lse_c - top[:, None])[:, :, None] * o_c, 1)
+    total = tl.sum(tl.exp(lse_s - top), 0)
+    acc = tl.sum(tl.exp(lse_c - top)[:, None] * o_c, 0)
     for first in range(STEP, num_splits, STEP):
-        lse_c, o_c = _split_rows(o_part, lse_part, first, rows, num_rows, num_splits, v, DV, STEP)
-        acc += tl.sum(tl.exp(lse_c - top[:, None])[:, :, None] * o_c, 1)
+        lse_c, o_c = _split_rows(o_part, lse_part, first, row, num_rows, num_splits, v, DV, STEP)
+        acc += tl.sum(tl.exp(lse_c - top)[:, None] * o_c, 0)
     seen = total > 0
-    out = acc / tl.where(seen, total, 1.0)[:, None]
-    tl.store(o + rows[:, None] * DV + v[None, :], out.to(o.dtype.element_ty), mask=row_ok[:, None] & (v < DV)[None, :])
-    tl.store(lse + rows, tl.where(seen, top + tl.log(tl.where(seen, total, 1.0)), float("-inf")), mask=row_ok)
+    tl.store(o + row * DV + v, (acc / tl.where(seen, total, 1.0)).to(o.dtype.element_ty), mask=v < DV)
+    tl.store(lse + row, tl.where(seen, top + tl.log(tl.where(seen, total, 1.0)), float("-inf")))
 
 
 def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                            launch=None, rows_per_program: int = 1) -> None:
-    """o_part [S, T, H, DV] fp32 or bf16, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place.
-    `rows_per_program` (a power of two): (token, head) rows a program combines, each on its own warps."""
+                            launch=None) -> None:
+    """o_part [S, T, H, DV] fp32 or bf16, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place."""
     splits, tokens, heads, dim = o_part.shape
     assert lse_part.shape == (splits, tokens, heads) and o.shape == (tokens, heads, dim)
     assert lse.shape == (tokens, heads)
     assert all(t.is_contiguous() for t in (o_part, lse_part, o, lse)), "combine needs contiguous buffers"
-    assert rows_per_program & (rows_per_program - 1) == 0, f"rows_per_program: a power of two, not {rows_per_program}"
     kernel = launch(_combine_splits_kernel) if launch else _combine_splits_kernel
     splits_pad = max(2, triton.next_power_of_2(splits))
-    rows = tokens * heads
-    kernel[(triton.cdiv(rows, rows_per_program),)](
-        o_part, lse_part, o, lse, rows, splits, DV=dim, DV_PAD=triton.next_power_of_2(dim), SPLITS_PAD=splits_pad,
-        STEP=min(splits_pad, MAX_STEP), ROWS=rows_per_program,
-        num_warps=rows_per_program * _warps_per_row(dim, o_part.element_size()))
+    kernel[(tokens * heads,)](o_part, lse_part, o, lse, tokens * heads, splits, DV=dim,
+                              DV_PAD=triton.next_power_of_2(dim), SPLITS_PAD=splits_pad,
+                              STEP=min(splits_pad, MAX_STEP), num_warps=_warps_per_row(dim, o_part.element_size()))
 
 
 def _warps_per_row(dim: int, element_size: int) -> int:

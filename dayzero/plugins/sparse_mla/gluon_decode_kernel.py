@@ -413,7 +413,7 @@ def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device, b
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
-    full_scores: bool = False, row_scan: int | None = None, staged_partials: bool = True, combine_rows: int = 1,
+    full_scores: bool = False, row_scan: int | None = None, staged_partials: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
     FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
@@ -424,8 +424,7 @@ def sparse_mla_decode_gluon_launcher(
     `row_scan`: index slots a step of the row's scan (default: the whole row, up to MAX_ROW_SCAN).
     `staged_partials` (default): with splits, bf16 partial outputs written through shared memory in 16-byte vectors
     (half the fp32 partials' bytes, and the combine reads half); False: fp32 partials stored from the accumulator's
-    layout. Run ta, B64 H64 BF16 on the H200: attention + combine 56.5 + 4.1 us staged, 58.7 + 4.8 in fp32.
-    `combine_rows`: (token, head) rows a combine program merges (`combine_splits_launcher`'s rows_per_program)."""
+    layout. Run ta, B64 H64 BF16 on the H200: attention + combine 56.5 + 4.1 us staged, 58.7 + 4.8 in fp32."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
     _check_inputs(q, latent_cache, block_table, v_dim)
     tokens, heads, width = q.shape
@@ -455,5 +454,5 @@ def sparse_mla_decode_gluon_launcher(
         FP8=is_quantized(latent_cache), TILE=FP8_TILE, ROW_SCAN=row_scan, STAGED=staged, num_warps=NUM_WARPS,
     )
     if splits > 1:
-        combine_splits_launcher(o_part, lse_part, o, lse, rows_per_program=combine_rows)
+        combine_splits_launcher(o_part, lse_part, o, lse)
     return o, lse
