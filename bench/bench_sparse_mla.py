@@ -54,8 +54,8 @@ EXTRA_DECODE_WARPS: list[int] = []
 # default before run rb), all of the score block a warpgroup (`full_scores`; no longer timed by default: 0.081
 # against 0.068 ms at H64 BF16 in run qa) and fp32 split partials (the default before run ta)
 GLUON_CONFIGS = {"gluon": {}, "gluon-stepped-row-scan": {"row_scan": 256}, "gluon-full-scores": {"full_scores": True},
-                 "gluon-fp32-partials": {"staged_partials": False}}
-GLUON_CONFIGS_OF = {fmt: ["gluon", "gluon-fp32-partials"] for fmt in ("bf16", "fp8")}
+                 "gluon-fp32-partials": {"staged_partials": False}, "gluon-pdl-combine": {"pdl": True}}
+GLUON_CONFIGS_OF = {fmt: ["gluon", "gluon-pdl-combine"] for fmt in ("bf16", "fp8")}
 # FP8 prefill through a BF16 copy of the pages (fp8_prefill.py; what the op does in eager CUDA prefill)
 BF16_COPY = "fp8-via-bf16-copy"
 GLUON_DECODE: list[bool] = []

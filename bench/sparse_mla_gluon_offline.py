@@ -83,11 +83,11 @@ GRIDS = (("split (B64 H64)", True), ("unsplit (B64 H128)", False))
 VARIANTS = ((False, False), (False, True), (True, False))
 
 
-def build(split: bool, full_scores: bool, fp8: bool = False, staged: bool = False):
+def build(split: bool, full_scores: bool, fp8: bool = False, staged: bool = False, pdl: int = 0):
     row = gluon_decode_kernel.FP8_RECORD if fp8 else 576
     constexprs = dict(PAGE=64, ROW=row, DV=512, DR=64, BLOCK_H=gluon_decode_kernel.HEADS,
                       BLOCK_N=gluon_decode_kernel.BLOCK_N, SPLIT=split, FULL_SCORES=full_scores, FP8=fp8, TILE=128,
-                      ROW_SCAN=2048, STAGED=staged)
+                      ROW_SCAN=2048, STAGED=staged, PDL=pdl)
     types = {**TYPES, "cache": "*u8"} if fp8 else TYPES
     if staged:
         types = {**types, "o_part": "*bf16"}

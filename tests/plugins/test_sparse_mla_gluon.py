@@ -55,7 +55,8 @@ LOOPS = [pytest.param("bfloat16", {}, id="bf16-half-scores"),
          pytest.param("fp8", {}, id="fp8-half-scores"),
          pytest.param("fp8", {"row_scan": 256}, id="fp8-stepped-row-scan"),
          pytest.param("bfloat16", {"staged_partials": False}, id="bf16-fp32-partials"),
-         pytest.param("fp8", {"staged_partials": False}, id="fp8-fp32-partials")]
+         pytest.param("fp8", {"staged_partials": False}, id="fp8-fp32-partials"),
+         pytest.param("bfloat16", {"pdl": True}, id="bf16-pdl-combine")]
 
 
 @pytest.mark.parametrize("fmt, loop", LOOPS)
@@ -156,7 +157,8 @@ def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, mo
     grid, constexprs = kernel.calls[0]
     assert constexprs == dict(PAGE=64, ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False,
                               num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False),
-                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048), STAGED=False)
+                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048), STAGED=False,
+                              PDL=0)
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
 
 
@@ -174,7 +176,7 @@ def test_a_row_scan_that_no_layout_fits_is_refused(row_scan, monkeypatch):
 def test_split_launches_combine_after_the_kernel(monkeypatch):
     kernel, combines = RecordedLaunch(), []
     monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)
-    monkeypatch.setattr(G, "combine_splits_launcher", lambda *args: combines.append(args))
+    monkeypatch.setattr(G, "combine_splits_launcher", lambda *args, **kwargs: combines.append(args))
     sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, "bfloat16", BF16)
     G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
                                        SM_SCALE, NOPE, num_splits=3)

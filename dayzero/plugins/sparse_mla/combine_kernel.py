@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins.dependent_launch import OFF, launch_options, wait_for_previous_kernel
+
 # splits whose rows a program loads at once ([STEP, DV] fp32: 16 values a thread at DV 512 on 4 warps)
 MAX_STEP = 4
 # bytes a thread loads of a row at once (ld.global.v4)
@@ -29,7 +31,8 @@ def _split_rows(o_part, lse_part, first, row, num_rows, num_splits, v, DV: tl.co
 
 @triton.jit
 def _combine_splits_kernel(o_part, lse_part, o, lse, num_rows, num_splits, DV: tl.constexpr, DV_PAD: tl.constexpr,
-                           SPLITS_PAD: tl.constexpr, STEP: tl.constexpr):
+                           SPLITS_PAD: tl.constexpr, STEP: tl.constexpr, PDL: tl.constexpr):
+    wait_for_previous_kernel(PDL)
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, SPLITS_PAD)
     v = tl.arange(0, DV_PAD)
@@ -50,8 +53,9 @@ def _combine_splits_kernel(o_part, lse_part, o, lse, num_rows, num_splits, DV: t
 
 
 def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                            launch=None) -> None:
-    """o_part [S, T, H, DV] fp32 or bf16, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place."""
+                            launch=None, pdl: int = OFF) -> None:
+    """o_part [S, T, H, DV] fp32 or bf16, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place.
+    `pdl`: dependent_launch's mode (the attention kernel before lets it start)."""
     splits, tokens, heads, dim = o_part.shape
     assert lse_part.shape == (splits, tokens, heads) and o.shape == (tokens, heads, dim)
     assert lse.shape == (tokens, heads)
@@ -60,7 +64,8 @@ def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: tor
     splits_pad = max(2, triton.next_power_of_2(splits))
     kernel[(tokens * heads,)](o_part, lse_part, o, lse, tokens * heads, splits, DV=dim,
                               DV_PAD=triton.next_power_of_2(dim), SPLITS_PAD=splits_pad,
-                              STEP=min(splits_pad, MAX_STEP), num_warps=_warps_per_row(dim, o_part.element_size()))
+                              STEP=min(splits_pad, MAX_STEP), PDL=pdl,
+                              num_warps=_warps_per_row(dim, o_part.element_size()), **launch_options(pdl))
 
 
 def _warps_per_row(dim: int, element_size: int) -> int:
