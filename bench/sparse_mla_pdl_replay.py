@@ -37,7 +37,7 @@ def main() -> None:
             inputs = sparse_mla_decode_inputs(fmt, 64)
             graphs = {}
             for pdl in (False, True):
-                call = lambda pdl=pdl: sparse_mla.sparse_mla_decode_gluon_launcher(  # noqa: E731
+                call = lambda pdl=pdl, inputs=inputs: sparse_mla.sparse_mla_decode_gluon_launcher(  # noqa: E731
                     *inputs, sparse_mla.SM_SCALE, sparse_mla.NOPE, pdl=pdl)
                 graphs[pdl] = captured_graph([call] * args.calls, warm=[call, call])
             for _ in range(args.rounds):
