@@ -43,6 +43,17 @@ def graph_replay_ms(calls, timer=median_ms) -> float:
     return timer(graph.replay) / len(calls)
 
 
+# decode calls are also timed this many back to back in one graph, as an engine's decode step replays every layer's
+# kernels in one graph: its launch, 3-5 us, is paid once a step, not once a call (runs te, tf)
+LONG_GRAPH_CALLS = 64
+
+
+def long_graph_ms(calls, timer=median_ms) -> float:
+    """Milliseconds per call of LONG_GRAPH_CALLS calls in one CUDA graph, taken from `calls` in turn (input sets that
+    together outgrow the L2, so that no call finds the one before's bytes there)."""
+    return graph_replay_ms([calls[i % len(calls)] for i in range(LONG_GRAPH_CALLS)], timer=timer)
+
+
 def kernel_ms(calls, replays: int = 5) -> float:
     """Milliseconds of GPU kernel time per call: the median of `replay_kernel_ms`. Unlike a replay's wall time it
     leaves out the gap a graph leaves between kernels (their launch), as a bandwidth figure of the kernel should."""

@@ -21,11 +21,14 @@ def kda_prefill(record: dict, extra_prefixes: tuple[str, ...]) -> str:
 
 
 def sparse_mla(record: dict) -> str:
-    """Case, tile config, check, ms, TFLOP/s, % of copy (then the graph replay's ms and % of copy, where timed)."""
+    """Case, tile config, check, ms, TFLOP/s, % of copy (then the graph replays' ms and % of copy, one call a graph and
+    64, where timed)."""
     c = record.get("config")
     cfg = c if not isinstance(c, dict) else f"n{c['block_n']} s{c['num_stages']} w{c['num_warps']} h{c['block_h']}"
     graph = (f"graph {record['graph_ms']:.3f} {100 * record['graph_frac_copy']:.1f}%" if "graph_ms" in record
              else "")
+    if "long_graph_ms" in record:
+        graph += f" 64-call graph {record['long_graph_ms']:.3f} {100 * record['long_graph_frac_copy']:.1f}%"
     return " ".join(map(str, (record["case"], cfg, record.get("correct"), round(record.get("ms", 0), 3),
                               round(record.get("TFLOPs", 0), 1), f"{100 * record.get('frac_copy', 0):.1f}%", graph,
                               record.get("error", "")[:80])))
@@ -35,6 +38,8 @@ def indexer(record: dict) -> str:
     """Case, cache, options, check, ms and % of the ceiling (eager, then graph replay), per-kernel us."""
     graph = record.get("graph_ms")
     graph_text = f"graph {graph:.3f} {100 * record.get('graph_fraction', 0):.1f}%" if graph else "graph -"
+    if record.get("long_graph_ms"):
+        graph_text += f" 64-call graph {record['long_graph_ms']:.3f} {100 * record['long_graph_fraction']:.1f}%"
     return " ".join(map(str, (record.get("shape"), record.get("cache"), record.get("options"), record.get("ok"),
                               round(record.get("ms", 0), 3), f"{100 * record.get('fraction', 0):.1f}%", graph_text,
                               record.get("kernels_us"), record.get("error", "")[:80])))

@@ -11,6 +11,6 @@
 . bench/h200_call.sh sh ${1:-300}
 export OMP_NUM_THREADS=1
 timeout $(left) python3 bench/bench_spec_decode.py --h200-slice --requests 16 --prompt-tokens 256 --max-tokens 64 \
-  --num-draft 3 --out $R > $R/spec_decode.log 2>&1
+  --num-draft 3 --margins --out $R > $R/spec_decode.log 2>&1
 echo "== spec decode rc=$? at $(( $(date +%s) - start )) s"; save
-tail -4 $R/spec_decode.log
+grep -v "^\[" $R/spec_decode.log | tail -22 | cut -c1-200
