@@ -81,3 +81,22 @@ for line in open(sys.argv[1]):
         print(head, "|", "; ".join(k[-40:] for k in kept))
 PY
 }
+# the Gluon sparse suite and the combine's GPU tests into $R/gpu_tests.log (at most SECONDS), then their summary:
+# sparse_gpu_tests SECONDS
+sparse_gpu_tests() {
+  timeout -s INT -k 15 $1 python3 -m pytest -q -rfE -p no:cacheprovider -n 6 -m gpu \
+    tests/plugins/test_sparse_mla_gluon.py tests/plugins/test_sparse_mla_combine.py > $R/gpu_tests.log 2>&1
+  echo "== gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_tests.log; save
+}
+# sparse decode kernel times (bench/sparse_mla_decode_kernels.py) for each options JSON given, twice in turn, into
+# $R/decode_kernels.log: decode_kernel_passes '{}' '{"pdl": true}'
+decode_kernel_passes() {
+  local pass options
+  for pass in 1 2; do
+    for options in "$@"; do
+      echo "# $options" >> $R/decode_kernels.log
+      timeout 40 python3 bench/sparse_mla_decode_kernels.py --options "$options" >> $R/decode_kernels.log 2>&1
+    done
+  done
+  echo "== decode kernels at $(( $(date +%s) - start )) s"; save
+}

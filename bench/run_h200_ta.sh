@@ -10,16 +10,8 @@
 . bench/h200.sh
 . bench/h200_call.sh ta ${1:-580}
 export OMP_NUM_THREADS=1
-timeout -s INT -k 15 120 python3 -m pytest -q -rfE -p no:cacheprovider -n 6 -m gpu \
-  tests/plugins/test_sparse_mla_gluon.py tests/plugins/test_sparse_mla_combine.py > $R/gpu_tests.log 2>&1
-echo "== gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_tests.log; save
-for pass in 1 2; do
-  for options in '{}' '{"staged_partials": true}'; do
-    echo "# $options" >> $R/decode_kernels.log
-    timeout 40 python3 bench/sparse_mla_decode_kernels.py --options "$options" >> $R/decode_kernels.log 2>&1
-  done
-done
-echo "== decode kernels at $(( $(date +%s) - start )) s"; save
+sparse_gpu_tests 120
+decode_kernel_passes '{}' '{"staged_partials": true}'
 timeout 110 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_decode > $R/mla_decode.log 2>&1
 echo "== sparse mla decode rc=$? at $(( $(date +%s) - start )) s"; save
 timeout 170 python3 bench/bench_indexer.py --out $R/indexer > $R/indexer.log 2>&1
