@@ -100,3 +100,14 @@ decode_kernel_passes() {
   done
   echo "== decode kernels at $(( $(date +%s) - start )) s"; save
 }
+# issue 4's bench: indexer decode and prefill, the quick sparse decode with the Gluon configs, sparse MLA prefill
+# T 32768 H128 (at most SECONDS, default the seconds left), into $R/{indexer,mla_decode,mla_prefill}: issue4_bench [SECONDS]
+issue4_bench() {
+  timeout 170 python3 bench/bench_indexer.py --out $R/indexer > $R/indexer.log 2>&1
+  echo "== indexer rc=$? at $(( $(date +%s) - start )) s"; save
+  timeout 110 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_decode > $R/mla_decode.log 2>&1
+  echo "== sparse mla decode rc=$? at $(( $(date +%s) - start )) s"; save
+  timeout ${1:-$(left)} python3 bench/bench_sparse_mla.py --prefill-only --no-sweep --out $R/mla_prefill \
+    > $R/mla_prefill.log 2>&1
+  echo "== sparse mla prefill rc=$? at $(( $(date +%s) - start )) s"; save
+}

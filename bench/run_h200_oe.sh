@@ -10,12 +10,7 @@
 . bench/h200.sh
 . bench/h200_call.sh oe ${1:-420}
 export OMP_NUM_THREADS=1
-timeout 170 python3 bench/bench_indexer.py --out $R/indexer > $R/indexer.log 2>&1
-echo "== indexer rc=$? at $(( $(date +%s) - start )) s"; save
-timeout 110 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_decode > $R/mla_decode.log 2>&1
-echo "== sparse mla decode rc=$? at $(( $(date +%s) - start )) s"; save
-timeout $(left) python3 bench/bench_sparse_mla.py --prefill-only --no-sweep --out $R/mla_prefill > $R/mla_prefill.log 2>&1
-echo "== sparse mla prefill rc=$? at $(( $(date +%s) - start )) s"; save
+issue4_bench
 save_caches
 indexer_rows $R/indexer/bench_indexer.json 2>/dev/null | cut -c1-160
 sparse_mla_rows $R/mla_decode/sparse_mla.json 2>/dev/null | grep -E "default|gluon" | cut -c1-160
