@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dayzero.plugins.dependent_launch import LATE, OFF
 from dayzero.plugins.sparse_mla import gluon_decode_kernel as G
 from dayzero.plugins.sparse_mla import op
 from tests.plugins.test_sparse_mla_kernel import (
@@ -187,6 +188,21 @@ def test_split_launches_combine_after_the_kernel(monkeypatch):
                                        SM_SCALE, NOPE, num_splits=3, staged_partials=False)
     _, (_, unstaged) = kernel.calls
     assert not unstaged["STAGED"] and combines[-1][0].dtype == torch.float32
+
+
+@pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
+@pytest.mark.parametrize("pdl", [False, True])
+def test_the_pdl_option_makes_the_combine_a_late_dependent_launch(pdl, monkeypatch):
+    """Where PDL is available (pretended here), `pdl` lets the combine start after the key loop, and it waits."""
+    kernel, combines = RecordedLaunch(), []
+    monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)
+    monkeypatch.setattr(G, "combine_splits_launcher", lambda *args, pdl: combines.append(pdl))
+    monkeypatch.setattr(G.dependent_launch, "pdl_available", lambda like: True)
+    sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, "bfloat16", BF16)
+    G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
+                                       SM_SCALE, NOPE, num_splits=3, pdl=pdl)
+    (_, constexprs), = kernel.calls
+    assert combines == [constexprs["PDL"]] and constexprs["PDL"] == (LATE if pdl else OFF)
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
