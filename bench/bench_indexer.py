@@ -145,10 +145,13 @@ def run_decode(context: int, heads: int, cache: str, tokens: int, options: dict,
     io_bytes = case["q"].numel() * 2 + case["w"].numel() * 4 + got.numel() * 4 + case["block_table"].numel() * 4
     gbps = (key_bytes + io_bytes) / ms / 1e6
     graph = decode_graph_ms([fn])
-    sets = [case, *(paged_inputs([context] * batch, [tokens] * batch, heads, quantized, mxfp8_query=cache == "mxfp8")
-                    for _ in range(min(MAX_SETS, math.ceil(3 * L2_BYTES / key_bytes)) - 1))]
-    long_graph = None if graph is None else decode_graph_ms(
-        [lambda c=c: index_topk_paged_launcher(**c, topk=TOPK, phase="decode", **options) for c in sets], long=True)
+    long_graph = None
+    if graph is not None:  # the extra input sets only where the call can be captured at all
+        sets = [case, *(paged_inputs([context] * batch, [tokens] * batch, heads, quantized,
+                                     mxfp8_query=cache == "mxfp8")
+                        for _ in range(min(MAX_SETS, math.ceil(3 * L2_BYTES / key_bytes)) - 1))]
+        long_graph = decode_graph_ms(
+            [lambda c=c: index_topk_paged_launcher(**c, topk=TOPK, phase="decode", **options) for c in sets], long=True)
     fraction_at = lambda t: None if t is None else (key_bytes + io_bytes) / t / 1e6 / ceilings["copy_GBps"]  # noqa: E731
     return {"phase": "decode", "shape": f"B{batch} ctx{context} L{tokens} HI{heads} DI{DI} k{TOPK}",
             "cache": cache, "options": options, "ms": ms, "GBps": gbps,

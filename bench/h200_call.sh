@@ -65,8 +65,7 @@ gluon_racecheck() {
 # the quick sparse MLA decode bench with the Gluon configs (bench_sparse_mla.py --quick-decode --gluon) into
 # $R/mla_gluon for the seconds left, then the Triton cache saved and the default and Gluon rows printed
 gluon_decode_bench() {
-  timeout $(left) python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_gluon > $R/mla_gluon.log 2>&1
-  echo "== sparse mla --gluon rc=$? at $(( $(date +%s) - start )) s"; save
+  quick_decode_bench mla_gluon $(left)
   save_caches
   sparse_mla_rows $R/mla_gluon/sparse_mla.json 2>/dev/null | grep -E "default|gluon" | cut -c1-160
 }
@@ -105,9 +104,14 @@ decode_kernel_passes() {
 issue4_bench() {
   timeout 170 python3 bench/bench_indexer.py --out $R/indexer > $R/indexer.log 2>&1
   echo "== indexer rc=$? at $(( $(date +%s) - start )) s"; save
-  timeout 110 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_decode > $R/mla_decode.log 2>&1
-  echo "== sparse mla decode rc=$? at $(( $(date +%s) - start )) s"; save
+  quick_decode_bench mla_decode 110
   timeout ${1:-$(left)} python3 bench/bench_sparse_mla.py --prefill-only --no-sweep --out $R/mla_prefill \
     > $R/mla_prefill.log 2>&1
   echo "== sparse mla prefill rc=$? at $(( $(date +%s) - start )) s"; save
+}
+# the quick sparse MLA decode bench with the Gluon configs (bench_sparse_mla.py --quick-decode --gluon) into $R/NAME
+# for at most SECONDS: quick_decode_bench NAME SECONDS
+quick_decode_bench() {
+  timeout $2 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/$1 > $R/$1.log 2>&1
+  echo "== sparse mla quick decode rc=$? at $(( $(date +%s) - start )) s"; save
 }

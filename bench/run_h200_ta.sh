@@ -12,8 +12,7 @@
 export OMP_NUM_THREADS=1
 sparse_gpu_tests 120
 decode_kernel_passes '{}' '{"staged_partials": true}'
-timeout 110 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_decode > $R/mla_decode.log 2>&1
-echo "== sparse mla decode rc=$? at $(( $(date +%s) - start )) s"; save
+quick_decode_bench mla_decode 110
 timeout 170 python3 bench/bench_indexer.py --out $R/indexer > $R/indexer.log 2>&1
 echo "== indexer rc=$? at $(( $(date +%s) - start )) s"; save
 timeout $(left) python3 bench/bench_sparse_mla.py --prefill-only --no-sweep --out $R/mla_prefill > $R/mla_prefill.log 2>&1

@@ -13,8 +13,7 @@
 export OMP_NUM_THREADS=1
 sparse_gpu_tests 90
 decode_kernel_passes '{}' '{"pdl": true}'
-timeout 80 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/mla_decode > $R/mla_decode.log 2>&1
-echo "== sparse mla decode rc=$? at $(( $(date +%s) - start )) s"; save
+quick_decode_bench mla_decode 80
 timeout $(left) python3 bench/bench_spec_decode.py --h200-slice --requests 16 --prompt-tokens 256 --max-tokens 64 \
   --num-draft 3 --margins --out $R/spec > $R/spec_decode.log 2>&1
 echo "== spec decode rc=$? at $(( $(date +%s) - start )) s"; save
