@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Twentieth session of 2026-12-05: run tg's steps on an H200 (tg got an H100, where the whole h200-slice does not fit),
+# with the decode indexer's merge on 8 warps against the default 16 (run sa, H100: 0.7-1.3 us less) in the same call:
+# 1. issue 4's bench with the 64-call graph column (issue4_bench);
+# 2. the indexer merge A/B, MXFP8 B64 HI 32 / 64 at 8K and 32K keys, default and 8 warps twice in turn;
+# 3. the late-PDL combine against plain in 50-call graphs (bench/sparse_mla_pdl_replay.py);
+# 4. speculative decoding on the whole h200-slice with --margins.
+# usage: bash bench/run_h200_th.sh [SECONDS] (default 560); carry .whl, .snap and .tcache.
+. bench/h200.sh
+. bench/h200_call.sh th ${1:-560}
+export OMP_NUM_THREADS=1
+issue4_bench 90
+for pass in 1 2; do
+  indexer_decode merge16_$pass 64 8192,32768 32,64
+  indexer_decode merge8_$pass 64 8192,32768 32,64 '{"merge_warps": 8}'
+done
+timeout 60 python3 bench/sparse_mla_pdl_replay.py > $R/pdl_replay.log 2>&1
+echo "== pdl replay rc=$? at $(( $(date +%s) - start )) s"; save
+save_caches
+timeout $(left) python3 bench/bench_spec_decode.py --h200-slice --requests 16 --prompt-tokens 256 --max-tokens 64 \
+  --num-draft 3 --margins --out $R/spec > $R/spec_decode.log 2>&1
+echo "== spec decode rc=$? at $(( $(date +%s) - start )) s"; save
+indexer_rows $R/indexer/bench_indexer.json 2>/dev/null | cut -c1-190
+for f in $R/merge*/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-40,80-190; done
+sparse_mla_rows $R/mla_decode/sparse_mla.json 2>/dev/null | grep -E "gluon" | cut -c1-190
+sparse_mla_rows $R/mla_prefill/sparse_mla.json 2>/dev/null | grep "prefill T32768 H128" | cut -c1-160
+tail -8 $R/pdl_replay.log
+grep -v "^\[" $R/spec_decode.log | tail -20 | cut -c1-200
