@@ -115,3 +115,15 @@ quick_decode_bench() {
   timeout $2 python3 bench/bench_sparse_mla.py --quick-decode --gluon --out $R/$1 > $R/$1.log 2>&1
   echo "== sparse mla quick decode rc=$? at $(( $(date +%s) - start )) s"; save
 }
+# the late-PDL combine against plain in 50-call graphs (bench/sparse_mla_pdl_replay.py) into $R/pdl_replay.log
+pdl_replay() {
+  timeout 60 python3 bench/sparse_mla_pdl_replay.py > $R/pdl_replay.log 2>&1
+  echo "== pdl replay rc=$? at $(( $(date +%s) - start )) s"; save
+}
+# speculative decoding (3 drafts) on the whole h200-slice with --margins, for the seconds left, into $R/spec and
+# $R/spec_decode.log (more than an H100's memory)
+spec_decode_slice() {
+  timeout $(left) python3 bench/bench_spec_decode.py --h200-slice --requests 16 --prompt-tokens 256 --max-tokens 64 \
+    --num-draft 3 --margins --out $R/spec > $R/spec_decode.log 2>&1
+  echo "== spec decode rc=$? at $(( $(date +%s) - start )) s"; save
+}

@@ -9,12 +9,9 @@
 . bench/h200_call.sh tg ${1:-560}
 export OMP_NUM_THREADS=1
 issue4_bench 90
-timeout 60 python3 bench/sparse_mla_pdl_replay.py > $R/pdl_replay.log 2>&1
-echo "== pdl replay rc=$? at $(( $(date +%s) - start )) s"; save
+pdl_replay
 save_caches
-timeout $(left) python3 bench/bench_spec_decode.py --h200-slice --requests 16 --prompt-tokens 256 --max-tokens 64 \
-  --num-draft 3 --margins --out $R/spec > $R/spec_decode.log 2>&1
-echo "== spec decode rc=$? at $(( $(date +%s) - start )) s"; save
+spec_decode_slice
 indexer_rows $R/indexer/bench_indexer.json 2>/dev/null | cut -c1-190
 sparse_mla_rows $R/mla_decode/sparse_mla.json 2>/dev/null | grep -E "gluon" | cut -c1-190
 sparse_mla_rows $R/mla_prefill/sparse_mla.json 2>/dev/null | grep "prefill T32768 H128" | cut -c1-160

@@ -14,14 +14,11 @@ for pass in 1 2; do
   indexer_decode merge16_$pass 64 8192,32768 32,64
   indexer_decode merge8_$pass 64 8192,32768 32,64 '{"merge_warps": 8}'
 done
-timeout 60 python3 bench/sparse_mla_pdl_replay.py > $R/pdl_replay.log 2>&1
-echo "== pdl replay rc=$? at $(( $(date +%s) - start )) s"; save
+pdl_replay
 save_caches
-timeout $(left) python3 bench/bench_spec_decode.py --h200-slice --requests 16 --prompt-tokens 256 --max-tokens 64 \
-  --num-draft 3 --margins --out $R/spec > $R/spec_decode.log 2>&1
-echo "== spec decode rc=$? at $(( $(date +%s) - start )) s"; save
+spec_decode_slice
 indexer_rows $R/indexer/bench_indexer.json 2>/dev/null | cut -c1-190
-for f in $R/merge*/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-40,80-190; done
+for f in $R/merge*/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-260; done
 sparse_mla_rows $R/mla_decode/sparse_mla.json 2>/dev/null | grep -E "gluon" | cut -c1-190
 sparse_mla_rows $R/mla_prefill/sparse_mla.json 2>/dev/null | grep "prefill T32768 H128" | cut -c1-160
 tail -8 $R/pdl_replay.log
