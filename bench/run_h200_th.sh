@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
 # Twentieth session of 2026-12-05: run tg's steps on an H200 (tg got an H100, where the whole h200-slice does not fit),
-# with the decode indexer's merge on 8 warps against the default 16 (run sa, H100: 0.7-1.3 us less) in the same call:
+# with two candidates for the decode indexer's merge (18-21 us of every call, run tg) in the same call:
 # 1. issue 4's bench with the 64-call graph column (issue4_bench);
-# 2. the indexer merge A/B, MXFP8 B64 HI 32 / 64 at 8K and 32K keys, default and 8 warps twice in turn;
-# 3. the late-PDL combine against plain in 50-call graphs (bench/sparse_mla_pdl_replay.py);
-# 4. speculative decoding on the whole h200-slice with --margins.
+# 2. the indexer kernels' tests, GPU-marked or not (GPU sizes where they have them), merge_compact's included;
+# 3. the indexer merge A/B, MXFP8 B64 HI 32 / 64 at 8K and 32K keys, twice in turn: the default, merge_compact (each
+#    step searches the entries above its floor from the front of the row's memory), the merge on 8 warps (run sa, H100:
+#    0.7-1.3 us less than 16), both (offline sm_90: 128 registers and 32 B spilled on 16 warps with merge_compact);
+# 4. the late-PDL combine against plain in 50-call graphs (bench/sparse_mla_pdl_replay.py);
+# 5. speculative decoding on the whole h200-slice with --margins.
 # usage: bash bench/run_h200_th.sh [SECONDS] (default 560); carry .whl, .snap and .tcache.
 . bench/h200.sh
 . bench/h200_call.sh th ${1:-560}
 export OMP_NUM_THREADS=1
 issue4_bench 90
+timeout -s INT -k 15 150 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m "gpu or not gpu" \
+  tests/plugins/test_indexer_select.py tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_chunked.py \
+  > $R/gpu_indexer_select.log 2>&1
+echo "== indexer select tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer_select.log; save
 for pass in 1 2; do
   indexer_decode merge16_$pass 64 8192,32768 32,64
+  indexer_decode compact_$pass 64 8192,32768 32,64 '{"merge_compact": true}'
   indexer_decode merge8_$pass 64 8192,32768 32,64 '{"merge_warps": 8}'
+  indexer_decode compact8_$pass 64 8192,32768 32,64 '{"merge_compact": true, "merge_warps": 8}'
 done
 pdl_replay
 save_caches
