@@ -6,6 +6,7 @@
 # 3. the indexer merge A/B, MXFP8 B64 HI 32 / 64 at 8K and 32K keys, twice in turn: the default, merge_compact (each
 #    step searches the entries above its floor from the front of the row's memory), the merge on 8 warps (run sa, H100:
 #    0.7-1.3 us less than 16), both (offline sm_90: 128 registers and 32 B spilled on 16 warps with merge_compact);
+#    then B1 / B8 HI 64 at 32K and 128K keys (16-32 splits a row: merges of many steps), default and merge_compact;
 # 4. the late-PDL combine against plain in 50-call graphs (bench/sparse_mla_pdl_replay.py);
 # 5. speculative decoding on the whole h200-slice with --margins.
 # usage: bash bench/run_h200_th.sh [SECONDS] (default 560); carry .whl, .snap and .tcache.
@@ -23,11 +24,13 @@ for pass in 1 2; do
   indexer_decode merge8_$pass 64 8192,32768 32,64 '{"merge_warps": 8}'
   indexer_decode compact8_$pass 64 8192,32768 32,64 '{"merge_compact": true, "merge_warps": 8}'
 done
+indexer_decode small_default 1,8 32768,131072 64
+indexer_decode small_compact 1,8 32768,131072 64 '{"merge_compact": true}'
 pdl_replay
 save_caches
 spec_decode_slice
 indexer_rows $R/indexer/bench_indexer.json 2>/dev/null | cut -c1-190
-for f in $R/merge*/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-260; done
+for f in $R/{merge,compact,small}*/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-260; done
 sparse_mla_rows $R/mla_decode/sparse_mla.json 2>/dev/null | grep -E "gluon" | cut -c1-190
 sparse_mla_rows $R/mla_prefill/sparse_mla.json 2>/dev/null | grep "prefill T32768 H128" | cut -c1-160
 tail -8 $R/pdl_replay.log
