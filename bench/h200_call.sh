@@ -127,3 +127,25 @@ spec_decode_slice() {
     --num-draft 3 --margins --out $R/spec > $R/spec_decode.log 2>&1
   echo "== spec decode rc=$? at $(( $(date +%s) - start )) s"; save
 }
+# the indexer kernels' tests (GPU-marked or not) into $R/gpu_indexer_all.log, then the decode indexer's merge
+# candidates (run th's step 3: B64 MXFP8 twice in turn, then B1 / B8), into $R/{merge16,compact,merge8,compact8,small}*
+merge_candidates() {
+  timeout -s INT -k 15 150 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m "gpu or not gpu" \
+    tests/plugins/test_indexer_select.py tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_chunked.py \
+    > $R/gpu_indexer_all.log 2>&1
+  echo "== indexer tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer_all.log; save
+  local pass
+  for pass in 1 2; do
+    indexer_decode merge16_$pass 64 8192,32768 32,64
+    indexer_decode compact_$pass 64 8192,32768 32,64 '{"merge_compact": true}'
+    indexer_decode merge8_$pass 64 8192,32768 32,64 '{"merge_warps": 8}'
+    indexer_decode compact8_$pass 64 8192,32768 32,64 '{"merge_compact": true, "merge_warps": 8}'
+  done
+  indexer_decode small_default 1,8 32768,131072 64
+  indexer_decode small_compact 1,8 32768,131072 64 '{"merge_compact": true}'
+}
+# one line per indexer result of the merge candidates' runs
+merge_candidate_rows() {
+  local f
+  for f in $R/{merge,compact,small}*/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-260; done
+}

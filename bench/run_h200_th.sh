@@ -14,23 +14,12 @@
 . bench/h200_call.sh th ${1:-560}
 export OMP_NUM_THREADS=1
 issue4_bench 90
-timeout -s INT -k 15 150 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m "gpu or not gpu" \
-  tests/plugins/test_indexer_select.py tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_chunked.py \
-  > $R/gpu_indexer_select.log 2>&1
-echo "== indexer select tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer_select.log; save
-for pass in 1 2; do
-  indexer_decode merge16_$pass 64 8192,32768 32,64
-  indexer_decode compact_$pass 64 8192,32768 32,64 '{"merge_compact": true}'
-  indexer_decode merge8_$pass 64 8192,32768 32,64 '{"merge_warps": 8}'
-  indexer_decode compact8_$pass 64 8192,32768 32,64 '{"merge_compact": true, "merge_warps": 8}'
-done
-indexer_decode small_default 1,8 32768,131072 64
-indexer_decode small_compact 1,8 32768,131072 64 '{"merge_compact": true}'
+merge_candidates
 pdl_replay
 save_caches
 spec_decode_slice
 indexer_rows $R/indexer/bench_indexer.json 2>/dev/null | cut -c1-190
-for f in $R/{merge,compact,small}*/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-260; done
+merge_candidate_rows
 sparse_mla_rows $R/mla_decode/sparse_mla.json 2>/dev/null | grep -E "gluon" | cut -c1-190
 sparse_mla_rows $R/mla_prefill/sparse_mla.json 2>/dev/null | grep "prefill T32768 H128" | cut -c1-160
 tail -8 $R/pdl_replay.log
