@@ -127,8 +127,10 @@ spec_decode_slice() {
     --num-draft 3 --margins --out $R/spec > $R/spec_decode.log 2>&1
   echo "== spec decode rc=$? at $(( $(date +%s) - start )) s"; save
 }
-# the indexer kernels' tests (GPU-marked or not) into $R/gpu_indexer_all.log, then the decode indexer's merge
-# candidates (run th's step 3: B64 MXFP8 twice in turn, then B1 / B8), into $R/{merge16,compact,merge8,compact8,small}*
+# the indexer kernels' tests (GPU-marked or not) into $R/gpu_indexer_all.log, then the decode indexer's merge on 16
+# warps against 8 (the default since run ti), B64 MXFP8 twice in turn, then B1 / B8 HI 64 at 32K and 128K keys (16-32
+# splits a row: merges of many steps), into $R/{merge16,merge8,small16,small8}*. Run ti ran it at commit a4be4c2 with
+# merge_compact too (branch cand/merge-compact).
 merge_candidates() {
   timeout -s INT -k 15 150 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m "gpu or not gpu" \
     tests/plugins/test_indexer_select.py tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_chunked.py \
@@ -136,16 +138,14 @@ merge_candidates() {
   echo "== indexer tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer_all.log; save
   local pass
   for pass in 1 2; do
-    indexer_decode merge16_$pass 64 8192,32768 32,64
-    indexer_decode compact_$pass 64 8192,32768 32,64 '{"merge_compact": true}'
+    indexer_decode merge16_$pass 64 8192,32768 32,64 '{"merge_warps": 16}'
     indexer_decode merge8_$pass 64 8192,32768 32,64 '{"merge_warps": 8}'
-    indexer_decode compact8_$pass 64 8192,32768 32,64 '{"merge_compact": true, "merge_warps": 8}'
   done
-  indexer_decode small_default 1,8 32768,131072 64
-  indexer_decode small_compact 1,8 32768,131072 64 '{"merge_compact": true}'
+  indexer_decode small16 1,8 32768,131072 64 '{"merge_warps": 16}'
+  indexer_decode small8 1,8 32768,131072 64 '{"merge_warps": 8}'
 }
 # one line per indexer result of the merge candidates' runs
 merge_candidate_rows() {
   local f
-  for f in $R/{merge,compact,small}*/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-260; done
+  for f in $R/{merge,small}*/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-260; done
 }

@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
 # Twentieth session of 2026-12-05: run tg's steps on an H200 (tg got an H100, where the whole h200-slice does not fit),
-# with two candidates for the decode indexer's merge (18-21 us of every call, run tg) in the same call:
+# with the decode indexer's merge on 16 warps against 8 in the same call:
 # 1. issue 4's bench with the 64-call graph column (issue4_bench);
-# 2. the indexer kernels' tests, GPU-marked or not (GPU sizes where they have them), merge_compact's included;
-# 3. the indexer merge A/B, MXFP8 B64 HI 32 / 64 at 8K and 32K keys, twice in turn: the default, merge_compact (each
-#    step searches the entries above its floor from the front of the row's memory), the merge on 8 warps (run sa, H100:
-#    0.7-1.3 us less than 16), both (offline sm_90: 128 registers and 32 B spilled on 16 warps with merge_compact);
-#    then B1 / B8 HI 64 at 32K and 128K keys (16-32 splits a row: merges of many steps), default and merge_compact;
+# 2. the indexer kernels' tests, GPU-marked or not (GPU sizes where they have them);
+# 3. the decode indexer's merge on 16 warps against 8 (the default since run ti on an H100), B64 MXFP8 at 8K and 32K
+#    keys twice in turn, then B1 / B8 HI 64 at 32K and 128K keys;
 # 4. the late-PDL combine against plain in 50-call graphs (bench/sparse_mla_pdl_replay.py);
 # 5. speculative decoding on the whole h200-slice with --margins.
 # usage: bash bench/run_h200_th.sh [SECONDS] (default 560); carry .whl, .snap and .tcache.

@@ -13,7 +13,6 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.indexer import reference
-from dayzero.plugins.indexer.decode_select_kernel import _compacted
 from dayzero.plugins.indexer.select_kernel import keep_best
 from dayzero.plugins.paged_cache.formats import index_cache_shape, write_index_keys
 from tests.plugins.test_indexer_kernel import assert_rows_follow_the_rule, build_case, run_kernel
@@ -31,43 +30,6 @@ def _keep_best_kernel(keys_in, positions_in, set_keys, set_positions, result, K,
                         tl.zeros([], tl.uint32) + lower.to(tl.uint32, bitcast=True))
     tl.store(result, kept)
     tl.store(result + 1, t.to(tl.int32, bitcast=True))
-
-
-@triton.jit
-def _compacted_kernel(keys_in, positions_in, base_keys, base_positions, small_keys_out, small_positions_out, fits_out,
-                      U: tl.constexpr, CP: tl.constexpr):
-    lane = tl.arange(0, U)
-    small_keys, small_positions, fits = _compacted(tl.load(keys_in + lane).to(tl.uint32, bitcast=True),
-                                                   tl.load(positions_in + lane), base_keys, base_positions, CP)
-    offs = tl.arange(0, CP)
-    tl.store(small_keys_out + offs, small_keys.to(tl.int32, bitcast=True))
-    tl.store(small_positions_out + offs, small_positions)
-    tl.store(fits_out, fits.to(tl.int32))
-
-
-@pytest.mark.parametrize("alive", [0, 1, 17, 32, 33])
-def test_compacted_moves_the_entries_in_order_where_they_fit(alive):
-    """A [64] union with `alive` nonzero keys at random lanes, compacted to [32]: in union order and zero padded when
-    they fit (up to 32), else nothing moves and the flag says so."""
-    gen = torch.Generator().manual_seed(alive)
-    union, half = 64, 32
-    keys = torch.zeros(union, dtype=torch.int32)
-    lanes = torch.randperm(union, generator=gen)[:alive].sort().values
-    keys[lanes] = torch.randint(1, 2**31 - 1, (alive,), generator=gen, dtype=torch.int32)
-    positions = torch.randperm(1000, generator=gen)[:union].int()
-    base_keys, base_positions = poisoned(union, dtype=torch.int32), poisoned(union, dtype=torch.int32)
-    before = (base_keys.clone(), base_positions.clone())
-    small_keys, small_positions = poisoned(half, dtype=torch.int32), poisoned(half, dtype=torch.int32)
-    fits = poisoned(1, dtype=torch.int32)
-    _compacted_kernel[(1,)](keys.to(DEVICE), positions.to(DEVICE), base_keys, base_positions, small_keys,
-                            small_positions, fits, U=union, CP=half)
-    assert int(fits) == int(alive <= half)
-    if alive > half:
-        assert torch.equal(base_keys.cpu(), before[0].cpu()) and torch.equal(base_positions.cpu(), before[1].cpu())
-        return
-    assert torch.equal(small_keys[:alive].cpu(), keys[lanes]) and not small_keys[alive:].any()
-    assert torch.equal(small_positions[:alive].cpu(), positions[lanes])
-    assert torch.equal(base_keys[:alive].cpu(), keys[lanes])
 
 
 def expected_best(keys: torch.Tensor, positions: torch.Tensor, k: int) -> torch.Tensor:
@@ -136,15 +98,14 @@ def sorted_scores_case(length: int, order: str, cache_kind: str, num_heads: int 
 SMALL = {} if ON_GPU else dict(block_keys=16, union_keys=64, min_chunk=48, split_keys=1)
 
 
-@pytest.mark.parametrize("order, cache_kind, merge_compact", [
-    ("rising", "fp32", False), ("falling", "fp32", False), ("rising", "bf16", False), ("falling", "bf16", False),
-    ("rising", "fp32", True), ("falling", "bf16", True)])
-def test_sorted_scores_across_many_splits(order, cache_kind, merge_compact):
+@pytest.mark.parametrize("order", ["rising", "falling"])
+@pytest.mark.parametrize("cache_kind", ["fp32", "bf16"])
+def test_sorted_scores_across_many_splits(order, cache_kind):
     """Rising scores: the last split holds the whole Top-K (the quantile floor of the others is useless); falling:
     the first does (its K-th key drops every other split's candidates)."""
     length, topk = (300, 20) if not ON_GPU else (20000, 2048)
     case = sorted_scores_case(length, order, cache_kind)
-    got = run_kernel(case, topk, "decode", num_splits=6, merge_compact=merge_compact, **SMALL)
+    got = run_kernel(case, topk, "decode", num_splits=6, **SMALL)
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=topk).cpu())
 
 
@@ -162,11 +123,10 @@ def test_short_contexts_rows_per_sequence_and_many_splits(lengths, new, topk, sp
     assert_rows_follow_the_rule(got, case, topk)
 
 
-@pytest.mark.parametrize("merge_compact", [False, True])
-def test_integer_ties_across_splits_and_blocks(merge_compact):
+def test_integer_ties_across_splits_and_blocks():
     """Scores from small integers tie in long runs that cross blocks and splits; the earlier position wins."""
     case = build_case((400, 150), (2, 1), 2, 16, "fp32", torch.float32, integer=True, seed=11)
-    got = run_kernel(case, 40, "decode", num_splits=4, merge_compact=merge_compact, **{**SMALL, "min_chunk": 32})
+    got = run_kernel(case, 40, "decode", num_splits=4, **{**SMALL, "min_chunk": 32})
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=40).cpu())
 
 
@@ -182,13 +142,11 @@ def test_row_split_counts_match_reference(split_keys):
     assert_rows_follow_the_rule(got, case, 24)
 
 
-@pytest.mark.parametrize("merge_compact", [False, True])
 @pytest.mark.parametrize("merge_sets", [2, 4, 16])
-def test_merge_folds_several_sets_a_step(merge_sets, merge_compact):
-    """Seven splits a row folded one (2), three (4) or all (16) new sets a merge step: the same rows, exactly; with
-    merge_compact each step's entries above its floor searched from the front of the row's memory, where they fit."""
+def test_merge_folds_several_sets_a_step(merge_sets):
+    """Seven splits a row folded one (2), three (4) or all (16) new sets a merge step: the same rows, exactly."""
     case = build_case((400, 150, 37), (1, 2, 1), 3, 32, "fp32", torch.float32, seed=9)
-    options = {**SMALL, "min_chunk": 16, "split_keys": 1, "merge_sets": merge_sets, "merge_compact": merge_compact}
+    options = {**SMALL, "min_chunk": 16, "split_keys": 1, "merge_sets": merge_sets}
     got = run_kernel(case, 24, "decode", num_splits=7, **options)
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=24).cpu())
     assert_rows_follow_the_rule(got, case, 24)

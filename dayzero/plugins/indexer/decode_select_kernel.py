@@ -50,7 +50,7 @@ FLOOR_BLOCK = tl.constexpr(32)
 # B8 against 8 of 4096 keys' 0.127 / 0.132; at 128K, 64 splits of 2048 took 0.233 ms at B1 against 32 of 4096 keys'
 # 0.187, the merge (181 us against 93) outgrowing what the shorter splits save.
 MAX_SPLITS = 32
-# entries a merge step searches at once: 16 a thread on the merge's 16 warps. Each step costs one bitwise search of
+# entries a merge step searches at once: 32 a thread on the merge's 8 warps. Each step costs one bitwise search of
 # the union's K-th key whatever its size, so four sets of 2048 fold in one step, not three.
 MERGE_UNION = 8192
 
@@ -227,35 +227,9 @@ def _merge_floor(floors, first, used):
 
 
 @triton.jit
-def _compacted(keys, positions, base_keys, base_positions, CP: tl.constexpr):
-    """The union's nonzero entries, in order, moved to base_keys / base_positions [0, n) and loaded back as a [CP]
-    union (zero padded) -> (keys, positions, n <= CP); where n > CP nothing moves and the flag is false.
-
-    A step's search runs one block-wide count per bit over every lane of its union, so its work scales with the
-    union's length, not with the entries above the floor (a third of it at B64, four splits a row)."""
-    alive = keys > 0
-    slot = tl.cumsum(alive.to(tl.int32), axis=0) - 1
-    n = tl.sum(alive.to(tl.int32), axis=0)
-    fits = n <= CP
-    offs = tl.arange(0, CP)
-    small_keys = tl.zeros([CP], tl.uint32)
-    small_positions = tl.zeros([CP], tl.int32)
-    if fits:
-        # every thread has loaded the union before its entries move (slots only move left)
-        tl.debug_barrier()
-        tl.store(base_keys + slot, keys.to(tl.int32, bitcast=True), mask=alive)
-        tl.store(base_positions + slot, positions, mask=alive)
-        tl.debug_barrier()
-        small_keys = tl.load(base_keys + offs, mask=offs < n, other=0, cache_modifier=".cg").to(tl.uint32,
-                                                                                               bitcast=True)
-        small_positions = tl.load(base_positions + offs, mask=offs < n, other=0, cache_modifier=".cg")
-    return small_keys, small_positions, fits
-
-
-@triton.jit
 def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_used, out, cu_seqlens, num_seqs,
                          num_splits, topk, KP: tl.constexpr, U: tl.constexpr, SETS: tl.constexpr,
-                         ANY_ORDER: tl.constexpr, COMPACT: tl.constexpr):
+                         ANY_ORDER: tl.constexpr):
     # ANY_ORDER: the splits' positions interleave (decode_chunked_kernel.py), so ties go by position, not by order
     row = tl.program_id(0).to(tl.int64)
     out_row = out + row * topk
@@ -282,25 +256,17 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
         position_offsets = tl.where(member == 0, within, split * KP + within)
         tl.debug_barrier()
         keys = tl.load(base_keys + key_offsets, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
-        # with more than K entries left, all >= floor, the floor bounds the search too, and so does the last t: the
-        # running set holds K entries >= it, so no entry below it is kept
-        lower = tl.maximum(lower, floor)
-        keys = tl.where(keys >= lower, keys, 0)
+        keys = tl.where(keys >= floor, keys, 0)
         positions = tl.load(base_positions + position_offsets, mask=ok, other=0, cache_modifier=".cg")
+        # with more than K entries left, all >= floor, the floor bounds the search too (and so does the last t)
+        lower = tl.maximum(lower, floor)
         if ANY_ORDER:
             count, lower = keep_best_any_order(keys, positions, base_keys, base_positions, topk, lower)
         else:
             # the last step's set is the answer, in position order: its positions go straight to the output row
-            target = tl.where(j + SETS - 1 >= used, out_row, base_positions)
-            if COMPACT:
-                small_keys, small_positions, fits = _compacted(keys, positions, base_keys, base_positions,
-                                                               SETS * KP // 2)
-                if fits:
-                    count, lower = keep_best(small_keys, small_positions, base_keys, target, topk, lower)
-                else:
-                    count, lower = keep_best(keys, positions, base_keys, target, topk, lower)
-            else:
-                count, lower = keep_best(keys, positions, base_keys, target, topk, lower)
+            last = j + SETS - 1 >= used
+            count, lower = keep_best(keys, positions, base_keys, tl.where(last, out_row, base_positions), topk,
+                                     lower)
     if ANY_ORDER or used == 1:
         tl.debug_barrier()
         keys, positions = load_set(base_keys, base_positions, count, floor, KP)
@@ -330,11 +296,10 @@ def index_topk_decode_select_launcher(
     q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
-    block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 16,
+    block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
     split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
-    merge_sets: int | None = None, num_stages: int = 3, merge_compact: bool = False, out: torch.Tensor | None = None,
-    launch=None,
+    merge_sets: int | None = None, num_stages: int = 3, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -346,16 +311,15 @@ def index_topk_decode_select_launcher(
     with its key loop pipelined, graph 0.212 / 0.219 and 0.686 / 0.722 ms against 0.215 / 0.220 and 0.725 / 0.746 at
     32K and 128K, the same at 8K; before the pipelining 128 was slower there, run bf); min_chunk: the fewest keys
     of a split (default next_pow2(topk)); split_keys (default min_chunk): a row takes a split per split_keys keys
-    (see MAX_SPLITS); merge_warps: the merge kernel's warps (run fn, B64 MXFP8: 16
-    warps merged in 31-46 us against 39-53 with 8); maxnreg: the split kernel's register cap (see
+    (see MAX_SPLITS); merge_warps: the merge kernel's warps (8: runs sa and ti on an H100,
+    B64 MXFP8, 8K-128K keys, 0.7-2.1 us less than 16 at every case; 4 were slower; before the one-search merge, run
+    fn, 16 were faster); maxnreg: the split kernel's register cap (see
     decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
     the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
     (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
     32K / 128K); fp8_dot: an MXFP8 query (q_scales) and cache on the FP8 tensor cores (fp8_dot_kernel.py; None:
     wherever both are MXFP8); num_stages: the split kernel's software-pipeline depth (key tiles in flight + 1; shared
-    memory grows a tile a stage, and two programs must fit an SM; 4 and 5 gained nothing at HI 64 in run sa);
-    merge_compact: each merge step moves the entries left above its floor to the front of the row's memory and
-    searches half the union's lanes when they fit there (`_compacted`; not yet measured on a GPU). The
+    memory grows a tile a stage, and two programs must fit an SM; 4 and 5 gained nothing at HI 64 in run sa). The
     split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8 warps capped at 128
     registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
@@ -400,5 +364,5 @@ def index_topk_decode_select_launcher(
             NPB=block_page_count(union - kp, PAGE_SIZE, block_keys))
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
                                 topk, KP=kp, U=union, SETS=merge_sets_of(kp, merge_sets), ANY_ORDER=False,
-                                COMPACT=merge_compact, num_warps=merge_warps)
+                                num_warps=merge_warps)
     return out
