@@ -129,8 +129,9 @@ spec_decode_slice() {
 }
 # the indexer kernels' tests (GPU-marked or not) into $R/gpu_indexer_all.log, then the decode indexer's merge on 16
 # warps against 8 (the default since run ti), B64 MXFP8 twice in turn, then B1 / B8 HI 64 at 32K and 128K keys (16-32
-# splits a row: merges of many steps), into $R/{merge16,merge8,small16,small8}*. Run ti ran it at commit a4be4c2 with
-# merge_compact too (branch cand/merge-compact).
+# splits a row) folded by one program in sequence (on 8 and on 16 warps) and in a tree of programs (merge_tree), into
+# $R/{merge16,merge8,small}*. Run ti ran it at commit a4be4c2 with merge_compact instead of the tree (branch
+# cand/merge-compact).
 merge_candidates() {
   timeout -s INT -k 15 150 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m "gpu or not gpu" \
     tests/plugins/test_indexer_select.py tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_chunked.py \
@@ -141,8 +142,9 @@ merge_candidates() {
     indexer_decode merge16_$pass 64 8192,32768 32,64 '{"merge_warps": 16}'
     indexer_decode merge8_$pass 64 8192,32768 32,64 '{"merge_warps": 8}'
   done
-  indexer_decode small16 1,8 32768,131072 64 '{"merge_warps": 16}'
-  indexer_decode small8 1,8 32768,131072 64 '{"merge_warps": 8}'
+  indexer_decode small_sequence 1,8 32768,131072 64 '{"merge_tree": false}'
+  indexer_decode small_tree 1,8 32768,131072 64 '{"merge_tree": true}'
+  indexer_decode small_sequence16 1,8 32768,131072 64 '{"merge_tree": false, "merge_warps": 16}'
 }
 # one line per indexer result of the merge candidates' runs
 merge_candidate_rows() {

@@ -4,7 +4,8 @@
 # 1. issue 4's bench with the 64-call graph column (issue4_bench);
 # 2. the indexer kernels' tests, GPU-marked or not (GPU sizes where they have them);
 # 3. the decode indexer's merge on 16 warps against 8 (the default since run ti on an H100), B64 MXFP8 at 8K and 32K
-#    keys twice in turn, then B1 / B8 HI 64 at 32K and 128K keys;
+#    keys twice in turn, then B1 / B8 HI 64 at 32K and 128K keys, where 16-32 splits a row fold in sequence (8 and 16
+#    warps) or in a tree of merge programs (merge_tree, written after run ti);
 # 4. the late-PDL combine against plain in 50-call graphs (bench/sparse_mla_pdl_replay.py);
 # 5. speculative decoding on the whole h200-slice with --margins.
 # usage: bash bench/run_h200_th.sh [SECONDS] (default 560); carry .whl, .snap and .tcache.

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.indexer import reference
+from dayzero.plugins.indexer.decode_select_kernel import merge_strides
 from dayzero.plugins.indexer.select_kernel import keep_best
 from dayzero.plugins.paged_cache.formats import index_cache_shape, write_index_keys
 from tests.plugins.test_indexer_kernel import assert_rows_follow_the_rule, build_case, run_kernel
@@ -131,25 +132,40 @@ def test_integer_ties_across_splits_and_blocks():
 
 
 
-@pytest.mark.parametrize("split_keys", [128, 1000])
-def test_row_split_counts_match_reference(split_keys):
+@pytest.mark.parametrize("split_keys, merge_sets", [(128, None), (1000, None), (128, 2), (50, 2)])
+def test_row_split_counts_match_reference(split_keys, merge_sets):
     """Rows that use fewer splits than the grid has, by their keys: at 128 keys a split, 400 keys take 4 of the 8 and
-    37 keys 1; at 1000, every row takes one. The merge still folds them exactly."""
+    37 keys 1; at 1000, every row takes one. The merge still folds them exactly, also in a tree of two sets a program
+    (merge_sets 2: levels at strides 1, 2, 4, where a row's groups hold one, two or no splits)."""
     case = build_case((400, 150, 37), (1, 2, 1), 3, 32, "fp32", torch.float32, seed=5)
-    options = {**SMALL, "min_chunk": 16, "split_keys": split_keys}
+    options = {**SMALL, "min_chunk": 16, "split_keys": split_keys, "merge_sets": merge_sets}
     got = run_kernel(case, 24, "decode", num_splits=8, **options)
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=24).cpu())
     assert_rows_follow_the_rule(got, case, 24)
 
 
+@pytest.mark.parametrize("merge_tree", [True, False])
 @pytest.mark.parametrize("merge_sets", [2, 4, 16])
-def test_merge_folds_several_sets_a_step(merge_sets):
-    """Seven splits a row folded one (2), three (4) or all (16) new sets a merge step: the same rows, exactly."""
+def test_merge_folds_several_sets_a_step(merge_sets, merge_tree):
+    """Seven splits a row folded one (2), three (4) or all (16) new sets a merge step, in a tree of merge programs
+    or in one program's sequence of steps: the same rows, exactly."""
     case = build_case((400, 150, 37), (1, 2, 1), 3, 32, "fp32", torch.float32, seed=9)
-    options = {**SMALL, "min_chunk": 16, "split_keys": 1, "merge_sets": merge_sets}
+    options = {**SMALL, "min_chunk": 16, "split_keys": 1, "merge_sets": merge_sets, "merge_tree": merge_tree}
     got = run_kernel(case, 24, "decode", num_splits=7, **options)
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=24).cpu())
     assert_rows_follow_the_rule(got, case, 24)
+
+
+@pytest.mark.parametrize("num_splits, sets, tree, strides", [
+    (4, 4, True, [1]), (5, 4, True, [1, 4]), (16, 4, True, [1, 4]), (17, 4, True, [1, 4, 16]), (32, 4, True, [1, 4, 16]),
+    (7, 2, True, [1, 2, 4]), (32, 4, False, [1]), (torch.SymInt, 4, True, [1])])
+def test_merge_strides(num_splits, sets, tree, strides):
+    """Levels until the leaders left fit one program; none without `tree` or for a traced split count."""
+    if num_splits is torch.SymInt:
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        num_splits = ShapeEnv().create_unbacked_symint()
+    assert merge_strides(num_splits, sets, tree) == strides
 
 
 def test_merge_sets_must_be_a_power_of_two():

@@ -228,51 +228,75 @@ def _merge_floor(floors, first, used):
 
 @triton.jit
 def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_used, out, cu_seqlens, num_seqs,
-                         num_splits, topk, KP: tl.constexpr, U: tl.constexpr, SETS: tl.constexpr,
-                         ANY_ORDER: tl.constexpr):
+                         num_splits, topk, stride, KP: tl.constexpr, U: tl.constexpr, SETS: tl.constexpr,
+                         ANY_ORDER: tl.constexpr, FINAL: tl.constexpr):
+    """Program (row, group): fold the sets of splits leader + i * stride (leader = group * SETS * stride) into the
+    leader's. A level that is not FINAL folds at most SETS of them in one step and leaves the set and its count in the
+    leader's memory; the FINAL level (one group) folds every leader left, SETS - 1 more a step, into the output row."""
     # ANY_ORDER: the splits' positions interleave (decode_chunked_kernel.py), so ties go by position, not by order
     row = tl.program_id(0).to(tl.int64)
     out_row = out + row * topk
     if row >= tl.load(cu_seqlens + num_seqs):
-        pad_row(out_row, 0, topk, KP)
+        if FINAL:
+            pad_row(out_row, 0, topk, KP)
         return
     first = row * num_splits
     used = tl.load(num_splits_used + row)
-    floor = _merge_floor(floors, first, used)
-    base_keys = set_keys + first * U
-    base_positions = set_positions + first * KP
-    count = tl.load(counts + first)
-    lower = tl.zeros([], tl.uint32)
-    # a step folds SETS - 1 splits' sets into the running set (split 0's memory) with one search: the union's lanes
-    # hold the running set, then each new set, so the union is in position order where the splits are
-    lane = tl.arange(0, SETS * KP)
-    member = lane // KP
-    within = lane % KP
-    for j in range(1, used, SETS - 1):
-        split = j + member - 1
-        n = tl.load(counts + first + split, mask=(member > 0) & (split < used), other=0)
-        ok = within < tl.where(member == 0, count, n)
-        key_offsets = tl.where(member == 0, within, split * U + within)
-        position_offsets = tl.where(member == 0, within, split * KP + within)
-        tl.debug_barrier()
-        keys = tl.load(base_keys + key_offsets, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
-        keys = tl.where(keys >= floor, keys, 0)
-        positions = tl.load(base_positions + position_offsets, mask=ok, other=0, cache_modifier=".cg")
-        # with more than K entries left, all >= floor, the floor bounds the search too (and so does the last t)
-        lower = tl.maximum(lower, floor)
-        if ANY_ORDER:
-            count, lower = keep_best_any_order(keys, positions, base_keys, base_positions, topk, lower)
+    leader = tl.program_id(1) * SETS * stride
+    members = tl.cdiv(used - leader, stride)
+    if not FINAL:
+        members = tl.minimum(members, SETS)
+    if FINAL or members > 1:
+        floor = _merge_floor(floors, first, used)
+        base_keys = set_keys + (first + leader) * U
+        base_positions = set_positions + (first + leader) * KP
+        count = tl.load(counts + first + leader)
+        lower = tl.zeros([], tl.uint32)
+        # a step folds SETS - 1 members' sets into the running set (the leader's memory) with one search: the
+        # union's lanes hold the running set, then each new set, so the union is in position order where the splits are
+        lane = tl.arange(0, SETS * KP)
+        member = lane // KP
+        within = lane % KP
+        for j in range(1, members, SETS - 1):
+            m = j + member - 1
+            n = tl.load(counts + first + leader + m * stride, mask=(member > 0) & (m < members), other=0)
+            ok = within < tl.where(member == 0, count, n)
+            key_offsets = tl.where(member == 0, within, m * stride * U + within)
+            position_offsets = tl.where(member == 0, within, m * stride * KP + within)
+            tl.debug_barrier()
+            keys = tl.load(base_keys + key_offsets, mask=ok, other=0, cache_modifier=".cg").to(tl.uint32,
+                                                                                              bitcast=True)
+            keys = tl.where(keys >= floor, keys, 0)
+            positions = tl.load(base_positions + position_offsets, mask=ok, other=0, cache_modifier=".cg")
+            # with more than K entries left, all >= floor, the floor bounds the search too (and so does the last t)
+            lower = tl.maximum(lower, floor)
+            if ANY_ORDER:
+                count, lower = keep_best_any_order(keys, positions, base_keys, base_positions, topk, lower)
+            else:
+                target = base_positions
+                if FINAL:
+                    # the last step's set is the answer, in position order: its positions go straight to the output
+                    target = tl.where(j + SETS - 1 >= members, out_row, base_positions)
+                count, lower = keep_best(keys, positions, base_keys, target, topk, lower)
+        if not FINAL:
+            tl.store(counts + first + leader, count)
+        elif ANY_ORDER or members == 1:
+            tl.debug_barrier()
+            keys, positions = load_set(base_keys, base_positions, count, floor, KP)
+            write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
         else:
-            # the last step's set is the answer, in position order: its positions go straight to the output row
-            last = j + SETS - 1 >= used
-            count, lower = keep_best(keys, positions, base_keys, tl.where(last, out_row, base_positions), topk,
-                                     lower)
-    if ANY_ORDER or used == 1:
-        tl.debug_barrier()
-        keys, positions = load_set(base_keys, base_positions, count, floor, KP)
-        write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
-    else:
-        pad_row(out_row, count, topk, KP)
+            pad_row(out_row, count, topk, KP)
+
+
+def merge_strides(num_splits, sets: int, tree: bool) -> list[int]:
+    """The merge's launches, by the stride between the splits a program folds: with `tree`, levels of up to `sets`
+    sets a program at strides 1, sets, sets**2, ... until the leaders left are at most `sets`, so that a row of S
+    splits folds in log_sets(S) dependent steps rather than (S - 1) / (sets - 1); the last launch (one program a row)
+    writes the output. A traced (symbolic) split count takes one launch."""
+    strides = [1]
+    while tree and isinstance(num_splits, int) and triton.cdiv(num_splits, strides[-1]) > sets:
+        strides.append(strides[-1] * sets)
+    return strides
 
 
 def merge_sets_of(kp: int, sets: int | None) -> int:
@@ -299,7 +323,8 @@ def index_topk_decode_select_launcher(
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
     split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
-    merge_sets: int | None = None, num_stages: int = 3, out: torch.Tensor | None = None, launch=None,
+    merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True, out: torch.Tensor | None = None,
+    launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -319,7 +344,9 @@ def index_topk_decode_select_launcher(
     (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
     32K / 128K); fp8_dot: an MXFP8 query (q_scales) and cache on the FP8 tensor cores (fp8_dot_kernel.py; None:
     wherever both are MXFP8); num_stages: the split kernel's software-pipeline depth (key tiles in flight + 1; shared
-    memory grows a tile a stage, and two programs must fit an SM; 4 and 5 gained nothing at HI 64 in run sa). The
+    memory grows a tile a stage, and two programs must fit an SM; 4 and 5 gained nothing at HI 64 in run sa);
+    merge_tree: fold a row's splits in levels of merge programs (merge_strides) instead of one program's sequence of
+    steps (run ti, H100: the sequence took 99-101 us at B1 / B8 with 32 splits at 128K keys). The
     split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8 warps capped at 128
     registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
@@ -362,7 +389,11 @@ def index_topk_decode_select_launcher(
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
             KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot,
             NPB=block_page_count(union - kp, PAGE_SIZE, block_keys))
-    merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
-                                topk, KP=kp, U=union, SETS=merge_sets_of(kp, merge_sets), ANY_ORDER=False,
-                                num_warps=merge_warps)
+    sets = merge_sets_of(kp, merge_sets)
+    strides = merge_strides(num_splits, sets, merge_tree)
+    for level, stride in enumerate(strides):
+        final = level == len(strides) - 1
+        merge_kernel[(num_tokens, 1 if final else triton.cdiv(num_splits, sets * stride))](
+            set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits, topk, stride, KP=kp,
+            U=union, SETS=sets, ANY_ORDER=False, FINAL=final, num_warps=merge_warps)
     return out
