@@ -157,8 +157,8 @@ def test_merge_folds_several_sets_a_step(merge_sets, merge_tree):
 
 
 @pytest.mark.parametrize("num_splits, sets, tree, strides", [
-    (4, 4, True, [1]), (5, 4, True, [1, 4]), (16, 4, True, [1, 4]), (17, 4, True, [1, 4, 16]), (32, 4, True, [1, 4, 16]),
-    (7, 2, True, [1, 2, 4]), (32, 4, False, [1]), (torch.SymInt, 4, True, [1])])
+    (4, 4, True, [1]), (5, 4, True, [1, 4]), (16, 4, True, [1, 4]), (17, 4, True, [1, 4, 16]),
+    (32, 4, True, [1, 4, 16]), (7, 2, True, [1, 2, 4]), (32, 4, False, [1]), (torch.SymInt, 4, True, [1])])
 def test_merge_strides(num_splits, sets, tree, strides):
     """Levels until the leaders left fit one program; none without `tree` or for a traced split count."""
     if num_splits is torch.SymInt:
