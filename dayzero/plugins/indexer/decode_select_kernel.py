@@ -346,7 +346,8 @@ def index_topk_decode_select_launcher(
     wherever both are MXFP8); num_stages: the split kernel's software-pipeline depth (key tiles in flight + 1; shared
     memory grows a tile a stage, and two programs must fit an SM; 4 and 5 gained nothing at HI 64 in run sa);
     merge_tree: fold a row's splits in levels of merge programs (merge_strides) instead of one program's sequence of
-    steps (run ti, H100: the sequence took 99-101 us at B1 / B8 with 32 splits at 128K keys). The
+    steps (run ti2, H100, HI 64 MXFP8: merge 28.1 / 29.6 us against 96.6 / 100.8 at B1 / B8 with 32 splits at 128K
+    keys, 18.7 / 23.9 against 36.5 / 48.9 at 32K). The
     split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8 warps capped at 128
     registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
