@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.indexer import reference
+from dayzero.plugins.indexer import decode_select_kernel, reference
 from dayzero.plugins.indexer.decode_select_kernel import merge_strides
 from dayzero.plugins.indexer.select_kernel import keep_best
 from dayzero.plugins.paged_cache.formats import index_cache_shape, write_index_keys
@@ -166,6 +166,15 @@ def test_merge_strides(num_splits, sets, tree, strides):
 
         num_splits = ShapeEnv().create_unbacked_symint()
     assert merge_strides(num_splits, sets, tree) == strides
+
+
+@pytest.mark.parametrize("num_seqs, max_keys, tree, splits", [
+    (1, 131072, True, 64), (1, 131072, False, 32), (4, 131072, True, 64), (8, 131072, True, 33), (64, 131072, True, 4),
+    (1, 32768, True, 16), (1, 1000, True, 1)])
+def test_split_counts_fill_one_wave(monkeypatch, num_seqs, max_keys, tree, splits):
+    """On 132 SMs (two programs each): up to 64 splits a row with the tree merge, 32 when one program folds them."""
+    monkeypatch.setattr(decode_select_kernel.device_info, "num_sms", lambda device, cpu_default: 132)
+    assert decode_select_kernel.select_num_splits(num_seqs, max_keys, 2048, torch.device("cpu"), tree) == splits
 
 
 def test_merge_sets_must_be_a_power_of_two():

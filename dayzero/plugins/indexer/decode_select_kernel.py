@@ -45,11 +45,15 @@ from dayzero.plugins.triton_utils import with_launch_config
 # splits whose floors the merge reads at once
 FLOOR_BLOCK = tl.constexpr(32)
 # A row takes a split per next_pow2(topk) keys (min_chunk), up to MAX_SPLITS and as many as fit one wave of two
-# programs an SM (select_num_splits): at B64, 4 splits at any context; at B1 / B8, 4 at 8K, 16 at 32K, 32 at 128K.
+# programs an SM (select_num_splits): at B64, 4 splits at any context; at B1, 4 at 8K, 16 at 32K, 64 at 128K.
 # Run ga (graph ms, MXFP8 HI 64, merging 8192 entries a step): at 32K, 16 splits of 2048 took 0.090 / 0.104 ms at B1 /
 # B8 against 8 of 4096 keys' 0.127 / 0.132; at 128K, 64 splits of 2048 took 0.233 ms at B1 against 32 of 4096 keys'
-# 0.187, the merge (181 us against 93) outgrowing what the shorter splits save.
-MAX_SPLITS = 32
+# 0.187, the merge (181 us against 93) outgrowing what the shorter splits save. Hence MAX_SEQUENTIAL_SPLITS where one
+# program folds a row's splits in sequence (a traced split count, or merge_tree off). The tree merge folds 64 in three
+# dependent steps as it does 32: run tj (H100), B1 / B2 / B4 at 128K keys, 0.071 / 0.078 / 0.096 ms against 32
+# splits' 0.103-0.104 / 0.107 / 0.114.
+MAX_SPLITS = 64
+MAX_SEQUENTIAL_SPLITS = 32
 # entries a merge step searches at once: 32 a thread on the merge's 8 warps. Each step costs one bitwise search of
 # the union's K-th key whatever its size, so four sets of 2048 fold in one step, not three.
 MERGE_UNION = 8192
@@ -308,11 +312,14 @@ def merge_sets_of(kp: int, sets: int | None) -> int:
     return sets
 
 
-def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device) -> int:
+def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device, tree: bool = True) -> int:
     """Splits per sequence: as many programs as fit in one wave (two per SM), each split at least min_chunk keys, at
-    most MAX_SPLITS; a second, partial wave would double the time of the last programs."""
+    most MAX_SPLITS where the merge runs as a tree (`tree` and concrete sizes), else MAX_SEQUENTIAL_SPLITS; a second,
+    partial wave would double the time of the last programs."""
     sms = device_info.num_sms(device, cpu_default=2)
-    by_sms = torch.sym_min(MAX_SPLITS, (2 * sms) // torch.sym_max(num_seqs, 1))
+    concrete = isinstance(num_seqs, int) and isinstance(max_keys, int)
+    cap = MAX_SPLITS if tree and concrete else MAX_SEQUENTIAL_SPLITS
+    by_sms = torch.sym_min(cap, (2 * sms) // torch.sym_max(num_seqs, 1))
     return torch.sym_max(1, torch.sym_min(by_sms, triton.cdiv(max_keys, min_chunk)))
 
 
@@ -367,7 +374,7 @@ def index_topk_decode_select_launcher(
     min_chunk = kp if min_chunk is None else min_chunk
     split_keys = min_chunk if split_keys is None else split_keys
     if num_splits is None:
-        num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device)
+        num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device, merge_tree)
     num_sets = num_tokens * num_splits
     set_keys = torch.empty(num_sets * union, dtype=torch.int32, device=q.device)
     set_positions = torch.empty(num_sets * kp, dtype=torch.int32, device=q.device)
