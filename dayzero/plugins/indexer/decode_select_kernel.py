@@ -7,13 +7,14 @@ set (program-private, reused); then each row keeps the K best of set + block (`k
 scan, no sort). At the end a row's set is its split's candidates (at most K, position order), published with two
 floors: the set's K-th key and its ceil(K / (S - 1))-th key.
 
-Kernel 2, one program per query row, folds the splits' sets into the set of split 0 with the same `keep_best`,
-several sets a step (MERGE_UNION entries: one search per step, whatever its size), dropping every candidate below
-the best floor (below a split's K-th key there are K better keys in that split;
-below the smallest ceil(K / (S - 1))-th key of the first S - 1 splits there are at least K better keys in total),
-so that the merge mostly appends and searches once or twice; the final K are already in position order, the
-output order (reference.py), so no sort follows. Memory: one set + block per program and row, never a [T, N] score
-matrix.
+Kernel 2 folds the splits' sets with the same `keep_best`, several sets a step (MERGE_UNION entries: one search per
+step, whatever its size): in a tree of launches where the split count is known (`merge_strides`: a program folds up
+to SETS splits into the first, level after level, and the last level's one program a row writes the output), else
+one program a row folding every split into split 0 in sequence. Every step drops each candidate below the best
+floor (below a split's K-th key there are K better keys in that split; below the smallest ceil(K / (S - 1))-th key
+of the first S - 1 splits there are at least K better keys in total), so that the merge mostly appends and searches
+once or twice; the final K are already in position order, the output order (reference.py), so no sort follows.
+Memory: one set + block per program and row, never a [T, N] score matrix.
 """
 
 from __future__ import annotations
