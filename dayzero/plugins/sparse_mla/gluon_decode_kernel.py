@@ -247,15 +247,16 @@ def _store_outputs(acc, m_i, l_i, out_factor, o, lse, o_part, lse_part, token, s
     head_o = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, O_MMA))
     head_s = head_block * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, S_MMA))
     v = gl.arange(0, DV, layout=gl.SliceLayout(0, O_MMA))
-    flat_o = token.to(gl.int64) * num_heads + head_o
-    flat_s = token.to(gl.int64) * num_heads + head_s
+    # the flat (split,) token, head row of the program's first head
+    first_row = token.to(gl.int64) * num_heads
+    if SPLIT:
+        first_row += split.to(gl.int64) * num_tokens * num_heads
+    flat_o = first_row + head_o
+    flat_s = first_row + head_s
     out_ok = (head_o < num_heads)[:, None]
     if SPLIT:
-        flat_o += split.to(gl.int64) * num_tokens * num_heads
-        flat_s += split.to(gl.int64) * num_tokens * num_heads
         if STAGED:
-            _store_staged(out, o_part, staging, split.to(gl.int64) * num_tokens * num_heads
-                          + token.to(gl.int64) * num_heads + head_block * BLOCK_H, DV)
+            _store_staged(out, o_part, staging, first_row + head_block * BLOCK_H, DV)
         else:
             gl.store(o_part + flat_o[:, None] * DV + v[None, :], out, mask=out_ok)
         gl.store(lse_part + flat_s, lse_row, mask=head_s < num_heads)
