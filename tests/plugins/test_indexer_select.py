@@ -158,9 +158,10 @@ def test_merge_folds_several_sets_a_step(merge_sets, merge_tree):
 
 @pytest.mark.parametrize("num_splits, sets, tree, strides", [
     (4, 4, True, [1]), (5, 4, True, [1, 4]), (16, 4, True, [1, 4]), (17, 4, True, [1, 4, 16]),
-    (32, 4, True, [1, 4, 16]), (7, 2, True, [1, 2, 4]), (32, 4, False, [1]), (torch.SymInt, 4, True, [1])])
+    (32, 4, True, [1, 4, 16]), (7, 2, True, [1, 2, 4]), (32, 4, False, [1]), (torch.SymInt, 4, True, [1, 4, 16]),
+    (torch.SymInt, 4, False, [1])])
 def test_merge_strides(num_splits, sets, tree, strides):
-    """Levels until the leaders left fit one program; none without `tree` or for a traced split count."""
+    """Levels until the leaders left fit one program (a traced split count: MAX_SPLITS's); one without `tree`."""
     if num_splits is torch.SymInt:
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -181,3 +182,24 @@ def test_merge_sets_must_be_a_power_of_two():
     case = build_case((100,), (1,), 2, 16, "fp32", torch.float32, seed=1)
     with pytest.raises(AssertionError, match="power of two"):
         run_kernel(case, 8, "decode", num_splits=3, **{**SMALL, "merge_sets": 3})
+
+
+
+def test_traced_split_counts_launch_the_levels_they_need():
+    """A traced split count launches every level MAX_SPLITS could need; the grid of a level no row needs is zero
+    (AOTInductor skips that launch), so each count launches what it launches when concrete, with the same grids."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    traced = ShapeEnv().create_unbacked_symint()
+    strides = merge_strides(traced, 4, True)
+    for num_splits in range(1, decode_select_kernel.MAX_SPLITS + 1):
+        launched = {}
+        for level, stride in enumerate(strides):
+            groups = decode_select_kernel.merge_groups(traced, 4, stride, level == len(strides) - 1)
+            groups = int(groups.node.expr.subs(traced.node.expr, num_splits)) if isinstance(groups, torch.SymInt) \
+                else groups
+            if groups:
+                launched[stride] = groups
+        concrete = merge_strides(num_splits, 4, True)
+        assert launched == {stride: decode_select_kernel.merge_groups(num_splits, 4, stride, stride == concrete[-1])
+                            for stride in concrete}, num_splits

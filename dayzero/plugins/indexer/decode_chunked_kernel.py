@@ -186,6 +186,6 @@ def index_topk_decode_chunked_launcher(
             num_warps=fold_warps)
     # the merge reads set j at set_keys + j * U: the sets here are KP apart; a row's splits interleave in position
     merge_kernel[(num_tokens,)](set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits,
-                                topk, 1, KP=kp, U=kp, SETS=merge_sets_of(kp, merge_sets), ANY_ORDER=True, FINAL=True,
+                                topk, 1, KP=kp, U=kp, SETS=merge_sets_of(kp, merge_sets), ANY_ORDER=True, LAST=True,
                                 num_warps=merge_warps)
     return out

@@ -8,9 +8,9 @@ scan, no sort). At the end a row's set is its split's candidates (at most K, pos
 floors: the set's K-th key and its ceil(K / (S - 1))-th key.
 
 Kernel 2 folds the splits' sets with the same `keep_best`, several sets a step (MERGE_UNION entries: one search per
-step, whatever its size): in a tree of launches where the split count is known (`merge_strides`: a program folds up
-to SETS splits into the first, level after level, and the last level's one program a row writes the output), else
-one program a row folding every split into split 0 in sequence. Every step drops each candidate below the best
+step, whatever its size): in a tree of launches (`merge_strides`: a program folds up to SETS splits into the first,
+level after level, until a row's leaders fit one program, which writes the output), or, with merge_tree off, one
+program a row folding every split into split 0 in sequence. Every step drops each candidate below the best
 floor (below a split's K-th key there are K better keys in that split; below the smallest ceil(K / (S - 1))-th key
 of the first S - 1 splits there are at least K better keys in total), so that the merge mostly appends and searches
 once or twice; the final K are already in position order, the output order (reference.py), so no sort follows.
@@ -50,7 +50,7 @@ FLOOR_BLOCK = tl.constexpr(32)
 # Run ga (graph ms, MXFP8 HI 64, merging 8192 entries a step): at 32K, 16 splits of 2048 took 0.090 / 0.104 ms at B1 /
 # B8 against 8 of 4096 keys' 0.127 / 0.132; at 128K, 64 splits of 2048 took 0.233 ms at B1 against 32 of 4096 keys'
 # 0.187, the merge (181 us against 93) outgrowing what the shorter splits save. Hence MAX_SEQUENTIAL_SPLITS where one
-# program folds a row's splits in sequence (a traced split count, or merge_tree off). The tree merge folds 64 in three
+# program folds a row's splits in sequence (merge_tree off). The tree merge folds 64 in three
 # dependent steps as it does 32: run tj (H100), B1 / B2 / B4 at 128K keys, 0.071 / 0.078 / 0.096 ms against 32
 # splits' 0.103-0.104 / 0.107 / 0.114.
 MAX_SPLITS = 64
@@ -234,24 +234,31 @@ def _merge_floor(floors, first, used):
 @triton.jit
 def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_used, out, cu_seqlens, num_seqs,
                          num_splits, topk, stride, KP: tl.constexpr, U: tl.constexpr, SETS: tl.constexpr,
-                         ANY_ORDER: tl.constexpr, FINAL: tl.constexpr):
-    """Program (row, group): fold the sets of splits leader + i * stride (leader = group * SETS * stride) into the
-    leader's. A level that is not FINAL folds at most SETS of them in one step and leaves the set and its count in the
-    leader's memory; the FINAL level (one group) folds every leader left, SETS - 1 more a step, into the output row."""
+                         ANY_ORDER: tl.constexpr, LAST: tl.constexpr):
+    """Program (row, group) of the level at `stride`: fold the sets of splits leader + i * stride (leader = group *
+    SETS * stride) into the leader's. A row whose leaders at this stride fit one program (cdiv(used, stride) <= SETS)
+    is final here: its group 0 folds them into the output row, and the levels after leave the row alone. Elsewhere a
+    group folds at most SETS sets in one step and leaves the set and its count in the leader's memory. The LAST
+    level is final for every row left and folds any number of leaders, SETS - 1 more a step."""
     # ANY_ORDER: the splits' positions interleave (decode_chunked_kernel.py), so ties go by position, not by order
     row = tl.program_id(0).to(tl.int64)
+    group = tl.program_id(1)
     out_row = out + row * topk
     if row >= tl.load(cu_seqlens + num_seqs):
-        if FINAL:
+        if (stride == 1) & (group == 0):
             pad_row(out_row, 0, topk, KP)
         return
     first = row * num_splits
     used = tl.load(num_splits_used + row)
-    leader = tl.program_id(1) * SETS * stride
+    final = (tl.cdiv(used, stride) <= SETS) | LAST
+    # final at the level before (stride / SETS): already in the output
+    done_before = (stride > 1) & (tl.cdiv(used, tl.maximum(stride // SETS, 1)) <= SETS)
+    if done_before | (final & (group > 0)):
+        return
+    leader = group * SETS * stride
     members = tl.cdiv(used - leader, stride)
-    if not FINAL:
-        members = tl.minimum(members, SETS)
-    if FINAL or members > 1:
+    members = tl.where(final, members, tl.minimum(members, SETS))
+    if final | (members > 1):
         floor = _merge_floor(floors, first, used)
         base_keys = set_keys + (first + leader) * U
         base_positions = set_positions + (first + leader) * KP
@@ -278,30 +285,40 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
             if ANY_ORDER:
                 count, lower = keep_best_any_order(keys, positions, base_keys, base_positions, topk, lower)
             else:
-                target = base_positions
-                if FINAL:
-                    # the last step's set is the answer, in position order: its positions go straight to the output
-                    target = tl.where(j + SETS - 1 >= members, out_row, base_positions)
+                # a final row's last step is the answer, in position order: its positions go straight to the output
+                last_step = final & (j + SETS - 1 >= members)
+                target = tl.where(last_step, out_row, base_positions)
                 count, lower = keep_best(keys, positions, base_keys, target, topk, lower)
-        if not FINAL:
-            tl.store(counts + first + leader, count)
-        elif ANY_ORDER or members == 1:
-            tl.debug_barrier()
-            keys, positions = load_set(base_keys, base_positions, count, floor, KP)
-            write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
+        if final:
+            if ANY_ORDER or members == 1:
+                tl.debug_barrier()
+                keys, positions = load_set(base_keys, base_positions, count, floor, KP)
+                write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
+            else:
+                pad_row(out_row, count, topk, KP)
         else:
-            pad_row(out_row, count, topk, KP)
+            tl.store(counts + first + leader, count)
 
 
 def merge_strides(num_splits, sets: int, tree: bool) -> list[int]:
-    """The merge's launches, by the stride between the splits a program folds: with `tree`, levels of up to `sets`
-    sets a program at strides 1, sets, sets**2, ... until the leaders left are at most `sets`, so that a row of S
-    splits folds in log_sets(S) dependent steps rather than (S - 1) / (sets - 1); the last launch (one program a row)
-    writes the output. A traced (symbolic) split count takes one launch."""
+    """The merge's levels, by the stride between the splits a program folds: with `tree`, levels of up to `sets`
+    sets a program at strides 1, sets, sets**2, ... until the leaders left of the most splits a row can take (a
+    traced split count: MAX_SPLITS) are at most `sets`, so that a row of S splits folds in log_sets(S) dependent steps
+    rather than (S - 1) / (sets - 1). Without `tree` one level folds them all."""
+    bound = num_splits if isinstance(num_splits, int) else MAX_SPLITS
     strides = [1]
-    while tree and isinstance(num_splits, int) and triton.cdiv(num_splits, strides[-1]) > sets:
+    while tree and triton.cdiv(bound, strides[-1]) > sets:
         strides.append(strides[-1] * sets)
     return strides
+
+
+def merge_groups(num_splits, sets: int, stride: int, last: bool):
+    """Programs a row at the level of `stride`: one per `sets` leaders; none where every row is final at an earlier
+    level (at most `stride` splits), which a traced split count expresses as a zero grid (the launch is skipped)."""
+    if last and stride == 1:
+        return 1
+    needed = torch.sym_min(1, torch.sym_max(0, num_splits - stride)) if stride > 1 else 1
+    return needed * triton.cdiv(num_splits, sets * stride)
 
 
 def merge_sets_of(kp: int, sets: int | None) -> int:
@@ -315,11 +332,10 @@ def merge_sets_of(kp: int, sets: int | None) -> int:
 
 def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device, tree: bool = True) -> int:
     """Splits per sequence: as many programs as fit in one wave (two per SM), each split at least min_chunk keys, at
-    most MAX_SPLITS where the merge runs as a tree (`tree` and concrete sizes), else MAX_SEQUENTIAL_SPLITS; a second,
-    partial wave would double the time of the last programs."""
+    most MAX_SPLITS where the merge runs as a tree, else MAX_SEQUENTIAL_SPLITS; a second, partial wave would double
+    the time of the last programs."""
     sms = device_info.num_sms(device, cpu_default=2)
-    concrete = isinstance(num_seqs, int) and isinstance(max_keys, int)
-    cap = MAX_SPLITS if tree and concrete else MAX_SEQUENTIAL_SPLITS
+    cap = MAX_SPLITS if tree else MAX_SEQUENTIAL_SPLITS
     by_sms = torch.sym_min(cap, (2 * sms) // torch.sym_max(num_seqs, 1))
     return torch.sym_max(1, torch.sym_min(by_sms, triton.cdiv(max_keys, min_chunk)))
 
@@ -401,8 +417,11 @@ def index_topk_decode_select_launcher(
     sets = merge_sets_of(kp, merge_sets)
     strides = merge_strides(num_splits, sets, merge_tree)
     for level, stride in enumerate(strides):
-        final = level == len(strides) - 1
-        merge_kernel[(num_tokens, 1 if final else triton.cdiv(num_splits, sets * stride))](
+        last = level == len(strides) - 1
+        groups = merge_groups(num_splits, sets, stride, last)
+        if isinstance(groups, int) and groups == 0:
+            continue
+        merge_kernel[(num_tokens, groups)](
             set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits, topk, stride, KP=kp,
-            U=union, SETS=sets, ANY_ORDER=False, FINAL=final, num_warps=merge_warps)
+            U=union, SETS=sets, ANY_ORDER=False, LAST=last, num_warps=merge_warps)
     return out
