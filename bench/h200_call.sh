@@ -24,10 +24,10 @@ kda_prefill_rows() { python3 -m bench.result_rows kda_prefill "$R/kda_prefill.js
 sparse_mla_rows() { python3 -m bench.result_rows sparse_mla "$@"; }
 indexer_rows() { python3 -m bench.result_rows indexer "$@"; }
 # one indexer decode bench into $R/NAME (bench/bench_indexer.py, MXFP8 query and cache):
-# indexer_decode NAME BATCHES CONTEXTS HEADS [OPTIONS_JSON]
+# indexer_decode NAME BATCHES CONTEXTS HEADS [OPTIONS_JSON] [DECODE_KERNELS]
 indexer_decode() {
   timeout 120 python3 bench/bench_indexer.py --decode-only --batch $2 --contexts $3 --heads $4 --caches mxfp8 \
-    --decode-options "${5:-{\}}" --out $R/$1 > $R/indexer_$1.log 2>&1
+    --decode-options "${5:-{\}}" --decode-kernels ${6:-select} --out $R/$1 > $R/indexer_$1.log 2>&1
   echo "== indexer $1 rc=$? at $(( $(date +%s) - start )) s"; save
 }
 # the indexer kernels' GPU tests (the chunked path's too: it shares the merge and key loops) into $R/gpu_indexer.log,
@@ -35,7 +35,7 @@ indexer_decode() {
 indexer_gpu_tests() {
   timeout -s INT -k 15 120 python3 -m pytest -q -rfE -p no:cacheprovider -n 8 -m gpu \
     tests/plugins/test_indexer_select.py tests/plugins/test_indexer_kernel.py tests/plugins/test_indexer_words_keys.py \
-    tests/plugins/test_indexer_chunked.py > $R/gpu_indexer.log 2>&1
+    tests/plugins/test_indexer_chunked.py tests/plugins/test_indexer_f16_keys.py > $R/gpu_indexer.log 2>&1
   echo "== indexer gpu tests rc=$? at $(( $(date +%s) - start )) s"; test_summary $R/gpu_indexer.log; save
 }
 # one kernel launch under Nsight Compute, summarized into $R: details_NAME.txt (sections), source_NAME.csv (SASS with
