@@ -187,3 +187,18 @@ def test_mxfp4_experts_launch_plans_keep_the_traced_ranges(decode):
     lay_out(model)
     # MXFP4 experts take the Triton grouped GEMM at every row count
     assert "_grouped_gemm_kernel" in _kernels_of_plans_that_keep_the_ranges(model, decode, 0)
+
+
+def test_decode_indexer_merge_launches_every_tree_level_for_a_traced_batch():
+    """Top-2048 (four sets a merge step): a traced batch launches the levels at strides 1, 4 and 16 that up to
+    MAX_SPLITS splits could need, the later two with grids that are zero where no row needs them."""
+    model = random_model(tiny_config_dict(kv_lora_rank=128, index_topk=2048), dtype=torch.bfloat16)
+    lay_out(model)
+    manifest = eager_manifest(model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=64, max_len=8192,
+                              num_draft=0)
+    guards_by_op, narrowed, launches, _, _ = _plan_every_plugin_call(trace_step(model, manifest, decode=True))
+    assert guards_by_op == {} and narrowed == []
+    merges = [args for name, _, args in launches if name == "_merge_select_kernel"]
+    layers = len([name for name, _, _ in launches if name == "_decode_select_kernel"])
+    assert layers > 0 and len(merges) == 3 * layers
+    assert [args[10] for args in merges[:3]] == [1, 4, 16]
