@@ -203,3 +203,27 @@ def test_traced_split_counts_launch_the_levels_they_need():
         concrete = merge_strides(num_splits, 4, True)
         assert launched == {stride: decode_select_kernel.merge_groups(num_splits, 4, stride, stride == concrete[-1])
                             for stride in concrete}, num_splits
+
+
+# (case, topk, splits): cases whose blocks fill the candidate buffer every time (rising), almost never (falling),
+# tie at the K-th key across blocks (integer scores), and hold 1 + d rows per sequence of different lengths
+CANDIDATE_CASES = {
+    "rising": (lambda: sorted_scores_case(*((300, "rising", "fp32") if not ON_GPU else (20000, "rising", "bf16"))),
+               20, 2),
+    "falling": (lambda: sorted_scores_case(*((300, "falling", "fp32") if not ON_GPU else (20000, "falling", "bf16"))),
+                20, 2),
+    "integer-ties": (lambda: build_case((400, 150), (2, 1), 2, 16, "fp32", torch.float32, integer=True, seed=11),
+                     40, 1),
+    "rows-per-sequence": (lambda: build_case((200, 97, 64), (4, 3, 4), 3, 32, "fp32", torch.float32, seed=7), 16, 3),
+}
+
+
+@pytest.mark.parametrize("name", list(CANDIDATE_CASES))
+def test_candidate_buffer_keeps_the_reference_rows(name):
+    """Blocks filtered against the set's K-th key into a buffer folded in only when full: the same rows."""
+    build, topk, splits = CANDIDATE_CASES[name]
+    case = build()
+    topk = topk if not ON_GPU else 2048
+    got = run_kernel(case, topk, "decode", num_splits=splits, candidates=True, **{**SMALL, "min_chunk": 16})
+    assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=topk).cpu())
+    assert_rows_follow_the_rule(got, case, topk)

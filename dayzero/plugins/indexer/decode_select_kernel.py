@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins import device as device_info
+from dayzero.plugins.indexer.candidates_kernel import filter_block, fold_candidates
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
 from dayzero.plugins.indexer.f16_dot_kernel import f16_query_blocks, mxfp8_f16_logits
 from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_BLOCK_KEYS, key_scale_words, mxfp8_dot_applies, mxfp8_logits
@@ -139,33 +140,73 @@ def _keep_block(set_keys, set_positions, count, lower, block, end, K, KP: tl.con
 
 
 @triton.jit
-def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi, scale, K,
-                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
-                  BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr,
-                  DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
-                  FP8_DOT: tl.constexpr, F16_KEYS: tl.constexpr, NPB: tl.constexpr):
+def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, block_scores,
+                  cand_positions, lo, hi, scale, K, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr,
+                  HP: tl.constexpr, DP: tl.constexpr, BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr,
+                  KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
+                  FP8_DOT: tl.constexpr, F16_KEYS: tl.constexpr, CANDIDATES: tl.constexpr, NPB: tl.constexpr):
     """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
-    (0: fewer than K entries)."""
+    (0: fewer than K entries).
+
+    Each block of U - KP keys is folded into the set (keep_best: a search a block), or with CANDIDATES scored into
+    block_scores and filtered against the set's K-th key into a buffer of candidates behind the set (positions in
+    cand_positions), which is folded in only when it would overflow and at the end (candidates_kernel.py)."""
+    BLOCK: tl.constexpr = U - KP
+    # lanes of a filter step: a power of two >= BLOCK (U, KP are powers of two, U >= 2 KP)
+    LANES: tl.constexpr = KP if U == 2 * KP else U
     lane = tl.arange(0, LP)
     rows_ok = pos >= 0
     count = tl.zeros([LP], dtype=tl.int32)
     tau = tl.zeros([LP], dtype=tl.uint32)
-    for block in range(lo, hi, U - KP):
-        end = tl.minimum(block + U - KP, hi)
-        _score_block(q_rows, w_rows, set_keys + sets * U + KP, pos, rows_ok, cache, table_row, block, end, scale,
-                     DI, PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, F16_KEYS, NPB)
+    pending = tl.zeros([LP], dtype=tl.int32)
+    for block in range(lo, hi, BLOCK):
+        end = tl.minimum(block + BLOCK, hi)
+        if CANDIDATES:
+            block_rows = block_scores + sets * BLOCK
+        else:
+            block_rows = set_keys + sets * U + KP
+        _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale, DI, PAGE, LP, HP,
+                     DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, F16_KEYS, NPB)
         for r in range(LP):
             here = lane == r
             if tl.sum((here & rows_ok).to(tl.int32)) > 0:
                 n = tl.sum(tl.where(here, count, 0))
-                lower = tl.max(tl.where(here & (count >= K), tau, 0))
                 set_index = tl.sum(tl.where(here, sets, 0))
-                n, t = _keep_block(set_keys + set_index * U, set_positions + set_index * KP, n, lower, block, end, K,
-                                   KP, U)
+                if CANDIDATES:
+                    n, t, p = filter_block(block_scores + set_index * BLOCK, end - block, block,
+                                           set_keys + set_index * U, set_positions + set_index * KP,
+                                           set_keys + set_index * U + KP, cand_positions + set_index * BLOCK, n,
+                                           tl.max(tl.where(here, tau, 0)), tl.sum(tl.where(here, pending, 0)), K,
+                                           KP, U, LANES)
+                    pending = tl.where(here, p, pending)
+                else:
+                    lower = tl.max(tl.where(here & (count >= K), tau, 0))
+                    n, t = _keep_block(set_keys + set_index * U, set_positions + set_index * KP, n, lower, block, end,
+                                       K, KP, U)
                 count = tl.where(here, n, count)
                 tau = tl.where(here, t, tau)
         # every row's selection has read the block before the next one overwrites it
         tl.debug_barrier()
+    if CANDIDATES:
+        count, tau = _fold_pending(set_keys, set_positions, cand_positions, sets, count, tau, pending, K, LP, KP, U)
+    return count, tau
+
+
+@triton.jit
+def _fold_pending(set_keys, set_positions, cand_positions, sets, count, tau, pending, K, LP: tl.constexpr,
+                  KP: tl.constexpr, U: tl.constexpr):
+    """Each row's candidates left in its buffer folded into its set -> (count, t) [LP]."""
+    lane = tl.arange(0, LP)
+    for r in range(LP):
+        here = lane == r
+        left = tl.sum(tl.where(here, pending, 0))
+        if left > 0:
+            set_index = tl.sum(tl.where(here, sets, 0))
+            n, t = fold_candidates(set_keys + set_index * U, set_positions + set_index * KP,
+                                   set_keys + set_index * U + KP, cand_positions + set_index * (U - KP),
+                                   tl.sum(tl.where(here, count, 0)), tl.max(tl.where(here, tau, 0)), left, K, KP, U)
+            count = tl.where(here, n, count)
+            tau = tl.where(here, t, tau)
     return count, tau
 
 
@@ -194,12 +235,12 @@ def _row_splits(pos, num_splits, split_keys):
 
 @triton.jit
 def _decode_select_kernel(
-    q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, counts, floors,
-    num_splits_used, scale, num_splits, min_chunk, split_keys, table_stride, K,
+    q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, block_scores, cand_positions,
+    counts, floors, num_splits_used, scale, num_splits, min_chunk, split_keys, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
     DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
-    F16_KEYS: tl.constexpr, NPB: tl.constexpr,
+    F16_KEYS: tl.constexpr, CANDIDATES: tl.constexpr, NPB: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
@@ -214,9 +255,9 @@ def _decode_select_kernel(
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)
         sets = rows.to(tl.int64) * num_splits + split
-        count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi,
-                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS,
-                                   CODE_WORDS, FP8_DOT, F16_KEYS, NPB)
+        count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, block_scores,
+                                   cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT,
+                                   DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, F16_KEYS, CANDIDATES, NPB)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
@@ -360,7 +401,7 @@ def index_topk_decode_select_launcher(
     split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
     merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True, f16_keys: bool = False,
-    out: torch.Tensor | None = None, launch=None,
+    candidates: bool = False, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -384,7 +425,9 @@ def index_topk_decode_select_launcher(
     merge_tree: fold a row's splits in levels of merge programs (merge_strides) instead of one program's sequence of
     steps (run ti2, H100, HI 64 MXFP8: merge 28.1 / 29.6 us against 96.6 / 100.8 at B1 / B8 with 32 splits at 128K
     keys, 18.7 / 23.9 against 36.5 / 48.9 at 32K); f16_keys: the FP8 dot's operands through one f16 accumulator,
-    their scales folded in (f16_dot_kernel.py; DI 128; not yet measured on a GPU, off by default). The
+    their scales folded in (f16_dot_kernel.py; DI 128; not yet measured on a GPU, off by default); candidates: each
+    block's keys filtered against the set's K-th key into a buffer that is folded in only when full (one search per
+    buffer instead of per block; candidates_kernel.py; not yet measured on a GPU, off by default). The
     split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8 warps capped at 128
     registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
@@ -411,6 +454,9 @@ def index_topk_decode_select_launcher(
     set_positions = torch.empty(num_sets * kp, dtype=torch.int32, device=q.device)
     counts = torch.empty(num_sets, dtype=torch.int32, device=q.device)
     floors = torch.empty(2 * num_sets, dtype=torch.int32, device=q.device)
+    # the candidates' block scores and positions (one element where unused)
+    block_scores = torch.empty(num_sets * (union - kp) if candidates else 1, dtype=torch.int32, device=q.device)
+    cand_positions = torch.empty_like(block_scores)
     used = torch.empty(num_tokens, dtype=torch.int32, device=q.device)
     if out is None:
         out = torch.empty(num_tokens, topk, dtype=torch.int32, device=q.device)
@@ -422,11 +468,11 @@ def index_topk_decode_select_launcher(
     if num_seqs > 0:
         split_kernel[(num_seqs, num_splits)](
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
-            set_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys,
+            set_positions, block_scores, cand_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys,
             block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
-            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot, F16_KEYS=f16_keys,
+            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot, F16_KEYS=f16_keys, CANDIDATES=candidates,
             NPB=block_page_count(union - kp, PAGE_SIZE, block_keys))
     sets = merge_sets_of(kp, merge_sets)
     strides = merge_strides(num_splits, sets, merge_tree)
