@@ -24,9 +24,9 @@ kda_prefill_rows() { python3 -m bench.result_rows kda_prefill "$R/kda_prefill.js
 sparse_mla_rows() { python3 -m bench.result_rows sparse_mla "$@"; }
 indexer_rows() { python3 -m bench.result_rows indexer "$@"; }
 # one indexer decode bench into $R/NAME (bench/bench_indexer.py, MXFP8 query and cache):
-# indexer_decode NAME BATCHES CONTEXTS HEADS [OPTIONS_JSON] [DECODE_KERNELS]
+# indexer_decode NAME BATCHES CONTEXTS HEADS [OPTIONS_JSON] [DECODE_KERNELS] [SECONDS (120)]
 indexer_decode() {
-  timeout 120 python3 bench/bench_indexer.py --decode-only --batch $2 --contexts $3 --heads $4 --caches mxfp8 \
+  timeout ${7:-120} python3 bench/bench_indexer.py --decode-only --batch $2 --contexts $3 --heads $4 --caches mxfp8 \
     --decode-options "${5:-{\}}" --decode-kernels ${6:-select} --out $R/$1 > $R/indexer_$1.log 2>&1
   echo "== indexer $1 rc=$? at $(( $(date +%s) - start )) s"; save
 }

@@ -11,9 +11,9 @@
 . bench/h200_call.sh ua ${1:-560}
 export OMP_NUM_THREADS=1
 indexer_gpu_tests
-indexer_decode b64 64 8192,32768,131072 32,64 '{}' select,select-f16
+indexer_decode b64 64 8192,32768,131072 32,64 '{}' select,select-f16 170
 indexer_decode small 1,8 32768,131072 64 '{}' select,select-f16
-indexer_decode candidates 64 8192,32768,131072 32,64 '{"candidates": true}' select,select-f16
+indexer_decode candidates 64 8192,32768,131072 32,64 '{"candidates": true}' select,select-f16 150
 save_caches
 for f in $R/{b64,small,candidates}/bench_indexer.json; do echo "# $f"; indexer_rows $f | cut -c1-230; done
 timeout -s INT -k 15 $(left) python3 -m pytest -q -rfE -p no:cacheprovider -n 6 -m gpu tests > $R/gpu_all.log 2>&1
