@@ -88,9 +88,9 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
     The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
     MMA rows, so the sum over heads stays within a thread quad. KEY_WORDS: MXFP8 keys with their scales
     (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys. FP8_DOT: MXFP8 keys and
-    query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py); with F16_KEYS through one f16 accumulator
-(f16_dot_kernel.py; q_rows f16_query_blocks'). Every path reads the block's pages once (NPB
-    of them, pages_kernel.py), so that its key loads are pipelined."""
+    query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py), with F16_KEYS through one f16 accumulator
+    instead (f16_dot_kernel.py; q_rows are f16_query_blocks'). Every path reads the block's pages once (NPB of them,
+    pages_kernel.py), so that its key loads are pipelined."""
     pages = block_pages(table_row, block, end, PAGE, NPB)
     if FP8_DOT:
         # the scale words of the first tile (DI = 128: a word a key; other widths read their scales as bytes)
