@@ -21,18 +21,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from dayzero.plugins.indexer.e8m0_kernel import e8m0_scale
 from dayzero.plugins.indexer.fp8_dot_kernel import MX, key_page_base, key_scale_words
+from dayzero.plugins.quant.kernel import pow2
 
 # a key block's values lie in [2^-9, 448] (e4m3) before their factor 2^(KEY_HEADROOM - octaves below the key's top)
 KEY_HEADROOM = tl.constexpr(7)
 # the largest value of a query row lands in [2^QUERY_TOP, 2^(QUERY_TOP + 1))
 QUERY_TOP = tl.constexpr(14)
-
-
-@triton.jit
-def pow2(exponent):
-    """int32 exponents -> fp32 2^exponent from the exponent bits (exact for -126..127; 0.0 below)."""
-    return (tl.maximum(exponent + 127, 0) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -50,7 +46,7 @@ def f16_query_blocks(q_blocks, w_rows, DI: tl.constexpr, DOT_FP32: tl.constexpr)
     for b in tl.static_range(DI // MX):
         largest = tl.maximum(largest, tl.max(tl.abs(operands[b].to(tl.float32)), axis=1) * scales[b])
     shift = QUERY_TOP - octave(largest)
-    # the weight's factor 2^-(shift + KEY_HEADROOM) keeps it a normal fp32 number
+    # the weight's factor 2^-(shift + KEY_HEADROOM) keeps it a normal fp32 number (and pow2's exponents in range)
     shift = tl.minimum(shift, 126 - KEY_HEADROOM + tl.minimum(octave(w_rows), 0))
     rows = ()
     for b in tl.static_range(DI // MX):
@@ -76,10 +72,11 @@ def mxfp8_f16_logits(cache, pages, block, start, end, q_rows, words, DI: tl.cons
     logits = tl.zeros([BS, q_rows[0].shape[0]], tl.float32)
     for b in tl.static_range(DI // MX):
         k = tl.load(codes + (tl.arange(0, MX) + b * MX)[None, :], mask=ok[:, None], other=0.0)
-        factor = pow2(KEY_HEADROOM + ((words >> (8 * b)) & 0xFF) - top).to(tl.float16)
+        # blocks more than 127 octaves below the key's top: 2^-127 as the bits of 0.0 (f16 rounds them to 0 anyway)
+        factor = pow2(tl.maximum(KEY_HEADROOM + ((words >> (8 * b)) & 0xFF) - top, -127)).to(tl.float16)
         k = k.to(tl.float16) * factor[:, None]
         if DOT_FP32:
             logits = tl.dot(k.to(tl.float32), tl.trans(q_rows[b]), logits, input_precision="ieee")
         else:
             logits = tl.dot(k, tl.trans(q_rows[b]), logits)
-    return logits, pow2(top - 127), next_words
+    return logits, e8m0_scale(top), next_words
