@@ -205,13 +205,15 @@ def test_traced_split_counts_launch_the_levels_they_need():
                             for stride in concrete}, num_splits
 
 
+def _sorted_case(order: str):
+    return sorted_scores_case(300, order, "fp32") if not ON_GPU else sorted_scores_case(20000, order, "bf16")
+
+
 # (case, topk, splits): cases whose blocks fill the candidate buffer every time (rising), almost never (falling),
 # tie at the K-th key across blocks (integer scores), and hold 1 + d rows per sequence of different lengths
 CANDIDATE_CASES = {
-    "rising": (lambda: sorted_scores_case(*((300, "rising", "fp32") if not ON_GPU else (20000, "rising", "bf16"))),
-               20, 2),
-    "falling": (lambda: sorted_scores_case(*((300, "falling", "fp32") if not ON_GPU else (20000, "falling", "bf16"))),
-                20, 2),
+    "rising": (lambda: _sorted_case("rising"), 20, 2),
+    "falling": (lambda: _sorted_case("falling"), 20, 2),
     "integer-ties": (lambda: build_case((400, 150), (2, 1), 2, 16, "fp32", torch.float32, integer=True, seed=11),
                      40, 1),
     "rows-per-sequence": (lambda: build_case((200, 97, 64), (4, 3, 4), 3, 32, "fp32", torch.float32, seed=7), 16, 3),
