@@ -11,19 +11,8 @@ import argparse
 import torch
 
 from bench import bench_sparse_mla as sparse_mla
-from bench.common import captured_graph
+from bench.common import captured_graph, median_ms
 from bench.profile_missed_targets import sparse_mla_decode_inputs
-
-
-def replay_us(graph: torch.cuda.CUDAGraph, calls: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph.replay()
-    start.record()
-    for _ in range(10):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / (10 * calls)
 
 
 def main() -> None:
@@ -41,7 +30,7 @@ def main() -> None:
                     *inputs, sparse_mla.SM_SCALE, sparse_mla.NOPE, pdl=pdl)
                 graphs[pdl] = captured_graph([call] * args.calls, warm=[call, call])
             for _ in range(args.rounds):
-                row = {pdl: replay_us(graph, args.calls) for pdl, graph in graphs.items()}
+                row = {pdl: median_ms(graph.replay) * 1000 / args.calls for pdl, graph in graphs.items()}
                 print(f"B64 H64 {fmt}: us a call, plain {row[False]:.2f}, pdl {row[True]:.2f}")
 
 
