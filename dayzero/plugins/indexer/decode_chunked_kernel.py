@@ -52,7 +52,7 @@ def _score_chunk_kernel(
         # each row's scores of [lo, hi) at its workspace row, offset by the chunk's start
         row_scores = scores + rows.to(tl.int64) * CHUNK + (lo - chunk_start)
         _score_block(q_rows, w_rows, row_scores, pos, row_ok & (pos >= 0), cache, table_row, lo, hi, scale, DI, PAGE,
-                     LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, False, NPB)
+                     LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, NPB)
 
 
 @triton.jit

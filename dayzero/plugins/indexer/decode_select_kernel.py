@@ -26,7 +26,6 @@ import triton.language as tl
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.candidates_kernel import filter_block, fold_candidates
 from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
-from dayzero.plugins.indexer.f16_dot_kernel import f16_query_blocks, mxfp8_f16_logits
 from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_BLOCK_KEYS, key_scale_words, mxfp8_dot_applies, mxfp8_logits
 from dayzero.plugins.indexer.pages_kernel import block_page_count, block_pages, tile_pages
 from dayzero.plugins.indexer.select_kernel import (
@@ -63,16 +62,14 @@ MERGE_UNION = 8192
 
 
 @triton.jit
-def _store_scores(logits, w_rows, block_rows, pos, rows_ok, block, start, end, scale, key_factors, BS: tl.constexpr,
-                  LP: tl.constexpr, HP: tl.constexpr, KEY_FACTORS: tl.constexpr):
+def _store_scores(logits, w_rows, block_rows, pos, rows_ok, block, start, end, scale, BS: tl.constexpr,
+                  LP: tl.constexpr, HP: tl.constexpr):
     """A tile's logits [BS, LP * HP] -> the LP rows' score keys of keys [start, start + BS) at block_rows[l] +
-    (s - block) (0: not visible). KEY_FACTORS: each key's scores times its positive factor (key_factors [BS])."""
+    (s - block) (0: not visible)."""
     s = start + tl.arange(0, BS)
     weighted = tl.reshape(tl.maximum(logits, 0.0) * w_rows[None, :], (BS, LP, HP))
     # AOTInductor passes Python floats as fp64 scalars: the keys need fp32 scores
     scores = tl.sum(weighted, axis=2) * tl.cast(scale, tl.float32)  # [BS, LP]
-    if KEY_FACTORS:
-        scores = scores * key_factors[:, None]
     keys = score_keys(scores, s[:, None] <= pos[None, :])
     tl.store(block_rows[None, :] + (s - block)[:, None], keys.to(tl.int32, bitcast=True),
              mask=(s < end)[:, None] & rows_ok[None, :])
@@ -82,15 +79,14 @@ def _store_scores(logits, w_rows, block_rows, pos, rows_ok, block, start, end, s
 def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale,
                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                  BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr,
-                 CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr, F16_KEYS: tl.constexpr, NPB: tl.constexpr):
+                 CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr, NPB: tl.constexpr):
     """Score keys of the keys [block, end) into block_rows[l] + (s - block) for the LP rows (0: not visible).
 
     The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
     MMA rows, so the sum over heads stays within a thread quad. KEY_WORDS: MXFP8 keys with their scales
     (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys. FP8_DOT: MXFP8 keys and
-    query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py), with F16_KEYS through one f16 accumulator
-    instead (f16_dot_kernel.py; q_rows are f16_query_blocks'). Every path reads the block's pages once (NPB of them,
-    pages_kernel.py), so that its key loads are pipelined."""
+    query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py). Every path reads the block's pages once (NPB
+    of them, pages_kernel.py), so that its key loads are pipelined."""
     pages = block_pages(table_row, block, end, PAGE, NPB)
     if FP8_DOT:
         # the scale words of the first tile (DI = 128: a word a key; other widths read their scales as bytes)
@@ -103,14 +99,8 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
         # there. At 64 rows the unrolled loop spills (336 B offline) and lost: 865 against 798 us.
         UNROLL: tl.constexpr = 2 if LP * HP <= 32 else 1
         for start in tl.range(block, end, BS, loop_unroll_factor=UNROLL):
-            if F16_KEYS:
-                logits, key_factors, words = mxfp8_f16_logits(cache, pages, block, start, end, q_rows, words, DI,
-                                                              PAGE, BS, DOT_FP32)
-            else:
-                logits, words = mxfp8_logits(cache, pages, block, start, end, q_rows, words, DI, PAGE, BS, DOT_FP32)
-                key_factors = 1.0
-            _store_scores(logits, w_rows, block_rows, pos, rows_ok, block, start, end, scale, key_factors, BS, LP,
-                          HP, F16_KEYS)
+            logits, words = mxfp8_logits(cache, pages, block, start, end, q_rows, words, DI, PAGE, BS, DOT_FP32)
+            _store_scores(logits, w_rows, block_rows, pos, rows_ok, block, start, end, scale, BS, LP, HP)
     else:
         d = tl.arange(0, DP)
         for start in range(block, end, BS):
@@ -122,7 +112,7 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
             else:
                 k = load_keys(cache, page, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
             _store_scores(dot_kq(k, q_rows, DOT_FP32), w_rows, block_rows, pos, rows_ok, block, start, end, scale,
-                          1.0, BS, LP, HP, False)
+                          BS, LP, HP)
 
 
 @triton.jit
@@ -144,7 +134,7 @@ def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_pos
                   cand_positions, lo, hi, scale, K, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr,
                   HP: tl.constexpr, DP: tl.constexpr, BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr,
                   KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
-                  FP8_DOT: tl.constexpr, F16_KEYS: tl.constexpr, CANDIDATES: tl.constexpr, NPB: tl.constexpr):
+                  FP8_DOT: tl.constexpr, CANDIDATES: tl.constexpr, NPB: tl.constexpr):
     """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
     (0: fewer than K entries).
 
@@ -166,7 +156,7 @@ def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_pos
         else:
             block_rows = set_keys + sets * U + KP
         _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale, DI, PAGE, LP, HP,
-                     DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, F16_KEYS, NPB)
+                     DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, NPB)
         for r in range(LP):
             here = lane == r
             if tl.sum((here & rows_ok).to(tl.int32)) > 0:
@@ -240,7 +230,7 @@ def _decode_select_kernel(
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
     DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
-    F16_KEYS: tl.constexpr, CANDIDATES: tl.constexpr, NPB: tl.constexpr,
+    CANDIDATES: tl.constexpr, NPB: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
@@ -248,8 +238,6 @@ def _decode_select_kernel(
     for row0 in range(first, end, LP):
         rows, row_ok, pos, q_rows, w_rows = decode_row_group(q, q_scales, w, positions, row0, end, HI, DI, LP, HP, DP,
                                                              Q_QUANT, DOT_FP32, FP8_DOT)
-        if F16_KEYS:
-            q_rows, w_rows = f16_query_blocks(q_rows, w_rows, DI, DOT_FP32)
         num_keys, chunk = split_chunk(pos, _row_splits(pos, num_splits, split_keys), min_chunk, BS)
         used = tl.cdiv(num_keys, chunk)
         lo = split * chunk
@@ -257,7 +245,7 @@ def _decode_select_kernel(
         sets = rows.to(tl.int64) * num_splits + split
         count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, block_scores,
                                    cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT,
-                                   DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, F16_KEYS, CANDIDATES, NPB)
+                                   DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, CANDIDATES, NPB)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
@@ -400,8 +388,8 @@ def index_topk_decode_select_launcher(
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
     split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
-    merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True, f16_keys: bool = False,
-    candidates: bool = False, out: torch.Tensor | None = None, launch=None,
+    merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True, candidates: bool = False,
+    out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
@@ -424,12 +412,10 @@ def index_topk_decode_select_launcher(
     memory grows a tile a stage, and two programs must fit an SM; 4 and 5 gained nothing at HI 64 in run sa);
     merge_tree: fold a row's splits in levels of merge programs (merge_strides) instead of one program's sequence of
     steps (run ti2, H100, HI 64 MXFP8: merge 28.1 / 29.6 us against 96.6 / 100.8 at B1 / B8 with 32 splits at 128K
-    keys, 18.7 / 23.9 against 36.5 / 48.9 at 32K); f16_keys: the FP8 dot's operands through one f16 accumulator,
-    their scales folded in (f16_dot_kernel.py; DI 128; not yet measured on a GPU, off by default); candidates: each
-    block's keys filtered against the set's K-th key into a buffer that is folded in only when full (one search per
-    buffer instead of per block; candidates_kernel.py; not yet measured on a GPU, off by default). The
-    split kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8 warps capped at 128
-    registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
+    keys, 18.7 / 23.9 against 36.5 / 48.9 at 32K); candidates: each block's keys filtered against the set's K-th key
+    into a buffer that is folded in only when full (one search per buffer instead of per block; candidates_kernel.py;
+    not yet measured on a GPU, off by default). The split kernel's default, 4 warps without a register cap, took
+    0.94-0.97x the GPU time of 8 warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
     if key_words is None:
         key_words = key_quant and dim % 128 == 0
@@ -439,8 +425,7 @@ def index_topk_decode_select_launcher(
     assert not key_words or (key_quant and dim % 128 == 0), "key_words needs an MXFP8 cache with DI a multiple of 128"
     assert key_words or not code_words, "code_words needs key_words"
     lp, hp, _ = decode_row_tiles(rows_per_program, num_heads, 0, None)
-    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, True if f16_keys else fp8_dot, lp * hp)
-    assert not f16_keys or (fp8_dot and dim == 128), "f16_keys needs an MXFP8 query and cache with DI 128"
+    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
     if block_keys is None:
         block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot or not (key_quant or dot_fp32) else 64
     maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
@@ -472,7 +457,7 @@ def index_topk_decode_select_launcher(
             block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
-            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot, F16_KEYS=f16_keys, CANDIDATES=candidates,
+            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot, CANDIDATES=candidates,
             NPB=block_page_count(union - kp, PAGE_SIZE, block_keys))
     sets = merge_sets_of(kp, merge_sets)
     strides = merge_strides(num_splits, sets, merge_tree)

@@ -61,7 +61,7 @@ def query_blocks(q, q_scales, row, ok, DI: tl.constexpr, DOT_FP32: tl.constexpr)
 
 
 @triton.jit
-def key_page_base(pages, block, start, DI: tl.constexpr, PAGE: tl.constexpr, BS: tl.constexpr):
+def _page_base(pages, block, start, DI: tl.constexpr, PAGE: tl.constexpr, BS: tl.constexpr):
     """Byte offsets of the pages holding keys [start, start + BS) -> int64 [BS], from the block's pages."""
     return tile_pages(pages, block, start, PAGE, BS) * (PAGE * (DI + DI // MX))
 
@@ -74,7 +74,7 @@ def key_scale_words(cache, pages, block, start, end, DI: tl.constexpr, PAGE: tl.
     Loaded a tile ahead by the caller: Triton's pipeline does not prefetch a load whose result it keeps in the MMA's
     layout, and the scales multiply the MMA's results."""
     s = start + tl.arange(0, BS)
-    base = key_page_base(pages, block, start, DI, PAGE, BS) + PAGE * DI
+    base = _page_base(pages, block, start, DI, PAGE, BS) + PAGE * DI
     return tl.load(cache.to(tl.pointer_type(tl.int32)) + base // 4 + s % PAGE, mask=s < end, other=0)
 
 
@@ -99,7 +99,7 @@ def mxfp8_logits(cache, pages, block, start, end, q_blocks, words, DI: tl.conste
     s = start + tl.arange(0, BS)
     ok = s < end
     offset = (s % PAGE).to(tl.int64)
-    page_base = key_page_base(pages, block, start, DI, PAGE, BS)
+    page_base = _page_base(pages, block, start, DI, PAGE, BS)
     codes = cache.to(tl.pointer_type(tl.float8e4nv)) + (page_base + offset * DI)[:, None]
     scale_base = page_base + PAGE * DI + offset * (DI // MX)
     next_words = words

@@ -26,17 +26,15 @@ DECODE_MAX_ROWS = 8
 DECODE_MAX_DOT_ROWS = 256
 EXACT_BF16_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.uint8)
 # decode kernels by name: register-resident Top-K sets (decode_select_kernel.py), or streaming buffers with shrinks;
-# MXFP8 keys: "select" loads their codes and scales as int32 words (what "select-words-codes" names), "select-f16"
-# sums an MXFP8 query's dot with them in one f16 accumulator (f16_dot_kernel.py), "select-bytes" byte by byte (the
-# default before run aa), "select-words" the scales alone as words; "chunked" scores a bounded chunk of the context
-# and folds it into the sets in a second kernel, round after round (eager calls only)
+# MXFP8 keys: "select" loads their codes and scales as int32 words (what "select-words-codes" names), "select-bytes"
+# byte by byte (the default before run aa), "select-words" the scales alone as words; "chunked" scores a bounded chunk
+# of the context and folds it into the sets in a second kernel, round after round (eager calls only)
 DECODE_LAUNCHERS = {"select": index_topk_decode_select_launcher, "buffers": index_topk_decode_launcher,
                     "select-bytes": functools.partial(index_topk_decode_select_launcher, key_words=False),
                     "select-words": functools.partial(index_topk_decode_select_launcher, key_words=True,
                                                       code_words=False),
                     "select-words-codes": functools.partial(index_topk_decode_select_launcher, key_words=True,
                                                             code_words=True),
-                    "select-f16": functools.partial(index_topk_decode_select_launcher, f16_keys=True),
                     "chunked": index_topk_decode_chunked_launcher}
 
 
