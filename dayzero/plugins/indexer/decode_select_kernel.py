@@ -415,7 +415,8 @@ def index_topk_decode_select_launcher(
     keys, 18.7 / 23.9 against 36.5 / 48.9 at 32K); candidates: each block's keys filtered against the set's K-th key
     into a buffer that is folded in only when full (one search per buffer instead of per block; candidates_kernel.py;
     not yet measured on a GPU, off by default). The split kernel's default, 4 warps without a register cap, took
-    0.94-0.97x the GPU time of 8 warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
+    0.94-0.97x the GPU time of 8 warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg,
+    B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
     if key_words is None:
         key_words = key_quant and dim % 128 == 0
