@@ -229,3 +229,44 @@ def test_candidate_buffer_keeps_the_reference_rows(name):
     got = run_kernel(case, topk, "decode", num_splits=splits, candidates=True, **{**SMALL, "min_chunk": 16})
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=topk).cpu())
     assert_rows_follow_the_rule(got, case, topk)
+
+
+class _Launched(Exception):
+    pass
+
+
+class _LaunchRecorder:
+    """Stands in for a kernel: records the constexprs of its first launch, then stops the launcher."""
+
+    def __init__(self):
+        self.constexprs = {}
+
+    def __getitem__(self, grid):
+        def launch(*args, **constexprs):
+            self.constexprs = constexprs
+            raise _Launched
+        return launch
+
+
+@pytest.mark.parametrize("num_heads, cache_kind, q_dtype, tile", [
+    (32, "fp32", torch.float32, 32), (64, "fp32", torch.float32, 16), (8, "fp32", torch.float32, 64),
+    (64, "bf16", torch.float32, 16), (64, "bf16", torch.bfloat16, 128)])
+@pytest.mark.parametrize("decode_kernel", ["select", "chunked"])
+def test_fp32_dot_tiles_keep_their_logits_in_registers(monkeypatch, num_heads, cache_kind, q_dtype, tile,
+                                                       decode_kernel):
+    """The fp32 (FMA) dot's default key tile holds at most 1024 logits a program: 64 keys x 32 heads kept a 4.9 KB
+    stack a thread in sm_90 SASS, local memory every launch reserves for all resident threads (its GPU tests failed
+    out of memory at launch beside other workers, run va). The bf16 dot keeps its 128-key tiles."""
+    from dayzero.plugins.indexer import decode_chunked_kernel
+    from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
+
+    recorder = _LaunchRecorder()
+    monkeypatch.setattr(decode_select_kernel, "with_launch_config", lambda kernel, *config: recorder)
+    monkeypatch.setattr(decode_chunked_kernel, "_score_chunk_kernel", recorder)
+    monkeypatch.setattr("dayzero.plugins.indexer.kernel._exact_bf16_dot",
+                        lambda q, cache: q.dtype == torch.bfloat16 and cache.dtype == torch.bfloat16)
+    case = build_case((300, 70), (1, 1), num_heads, 128, cache_kind, q_dtype)
+    with pytest.raises(_Launched):
+        index_topk_paged_launcher(**case, topk=64, phase="decode", decode_kernel=decode_kernel)
+    assert recorder.constexprs["BS"] == (64 if decode_kernel == "chunked" and tile == 128 else tile)
+    assert recorder.constexprs["DOT_FP32"] == (tile != 128)

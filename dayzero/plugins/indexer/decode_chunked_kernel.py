@@ -25,7 +25,7 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.candidates_kernel import filter_block, filter_block_size, fold_candidates
-from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
+from dayzero.plugins.indexer.decode_kernel import decode_row_tiles, fp32_dot_block_keys
 from dayzero.plugins.indexer.decode_select_kernel import _merge_select_kernel, _score_block, merge_sets_of
 from dayzero.plugins.indexer.fp8_dot_kernel import mxfp8_dot_applies
 from dayzero.plugins.indexer.pages_kernel import block_page_count
@@ -122,13 +122,14 @@ def index_topk_decode_chunked_launcher(
     q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, chunk_keys: int = 16384,
-    range_keys: int = 1024, block_keys: int = 64, union_keys: int = 4096, num_warps: int = 4, fold_warps: int = 8,
-    merge_warps: int = 8, key_words: bool | None = None, code_words: bool | None = None,
+    range_keys: int = 1024, block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4,
+    fold_warps: int = 8, merge_warps: int = 8, key_words: bool | None = None, code_words: bool | None = None,
     fp8_dot: bool | None = None, merge_sets: int | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given), in rounds of `chunk_keys` positions (a multiple of range_keys, itself a multiple of block_keys):
-    score programs of `range_keys` keys, fold programs of chunk_keys / num_splits positions per row.
+    score programs of `range_keys` keys, fold programs of chunk_keys / num_splits positions per row. block_keys: keys
+    a tile (None: fp32_dot_block_keys on the fp32 dot without the FP8 dot, else 64).
 
     The rounds are a host loop over the block table's width: eager calls only (an exported engine's width is a
     symbol). key_words / code_words / fp8_dot / merge_sets as in decode_select_kernel's launcher."""
@@ -136,6 +137,10 @@ def index_topk_decode_chunked_launcher(
     if any(isinstance(n, torch.SymInt) for n in (num_tokens, block_table.shape[1])):
         raise ValueError("the chunked decode indexer loops over rounds on the host and runs eagerly only; export "
                          "engines with decode_kernel='select'")
+    lp, hp, _ = decode_row_tiles(rows_per_program, num_heads, 0, None)
+    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
+    if block_keys is None:
+        block_keys = fp32_dot_block_keys(lp * hp) if dot_fp32 and not fp8_dot else 64
     assert chunk_keys % range_keys == 0 and range_keys % block_keys == 0, (
         f"chunk_keys {chunk_keys} must be a multiple of range_keys {range_keys}, itself one of block_keys {block_keys}")
     if key_words is None:
@@ -143,8 +148,6 @@ def index_topk_decode_chunked_launcher(
     if code_words is None:
         code_words = key_words
     num_seqs = cu_seqlens.shape[0] - 1
-    lp, hp, _ = decode_row_tiles(rows_per_program, num_heads, block_keys, None)
-    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
     kp, union = union_layout(topk, union_keys, block_keys)
     if num_splits is None:
         num_splits = chunked_num_splits(num_tokens, union - kp, chunk_keys, q.device)

@@ -170,6 +170,17 @@ def decode_row_tiles(rows_per_program: int, num_heads: int, block_keys: int,
     return lp, hp, maxnreg
 
 
+# logits a 4-warp program's fp32 dot holds at once: ptxas keeps 32 x 32 in registers, 64 x 32 in a 4.9 KB stack a
+# thread (sm_90, Triton 3.6; spilled 14 KB a tile), local memory a launch reserves for every resident thread
+FP32_DOT_LOGITS = 1024
+
+
+def fp32_dot_block_keys(dot_rows: int) -> int:
+    """Keys a tile of the fp32 (FMA) dot with `dot_rows` query-head rows: its logits kept to FP32_DOT_LOGITS, 16 to
+    64 keys (the fp32 dot is the exact path for an fp32 cache, not a fast one)."""
+    return max(16, min(64, FP32_DOT_LOGITS // dot_rows))
+
+
 def decode_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device) -> int:
     """Splits per sequence: enough programs for two waves over the SMs, each split at least min_chunk keys."""
     sms = device_info.num_sms(device, cpu_default=2)

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from dayzero.plugins import device as device_info
 from dayzero.plugins.indexer.candidates_kernel import filter_block, fold_candidates
-from dayzero.plugins.indexer.decode_kernel import decode_row_tiles
+from dayzero.plugins.indexer.decode_kernel import decode_row_tiles, fp32_dot_block_keys
 from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_BLOCK_KEYS, key_scale_words, mxfp8_dot_applies, mxfp8_logits
 from dayzero.plugins.indexer.pages_kernel import block_page_count, block_pages, tile_pages
 from dayzero.plugins.indexer.select_kernel import (
@@ -396,10 +396,11 @@ def index_topk_decode_select_launcher(
 
     rows_per_program: query rows sharing each key tile (power of two); union_keys: a row's set + block length
     (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: keys a tile, a power of two (None:
-    128 on the FP8 dot and a BF16 cache's bf16 dot, 64 otherwise: run dh, MXFP8 HI 32 / 64, split kernel 74 / 87,
-    189 / 222, 737 / 880 us against 110 / 118, 257 / 287, 1006 / 1124 with 64 at 8K / 32K / 128K keys; run gj, BF16
-    with its key loop pipelined, graph 0.212 / 0.219 and 0.686 / 0.722 ms against 0.215 / 0.220 and 0.725 / 0.746 at
-    32K and 128K, the same at 8K; before the pipelining 128 was slower there, run bf); min_chunk: the fewest keys
+    128 on the FP8 dot and a BF16 cache's bf16 dot, fp32_dot_block_keys on the fp32 dot, 64 otherwise: run dh,
+    MXFP8 HI 32 / 64, split kernel 74 / 87, 189 / 222, 737 / 880 us against 110 / 118, 257 / 287, 1006 / 1124 with 64
+    at 8K / 32K / 128K keys; run gj, BF16 with its key loop pipelined, graph 0.212 / 0.219 and 0.686 / 0.722 ms against
+    0.215 / 0.220 and 0.725 / 0.746 at 32K and 128K, the same at 8K; before the pipelining 128 was slower there, run
+    bf); min_chunk: the fewest keys
     of a split (default next_pow2(topk)); split_keys (default min_chunk): a row takes a split per split_keys keys
     (see MAX_SPLITS); merge_warps: the merge kernel's warps (8: runs sa and ti on an H100,
     B64 MXFP8, 8K-128K keys, 0.7-2.1 us less than 16 at every case; 4 were slower; before the one-search merge, run
@@ -429,6 +430,7 @@ def index_topk_decode_select_launcher(
     fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
     if block_keys is None:
         block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot or not (key_quant or dot_fp32) else 64
+        block_keys = fp32_dot_block_keys(lp * hp) if dot_fp32 and not fp8_dot else block_keys
     maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = kp if min_chunk is None else min_chunk
