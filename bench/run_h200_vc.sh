@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Twenty-second session of 2026-12-05, any one-GPU card, after run va:
-# 1. run va's two indexer tests that failed out of GPU memory beside five other workers, alone;
+# 1. run va's two indexer tests that failed out of GPU memory beside five other workers, alone (fp32-dot tiles of at
+#    most 1024 logits since commit b4ee742);
 # 2. the candidate buffer (option candidates) against the default select kernel, B64 HI 32 / 64 MXFP8 at 8K / 32K /
 #    128K keys, then B1 / B8 HI 64 at 32K / 128K keys, then B64 again in the other order if time is left.
 # usage: bash bench/run_h200_vc.sh [SECONDS] (default 240); carry .whl, .snap and .tcache.
