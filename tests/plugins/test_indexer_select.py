@@ -12,8 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.indexer import decode_select_kernel, reference
+from dayzero.plugins.indexer import decode_chunked_kernel, decode_select_kernel, reference
 from dayzero.plugins.indexer.decode_select_kernel import merge_strides
+from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
 from dayzero.plugins.indexer.select_kernel import keep_best
 from dayzero.plugins.paged_cache.formats import index_cache_shape, write_index_keys
 from tests.plugins.test_indexer_kernel import assert_rows_follow_the_rule, build_case, run_kernel
@@ -255,11 +256,8 @@ class _LaunchRecorder:
 def test_fp32_dot_tiles_keep_their_logits_in_registers(monkeypatch, num_heads, cache_kind, q_dtype, tile,
                                                        decode_kernel):
     """The fp32 (FMA) dot's default key tile holds at most 1024 logits a program: 64 keys x 32 heads kept a 4.9 KB
-    stack a thread in sm_90 SASS, local memory every launch reserves for all resident threads (its GPU tests failed
-    out of memory at launch beside other workers, run va). The bf16 dot keeps its 128-key tiles."""
-    from dayzero.plugins.indexer import decode_chunked_kernel
-    from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
-
+    stack a thread in sm_90 SASS, local memory every launch reserves for all resident threads (the likely cause of
+    run va's fp32 cases failing out of memory at launch beside other workers). The bf16 dot keeps its 128-key tiles."""
     recorder = _LaunchRecorder()
     monkeypatch.setattr(decode_select_kernel, "with_launch_config", lambda kernel, *config: recorder)
     monkeypatch.setattr(decode_chunked_kernel, "_score_chunk_kernel", recorder)
