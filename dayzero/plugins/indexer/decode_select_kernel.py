@@ -428,9 +428,10 @@ def index_topk_decode_select_launcher(
     assert key_words or not code_words, "code_words needs key_words"
     lp, hp, _ = decode_row_tiles(rows_per_program, num_heads, 0, None)
     fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
-    if block_keys is None:
-        block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot or not (key_quant or dot_fp32) else 64
-        block_keys = fp32_dot_block_keys(lp * hp) if dot_fp32 and not fp8_dot else block_keys
+    if block_keys is None and dot_fp32 and not fp8_dot:
+        block_keys = fp32_dot_block_keys(lp * hp)
+    elif block_keys is None:
+        block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot or not key_quant else 64
     maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = kp if min_chunk is None else min_chunk
