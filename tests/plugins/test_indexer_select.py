@@ -17,6 +17,7 @@ from dayzero.plugins.indexer.decode_select_kernel import merge_strides
 from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
 from dayzero.plugins.indexer.select_kernel import keep_best
 from dayzero.plugins.paged_cache.formats import index_cache_shape, write_index_keys
+from tests.plugins.recorded_launch import LaunchStopped, RecordedLaunch
 from tests.plugins.test_indexer_kernel import assert_rows_follow_the_rule, build_case, run_kernel
 from tests.plugins.test_indexer_sparse_mla_reference import paged_layout
 from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned
@@ -185,7 +186,6 @@ def test_merge_sets_must_be_a_power_of_two():
         run_kernel(case, 8, "decode", num_splits=3, **{**SMALL, "merge_sets": 3})
 
 
-
 def test_traced_split_counts_launch_the_levels_they_need():
     """A traced split count launches every level MAX_SPLITS could need; the grid of a level no row needs is zero
     (AOTInductor skips that launch), so each count launches what it launches when concrete, with the same grids."""
@@ -232,23 +232,6 @@ def test_candidate_buffer_keeps_the_reference_rows(name):
     assert_rows_follow_the_rule(got, case, topk)
 
 
-class _Launched(Exception):
-    pass
-
-
-class _LaunchRecorder:
-    """Stands in for a kernel: records the constexprs of its first launch, then stops the launcher."""
-
-    def __init__(self):
-        self.constexprs = {}
-
-    def __getitem__(self, grid):
-        def launch(*args, **constexprs):
-            self.constexprs = constexprs
-            raise _Launched
-        return launch
-
-
 @pytest.mark.parametrize("num_heads, cache_kind, q_dtype, tile", [
     (32, "fp32", torch.float32, 32), (64, "fp32", torch.float32, 16), (8, "fp32", torch.float32, 64),
     (64, "bf16", torch.float32, 16), (64, "bf16", torch.bfloat16, 128)])
@@ -258,13 +241,14 @@ def test_fp32_dot_tiles_keep_their_logits_in_registers(monkeypatch, num_heads, c
     """The fp32 (FMA) dot's default key tile holds at most 1024 logits a program: 64 keys x 32 heads kept a 4.9 KB
     stack a thread in sm_90 SASS, local memory every launch reserves for all resident threads (the likely cause of
     run va's fp32 cases failing out of memory at launch beside other workers). The bf16 dot keeps its 128-key tiles."""
-    recorder = _LaunchRecorder()
+    recorder = RecordedLaunch(stop=True)
     monkeypatch.setattr(decode_select_kernel, "with_launch_config", lambda kernel, *config: recorder)
     monkeypatch.setattr(decode_chunked_kernel, "_score_chunk_kernel", recorder)
     monkeypatch.setattr("dayzero.plugins.indexer.kernel._exact_bf16_dot",
                         lambda q, cache: q.dtype == torch.bfloat16 and cache.dtype == torch.bfloat16)
     case = build_case((300, 70), (1, 1), num_heads, 128, cache_kind, q_dtype)
-    with pytest.raises(_Launched):
+    with pytest.raises(LaunchStopped):
         index_topk_paged_launcher(**case, topk=64, phase="decode", decode_kernel=decode_kernel)
-    assert recorder.constexprs["BS"] == (64 if decode_kernel == "chunked" and tile == 128 else tile)
-    assert recorder.constexprs["DOT_FP32"] == (tile != 128)
+    (_, constexprs), = recorder.calls
+    assert constexprs["BS"] == (64 if decode_kernel == "chunked" and tile == 128 else tile)
+    assert constexprs["DOT_FP32"] == (tile != 128)

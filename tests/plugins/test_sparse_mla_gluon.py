@@ -11,6 +11,7 @@ import torch
 from dayzero.plugins.dependent_launch import LATE, OFF
 from dayzero.plugins.sparse_mla import gluon_decode_kernel as G
 from dayzero.plugins.sparse_mla import op
+from tests.plugins.recorded_launch import RecordedLaunch
 from tests.plugins.test_sparse_mla_kernel import (
     BF16,
     assert_matches,
@@ -132,16 +133,6 @@ def test_cpu_calls_never_take_the_gluon_path(monkeypatch):
     assert not G.gluon_decode_applies(sc.q, sc.cache, 64)
     default = impl(*args)
     assert torch.equal(default[0], off[0]) and torch.equal(default[1], off[1])
-
-
-class RecordedLaunch:
-    """Stands in for a Gluon kernel on the CPU: `kernel[grid](*args, **constexprs)` is recorded, not run."""
-
-    def __init__(self):
-        self.calls = []
-
-    def __getitem__(self, grid):
-        return lambda *args, **constexprs: self.calls.append((grid, constexprs))
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
