@@ -369,14 +369,18 @@ def fraction(record: dict, ceil: dict) -> None:
     record["frac_copy"] = record["GBps"] / ceil["copy_GBps"]
     record["frac_matmul"] = record["TFLOPs"] / ceil["matmul_bf16_TFLOPs"]
     # the slower of the two floors: what the hardware allows at best for this shape
-    floor_ms = max(record["bytes"] / ceil["copy_GBps"] / 1e6, record["flops"] / ceil["matmul_bf16_TFLOPs"] / 1e9)
+    copy_ms = record["bytes"] / ceil["copy_GBps"] / 1e6
+    floor_ms = max(copy_ms, record["flops"] / ceil["matmul_bf16_TFLOPs"] / 1e9)
     record["frac_roofline"] = floor_ms / record["ms"]
+    # the largest fraction of copy a kernel could reach on this shape: below 1 where the MMA work outlasts the copy
+    record["copy_bound"] = copy_ms / floor_ms
 
 
 def print_table(ceil: dict, records: list) -> None:
     print(f"\nceilings: copy {ceil['copy_GBps']:.0f} GB/s, bf16 matmul {ceil['matmul_bf16_TFLOPs']:.0f} TFLOP/s")
     print(f"{'case':34} {'config':>18} {'ok':>3} {'ms':>9} {'GB/s':>7} {'%copy':>6} {'TFLOP/s':>8} {'%mm':>5} "
-          f"{'%roof':>6} {'graph ms':>9} {'%copy':>6} {'TFLOP/s':>8} {'64-call graph ms':>16} {'%copy':>6}")
+          f"{'%roof':>6} {'best%copy':>9} {'graph ms':>9} {'%copy':>6} {'TFLOP/s':>8} {'64-call graph ms':>16} "
+          f"{'%copy':>6}")
     for r in records:
         c = r["config"]
         cfg = c if isinstance(c, str) else (f"h{c['block_h']} n{c['block_n']} s{c['num_stages']} w{c['num_warps']}"
@@ -391,7 +395,8 @@ def print_table(ceil: dict, records: list) -> None:
         if "long_graph_ms" in r:
             graph += f" {r['long_graph_ms']:16.3f} {100 * r['long_graph_frac_copy']:5.1f}%"
         print(f"{r['case']:34} {cfg:>18} {ok:>3} {r['ms']:9.3f} {r['GBps']:7.0f} {100 * r['frac_copy']:5.1f}% "
-              f"{r['TFLOPs']:8.1f} {100 * r['frac_matmul']:4.1f}% {100 * r['frac_roofline']:5.1f}%{graph}")
+              f"{r['TFLOPs']:8.1f} {100 * r['frac_matmul']:4.1f}% {100 * r['frac_roofline']:5.1f}% "
+              f"{100 * r['copy_bound']:8.1f}%{graph}")
 
 
 def main() -> int:

@@ -21,17 +21,18 @@ def kda_prefill(record: dict, extra_prefixes: tuple[str, ...]) -> str:
 
 
 def sparse_mla(record: dict) -> str:
-    """Case, tile config, check, ms, TFLOP/s, % of copy (then the graph replays' ms and % of copy, one call a graph and
-    64, where timed)."""
+    """Case, tile config, check, ms, TFLOP/s, % of copy, the most % of copy the roofline allows (then the graph replays'
+    ms and % of copy, one call a graph and 64, where timed)."""
     c = record.get("config")
     cfg = c if not isinstance(c, dict) else f"n{c['block_n']} s{c['num_stages']} w{c['num_warps']} h{c['block_h']}"
     graph = (f"graph {record['graph_ms']:.3f} {100 * record['graph_frac_copy']:.1f}%" if "graph_ms" in record
              else "")
     if "long_graph_ms" in record:
         graph += f" 64-call graph {record['long_graph_ms']:.3f} {100 * record['long_graph_frac_copy']:.1f}%"
+    bound = f"best {100 * record['copy_bound']:.1f}%" if "copy_bound" in record else ""
     return " ".join(map(str, (record["case"], cfg, record.get("correct"), round(record.get("ms", 0), 3),
-                              round(record.get("TFLOPs", 0), 1), f"{100 * record.get('frac_copy', 0):.1f}%", graph,
-                              record.get("error", "")[:80])))
+                              round(record.get("TFLOPs", 0), 1), f"{100 * record.get('frac_copy', 0):.1f}%", bound,
+                              graph, record.get("error", "")[:80])))
 
 
 def indexer(record: dict) -> str:
