@@ -232,6 +232,26 @@ def test_candidate_buffer_keeps_the_reference_rows(name):
     assert_rows_follow_the_rule(got, case, topk)
 
 
+def test_candidate_buffer_from_a_split_size_keeps_the_reference_rows():
+    """candidates=N: in one launch, the splits of N keys or more take the buffer and the shorter ones a search a
+    block; both give the reference's rows."""
+    lengths, new, topk, threshold = ((400, 60, 250), (1, 2, 1), 20, 100) if not ON_GPU else \
+        ((40000, 3000, 20000), (1, 2, 1), 2048, 8192)
+    case = build_case(lengths, new, 3, 32, "fp32", torch.float32, seed=5)
+    got = run_kernel(case, topk, "decode", num_splits=2, candidates=threshold, **{**SMALL, "min_chunk": 16})
+    assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=topk).cpu())
+    assert_rows_follow_the_rule(got, case, topk)
+
+
+@pytest.mark.parametrize("candidates, fp8_dot, num_heads, keys", [
+    (None, True, 32, 32768), (None, True, 64, 16384), (None, True, 128, 16384), (None, False, 64, -1),
+    (True, False, 32, 0), (False, True, 64, -1), (5000, True, 32, 5000)])
+def test_candidate_split_keys(candidates, fp8_dot, num_heads, keys):
+    """By default the FP8 dot's splits take the buffer from 32K keys (16K at 64 heads and more), where it won on an
+    H100 (runs wa, wc); other dots never; True / False / N as asked."""
+    assert decode_select_kernel.candidate_split_keys(candidates, fp8_dot, num_heads) == keys
+
+
 @pytest.mark.parametrize("num_heads, cache_kind, q_dtype, tile", [
     (32, "fp32", torch.float32, 32), (64, "fp32", torch.float32, 16), (8, "fp32", torch.float32, 64),
     (64, "bf16", torch.float32, 16), (64, "bf16", torch.bfloat16, 128)])

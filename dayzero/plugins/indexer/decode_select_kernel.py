@@ -230,7 +230,7 @@ def _decode_select_kernel(
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
     DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
-    CANDIDATES: tl.constexpr, NPB: tl.constexpr,
+    CANDIDATE_KEYS: tl.constexpr, NPB: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
@@ -243,9 +243,20 @@ def _decode_select_kernel(
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)
         sets = rows.to(tl.int64) * num_splits + split
-        count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, block_scores,
-                                   cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT,
-                                   DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, CANDIDATES, NPB)
+        # the candidate buffer where a split has CANDIDATE_KEYS keys or more (0: always, -1: never)
+        if CANDIDATE_KEYS > 0:
+            if chunk >= CANDIDATE_KEYS:
+                count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions,
+                                           block_scores, cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS,
+                                           KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, True, NPB)
+            else:
+                count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions,
+                                           block_scores, cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS,
+                                           KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, False, NPB)
+        else:
+            count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions,
+                                       block_scores, cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS, KP, U,
+                                       KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, CANDIDATE_KEYS == 0, NPB)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
@@ -381,6 +392,19 @@ def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torc
     return torch.sym_max(1, torch.sym_min(by_sms, triton.cdiv(max_keys, min_chunk)))
 
 
+def candidate_split_keys(candidates: bool | int | None, fp8_dot: bool, num_heads: int) -> int:
+    """The fewest keys of a split that takes the candidate buffer (0: every split, -1: none). None: on the FP8 dot,
+    splits of 32768 keys or more, 16384 at HI >= 64: runs wa / wc on an H100 (B64 MXFP8, DI 128, top-2048), split
+    kernel us with the buffer / a search a block at 2K / 8K / 16K / 32K keys a split: HI 32 56.2 / 47.3, 206.7 /
+    178.2, 348.6 / 337.0, 620-624 / 649-661; HI 64 56.0 / 55.5, 223.9 / 213.4, 392.7 / 419.6, 706-712 / 821-825."""
+    if candidates is None:
+        return (16384 if num_heads >= 64 else 32768) if fp8_dot else -1
+    if isinstance(candidates, bool):
+        return 0 if candidates else -1
+    assert candidates > 0, f"candidates: a split's fewest keys must be positive, got {candidates}"
+    return candidates
+
+
 def index_topk_decode_select_launcher(
     q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
@@ -388,7 +412,8 @@ def index_topk_decode_select_launcher(
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
     split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
-    merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True, candidates: bool = False,
+    merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True,
+    candidates: bool | int | None = None,
     out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
@@ -414,8 +439,9 @@ def index_topk_decode_select_launcher(
     merge_tree: fold a row's splits in levels of merge programs (merge_strides) instead of one program's sequence of
     steps (run ti2, H100, HI 64 MXFP8: merge 28.1 / 29.6 us against 96.6 / 100.8 at B1 / B8 with 32 splits at 128K
     keys, 18.7 / 23.9 against 36.5 / 48.9 at 32K); candidates: each block's keys filtered against the set's K-th key
-    into a buffer that is folded in only when full (one search per buffer instead of per block; candidates_kernel.py;
-    not yet measured on a GPU, off by default). The split kernel's default, 4 warps without a register cap, took
+    into a buffer that is folded in only when full (one search per buffer instead of per block; candidates_kernel.py):
+    True in every split, False in none, N in splits of at least N keys, None as candidate_split_keys says. The split
+    kernel's default, 4 warps without a register cap, took
     0.94-0.97x the GPU time of 8 warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg,
     B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
@@ -444,7 +470,9 @@ def index_topk_decode_select_launcher(
     counts = torch.empty(num_sets, dtype=torch.int32, device=q.device)
     floors = torch.empty(2 * num_sets, dtype=torch.int32, device=q.device)
     # the candidates' block scores and positions (one element where unused)
-    block_scores = torch.empty(num_sets * (union - kp) if candidates else 1, dtype=torch.int32, device=q.device)
+    candidate_keys = candidate_split_keys(candidates, fp8_dot, num_heads)
+    block_scores = torch.empty(num_sets * (union - kp) if candidate_keys >= 0 else 1, dtype=torch.int32,
+                               device=q.device)
     cand_positions = torch.empty_like(block_scores)
     used = torch.empty(num_tokens, dtype=torch.int32, device=q.device)
     if out is None:
@@ -461,7 +489,7 @@ def index_topk_decode_select_launcher(
             block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
-            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot, CANDIDATES=candidates,
+            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot, CANDIDATE_KEYS=candidate_keys,
             NPB=block_page_count(union - kp, PAGE_SIZE, block_keys))
     sets = merge_sets_of(kp, merge_sets)
     strides = merge_strides(num_splits, sets, merge_tree)
