@@ -243,13 +243,12 @@ def test_candidate_buffer_from_a_split_size_keeps_the_reference_rows():
     assert_rows_follow_the_rule(got, case, topk)
 
 
-@pytest.mark.parametrize("candidates, fp8_dot, num_heads, keys", [
-    (None, True, 32, 32768), (None, True, 64, 16384), (None, True, 128, 16384), (None, False, 64, -1),
-    (True, False, 32, 0), (False, True, 64, -1), (5000, True, 32, 5000)])
-def test_candidate_split_keys(candidates, fp8_dot, num_heads, keys):
-    """By default the FP8 dot's splits take the buffer from 32K keys (16K at 64 heads and more), where it won on an
-    H100 (runs wa, wc); other dots never; True / False / N as asked."""
-    assert decode_select_kernel.candidate_split_keys(candidates, fp8_dot, num_heads) == keys
+@pytest.mark.parametrize("candidates, keys", [(True, 0), (False, -1), (5000, 5000)])
+def test_candidate_split_keys(candidates, keys):
+    """True: every split takes the buffer (0 keys and more), False: none, N: splits of at least N keys."""
+    assert decode_select_kernel.candidate_split_keys(candidates) == keys
+    with pytest.raises(AssertionError, match="must be positive"):
+        decode_select_kernel.candidate_split_keys(0)
 
 
 @pytest.mark.parametrize("num_heads, cache_kind, q_dtype, tile", [

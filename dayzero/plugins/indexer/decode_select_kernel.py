@@ -392,13 +392,14 @@ def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torc
     return torch.sym_max(1, torch.sym_min(by_sms, triton.cdiv(max_keys, min_chunk)))
 
 
-def candidate_split_keys(candidates: bool | int | None, fp8_dot: bool, num_heads: int) -> int:
-    """The fewest keys of a split that takes the candidate buffer (0: every split, -1: none). None: on the FP8 dot,
-    splits of 32768 keys or more, 16384 at HI >= 64: runs wa / wc on an H100 (B64 MXFP8, DI 128, top-2048), split
-    kernel us with the buffer / a search a block at 2K / 8K / 16K / 32K keys a split: HI 32 56.2 / 47.3, 206.7 /
-    178.2, 348.6 / 337.0, 620-624 / 649-661; HI 64 56.0 / 55.5, 223.9 / 213.4, 392.7 / 419.6, 706-712 / 821-825."""
-    if candidates is None:
-        return (16384 if num_heads >= 64 else 32768) if fp8_dot else -1
+def candidate_split_keys(candidates: bool | int) -> int:
+    """The fewest keys of a split that takes the candidate buffer: 0 for every split (True), -1 for none (False).
+
+    Runs wa / wc on an H100 (B64 MXFP8, DI 128, top-2048), split kernel us with the buffer in every split / in none,
+    at 2K / 8K / 16K / 32K keys a split: HI 32 56.2 / 47.3, 206.7 / 178.2, 348.6 / 337.0, 620-624 / 649-661; HI 64
+    56.0 / 55.5, 223.9 / 213.4, 392.7 / 419.6, 706-712 / 821-825. So the buffer pays from 32K keys a split (16K at
+    HI 64). A threshold compiles both paths into one kernel (offline sm_90 at HI 64: 972 B spilled against 204 / 264
+    with one path); not yet timed, so it stays an option (bench/run_h200_wd.sh times it)."""
     if isinstance(candidates, bool):
         return 0 if candidates else -1
     assert candidates > 0, f"candidates: a split's fewest keys must be positive, got {candidates}"
@@ -413,7 +414,7 @@ def index_topk_decode_select_launcher(
     split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
     merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True,
-    candidates: bool | int | None = None,
+    candidates: bool | int = False,
     out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
@@ -440,7 +441,7 @@ def index_topk_decode_select_launcher(
     steps (run ti2, H100, HI 64 MXFP8: merge 28.1 / 29.6 us against 96.6 / 100.8 at B1 / B8 with 32 splits at 128K
     keys, 18.7 / 23.9 against 36.5 / 48.9 at 32K); candidates: each block's keys filtered against the set's K-th key
     into a buffer that is folded in only when full (one search per buffer instead of per block; candidates_kernel.py):
-    True in every split, False in none, N in splits of at least N keys, None as candidate_split_keys says. The split
+    True in every split, False in none, N in splits of at least N keys (see candidate_split_keys). The split
     kernel's default, 4 warps without a register cap, took
     0.94-0.97x the GPU time of 8 warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg,
     B64, HI 32 / 64, MXFP8 / BF16)."""
@@ -470,7 +471,7 @@ def index_topk_decode_select_launcher(
     counts = torch.empty(num_sets, dtype=torch.int32, device=q.device)
     floors = torch.empty(2 * num_sets, dtype=torch.int32, device=q.device)
     # the candidates' block scores and positions (one element where unused)
-    candidate_keys = candidate_split_keys(candidates, fp8_dot, num_heads)
+    candidate_keys = candidate_split_keys(candidates)
     block_scores = torch.empty(num_sets * (union - kp) if candidate_keys >= 0 else 1, dtype=torch.int32,
                                device=q.device)
     cand_positions = torch.empty_like(block_scores)
