@@ -413,8 +413,7 @@ def index_topk_decode_select_launcher(
     block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
     split_keys: int | None = None, maxnreg: int | None | str = None,
     key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
-    merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True,
-    candidates: bool | int = False,
+    merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True, candidates: bool | int = False,
     out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
@@ -442,9 +441,8 @@ def index_topk_decode_select_launcher(
     keys, 18.7 / 23.9 against 36.5 / 48.9 at 32K); candidates: each block's keys filtered against the set's K-th key
     into a buffer that is folded in only when full (one search per buffer instead of per block; candidates_kernel.py):
     True in every split, False in none, N in splits of at least N keys (see candidate_split_keys). The split
-    kernel's default, 4 warps without a register cap, took
-    0.94-0.97x the GPU time of 8 warps capped at 128 registers at 8K keys and 0.87-0.93x at 32K and 128K (run bg,
-    B64, HI 32 / 64, MXFP8 / BF16)."""
+    kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8 warps capped at 128 registers
+    at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
     num_tokens, num_heads, dim = q.shape
     if key_words is None:
         key_words = key_quant and dim % 128 == 0
