@@ -243,20 +243,17 @@ def _decode_select_kernel(
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)
         sets = rows.to(tl.int64) * num_splits + split
-        # the candidate buffer where a split has CANDIDATE_KEYS keys or more (0: always, -1: never)
-        if CANDIDATE_KEYS > 0:
-            if chunk >= CANDIDATE_KEYS:
-                count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions,
-                                           block_scores, cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS,
-                                           KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, True, NPB)
-            else:
-                count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions,
-                                           block_scores, cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS,
-                                           KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, False, NPB)
+        # the candidate buffer where a split has CANDIDATE_KEYS keys or more (0: always, -1: never); a constexpr
+        # choice but for a threshold, which compiles both paths
+        buffer_here = (chunk >= CANDIDATE_KEYS) if CANDIDATE_KEYS > 0 else CANDIDATE_KEYS == 0
+        if buffer_here:
+            count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions,
+                                       block_scores, cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS, KP, U,
+                                       KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, True, NPB)
         else:
             count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions,
                                        block_scores, cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS, KP, U,
-                                       KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, CANDIDATE_KEYS == 0, NPB)
+                                       KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, False, NPB)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
