@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # the runtime pulls in torch and the plugins: load it only when asked for
     if name == "LLM":
-        from dayzero.runtime.llm import LLM
+        from dayzero.llm.api import LLM
 
         return LLM
     if name == "SamplingParams":

@@ -96,7 +96,7 @@ def engine_options(command):
 def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, dequantize_experts, memory_mb, gpu_memory_fraction,
               no_cuda_graphs, prefix_caching, token_budget, num_draft, max_batch):
     from dayzero.export.options import ExportOptions
-    from dayzero.runtime.llm import LLM
+    from dayzero.llm.api import LLM
     from dayzero.runtime.llm_engine import RuntimeOptions
 
     if backend == "aoti":
@@ -161,8 +161,8 @@ def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed
 def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, api_key, drain_seconds, no_warm_up,
           **engine) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models)."""
-    from dayzero.runtime.http_host import serve as serve_http
-    from dayzero.runtime.server import ServerOptions
+    from dayzero.server.http_host import serve as serve_http
+    from dayzero.server.server import ServerOptions
 
     options = ServerOptions(host=host, port=port, model_name=served_model_name, max_open=max_open,
                             max_body_bytes=max_body_bytes, api_key=api_key, drain_seconds=drain_seconds,
@@ -185,7 +185,7 @@ def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine)
     measured copy bandwidth."""
     import json
 
-    from dayzero.dist.rank_plan import RankPlan
+    from dayzero.export.rank_plan import RankPlan
     from dayzero.model.expert_format import checkpoint_config
     from dayzero.perf.engine_bench import copy_bandwidth, matmul_rate, run_engine
 
@@ -244,8 +244,8 @@ def _table(rows: list[dict]) -> str:
 def plan(config: str, tp: int, cp: int, ep: int, dtype: str, mxfp4_experts: bool) -> None:
     """Weight bytes per rank of CONFIG (a config.json, a folder holding one, or a bundled name) over --tp ranks;
     each of --cp context-parallel rank groups holds the same."""
-    from dayzero.dist.rank_plan import RankPlan
-    from dayzero.dist.sizing import rank_weights
+    from dayzero.export.rank_plan import RankPlan
+    from dayzero.export.sizing import rank_weights
     from dayzero.model.config import ModelConfig
     from dayzero.model.expert_format import with_mxfp4_experts
 

@@ -11,14 +11,26 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dayzero.cache.entry import LAST_USED, MANIFEST, load_entry
-
-if TYPE_CHECKING:
-    from dayzero.cache.store import CompilationCache
+from dayzero.cache.lock import KeyLock
 
 DAY_S = 86400.0
+
+
+class CompilationCache(Protocol):
+    """What collection needs of the cache (store.py's CompilationCache)."""
+
+    root: Path
+    tmp_root: Path
+    lock_root: Path
+
+    def keys(self) -> list[str]: ...
+
+    def discard(self, key: str) -> bool: ...
+
+    def lock(self, key: str) -> KeyLock: ...
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from torch.export import ExportedProgram
 
+from dayzero.contract import EngineManifest, StepEngine, StepMeta
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import EngineManifest, StepMeta
 from dayzero.export.engine_weights import load_engine_weights
 from dayzero.export.inplace import copy_lines, whole_cache_writes, wrapper_cache_copies
 from dayzero.export.replace import compile_target
@@ -81,7 +81,7 @@ def load_package(path: Path, device: str, weights: dict[str, torch.Tensor]):
     return runner
 
 
-class AOTIEngine:
+class AOTIEngine(StepEngine):
     """A rank's compiled steps; a step whose package is not given (None) cannot be called."""
 
     def __init__(self, manifest: EngineManifest, weights: Path, prefill_package: Path | None,

@@ -20,22 +20,24 @@ from pathlib import Path
 import torch
 
 from dayzero.cache import CompilationCache, Entry, cache_key
-from dayzero.dist.collectives import unordered_collectives
-from dayzero.dist.mesh import MeshRank
-from dayzero.dist.rank_plan import RankPlan
-from dayzero.dist.world import compile_group
+from dayzero.contract import EngineManifest, StepEngine
 from dayzero.errors import DayzeroError
 from dayzero.export import fingerprint
 from dayzero.export.aoti import AOTIEngine, compile_package
-from dayzero.export.engine import EagerEngine, EngineManifest, SplitEngine, StepEngine, eager_manifest
 from dayzero.export.engine_weights import contiguous_weights_, program_weights, save_engine_weights
 from dayzero.export.layout import lay_out
 from dayzero.export.onnx import OnnxEngine, export_onnx
 from dayzero.export.options import ExportOptions
+from dayzero.export.rank_plan import RankPlan
 from dayzero.export.replace import check_plugin_ops
+from dayzero.export.split_engine import SplitEngine
 from dayzero.export.trace import trace_step
+from dayzero.model.collectives import unordered_collectives
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.hybrid import HybridModel
 from dayzero.model.zigzag import ContextPlan
+from dayzero.parallel.mesh import MeshRank
+from dayzero.parallel.world import compile_group
 from dayzero.plugins.paged_cache.formats import latent_cache_shape
 
 ENGINE_FILE = "engine.json"  # in each rank's folder
@@ -211,6 +213,6 @@ ENGINE_LOADERS: dict[str, Callable[[Entry, EngineManifest, int], StepEngine]] = 
 
 
 def load_engine(entry: Entry, rank: int = 0) -> StepEngine:
-    """Rank `rank`'s engine of an entry (a multi-rank entry's engines run together: dayzero.dist.engine)."""
+    """Rank `rank`'s engine of an entry (a multi-rank entry's engines run together: parallel/multi_rank_engine.py)."""
     manifest = EngineManifest.from_json(json.loads(entry.file(f"{rank_dir(rank)}/{ENGINE_FILE}").read_text()))
     return ENGINE_LOADERS[manifest.backend](entry, manifest, rank)

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import torch
 
+from dayzero.contract import EngineManifest, StepEngine, StepMeta
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import EngineManifest
 from dayzero.export.onnx_functional import caches_as_outputs, functional_translations, functionalize_plugin_ops
 from dayzero.export.trace import META_FIELDS, trace_step
 from dayzero.model.hybrid import HybridModel
-from dayzero.model.step import StepMeta
 
 OPSET = 18
 
@@ -74,7 +73,7 @@ def _name_graph_values(graph, manifest: EngineManifest) -> None:
         value.name = name
 
 
-class OnnxEngine:
+class OnnxEngine(StepEngine):
     """The interchange graph on ONNX Runtime (CPU, custom nodes from onnx_ort.py) behind the engine contract.
 
     Decode only; the caches are updated in place from the graph's cache outputs (a copy per step).

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dayzero.dist.rank_plan import check_expert_split
 from dayzero.errors import DayzeroError
+from dayzero.export.rank_plan import check_expert_split
 from dayzero.model.caches import CacheFormat
 from dayzero.plugins.kda.recurrent_kernel import MAX_STEP_TOKENS
 

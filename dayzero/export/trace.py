@@ -19,9 +19,10 @@ import torch
 from torch import nn
 from torch.export import Dim, ExportedProgram
 
-from dayzero.export.engine import PAGE, EngineManifest, allocate_flat_caches, layer_caches
+from dayzero.contract import PAGE, EngineManifest, StepMeta, allocate_flat_caches
+from dayzero.model.eager_engine import layer_caches
 from dayzero.model.hybrid import HybridModel
-from dayzero.model.step import StepMeta, contiguous_meta
+from dayzero.model.step import contiguous_meta
 
 META_FIELDS = ("positions", "cu_seqlens", "block_table", "slot_mapping", "state_slots", "num_accepted")
 # example sizes: distinct and > 1, so that export does not specialize a dim on its example value

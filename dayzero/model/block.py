@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dayzero.contract import StepMeta
 from dayzero.model.config import DENSE, KDA, ModelConfig
 from dayzero.model.kda import KDAttention
 from dayzero.model.mla import MLAttention
@@ -12,7 +13,6 @@ from dayzero.model.mlp import GatedMLP
 from dayzero.model.moe import MoE
 from dayzero.model.norm import RMSNorm
 from dayzero.model.residual import mix_params
-from dayzero.model.step import StepMeta
 from dayzero.model.zigzag import ContextShard
 
 

@@ -11,14 +11,15 @@ import math
 import torch
 from torch import nn
 
+from dayzero.contract import ScoredRows, StepMeta
 from dayzero.errors import DayzeroError
 from dayzero.model.block import DecoderLayer
 from dayzero.model.caches import PLAIN_CACHE, CacheFormat, LayerCache, allocate_caches
 from dayzero.model.config import ModelConfig
 from dayzero.model.norm import RMSNorm, linear
 from dayzero.model.residual import BlockAttnResidual, PlainResidual, mix_params
-from dayzero.model.scoring import ScoredRows, score_rows
-from dayzero.model.step import StepMeta, contiguous_meta
+from dayzero.model.scoring import score_rows
+from dayzero.model.step import contiguous_meta
 from dayzero.model.zigzag import ContextPlan, ContextShard, split_step
 from dayzero.plugins.paged_cache import PAGE_SIZE
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dayzero.contract import StepMeta
 from dayzero.model.config import IndexerConfig
 from dayzero.model.norm import LayerNorm, linear
-from dayzero.model.step import StepMeta
 from dayzero.model.zigzag import ContextShard, rows_of_all_ranks
 from dayzero.plugins import indexer as indexer_ops
 from dayzero.plugins import paged_cache

@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dayzero.dist.collectives import reduce_partial
+from dayzero.contract import StepMeta
 from dayzero.model import kda_context
+from dayzero.model.collectives import reduce_partial
 from dayzero.model.config import KDAConfig
 from dayzero.model.norm import GatedRMSNorm, linear
-from dayzero.model.step import KDACache, StepMeta
+from dayzero.model.step import KDACache
 from dayzero.model.zigzag import ContextShard
 from dayzero.plugins import kda as kda_ops
 from dayzero.plugins import short_conv

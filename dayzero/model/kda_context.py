@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from dayzero.dist.collectives import gather_ranks
+from dayzero.model.collectives import gather_ranks
 from dayzero.model.zigzag import LOCAL_CHUNKS, ContextShard
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dayzero.dist.collectives import reduce_partial
+from dayzero.contract import StepMeta
+from dayzero.model.collectives import reduce_partial
 from dayzero.model.config import IndexerConfig, MLAConfig
 from dayzero.model.indexer import Indexer
 from dayzero.model.norm import RMSNorm, linear
 from dayzero.model.rope import apply_rope
-from dayzero.model.step import MLACache, StepMeta
+from dayzero.model.step import MLACache
 from dayzero.model.zigzag import ContextShard, rows_of_all_ranks
 from dayzero.plugins import paged_cache, sparse_mla
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dayzero.dist.collectives import reduce_partial
+from dayzero.model.collectives import reduce_partial
 from dayzero.model.norm import linear
 from dayzero.plugins import moe as moe_ops
 

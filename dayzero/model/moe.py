@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dayzero.dist.collectives import reduce_partial
+from dayzero.model.collectives import reduce_partial
 from dayzero.model.config import MoEConfig
 from dayzero.model.mlp import GatedMLP
 from dayzero.model.norm import RMSNorm, linear

@@ -3,21 +3,13 @@ logprobs): the LM head a bounded block of rows at a time, never the [T, vocab] l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
+from dayzero.contract import ScoredRows
+
 # rows through the LM head at once: [512, 163840] fp32 log-probabilities are 320 MiB
 ROWS_AT_ONCE = 512
-
-
-@dataclass(frozen=True)
-class ScoredRows:
-    rows: torch.Tensor  # [R] indices of the step's tokens that were scored
-    logprobs: torch.Tensor  # [R] fp32: log-probability of each row's target
-    top_ids: torch.Tensor  # [R, k] the k most likely next tokens, most likely first
-    top_logprobs: torch.Tensor  # [R, k]
 
 
 def score_rows(lm_head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, num_top: int) -> ScoredRows:

@@ -1,8 +1,5 @@
-"""Explicit inputs of one model step: metadata and per-layer caches (ARCHITECTURE.md, "The step functions").
-
-Tokens of all sequences are flattened: sequence n owns new tokens [cu_seqlens[n], cu_seqlens[n+1]). A prefill
-step has any number of new tokens per sequence (chunked prefill continues after cached context); a decode step has
-the same L = 1 + num_draft tokens for every sequence.
+"""The model's per-layer caches (views of the engine's flat cache list) and step metadata for sequences laid out
+contiguously (docs/architecture.md, "The engine contract").
 """
 
 from __future__ import annotations
@@ -12,17 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.utils._pytree as pytree
 
+from dayzero.contract import StepMeta
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
-
-
-@dataclass
-class StepMeta:
-    positions: torch.Tensor  # [T] absolute position of each new token
-    cu_seqlens: torch.Tensor  # [N+1] offsets of each sequence's new tokens
-    block_table: torch.Tensor  # [N, max_pages] physical page of each logical page
-    slot_mapping: torch.Tensor  # [T] flat cache row of each new token (-1: skip)
-    state_slots: torch.Tensor  # [N, L] KDA state slot written after each token (prefill: L = 1)
-    num_accepted: torch.Tensor  # [N] read the entry state from state_slots[n, num_accepted[n] - 1]
 
 
 @dataclass
@@ -37,7 +25,7 @@ class KDACache:
     conv: torch.Tensor  # [S, 3, W-1, H*K] pre-conv rows of q, k, v
 
 
-for _cls in (StepMeta, MLACache, KDACache):
+for _cls in (MLACache, KDACache):
     pytree.register_dataclass(_cls)
 
 

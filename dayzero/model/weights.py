@@ -1,4 +1,4 @@
-"""Checkpoint names of the model's parameters, and loading a HF checkpoint into the network (MODEL.md section 7).
+"""Checkpoint names of the model's parameters, and loading a HF checkpoint into the network (docs/models.md, "Weights").
 
 Parameter names equal checkpoint names except for three layouts:
 * routed experts are stacked per layer (`experts.w1 [E, I, D]`) but stored per expert (`experts.{e}.w1.weight`),
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -23,8 +23,20 @@ from dayzero.model.config import ModelConfig
 from dayzero.model.expert_format import with_expert_format
 from dayzero.model.hybrid import HybridModel
 
-if TYPE_CHECKING:
-    from dayzero.dist.rank_plan import RankPlan
+
+class Sharding(Protocol):
+    """The part of the network one tensor-parallel rank holds (the exporter's rank plan, export/rank_plan.py)."""
+
+    tp: int
+
+    def local_config(self, cfg: ModelConfig) -> ModelConfig: ...
+
+    def shard(self, full: torch.Tensor, local_shape: torch.Size) -> torch.Tensor: ...
+
+    def first_expert(self, local_experts: int) -> int: ...
+
+    def mark_reductions(self, model: torch.nn.Module) -> None: ...
+
 
 EXPERT_PARAM = re.compile(r"^(?P<base>.*\.experts)\.(?P<w>w[123])(?P<mxfp4>_packed|_scale)?$")
 # kept in fp32 whatever the model dtype: tiny, and the gates and router are precision-sensitive
@@ -112,7 +124,7 @@ def _load_parameter(reader: CheckpointReader, name: str, param: torch.Tensor, cf
 
 @torch.no_grad()
 def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu",
-         plan: RankPlan | None = None, keep_mxfp4: bool = True) -> HybridModel:
+         plan: Sharding | None = None, keep_mxfp4: bool = True) -> HybridModel:
     """Load a HF-format checkpoint directory (config.json + *.safetensors) into the reference network, or into the
     part of it that one tensor-parallel rank runs. Routed experts stored as MXFP4 stay packed unless `keep_mxfp4`
     is off (model/expert_format.py)."""
@@ -132,7 +144,7 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
 
 
 def _load_shard(reader: CheckpointReader, name: str, param: torch.Tensor, full_shape: torch.Size, cfg: ModelConfig,
-                plan: RankPlan) -> None:
+                plan: Sharding) -> None:
     """This rank's part of one parameter. Host memory holds one whole stored tensor at a time: one expert of a
     stacked bank, never the bank (a K3.1 bank is tens of GB)."""
     if EXPERT_PARAM.match(name) is None:

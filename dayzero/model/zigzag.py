@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dayzero.dist.collectives import gather_ranks
-from dayzero.model.step import StepMeta
+from dayzero.contract import StepMeta
+from dayzero.model.collectives import gather_ranks
 
 # the local segment a chunk lands in: 0 for chunk r (early), 1 for chunk 2·cp−1−r (late)
 LOCAL_CHUNKS = 2

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dayzero.export.engine import SLOT, EngineManifest
+from dayzero.contract import SLOT, EngineManifest
 from dayzero.model.config import ModelConfig
 from dayzero.model.weights import param_dtype, parameter_shapes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dayzero.export.engine import StepMeta
+from dayzero.contract import StepMeta
 from dayzero.runtime.block_manager import DUMMY_PAGE
 from dayzero.runtime.scheduler import ScheduledStep
 from dayzero.runtime.sequence import Sequence

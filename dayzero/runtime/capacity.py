@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dayzero.contract import PAGE, SLOT, EngineManifest
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import PAGE, SLOT, EngineManifest
 
 
 @dataclass(frozen=True)

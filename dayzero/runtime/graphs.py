@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from dayzero.export.engine import StepEngine, StepMeta
+from dayzero.contract import StepEngine, StepMeta
 from dayzero.runtime.block_manager import DUMMY_PAGE
 from dayzero.runtime.state_pool import DUMMY_GROUP
 

@@ -10,16 +10,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dayzero.contract import StepEngine, allocate_flat_caches, slot_tensors
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import StepEngine, allocate_flat_caches, slot_tensors
 from dayzero.runtime.batch import decode_inputs, prefill_inputs
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.held_drafts import held_draft, masked_along
-from dayzero.runtime.json_grammar import JSON_OBJECT, Grammar
-from dayzero.runtime.json_schema import compile_schema
 from dayzero.runtime.logprobs import token_logprob
 from dayzero.runtime.penalties import adjusts_logits, penalized
 from dayzero.runtime.prefix_cache import PrefixCache
@@ -29,8 +27,10 @@ from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
 from dayzero.runtime.spec_decode import PROPOSERS, accept, greedy_run
 from dayzero.runtime.state_pool import StatePool
-from dayzero.runtime.token_grammar import JsonAnswer, TokenTable
-from dayzero.runtime.tool_call_grammar import ToolCallAnswer
+from dayzero.structured.json_grammar import JSON_OBJECT, Grammar
+from dayzero.structured.json_schema import compile_schema
+from dayzero.structured.token_grammar import JsonAnswer, TokenTable
+from dayzero.structured.tool_call_grammar import ToolCallAnswer
 
 # JSON schemas kept compiled, by their text
 CACHED_GRAMMARS = 32
@@ -109,15 +109,15 @@ class LLMEngine:
         self.caches = allocate_flat_caches(manifest, self.capacity.num_pages, self.capacity.num_slots)
         self.blocks = BlockManager(self.capacity.num_pages, manifest.page_size)
         self.states = StatePool(self.capacity.num_slots, self.capacity.slots_per_seq,
-                                slot_tensors(manifest, self.caches), getattr(engine, "on_slot_op", None))
+                                slot_tensors(manifest, self.caches), engine.on_slot_op)
         token_budget = options.token_budget or TOKENS_PER_RANK * manifest.extra.get("cp", 1)
-        self.prefix_cache = self._prefix_cache(options, token_budget, getattr(engine, "decodes_alone", False))
+        self.prefix_cache = self._prefix_cache(options, token_budget, engine.decodes_alone)
         self.scheduler = Scheduler(self.blocks, self.states, self.max_batch, token_budget, manifest.max_len,
                                    manifest.num_draft, self.prefix_cache)
         self.propose = PROPOSERS[options.draft_method]()
         self.max_pages = math.ceil(manifest.max_len / manifest.page_size)
         self.decode = decode_runner(engine, self.caches, self.max_batch, self.max_pages,
-                                    options.cuda_graphs and getattr(engine, "graph_capturable", True))
+                                    options.cuda_graphs and engine.graph_capturable)
         self.detokenize, self.stop_ids = detokenize, stop_ids
         self.token_bytes = token_bytes
         self._token_table: TokenTable | None = None
@@ -137,7 +137,7 @@ class LLMEngine:
             raise DayzeroError(f"prompt token ids must be integers in [0, {self.manifest.vocab_size}); got {bad!r}")
         if any(token >= self.manifest.vocab_size for token, _ in params.logit_bias):
             raise DayzeroError(f"logit_bias names a token outside the vocabulary of {self.manifest.vocab_size}")
-        if params.prompt_logprobs is not None and not hasattr(self.engine, "prefill_scored"):
+        if params.prompt_logprobs is not None and not self.engine.scores_prompts:
             raise DayzeroError("the prompt's log probabilities need the eager engine without context parallelism "
                                "(--backend eager, no --cp; --tp works): compiled and context-parallel engines "
                                "return only each prompt's last logits")

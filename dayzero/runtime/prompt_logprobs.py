@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from dayzero.model.scoring import ScoredRows
+from dayzero.contract import ScoredRows
 from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.scheduler import ScheduledStep
 

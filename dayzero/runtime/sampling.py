@@ -10,7 +10,7 @@ import torch
 
 from dayzero.errors import DayzeroError
 from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
-from dayzero.runtime.tool_call_grammar import ToolCallRules
+from dayzero.structured.tool_call_grammar import ToolCallRules
 
 GREEDY_TEMPERATURE = 1e-5
 RESPONSE_FORMATS = (None, "json_object", "json_schema")

@@ -17,36 +17,11 @@ from collections.abc import Callable
 
 import torch
 
+from dayzero.contract import COPY, ZERO, SlotOp, apply_slot_op
 from dayzero.errors import DayzeroError
 from dayzero.runtime.sequence import Sequence
 
 DUMMY_GROUP = 0
-
-
-def zero_slots(tensors: list[torch.Tensor], start: int, count: int) -> None:
-    """Slots start .. start + count - 1 of every slot-indexed cache hold an empty sequence's state."""
-    for tensor in tensors:
-        tensor[start : start + count].zero_()
-
-
-def copy_slot(tensors: list[torch.Tensor], source: int, target: int) -> None:
-    """Slot `target` of every slot-indexed cache takes slot `source`'s state (a prefix cache's snapshot)."""
-    for tensor in tensors:
-        tensor[target].copy_(tensor[source])
-
-
-# what the pool did to its slots, in order, for the other ranks of a multi-rank engine to do to theirs:
-# (ZERO, first slot, count) or (COPY, source slot, target slot)
-ZERO, COPY = 0, 1
-SlotOp = tuple[int, int, int]
-
-
-def apply_slot_op(tensors: list[torch.Tensor], op: SlotOp) -> None:
-    kind, a, b = op
-    if kind == ZERO:
-        zero_slots(tensors, a, b)
-    else:
-        copy_slot(tensors, a, b)
 
 
 class StatePool:

@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from dayzero.cache import CompilationCache
+from dayzero.contract import allocate_flat_caches
 from dayzero.export import fingerprint
 from dayzero.export.aoti import AOTIEngine, whole_tensor_copies
 from dayzero.export.build import RANK_DIR, export_engine, load_engine
-from dayzero.export.engine import EagerEngine, allocate_flat_caches
 from dayzero.export.options import ExportOptions
 from dayzero.model import load
 from dayzero.model.checkpoint_writer import write_random_checkpoint
+from dayzero.model.eager_engine import EagerEngine
 from dayzero.plugins.paged_cache import PAGE_SIZE
 from tests.helpers import TINY_CONFIG, rel_err, run_steps
 

@@ -6,8 +6,9 @@ import math
 
 import torch
 
-from dayzero.export.engine import PAGE, SLOT, EagerEngine, EngineManifest, allocate_flat_caches, eager_manifest
+from dayzero.contract import PAGE, SLOT, EngineManifest, allocate_flat_caches
 from dayzero.model.caches import CacheFormat, cache_bytes
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.step import contiguous_meta
 from dayzero.plugins.paged_cache import PAGE_SIZE
 from tests.helpers import random_model, tiny_config_dict

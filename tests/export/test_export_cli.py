@@ -12,9 +12,9 @@ from dayzero.cli import cli
 from dayzero.errors import DayzeroError
 from dayzero.export import preload
 from dayzero.export.build import export_engine, load_engine
-from dayzero.export.engine import EagerEngine
 from dayzero.export.options import ExportOptions
 from dayzero.model.checkpoint_writer import write_random_checkpoint
+from dayzero.model.eager_engine import EagerEngine
 from tests.helpers import TINY_CONFIG
 
 

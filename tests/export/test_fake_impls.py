@@ -12,8 +12,9 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
+from dayzero.contract import allocate_flat_caches
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.step import contiguous_meta
 from dayzero.plugins import registry
 from tests.helpers import layer_pattern, random_model, tiny_config_dict

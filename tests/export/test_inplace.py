@@ -10,10 +10,10 @@ import torch
 
 from dayzero.errors import DayzeroError
 from dayzero.export.aoti import FIRST_CACHE, compile_package
-from dayzero.export.engine import eager_manifest
 from dayzero.export.inplace import cache_writes, whole_cache_writes, wrapper_cache_copies
 from dayzero.export.trace import trace_step
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import eager_manifest
 from tests.helpers import random_model, tiny_config_dict
 
 

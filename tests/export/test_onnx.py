@@ -13,11 +13,12 @@ pytest.importorskip("onnxruntime_extensions")
 
 import onnx  # noqa: E402
 
+from dayzero.contract import allocate_flat_caches  # noqa: E402
 from dayzero.errors import DayzeroError  # noqa: E402
-from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest  # noqa: E402
 from dayzero.export.onnx import OnnxEngine, cache_names, export_onnx  # noqa: E402
 from dayzero.export.trace import trace_step  # noqa: E402
 from dayzero.model.caches import CacheFormat  # noqa: E402
+from dayzero.model.eager_engine import EagerEngine, eager_manifest  # noqa: E402
 from dayzero.model.step import contiguous_meta  # noqa: E402
 from dayzero.plugins.registry import ONNX_DOMAIN  # noqa: E402
 from tests.helpers import layer_pattern, random_model, rel_err, tiny_config_dict  # noqa: E402
@@ -141,7 +142,7 @@ def test_export_cli_onnx_backend_stores_an_entry_that_loads_and_decodes(tmp_path
     from dayzero.cache import CompilationCache
     from dayzero.cli import cli
     from dayzero.export.build import ONNX_FILE, RANK_DIR, load_engine
-    from dayzero.export.engine import SplitEngine
+    from dayzero.export.split_engine import SplitEngine
     from dayzero.model import load
     from dayzero.model.checkpoint_writer import write_random_checkpoint
     from tests.helpers import TINY_CONFIG

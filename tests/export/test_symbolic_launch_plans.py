@@ -20,10 +20,10 @@ import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dayzero.export.engine import eager_manifest
 from dayzero.export.layout import lay_out
 from dayzero.export.trace import trace_step
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import eager_manifest
 from dayzero.plugins import device as device_info
 from dayzero.plugins import registry
 from tests.helpers import random_model, tiny_config_dict

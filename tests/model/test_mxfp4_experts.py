@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from safetensors import safe_open
 
 from dayzero.cli import cli
-from dayzero.dist.rank_plan import RankPlan
-from dayzero.dist.sizing import rank_weights
 from dayzero.errors import DayzeroError
 from dayzero.export.build import load_rank_model
 from dayzero.export.options import ExportOptions
+from dayzero.export.rank_plan import RankPlan
+from dayzero.export.sizing import rank_weights
 from dayzero.model import load
 from dayzero.model.checkpoint_writer import write_random_checkpoint
 from dayzero.model.config import ModelConfig

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dayzero.export.engine import SLOT, eager_manifest
+from dayzero.contract import SLOT
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import eager_manifest
 from dayzero.perf.decode_traffic import cache_bytes_per_sequence, decode_traffic, experts_reached, weight_bytes
 from tests.helpers import random_model, tiny_config_dict
 

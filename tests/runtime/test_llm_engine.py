@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dayzero.contract import PAGE, SLOT
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.generate import greedy_generate
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams

@@ -8,9 +8,10 @@ import math
 import pytest
 import torch
 
+from dayzero.contract import PAGE, SLOT
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.step import contiguous_meta
 from dayzero.plugins.paged_cache import PAGE_SIZE
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions

@@ -9,8 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dayzero.export.engine import PAGE, SLOT, EagerEngine, eager_manifest
+from dayzero.contract import PAGE, SLOT
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.prefix_cache import PrefixCache, page_keys

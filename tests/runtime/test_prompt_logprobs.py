@@ -9,15 +9,17 @@ import pytest
 import torch
 from starlette.testclient import TestClient
 
+from dayzero.contract import PAGE, SLOT
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import PAGE, SLOT, EagerEngine, SplitEngine, eager_manifest
+from dayzero.export.split_engine import SplitEngine
 from dayzero.model import scoring
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.tokenizer import ByteTokenizer
 from tests.helpers import random_model, tiny_config_dict
-from tests.runtime.test_server import assert_nothing_open, greedy, make_server
+from tests.server.test_server import assert_nothing_open, greedy, make_server
 
 TOP = 4
 
@@ -141,7 +143,7 @@ def test_echo_with_logprobs_lists_the_prompt_then_the_answer(client):
 
 
 def test_the_python_api_returns_both_kinds_of_log_probabilities(model, tmp_path):
-    from dayzero.runtime.llm import LLM
+    from dayzero.llm.api import LLM
 
     manifest = eager_manifest(model, CacheFormat(), max_batch=2, max_len=128)
     llm = LLM(tmp_path, runtime=RuntimeOptions(memory_bytes=64 << 20), engine=EagerEngine(model, manifest))

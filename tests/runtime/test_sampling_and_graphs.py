@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dayzero.contract import StepMeta
 from dayzero.errors import DayzeroError
-from dayzero.export.engine import StepMeta
 from dayzero.runtime.graphs import batch_buckets, bucket_for, pad_decode_inputs
 from dayzero.runtime.sampling import Sampler, SamplingParams
 

@@ -11,8 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dayzero.export.engine import PAGE, SLOT, EagerEngine, StepMeta, eager_manifest
+from dayzero.contract import PAGE, SLOT, StepMeta
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.generate import greedy_generate
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.graphs import pad_decode_inputs
