@@ -17,7 +17,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     interpreter_bounds.install()
 
 # each pytest-xdist worker's torch would take every core for its CPU-side work: 8-12 workers on the H200 machine's
-# 16 cores ran 24 GPU tests in 348 s (run ab), one thread a worker ran 43 in 50 s (run ac)
+# 16 cores ran 24 GPU tests in 348 s; one thread a worker ran 43 in 50 s
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 

@@ -4,7 +4,7 @@
 rank) and checks the generated wrapper for whole-cache copies (the caches are inputs that the plugin ops update in
 place; a copy would cost a cache's bytes every step). `AOTIEngine` loads a rank's weights file and its prefill and
 decode packages behind the StepEngine contract; both packages point at the same weight tensors. On CUDA it loads
-them with `run_single_threaded=True`, which CUDA-graph capture of the loaded engine needs (GPU.md).
+them with `run_single_threaded=True`, which CUDA-graph capture of the loaded engine needs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The libstdc++ preload that AOTInductor packages need on some GPU images (GPU.md).
+"""The libstdc++ preload that AOTInductor packages need on some GPU images.
 
 There, loading a package's wrapper .so crashes (a stack overflow inside std::regex from mixed libstdc++ copies)
 unless the process starts with the system libstdc++ preloaded. Entry points that load AOTI engines call

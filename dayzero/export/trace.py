@@ -1,4 +1,4 @@
-"""torch.export of the two step functions over explicit, flat inputs (ARCHITECTURE.md, "The step functions").
+"""torch.export of the two step functions over explicit, flat inputs (docs/architecture.md, "The engine contract").
 
 The exported programs take plain tensors only, in this order:
 

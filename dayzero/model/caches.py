@@ -1,4 +1,4 @@
-"""Allocation and sizing of the per-layer caches in the layouts of ARCHITECTURE.md.
+"""Allocation and sizing of the per-layer caches in the layouts of docs/ops.md ("Cache layouts").
 
 MLA layers keep paged caches (latent KV and, with a DSA indexer, index keys) whose size grows per token; KDA
 layers keep a fixed state (+ conv window) per sequence slot. Formats: latent KV plain (model dtype) or FP8

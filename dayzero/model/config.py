@@ -1,4 +1,4 @@
-"""ModelConfig: the hybrid network's shape, read from a HF `config.json` (MODEL.md section 1).
+"""ModelConfig: the hybrid network's shape, read from a HF `config.json` (docs/models.md, "Reading `config.json`").
 
 Accepts `model_type` kimi_linear (Kimi-Linear) and kimi_k3 (Kimi K3 / K3.1, fields under `text_config`), the
 DeepSeek-style indexer fields (`index_n_heads`, `index_head_dim`, `index_topk`) or a `dsa_config` block, and the

@@ -1,4 +1,4 @@
-"""DSA lightning indexer of an MLA layer (MODEL.md section 3): picks the Top-K past tokens per query."""
+"""DSA lightning indexer of an MLA layer (docs/models.md, "MLA with the DSA indexer"): picks the Top-K past tokens per query."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class Indexer(nn.Module):
         self.weights_proj = linear(hidden_size, cfg.num_heads)
 
     # eager CUDA option: the key path and the head weights run on a side stream while the query projection runs
-    # (ARCHITECTURE.md's input preparation streams); traced / compiled graphs keep one stream
+    # (input preparation on side streams); traced / compiled graphs keep one stream
     side_stream: torch.cuda.Stream | None = None
 
     def forward(self, x: torch.Tensor, q_input: torch.Tensor, meta: StepMeta, index_cache: torch.Tensor,

@@ -1,4 +1,4 @@
-"""KDA layer (MODEL.md section 2): projections, short conv, gates, the recurrence and the gated output norm."""
+"""KDA layer (docs/models.md, "KDA"): projections, short conv, gates, the recurrence and the gated output norm."""
 
 from __future__ import annotations
 

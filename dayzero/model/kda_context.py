@@ -1,4 +1,4 @@
-"""KDA across context-parallel ranks (ARCHITECTURE.md, "Parallelism"; MODEL.md, "Affine summary").
+"""KDA across context-parallel ranks (docs/architecture.md, "Context parallelism").
 
 A rank holds chunks of each sequence, not the sequence. What it needs from the chunks before its own is the state
 and the short-conv window they leave behind:

@@ -1,4 +1,4 @@
-"""MoE feed-forward (MODEL.md section 5): sigmoid router with correction bias, routed experts (optionally in a
+"""MoE feed-forward (docs/models.md, "MoE"): sigmoid router with correction bias, routed experts (optionally in a
 latent space, K3), always-on shared experts."""
 
 from __future__ import annotations

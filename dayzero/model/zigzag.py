@@ -1,4 +1,4 @@
-"""Context parallelism's token split (ARCHITECTURE.md, "Parallelism"): each sequence's new tokens of a prefill step
+"""Context parallelism's token split (docs/architecture.md, "Context parallelism"): each sequence's new tokens of a prefill step
 are cut into 2·cp chunks, and rank r runs chunks r and 2·cp−1−r ("zigzag"), so every rank gets an early and a late
 chunk and the causal work is balanced.
 

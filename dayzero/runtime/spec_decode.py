@@ -1,5 +1,5 @@
-"""Speculative decoding: draft proposers and the acceptance rule of a verify step (ARCHITECTURE.md, "Speculative
-decoding with state rollback").
+"""Speculative decoding: draft proposers and the acceptance rule of a verify step (docs/architecture.md, "The
+runtime").
 
 A verify step feeds a sequence's last token and n <= d drafts, [x0, x1 .. xn]; logits row t predicts the token that
 follows input t. Acceptance keeps drafts x1..xk and adds one token of the model's own after them, so a step emits

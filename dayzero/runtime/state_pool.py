@@ -7,7 +7,7 @@ starts from slot `seq.num_accepted - 1`, so rolling back rejected drafts copies 
 
 Groups are handed out lowest first, so the running sequences' states stay packed at the pool's start: with the
 decode rows in slot order (scheduler.py), a decode step then reads the pool front to back. On the H200 the KDA pool
-step at B64 H32 reads a pool in order at 86% of copy, a random permutation of it at 83% (bench/README.md, run fd).
+step at B64 H32 reads a pool in order at 86% of copy, a random permutation of it at 83% (bench/README.md, KDA decode).
 """
 
 from __future__ import annotations
