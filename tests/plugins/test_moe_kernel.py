@@ -1,5 +1,5 @@
-"""The Triton MoE kernels (router GEMM, router, permutation, grouped expert GEMM, un-permutation, activation) and
-the whole layer vs the reference (interpreter on CPU, native on the GPU)."""
+"""The Triton MoE kernels (router GEMM, router, permutation, grouped expert GEMM, un-permutation, activation) vs the
+reference (interpreter on CPU, native on the GPU)."""
 
 from __future__ import annotations
 
@@ -103,15 +103,18 @@ def test_permute_matches_reference(tokens, experts, top_k, dim):
         (13, 5, 3, {"BLOCK_T": 1}), (13, 5, 3, {"BLOCK_T": 4, "BLOCK_B": 1, "CHUNK_E": 2}),
         (9, 3, 3, {"BLOCK_T": 8, "BLOCK_D": 64}), (20, 7, 2, {"BLOCK_T": 16, "BLOCK_B": 4, "CHUNK_E": 8}),
         (11, 6, 5, {"BLOCK_T": 2, "CHUNK_E": 1})]])
-def test_permute_block_sizes(tokens, experts, top_k, config):
+def test_permute_block_sizes(tokens, experts, top_k, config, monkeypatch):
     """The counting sort across block boundaries, block-start chunks and expert chunks of every size: one token per
     block, blocks longer than T, one expert per program; many tokens of a block on the same expert."""
+    from dayzero.plugins.moe import permute_kernel
     from dayzero.plugins.moe.permute_kernel import permute_launcher
 
+    plan = permute_kernel._permute_config
+    monkeypatch.setattr(permute_kernel, "_permute_config", lambda *args: {**plan(*args), **config})
     x = torch.randn(tokens, 24, device=DEVICE)
     # few experts with a skew, so that blocks hold runs of the same expert
     _, ids = _routed_ids(tokens, experts, top_k)
-    got = permute_launcher(x, ids, experts, out=poisoned(tokens * top_k, 24), config=config)
+    got = permute_launcher(x, ids, experts, out=poisoned(tokens * top_k, 24))
     for name, a, b in zip(("x_sorted", "order", "positions", "offsets"), got, reference.permute(x, ids, experts)):
         assert torch.equal(a, b), name
 
