@@ -2,9 +2,9 @@
 applied to its partial scores.
 
 The bf16 path (tiles_kernel.py) turns every key value e4m3 -> f16 -> bf16 and multiplies it by its scale before the
-dot, then stores the tile to shared memory for the MMA: the decode key loop was bound by those conversions (MXFP8
-decode at 17-21% of copy against BF16's 40-50%, bench/bench_indexer.py). Here the codes go from the cache to the MMA as
-they are (cp.async into shared memory), and the scales cost two multiplies per score and block.
+dot, then stores the tile to shared memory for the MMA: a decode key loop on that path is bound by those conversions
+(MXFP8 decode at 17-21% of copy against BF16's 40-50%, bench/bench_indexer.py). Here the codes go from the cache to
+the MMA as they are (cp.async into shared memory), and the scales cost two multiplies per score and block.
 
 Products of two e4m3 values are exact. The tensor core sums a block's 32 products with a reduced alignment
 precision (about 14 bits below the largest product, DeepSeek-V3 report section 3.3.2); the blocks are summed in
