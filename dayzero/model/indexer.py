@@ -1,4 +1,5 @@
-"""DSA lightning indexer of an MLA layer (docs/models.md, "MLA with the DSA indexer"): picks the Top-K past tokens per query."""
+"""DSA lightning indexer of an MLA layer (docs/models.md, "MLA with the DSA indexer"): picks the Top-K past tokens
+per query."""
 
 from __future__ import annotations
 
@@ -24,19 +25,12 @@ class Indexer(nn.Module):
         self.k_norm = LayerNorm(cfg.head_dim, cfg.norm_eps)
         self.weights_proj = linear(hidden_size, cfg.num_heads)
 
-    # eager CUDA option: the key path and the head weights run on a side stream while the query projection runs
-    # (input preparation on side streams); traced / compiled graphs keep one stream
-    side_stream: torch.cuda.Stream | None = None
-
     def forward(self, x: torch.Tensor, q_input: torch.Tensor, meta: StepMeta, index_cache: torch.Tensor,
                 shard: ContextShard | None = None) -> torch.Tensor:
         """x [T, D], q_input [T, q_lora_rank] (c_q) -> logical Top-K positions [T, topk]; writes the new keys (of
         every context-parallel rank, with `shard`)."""
-        if self.side_stream is not None and x.is_cuda:
-            q, w = self._inputs_on_two_streams(x, q_input, meta, index_cache, shard)
-        else:
-            q = self._query(q_input)
-            w = self._keys_and_weights(x, meta, index_cache, shard)
+        q = self._query(q_input)
+        w = self._keys_and_weights(x, meta, index_cache, shard)
         q_scales = None
         if formats.is_quantized(index_cache):
             # MXFP8 query against MXFP8 keys: the indexer's dot runs on the FP8 tensor cores
@@ -53,22 +47,3 @@ class Indexer(nn.Module):
         paged_cache.write_index_keys(index_cache, *rows_of_all_ranks(self.k_norm(self.wk(x)), meta.slot_mapping,
                                                                      shard))
         return self.weights_proj(x).float() * self.cfg.num_heads ** -0.5
-
-    def _inputs_on_two_streams(self, x, q_input, meta, index_cache, shard) -> tuple[torch.Tensor, torch.Tensor]:
-        main = torch.cuda.current_stream(x.device)
-        self.side_stream.wait_stream(main)
-        with torch.cuda.stream(self.side_stream):
-            w = self._keys_and_weights(x, meta, index_cache, shard)
-        q = self._query(q_input)
-        main.wait_stream(self.side_stream)
-        # w was allocated on the side stream: keep its memory from being reused before main is done with it
-        w.record_stream(main)
-        return q, w
-
-
-def use_indexer_streams(model: nn.Module, enabled: bool = True) -> int:
-    """Turn the two-stream indexer input preparation on (CUDA eager) or off for every indexer; -> how many."""
-    indexers = [m for m in model.modules() if isinstance(m, Indexer)]
-    for indexer in indexers:
-        indexer.side_stream = torch.cuda.Stream(indexer.wk.weight.device) if enabled else None
-    return len(indexers)

@@ -1,4 +1,5 @@
-"""MLA layer (docs/models.md, "MLA with the DSA indexer") in absorbed form over a paged latent cache, with an optional DSA indexer.
+"""MLA layer in absorbed form over a paged latent cache, with an optional DSA indexer (docs/models.md, "MLA with the
+DSA indexer").
 
 The cache row of a token is [c_kv | k_pe]; W_UK is folded into the query and W_UV applied after attention, so
 the attention op sees q [T, H, kv_lora_rank + rope] and returns o [T, H, kv_lora_rank].

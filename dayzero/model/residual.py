@@ -1,4 +1,5 @@
-"""How sublayer outputs combine across depth: the plain residual add, or block attention residuals (docs/models.md, "Attention residuals").
+"""How sublayer outputs combine across depth: the plain residual add, or block attention residuals (docs/models.md,
+"Attention residuals").
 
 A stream is created per forward pass. Each decoder layer asks it for its attention input, adds the attention
 output, asks for its MLP input and adds the MLP output; the model asks for the final hidden state.

@@ -1,6 +1,6 @@
-"""Context parallelism's token split (docs/architecture.md, "Context parallelism"): each sequence's new tokens of a prefill step
-are cut into 2·cp chunks, and rank r runs chunks r and 2·cp−1−r ("zigzag"), so every rank gets an early and a late
-chunk and the causal work is balanced.
+"""Context parallelism's token split (docs/architecture.md, "Context parallelism"): each sequence's new tokens of a
+prefill step are cut into 2·cp chunks, and rank r runs chunks r and 2·cp−1−r ("zigzag"), so every rank gets an
+early and a late chunk and the causal work is balanced.
 
 `split_step` turns the step every rank receives (the whole batch) into the rank's own step: its chunks as varlen
 segments (empty chunks left out), padded with one segment of throw-away tokens to the longest rank's token count,

@@ -5,11 +5,10 @@ the last wave of the kernel before do not overlap. Launched with PDL, a kernel's
 before finishes; each one first waits (`griddepcontrol.wait`) until that kernel has completed and its writes are
 visible, then lets the next kernel start the same way. Results are those of a plain launch; only the gap goes.
 
-A kernel takes a `PDL` constexpr, calls `wait_for_previous_kernel(PDL)` before its first global access and
-`let_next_kernel_start(PDL)` after its main loop; its launcher passes `**launch_options(pdl)`, so the two always go
-together (a PDL launch of a kernel that does not wait would read its inputs before they are written). PDL is a mode:
-OFF; EARLY, the next kernel may start once every program of this one has started (it waits at its own first
-access); LATE, once every program has finished its main loop. PDL stays off under the Triton interpreter, while
+A kernel takes a `PDL` constexpr and calls `wait_for_previous_kernel(PDL)` before its first global access; its
+launcher passes `**launch_options(pdl)`, so the two always go together (a PDL launch of a kernel that does not wait
+would read its inputs before they are written). PDL is a mode: OFF, or EARLY: the next kernel may start once every
+program of this one has started (it waits at its own first access). PDL stays off under the Triton interpreter, while
 tracing (exported engines: AOTInductor launches kernels without launch attributes) and where DAYZERO_PDL=0.
 """
 
@@ -28,7 +27,7 @@ from dayzero.plugins.triton_utils import INTERPRETED
 
 ENV = "DAYZERO_PDL"
 MIN_CAPABILITY = (9, 0)
-OFF, EARLY, LATE = 0, 1, 2
+OFF, EARLY = 0, 1
 
 
 def pdl_mode(like: torch.Tensor, latency_bound) -> int:
@@ -55,16 +54,8 @@ def launch_options(pdl: int) -> dict:
 
 @triton.jit
 def wait_for_previous_kernel(PDL: tl.constexpr):
-    """Under PDL: wait until the kernel before has finished and its writes are visible (EARLY: then let the next
-    kernel's programs start; they wait in turn). Without PDL, nothing."""
+    """Under PDL: wait until the kernel before has finished and its writes are visible, then let the next kernel's
+    programs start (they wait in turn). Without PDL, nothing."""
     if PDL != 0:
         gdc_wait()
-    if PDL == 1:
-        gdc_launch_dependents()
-
-
-@triton.jit
-def let_next_kernel_start(PDL: tl.constexpr):
-    """LATE PDL: this program's main work is done; the next kernel may start once every program got here."""
-    if PDL == 2:
         gdc_launch_dependents()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 
 import triton
@@ -21,11 +20,3 @@ def dot(a, b):
     else:
         out = tl.dot(a, b)
     return out
-
-
-@functools.cache
-def with_launch_config(kernel, num_warps: int, maxnreg: int | None, num_stages: int = 3):
-    """`kernel` under one fixed launch config. maxnreg goes through a single-config autotuner, the form in which
-    torch.library.wrap_triton / AOTInductor carry it (it is not a plain launch option there)."""
-    config = triton.Config({}, num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg)
-    return triton.autotune(configs=[config], key=[])(kernel)

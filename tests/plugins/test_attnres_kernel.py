@@ -16,6 +16,33 @@ pytestmark = [needs_triton] + ([pytest.mark.gpu] if ON_GPU else [])
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 
+def use_config(monkeypatch, config):
+    """Every launch takes `config`, one that default_config chooses for some call, on the test's tiny shapes."""
+    from dayzero.plugins.attnres import kernel
+
+    monkeypatch.setattr(kernel, "default_config", lambda tokens, dim, num_sources, emit_norm=False: config)
+
+
+# one config of each kind that default_config chooses: the per-token kernel; the persistent one (emitted norm,
+# rows too wide for a pipelined tile); the pipelined one (sources in pairs or one at a time, 2 to 4 stages)
+PER_TOKEN = "per-token"
+CONFIGS = {
+    PER_TOKEN: dict(tile=2, num_warps=4),
+    "persistent-pairs": dict(tile=2, num_warps=2, persistent=4),
+    "persistent-one": dict(tile=1, num_warps=4, persistent=1),
+    "pipelined-pairs": dict(tile=2, num_warps=4, persistent=4, stages=3),
+    "pipelined-pairs-8": dict(tile=2, num_warps=2, persistent=8, stages=3),
+    "pipelined-one-2": dict(tile=1, num_warps=4, persistent=4, stages=2),
+    "pipelined-one-4": dict(tile=1, num_warps=4, persistent=4, stages=4),
+}
+
+
+def _config(name):
+    from dayzero.plugins.attnres.kernel import MixConfig
+
+    return MixConfig(**CONFIGS[name])
+
+
 def _inputs(num_sources, tokens, dim, dtype):
     # sources of different scales, so the softmax weights are far from uniform
     sources = [(torch.randn(tokens, dim, device=DEVICE) * (1 + i) + 0.1 * i).to(dtype) for i in range(num_sources)]
@@ -40,18 +67,14 @@ def test_mix_matches_reference(num_sources, tokens, dim, dtype):
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("tile, prefetch, num_warps, stream", [
-    (1, 1, 4, False), (1, 3, 2, True), (2, 1, 1, False), (2, 2, 4, True), (2, 3, 2, False), (4, 2, 4, True),
-    (8, 1, 8, False), (16, 3, 4, True)])
 @pytest.mark.parametrize("num_sources", [1, 5, 9])
-def test_every_config_keeps_the_result(num_sources, tile, prefetch, num_warps, stream):
-    # tiles that split the sources unevenly, a tile larger than all of them, more tiles than prefetch slots
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
+def test_every_config_keeps_the_result(num_sources):
+    # the per-token kernel's pairs: a tile larger than all the sources, tiles that split them unevenly, more tiles
+    # than the two in flight
+    from dayzero.plugins.attnres.kernel import attnres_mix_launcher
 
     sources, query, rms_weight, _ = _inputs(num_sources, 3, 2304 if ON_GPU else 96, torch.float32)
-    config = MixConfig(tile=tile, prefetch=prefetch, num_warps=num_warps, stream=stream)
-    got, _ = attnres_mix_launcher(query, sources, rms_weight, 1e-6, out=poisoned(3, sources[0].shape[-1]),
-                                  config=config)
+    got, _ = attnres_mix_launcher(query, sources, rms_weight, 1e-6, out=poisoned(3, sources[0].shape[-1]))
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
 
 
@@ -60,20 +83,19 @@ def test_every_config_keeps_the_result(num_sources, tile, prefetch, num_warps, s
     gpu=[(2, 8192, 7168, torch.bfloat16), (9, 4097, 2304, torch.bfloat16), (8, 333, 7168, torch.float32),
          (3, 1000, 1000, torch.bfloat16)],
 ))
-@pytest.mark.parametrize("tile, per_sm, stages", [(1, 1, 0), (2, 2, 0), (4, 3, 0), (16, 1, 0), (1, 2, 3), (2, 1, 4),
-                                                  (4, 3, 2), (4, 1, 2)])
+@pytest.mark.parametrize("config", [name for name in CONFIGS if name != PER_TOKEN])
 @pytest.mark.parametrize("emit_norm", [False, True], ids=["mix", "mix+norm"])
-def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, tile, per_sm, stages, emit_norm):
+def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, config, emit_norm, monkeypatch):
     # programs walking several tokens each (the grid does not divide the token count on the interpreter's 2 "SMs"),
-    # more programs than tokens (3 per "SM", 5 tokens), tiles that split the sources unevenly or exceed them, the
+    # more programs than tokens (8 per "SM", 5 tokens), tiles that split the sources unevenly or exceed them, the
     # next token's tile loaded past the last token; stages > 0: the pipelined kernel's flat (token, tile) loop
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
+    from dayzero.plugins.attnres.kernel import attnres_mix_launcher
 
+    use_config(monkeypatch, _config(config))
     sources, query, rms_weight, norm_weight = _inputs(num_sources, tokens, dim, dtype)
-    config = MixConfig(tile=tile, prefetch=1, num_warps=4, stream=tile == 2, persistent=per_sm, stages=stages)
     out, normed = poisoned(tokens, dim, dtype=dtype), poisoned(tokens, dim, dtype=dtype)
     got, got_normed = attnres_mix_launcher(query, sources, rms_weight, 1e-6, norm_weight if emit_norm else None,
-                                           1e-5, out=out, normed=normed if emit_norm else None, config=config)
+                                           1e-5, out=out, normed=normed if emit_norm else None)
     mix, expected = reference.attnres_mix_norm(query, sources, rms_weight, 1e-6, norm_weight, 1e-5)
     assert rel_err(got, mix) < TOLERANCE[dtype]
     if emit_norm:
@@ -82,62 +104,56 @@ def test_persistent_programs_match_reference(num_sources, tokens, dim, dtype, ti
 
 def test_pipelined_config_too_deep_for_shared_memory_is_refused(monkeypatch):
     from dayzero.plugins import device as device_info
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_launcher
+    from dayzero.plugins.attnres.kernel import attnres_mix_launcher
 
     monkeypatch.setattr(device_info, "shared_memory_per_program", lambda device: 48 * 1024)
-    sources, query, rms_weight, _ = _inputs(4, 3, 2304, torch.bfloat16)
-    config = MixConfig(tile=4, prefetch=1, num_warps=4, stream=True, persistent=1, stages=4)
-    # 3 tiles of 4 x 4096 (2304 padded) bf16 = 98304 bytes
+    use_config(monkeypatch, _config("pipelined-one-4"))
+    sources, query, rms_weight, _ = _inputs(4, 3, 12288, torch.bfloat16)
+    # 3 tiles of 1 x 16384 (12288 padded) bf16 = 98304 bytes
     with pytest.raises(ValueError, match="98304 bytes of shared memory"):
-        attnres_mix_launcher(query, sources, rms_weight, 1e-6, config=config)
+        attnres_mix_launcher(query, sources, rms_weight, 1e-6)
 
 
-@pytest.mark.parametrize("stages", [0, 3], ids=["persistent", "pipelined"])
-def test_persistent_programs_mix_blocks_and_the_partial(stages):
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_blocks_launcher
+@pytest.mark.parametrize("config", ["persistent-pairs", "pipelined-pairs"])
+def test_persistent_programs_mix_blocks_and_the_partial(config, monkeypatch):
+    from dayzero.plugins.attnres.kernel import attnres_mix_blocks_launcher
 
+    use_config(monkeypatch, _config(config))
     sources, query, rms_weight, _ = _inputs(5, 7, 48, torch.float32)
     blocks = torch.stack(sources[:4] + [torch.randn_like(sources[0])])
-    config = MixConfig(tile=2, prefetch=1, num_warps=2, stream=True, persistent=1, stages=stages)
-    got, _ = attnres_mix_blocks_launcher(query, blocks, 4, sources[4], rms_weight, 1e-6, out=poisoned(7, 48),
-                                         config=config)
+    got, _ = attnres_mix_blocks_launcher(query, blocks, 4, sources[4], rms_weight, 1e-6, out=poisoned(7, 48))
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
 
 
-@pytest.mark.parametrize("tile", [1, 2, 4])
-def test_every_tile_mixes_blocks_and_the_partial(tile):
-    # the block buffer's rows and the listed partial in one tile: the pointer vector mixes both kinds
-    from dayzero.plugins.attnres.kernel import MixConfig, attnres_mix_blocks_launcher
+@pytest.mark.parametrize("config", ["per-token", "persistent-one"])
+def test_every_tile_mixes_blocks_and_the_partial(config, monkeypatch):
+    # the block buffer's rows and the listed partial in one tile of two (and tiles of one): the pointer vector mixes
+    # both kinds
+    from dayzero.plugins.attnres.kernel import attnres_mix_blocks_launcher
 
+    use_config(monkeypatch, _config(config))
     sources, query, rms_weight, _ = _inputs(4, 2, 40, torch.float32)
     blocks = torch.stack(sources[:3] + [torch.randn_like(sources[0])])
-    config = MixConfig(tile=tile, prefetch=2, num_warps=2, stream=False)
-    got, _ = attnres_mix_blocks_launcher(query, blocks, 3, sources[3], rms_weight, 1e-6, config=config)
+    got, _ = attnres_mix_blocks_launcher(query, blocks, 3, sources[3], rms_weight, 1e-6)
     assert rel_err(got, reference.attnres_mix(query, sources, rms_weight, 1e-6)) < 1e-5
 
 
-@pytest.mark.parametrize("config", [(2, 2, 4, False), (1, 3, 4, True), (4, 1, 2, True), (2, 1, 4, True, 1),
-                                    (2, 1, 4, True, 1, 3)], ids=["pairs", "one", "fours", "persistent", "pipelined"])
-def test_sources_off_16_byte_boundaries_load_unvectorized(config):
+@pytest.mark.parametrize("config", ["per-token", "persistent-pairs", "persistent-one", "pipelined-pairs",
+                                    "pipelined-one-2"])
+def test_sources_off_16_byte_boundaries_load_unvectorized(config, monkeypatch):
     # the kernels assume 16-byte aligned sources only where the launcher proves it: a source viewed one element
     # into its storage, and a block buffer whose rows are an odd number of elements apart
-    from dayzero.plugins.attnres.kernel import (
-        MixConfig,
-        attnres_mix_blocks_launcher,
-        attnres_mix_launcher,
-        sources_aligned,
-    )
+    from dayzero.plugins.attnres.kernel import attnres_mix_blocks_launcher, attnres_mix_launcher, sources_aligned
 
     dim = 2304 if ON_GPU else 40
-    config = MixConfig(*config)
+    use_config(monkeypatch, _config(config))
     sources, query, rms_weight, _ = _inputs(3, 5, dim, torch.bfloat16)
     shifted = torch.empty(5 * dim + 1, dtype=torch.bfloat16, device=DEVICE)[1:].view(5, dim)
     shifted.copy_(sources[1])
     listed = [sources[0], shifted, sources[2]]
     expected = reference.attnres_mix(query, sources, rms_weight, 1e-6)
     assert not sources_aligned(sources[0], 0, listed) and sources_aligned(sources[0], 0, sources)
-    got, _ = attnres_mix_launcher(query, listed, rms_weight, 1e-6, out=poisoned(5, dim, dtype=torch.bfloat16),
-                                  config=config)
+    got, _ = attnres_mix_launcher(query, listed, rms_weight, 1e-6, out=poisoned(5, dim, dtype=torch.bfloat16))
     assert rel_err(got, expected) < TOLERANCE[torch.bfloat16]
     # rows 5 * dim + 1 elements apart: every other block starts off a 16-byte boundary
     padded = torch.empty(3, 5 * dim + 1, dtype=torch.bfloat16, device=DEVICE)
@@ -145,7 +161,7 @@ def test_sources_off_16_byte_boundaries_load_unvectorized(config):
     blocks.copy_(torch.stack(sources))
     assert not sources_aligned(blocks, 3, [])
     got, _ = attnres_mix_blocks_launcher(query, blocks, 3, None, rms_weight, 1e-6,
-                                         out=poisoned(5, dim, dtype=torch.bfloat16), config=config)
+                                         out=poisoned(5, dim, dtype=torch.bfloat16))
     assert rel_err(got, expected) < TOLERANCE[torch.bfloat16]
 
 

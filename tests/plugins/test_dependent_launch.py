@@ -15,7 +15,7 @@ pytestmark = [needs_triton]
 def test_pdl_is_early_for_latency_bound_gpu_launches_only(monkeypatch):
     assert dependent_launch.pdl_mode(torch.zeros(1), latency_bound=True) == dependent_launch.OFF
     assert dependent_launch.launch_options(dependent_launch.OFF) == {}
-    assert dependent_launch.launch_options(dependent_launch.LATE) == {"launch_pdl": True}
+    assert dependent_launch.launch_options(dependent_launch.EARLY) == {"launch_pdl": True}
     if ON_GPU:
         gpu = torch.zeros(1, device="cuda")
         assert dependent_launch.pdl_mode(gpu, latency_bound=True) == dependent_launch.EARLY
@@ -55,7 +55,12 @@ def _graph_of(step):
     return graph
 
 
-def _attnres_chain(tokens: int, dim: int, emit_norm: bool, pdl: int) -> torch.Tensor:
+def _pdl_taken(monkeypatch, mode: int) -> None:
+    """Every launch takes PDL `mode`, latency-bound or not."""
+    monkeypatch.setattr(dependent_launch, "pdl_mode", lambda like, latency_bound: mode)
+
+
+def _attnres_chain(tokens: int, dim: int, emit_norm: bool) -> torch.Tensor:
     """Six mixes, each over the previous two outputs: a PDL kernel that read before the one before had finished
     would see a half-written source."""
     from dayzero.plugins.attnres.kernel import attnres_mix_launcher
@@ -71,7 +76,7 @@ def _attnres_chain(tokens: int, dim: int, emit_norm: bool, pdl: int) -> torch.Te
     def step():
         for i in range(2, 8):
             attnres_mix_launcher(query, [rows[i - 1], rows[i - 2]], weight, 1e-6, norm_weight=norm_weight,
-                                 out=rows[i], normed=normed[i], pdl=pdl)
+                                 out=rows[i], normed=normed[i])
 
     graph = _graph_of(step)
     for r, s in zip(rows, start):
@@ -84,13 +89,14 @@ def _attnres_chain(tokens: int, dim: int, emit_norm: bool, pdl: int) -> torch.Te
 @pytest.mark.parametrize("tokens, dim, emit_norm", [
     pytest.param(*case, marks=gpu_only) for case in ((1, 2304, False), (64, 7168, False), (8192, 2304, False),
                                                      (8192, 7168, False), (4097, 2304, True))])
-@pytest.mark.parametrize("mode", [dependent_launch.EARLY, dependent_launch.LATE])
-def test_attnres_chain_with_pdl_matches_plain_launches(tokens, dim, emit_norm, mode):
-    assert torch.equal(_attnres_chain(tokens, dim, emit_norm, pdl=mode),
-                       _attnres_chain(tokens, dim, emit_norm, pdl=dependent_launch.OFF))
+def test_attnres_chain_with_pdl_matches_plain_launches(tokens, dim, emit_norm, monkeypatch):
+    _pdl_taken(monkeypatch, dependent_launch.EARLY)
+    with_pdl = _attnres_chain(tokens, dim, emit_norm)
+    _pdl_taken(monkeypatch, dependent_launch.OFF)
+    assert torch.equal(with_pdl, _attnres_chain(tokens, dim, emit_norm))
 
 
-def _kda_steps(batch: int, heads: int, fused: bool, pdl: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _kda_steps(batch: int, heads: int, fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Four decode steps of the same rows on one pool (each step reads the state the step before wrote)."""
     from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher, recurrent_kda_pool_launcher
 
@@ -118,10 +124,10 @@ def _kda_steps(batch: int, heads: int, fused: bool, pdl: int) -> tuple[torch.Ten
         for t in range(steps):
             if fused:
                 fused_kda_decode_launcher(qkv[t], conv_weight, conv, z[t], a_log, dt_bias, None, beta[t], state,
-                                          slots, accepted, out=out[t], pdl=pdl)
+                                          slots, accepted, out=out[t])
             else:
                 recurrent_kda_pool_launcher(q[t], k[t], v[t], g[t], beta_gate[t], state, slots,
-                                            accepted, use_qk_l2norm_in_kernel=True, out=out[t], pdl=pdl)
+                                            accepted, use_qk_l2norm_in_kernel=True, out=out[t])
 
     graph = _graph_of(step)
     state.copy_(start[0])
@@ -134,8 +140,9 @@ def _kda_steps(batch: int, heads: int, fused: bool, pdl: int) -> tuple[torch.Ten
 @pytest.mark.parametrize("batch, heads, fused", [
     pytest.param(*case, marks=gpu_only) for case in ((1, 32, False), (64, 32, False), (64, 32, True),
                                                      (256, 96, False))])
-@pytest.mark.parametrize("mode", [dependent_launch.EARLY, dependent_launch.LATE])
-def test_kda_decode_steps_with_pdl_match_plain_launches(batch, heads, fused, mode):
-    with_pdl = _kda_steps(batch, heads, fused, pdl=mode)
-    without = _kda_steps(batch, heads, fused, pdl=dependent_launch.OFF)
+def test_kda_decode_steps_with_pdl_match_plain_launches(batch, heads, fused, monkeypatch):
+    _pdl_taken(monkeypatch, dependent_launch.EARLY)
+    with_pdl = _kda_steps(batch, heads, fused)
+    _pdl_taken(monkeypatch, dependent_launch.OFF)
+    without = _kda_steps(batch, heads, fused)
     assert torch.equal(with_pdl[0], without[0]) and torch.equal(with_pdl[1], without[1])

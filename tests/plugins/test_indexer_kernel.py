@@ -1,5 +1,4 @@
-"""The fused indexer kernels (paged decode split-N + merge, both decode kernels; varlen prefill) vs the reference
-index_topk_paged.
+"""The fused indexer kernels (paged decode split-N + merge; varlen prefill) vs the reference index_topk_paged.
 
 Random inputs: indices equal exactly (under the interpreter; on the GPU, where sums run in another order, rows may
 differ only between keys whose scores agree to fp32 rounding). Integer-valued inputs make exact ties, where the
@@ -20,11 +19,8 @@ from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned, siz
 pytestmark = needs_triton
 
 # tiny tiles under the interpreter so that a few hundred keys cross tiles, blocks, shrinks, splits and the merge
-CPU_DECODE = {"select": dict(block_keys=16, union_keys=64, num_splits=3, min_chunk=32, split_keys=1),
-              "buffers": dict(block_keys=16, super_chunk=32, merge_chunk=16, num_splits=3, min_chunk=32),
-              "chunked": dict(block_keys=16, union_keys=64, num_splits=2, chunk_keys=96, range_keys=32)}
+CPU_DECODE = dict(block_keys=16, union_keys=64, num_splits=3, min_chunk=32, split_keys=1)
 CPU_PREFILL = dict(block_rows=16, block_keys=16, max_programs=2)
-DECODE_KERNELS = ["select", "buffers", "chunked"]
 CACHE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "mxfp8": torch.uint8}
 
 
@@ -52,17 +48,15 @@ def build_case(lengths, new, num_heads, dim, cache_kind, q_dtype, integer=False,
     return {name: t.to(DEVICE) for name, t in case.items()}
 
 
-def run_kernel(case, topk, phase, q_scales=None, decode_kernel="select", **extra):
-    """The fused op of `phase` (decode: the kernel named decode_kernel) into a poisoned output."""
-    from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
+def run_kernel(case, topk, phase, q_scales=None, **extra):
+    """The fused op into a poisoned output; the case's shape must choose `phase`."""
+    from dayzero.plugins.indexer.kernel import index_topk_paged_launcher, is_decode_step
 
-    out = poisoned(case["q"].shape[0], topk, dtype=torch.int32)
-    if phase == "prefill":
-        options = {} if ON_GPU else CPU_PREFILL
-    else:
-        options = {"decode_kernel": decode_kernel, **({} if ON_GPU else CPU_DECODE[decode_kernel])}
-    return index_topk_paged_launcher(**case, topk=topk, q_scales=q_scales, phase=phase, out=out,
-                                     **{**options, **extra})
+    num_tokens, num_seqs = case["q"].shape[0], case["cu_seqlens"].shape[0] - 1
+    assert is_decode_step(num_tokens, num_seqs) == (phase == "decode"), f"the case is not a {phase} step"
+    out = poisoned(num_tokens, topk, dtype=torch.int32)
+    options = {} if ON_GPU else CPU_PREFILL if phase == "prefill" else CPU_DECODE
+    return index_topk_paged_launcher(**case, topk=topk, q_scales=q_scales, out=out, **{**options, **extra})
 
 
 def reference_scores(case, q=None):
@@ -114,11 +108,10 @@ def assert_rows_follow_the_rule(got, case, topk):
          ((16384, 3000), (2, 2), 64, 128, 2048, "bf16", torch.bfloat16),
          ((9000, 700), (1, 1), 32, 128, 512, "fp32", torch.float32)],
 ))
-@pytest.mark.parametrize("decode_kernel", DECODE_KERNELS)
-def test_decode_matches_reference(lengths, new, num_heads, dim, topk, cache_kind, q_dtype, decode_kernel):
+def test_decode_matches_reference(lengths, new, num_heads, dim, topk, cache_kind, q_dtype):
     """1 + d query tokens per sequence (speculative verify), contexts across page boundaries, topk > context."""
     case = build_case(lengths, new, num_heads, dim, cache_kind, q_dtype)
-    got = run_kernel(case, topk, "decode", decode_kernel=decode_kernel)
+    got = run_kernel(case, topk, "decode")
     assert_same_topk(got, reference.index_topk_paged(**case, topk=topk), case, exact=not ON_GPU)
     assert_rows_follow_the_rule(got, case, topk)
 
@@ -139,12 +132,11 @@ def test_prefill_matches_reference(lengths, new, num_heads, dim, topk, cache_kin
     assert_rows_follow_the_rule(got, case, topk)
 
 
-@pytest.mark.parametrize("phase", ["decode", "prefill", "decode-buffers"])
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
 @pytest.mark.parametrize("cache_kind, q_dtype", [("bf16", torch.bfloat16), ("mxfp8", torch.bfloat16),
                                                  ("fp32", torch.float32)])
 def test_ties_go_to_the_earlier_position(phase, cache_kind, q_dtype):
     """Small integers: scores are exact, so many tie (relu zeros above all); the rule must hold exactly."""
-    phase, _, decode_kernel = phase.partition("-")
     new = (2, 3) if phase == "decode" else (60, 37) if ON_GPU else (24, 13)
     lengths = (260, 97) if ON_GPU or phase == "decode" else (60, 50)
     case = build_case(lengths, new, 2, 32, cache_kind, q_dtype, integer=True)
@@ -152,7 +144,7 @@ def test_ties_go_to_the_earlier_position(phase, cache_kind, q_dtype):
     expected = reference.index_topk_paged(**case, topk=topk)
     scores = reference_scores(case)
     assert any(r.unique().numel() < r.numel() for s in scores for r in s), "the case has no ties"
-    got = run_kernel(case, topk, phase, decode_kernel=decode_kernel or "select")
+    got = run_kernel(case, topk, phase)
     assert torch.equal(got.cpu(), expected.cpu())
 
 
@@ -161,13 +153,12 @@ def test_ties_go_to_the_earlier_position(phase, cache_kind, q_dtype):
     gpu=[((150, 70), (2, 1), 2, 64, 16), ((20000, 4100, 77), (1, 1, 1), 64, 128, 2048),
          ((33000, 2500), (2, 2), 32, 128, 2048), ((9000, 3000), (4, 4), 32, 128, 2048)],
 ))
-@pytest.mark.parametrize("phase", ["decode-select", "decode-select-wide", "decode-chunked", "prefill"])
+@pytest.mark.parametrize("phase", ["decode", "decode-wide", "prefill"])
 def test_prequantized_mxfp8_query(lengths, new, num_heads, dim, topk, phase):
     """q given as e4m3 values + E8M0 scales per 32 (the MXFP8 path, in decode the FP8 dot) == the reference on the
     same q. On the GPU the FP8 tensor cores sum a block's 32 products at reduced precision: picks may swap keys whose
     reference scores agree to 1e-3 of the row's largest. `wide`: key tiles of 128, two pages each."""
-    phase, _, decode_kernel = phase.partition("-")
-    decode_kernel, _, wide = decode_kernel.partition("-")
+    phase, _, wide = phase.partition("-")
     extra = {"block_keys": 128} if wide else {}
     # prefill: up to 512 queries a sequence on the GPU (the reference holds [queries, heads, keys] scores), 24 in the
     # interpreter (a query row costs it about as much as the whole decode case)
@@ -176,7 +167,7 @@ def test_prequantized_mxfp8_query(lengths, new, num_heads, dim, topk, phase):
     values, q_scales = mxfp8_quantize(case["q"])
     quantized = {**case, "q": values}
     expected = reference.index_topk_paged(**quantized, topk=topk, q_scales=q_scales)
-    got = run_kernel(quantized, topk, phase, q_scales=q_scales, decode_kernel=decode_kernel or "select", **extra)
+    got = run_kernel(quantized, topk, phase, q_scales=q_scales, **extra)
     assert_same_topk(got, expected, {**case, "q": mxfp8_dequantize(values, q_scales)}, exact=not ON_GPU,
                      tolerance=1e-3 if phase == "decode" else 1e-5)
     assert_rows_follow_the_rule(got, case, topk)
@@ -186,11 +177,9 @@ def test_fp8_dot_is_taken_for_mxfp8_query_and_keys_up_to_64_dot_rows():
     from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_MAX_ROWS, mxfp8_dot_applies
 
     scales = torch.zeros(1)
-    assert mxfp8_dot_applies(True, scales, None, 64) and FP8_DOT_MAX_ROWS == 64
-    assert not mxfp8_dot_applies(True, scales, None, 128) and mxfp8_dot_applies(True, scales, True, 128)
-    assert not mxfp8_dot_applies(True, None, None, 32) and not mxfp8_dot_applies(False, scales, None, 32)
-    with pytest.raises(AssertionError, match="needs an MXFP8 query"):
-        mxfp8_dot_applies(False, scales, True, 32)
+    assert mxfp8_dot_applies(True, scales, 64) and FP8_DOT_MAX_ROWS == 64
+    assert not mxfp8_dot_applies(True, scales, 128)
+    assert not mxfp8_dot_applies(True, None, 32) and not mxfp8_dot_applies(False, scales, 32)
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.indexer import decode_chunked_kernel, decode_select_kernel, reference
+from dayzero.plugins.indexer import decode_select_kernel, reference
 from dayzero.plugins.indexer.decode_select_kernel import merge_strides
 from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
 from dayzero.plugins.indexer.select_kernel import keep_best
@@ -146,38 +146,35 @@ def test_row_split_counts_match_reference(split_keys, merge_sets):
     assert_rows_follow_the_rule(got, case, 24)
 
 
-@pytest.mark.parametrize("merge_tree", [True, False])
 @pytest.mark.parametrize("merge_sets", [2, 4, 16])
-def test_merge_folds_several_sets_a_step(merge_sets, merge_tree):
-    """Seven splits a row folded one (2), three (4) or all (16) new sets a merge step, in a tree of merge programs
-    or in one program's sequence of steps: the same rows, exactly."""
+def test_merge_folds_several_sets_a_step(merge_sets):
+    """Seven splits a row folded one (2), three (4) or all (16) new sets a merge step, in a tree of merge programs:
+    the same rows, exactly."""
     case = build_case((400, 150, 37), (1, 2, 1), 3, 32, "fp32", torch.float32, seed=9)
-    options = {**SMALL, "min_chunk": 16, "split_keys": 1, "merge_sets": merge_sets, "merge_tree": merge_tree}
+    options = {**SMALL, "min_chunk": 16, "split_keys": 1, "merge_sets": merge_sets}
     got = run_kernel(case, 24, "decode", num_splits=7, **options)
     assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=24).cpu())
     assert_rows_follow_the_rule(got, case, 24)
 
 
-@pytest.mark.parametrize("num_splits, sets, tree, strides", [
-    (4, 4, True, [1]), (5, 4, True, [1, 4]), (16, 4, True, [1, 4]), (17, 4, True, [1, 4, 16]),
-    (32, 4, True, [1, 4, 16]), (7, 2, True, [1, 2, 4]), (32, 4, False, [1]), (torch.SymInt, 4, True, [1, 4, 16]),
-    (torch.SymInt, 4, False, [1])])
-def test_merge_strides(num_splits, sets, tree, strides):
-    """Levels until the leaders left fit one program (a traced split count: MAX_SPLITS's); one without `tree`."""
+@pytest.mark.parametrize("num_splits, sets, strides", [
+    (4, 4, [1]), (5, 4, [1, 4]), (16, 4, [1, 4]), (17, 4, [1, 4, 16]), (32, 4, [1, 4, 16]), (7, 2, [1, 2, 4]),
+    (torch.SymInt, 4, [1, 4, 16])])
+def test_merge_strides(num_splits, sets, strides):
+    """Levels until the leaders left fit one program (a traced split count: MAX_SPLITS's)."""
     if num_splits is torch.SymInt:
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         num_splits = ShapeEnv().create_unbacked_symint()
-    assert merge_strides(num_splits, sets, tree) == strides
+    assert merge_strides(num_splits, sets) == strides
 
 
-@pytest.mark.parametrize("num_seqs, max_keys, tree, splits", [
-    (1, 131072, True, 64), (1, 131072, False, 32), (4, 131072, True, 64), (8, 131072, True, 33), (64, 131072, True, 4),
-    (1, 32768, True, 16), (1, 1000, True, 1)])
-def test_split_counts_fill_one_wave(monkeypatch, num_seqs, max_keys, tree, splits):
-    """On 132 SMs (two programs each): up to 64 splits a row with the tree merge, 32 when one program folds them."""
+@pytest.mark.parametrize("num_seqs, max_keys, splits", [
+    (1, 131072, 64), (4, 131072, 64), (8, 131072, 33), (64, 131072, 4), (1, 32768, 16), (1, 1000, 1)])
+def test_split_counts_fill_one_wave(monkeypatch, num_seqs, max_keys, splits):
+    """On 132 SMs (two programs each): up to 64 splits a row."""
     monkeypatch.setattr(decode_select_kernel.device_info, "num_sms", lambda device, cpu_default: 132)
-    assert decode_select_kernel.select_num_splits(num_seqs, max_keys, 2048, torch.device("cpu"), tree) == splits
+    assert decode_select_kernel.select_num_splits(num_seqs, max_keys, 2048, torch.device("cpu")) == splits
 
 
 def test_merge_sets_must_be_a_power_of_two():
@@ -192,7 +189,7 @@ def test_traced_split_counts_launch_the_levels_they_need():
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     traced = ShapeEnv().create_unbacked_symint()
-    strides = merge_strides(traced, 4, True)
+    strides = merge_strides(traced, 4)
     for num_splits in range(1, decode_select_kernel.MAX_SPLITS + 1):
         launched = {}
         for level, stride in enumerate(strides):
@@ -201,73 +198,25 @@ def test_traced_split_counts_launch_the_levels_they_need():
                 else groups
             if groups:
                 launched[stride] = groups
-        concrete = merge_strides(num_splits, 4, True)
+        concrete = merge_strides(num_splits, 4)
         assert launched == {stride: decode_select_kernel.merge_groups(num_splits, 4, stride, stride == concrete[-1])
                             for stride in concrete}, num_splits
-
-
-def _sorted_case(order: str):
-    return sorted_scores_case(300, order, "fp32") if not ON_GPU else sorted_scores_case(20000, order, "bf16")
-
-
-# (case, topk, splits): cases whose blocks fill the candidate buffer every time (rising), almost never (falling),
-# tie at the K-th key across blocks (integer scores), and hold 1 + d rows per sequence of different lengths
-CANDIDATE_CASES = {
-    "rising": (lambda: _sorted_case("rising"), 20, 2),
-    "falling": (lambda: _sorted_case("falling"), 20, 2),
-    "integer-ties": (lambda: build_case((400, 150), (2, 1), 2, 16, "fp32", torch.float32, integer=True, seed=11),
-                     40, 1),
-    "rows-per-sequence": (lambda: build_case((200, 97, 64), (4, 3, 4), 3, 32, "fp32", torch.float32, seed=7), 16, 3),
-}
-
-
-@pytest.mark.parametrize("name", list(CANDIDATE_CASES))
-def test_candidate_buffer_keeps_the_reference_rows(name):
-    """Blocks filtered against the set's K-th key into a buffer folded in only when full: the same rows."""
-    build, topk, splits = CANDIDATE_CASES[name]
-    case = build()
-    topk = topk if not ON_GPU else 2048
-    got = run_kernel(case, topk, "decode", num_splits=splits, candidates=True, **{**SMALL, "min_chunk": 16})
-    assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=topk).cpu())
-    assert_rows_follow_the_rule(got, case, topk)
-
-
-def test_candidate_buffer_from_a_split_size_keeps_the_reference_rows():
-    """candidates=N: in one launch, the splits of N keys or more take the buffer and the shorter ones a search a
-    block; both give the reference's rows."""
-    lengths, new, topk, threshold = ((400, 60, 250), (1, 2, 1), 20, 100) if not ON_GPU else \
-        ((40000, 3000, 20000), (1, 2, 1), 2048, 8192)
-    case = build_case(lengths, new, 3, 32, "fp32", torch.float32, seed=5)
-    got = run_kernel(case, topk, "decode", num_splits=2, candidates=threshold, **{**SMALL, "min_chunk": 16})
-    assert torch.equal(got.cpu(), reference.index_topk_paged(**case, topk=topk).cpu())
-    assert_rows_follow_the_rule(got, case, topk)
-
-
-@pytest.mark.parametrize("candidates, keys", [(True, 0), (False, -1), (5000, 5000)])
-def test_candidate_split_keys(candidates, keys):
-    """True: every split takes the buffer (0 keys and more), False: none, N: splits of at least N keys."""
-    assert decode_select_kernel.candidate_split_keys(candidates) == keys
-    with pytest.raises(AssertionError, match="must be positive"):
-        decode_select_kernel.candidate_split_keys(0)
 
 
 @pytest.mark.parametrize("num_heads, cache_kind, q_dtype, tile", [
     (32, "fp32", torch.float32, 32), (64, "fp32", torch.float32, 16), (8, "fp32", torch.float32, 64),
     (64, "bf16", torch.float32, 16), (64, "bf16", torch.bfloat16, 128)])
-@pytest.mark.parametrize("decode_kernel", ["select", "chunked"])
-def test_fp32_dot_tiles_keep_their_logits_in_registers(monkeypatch, num_heads, cache_kind, q_dtype, tile,
-                                                       decode_kernel):
+def test_fp32_dot_tiles_keep_their_logits_in_registers(monkeypatch, num_heads, cache_kind, q_dtype, tile):
     """The fp32 (FMA) dot's default key tile holds at most 1024 logits a program: 64 keys x 32 heads kept a 4.9 KB
-    stack a thread in sm_90 SASS, local memory every launch reserves for all resident threads (the likely cause of
-    run va's fp32 cases failing out of memory at launch beside other workers). The bf16 dot keeps its 128-key tiles."""
+    stack a thread in sm_90 SASS, local memory every launch reserves for all resident threads (enough to fail a
+    launch out of memory beside other workers). The bf16 dot keeps its 128-key tiles."""
     recorder = RecordedLaunch(stop=True)
-    monkeypatch.setattr(decode_select_kernel, "with_launch_config", lambda kernel, *config: recorder)
-    monkeypatch.setattr(decode_chunked_kernel, "_score_chunk_kernel", recorder)
+    monkeypatch.setattr(decode_select_kernel, "_decode_select_kernel", recorder)
     monkeypatch.setattr("dayzero.plugins.indexer.kernel._exact_bf16_dot",
                         lambda q, cache: q.dtype == torch.bfloat16 and cache.dtype == torch.bfloat16)
     case = build_case((300, 70), (1, 1), num_heads, 128, cache_kind, q_dtype)
     with pytest.raises(LaunchStopped):
-        index_topk_paged_launcher(**case, topk=64, phase="decode", decode_kernel=decode_kernel)
+        index_topk_paged_launcher(**case, topk=64)
     (_, constexprs), = recorder.calls
-    assert constexprs["BS"] == (64 if decode_kernel == "chunked" and tile == 128 else tile)
+    assert constexprs["BS"] == tile
     assert constexprs["DOT_FP32"] == (tile != 128)

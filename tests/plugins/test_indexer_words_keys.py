@@ -1,9 +1,9 @@
-"""MXFP8 keys loaded as int32 words (words_tiles_kernel.py; decode kernels select-words, select-words-codes).
+"""MXFP8 keys loaded as int32 words (words_tiles_kernel.py: the decode kernel's loads where DI is a multiple of 128).
 
-The word loaders must return the very bytes of the cache on random caches, every byte value included (E8M0 0 and
+The word loader must return the very bytes of the cache on random caches, every byte value included (E8M0 0 and
 255, e4m3 NaN codes), across a page boundary, with masked keys and a masked tail of words (DI 384 in DP 512); the
-dequantized keys must be bit-identical to the byte loader's (tiles_kernel.py), and the decode Top-K identical to the
-byte-loading select kernel's and equal to the reference's, also at extreme scales and with an MXFP8 query.
+dequantized keys must be bit-identical to the byte loader's (tiles_kernel.py), and the decode Top-K equal to the
+reference's, also at extreme scales and with an MXFP8 query.
 """
 
 from __future__ import annotations
@@ -13,16 +13,14 @@ import torch
 
 from dayzero.plugins.indexer import reference
 from dayzero.plugins.quant.reference import mxfp8_dequantize, mxfp8_quantize
-from tests.plugins.test_indexer_kernel import CPU_DECODE, assert_rows_follow_the_rule, assert_same_topk, build_case
+from tests.plugins.test_indexer_kernel import assert_rows_follow_the_rule, assert_same_topk, build_case, run_kernel
 from tests.plugins.triton_env import DEVICE, HAS_TRITON, ON_GPU, needs_triton, poisoned, sizes
 
 pytestmark = needs_triton
 
 PAGE = 64
 # loader -> the LOADER constexpr of the test kernels
-LOADERS = {"bytes": 0, "scale-words": 1, "code-and-scale-words": 2}
-# "select" loads words on its own wherever they apply
-WORD_KERNELS = ["select-words", "select-words-codes", "select"]
+LOADERS = {"bytes": 0, "words": 1}
 # e4m3 bytes with exponent field <= 7: values below 2, so that keys under scales up to 2^127 stay finite in fp32
 SMALL_E4M3 = 0x3F
 # scenarios: (lowest E8M0 code of a key's blocks, octaves above it, e4m3 byte mask, query octave, head spread)
@@ -49,7 +47,7 @@ if HAS_TRITON:
         if LOADER == 0:
             codes, scales = mxfp8_key_blocks(cache, page, s, s < num_keys, DI, 64, DP)
         else:
-            codes, scales = mxfp8_key_word_blocks(cache, page, s, s < num_keys, DI, 64, DP, LOADER == 2)
+            codes, scales = mxfp8_key_word_blocks(cache, page, s, s < num_keys, DI, 64, DP)
         d = tl.arange(0, DP)
         tl.store(codes_out + r[:, None] * DP + d[None, :], tl.reshape(codes, (BS, DP)))
         b = tl.arange(0, DP // 32)
@@ -65,7 +63,7 @@ if HAS_TRITON:
         if LOADER == 0:
             k = load_keys(cache, page, s, s < num_keys, d, DI, 64, True, DOT_FP32)
         else:
-            k = load_keys_words(cache, page, s, s < num_keys, DI, 64, DP, DOT_FP32, LOADER == 2)
+            k = load_keys_words(cache, page, s, s < num_keys, DI, 64, DP, DOT_FP32)
         tl.store(k_out + r[:, None] * DP + d[None, :], k.to(tl.float32))
 
 
@@ -145,41 +143,26 @@ def test_word_keys_are_bit_identical_to_the_byte_loaders(dim, start, num_keys, b
                            DOT_FP32=dot_fp32)
     bits = {loader: k.cpu().view(torch.int32) for loader, k in keys.items()}
     assert not bool(keys["bytes"].isnan().all())
-    assert torch.equal(bits["scale-words"], bits["bytes"])
-    assert torch.equal(bits["code-and-scale-words"], bits["bytes"])
-
-
-def run_decode(case, topk, decode_kernel, q_scales=None):
-    """The decode op of `decode_kernel` (tiny select tiles under the interpreter) into a poisoned output."""
-    from dayzero.plugins.indexer.kernel import index_topk_paged_launcher
-
-    out = poisoned(case["q"].shape[0], topk, dtype=torch.int32)
-    options = {} if ON_GPU else CPU_DECODE["select"]
-    return index_topk_paged_launcher(**case, topk=topk, q_scales=q_scales, phase="decode", out=out,
-                                     decode_kernel=decode_kernel, **options)
+    assert torch.equal(bits["words"], bits["bytes"])
 
 
 @pytest.mark.parametrize("lengths, new, num_heads, topk", sizes(
     cpu=[((150, 70, 1), (2, 1, 1), 3, 12), ((64, 129), (1, 3), 2, 40)],
     gpu=[((8192 + 37, 20000, 130, 1), (1, 1, 1, 1), 64, 2048), ((33000, 4100), (4, 4), 32, 2048)],
 ))
-@pytest.mark.parametrize("decode_kernel", WORD_KERNELS)
-def test_decode_with_word_keys_matches_the_reference(lengths, new, num_heads, topk, decode_kernel):
+def test_decode_with_word_keys_matches_the_reference(lengths, new, num_heads, topk):
     """Contexts off the page size and shorter than topk, 1 + d rows per sequence."""
     case = build_case(lengths, new, num_heads, 128, "mxfp8", torch.bfloat16, seed=len(lengths))
-    got = run_decode(case, topk, decode_kernel)
-    assert torch.equal(got, run_decode(case, topk, "select-bytes"))
+    got = run_kernel(case, topk, "decode")
     assert_same_topk(got, reference.index_topk_paged(**case, topk=topk), case, exact=not ON_GPU)
     assert_rows_follow_the_rule(got, case, topk)
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-@pytest.mark.parametrize("decode_kernel", WORD_KERNELS)
-def test_decode_with_word_keys_at_extreme_scales(scenario, decode_kernel):
+def test_decode_with_word_keys_at_extreme_scales(scenario):
     """Block scales near both ends of E8M0 with large / tiny queries, heads 40 octaves apart."""
     case = extreme_case((140, 70), (2, 1), 2, 128, scenario, seed=2)
-    got = run_decode(case, 16, decode_kernel)
-    assert torch.equal(got, run_decode(case, 16, "select-bytes"))
+    got = run_kernel(case, 16, "decode")
     assert_same_topk(got, reference.index_topk_paged(**case, topk=16), case, exact=not ON_GPU)
 
 
@@ -187,14 +170,6 @@ def test_decode_with_word_keys_and_an_mxfp8_query():
     case = extreme_case((130, 90), (1, 2), 2, 128, "mid-scales-heads-40-octaves-apart", seed=4)
     values, q_scales = mxfp8_quantize(case["q"].float())
     quantized = {**case, "q": values}
-    got = run_decode(quantized, 16, "select", q_scales=q_scales)
-    assert torch.equal(got, run_decode(quantized, 16, "select-bytes", q_scales=q_scales))
+    got = run_kernel(quantized, 16, "decode", q_scales=q_scales)
     expected = reference.index_topk_paged(**quantized, topk=16, q_scales=q_scales)
     assert_same_topk(got, expected, {**case, "q": mxfp8_dequantize(values, q_scales)}, exact=not ON_GPU)
-
-
-def test_word_keys_need_an_mxfp8_cache_with_whole_words_of_scales():
-    for dim, cache_kind in ((64, "mxfp8"), (128, "bf16")):
-        case = build_case((70,), (1,), 2, dim, cache_kind, torch.bfloat16)
-        with pytest.raises(AssertionError, match="key_words"):
-            run_decode(case, 8, "select-words")

@@ -7,15 +7,9 @@ import torch
 
 from dayzero.plugins.kda import reference as R
 from tests.helpers import rel_err
-from tests.plugins.triton_env import DEVICE, HAS_TRITON, ON_GPU, needs_triton, poisoned, sizes
+from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned, sizes
 
 pytestmark = needs_triton
-# the launcher's default and every pair-terms implementation (the tests are skipped without Triton)
-DEFAULT_PAIRS, PAIR_PATHS = None, {}
-if HAS_TRITON:
-    from dayzero.plugins.kda.chunk_kernel import DEFAULT_PAIRS, PAIR_PATHS
-# every pair path on CPU; on the H200 the default only (the column path is kept as the benchmark's baseline)
-ALL_PAIRS = list(PAIR_PATHS) if not ON_GPU else [DEFAULT_PAIRS]
 
 
 def inputs(lengths, H, K, V, dtype, decay_scale=1.0, lower_bound=None):
@@ -30,12 +24,12 @@ def inputs(lengths, H, K, V, dtype, decay_scale=1.0, lower_bound=None):
     return cast, g, beta.to(dtype), cu
 
 
-def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEFAULT_PAIRS, **gate):
+def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, **gate):
     from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher
 
     (q, k, v), g, beta, cu = inputs(lengths, H, K, V, dtype, **gate)
     S0 = torch.randn(len(lengths), H, K, V) if with_state else None
-    # the reference runs on the device too: on the H200's CPU the realistic sizes took minutes
+    # the reference runs on the device too: on a GPU host's CPU the realistic sizes take minutes
     ref_o, ref_s = R.chunk_kda(*(x.float()[None].to(DEVICE) for x in (q, k, v, g, beta)),
                                initial_state=None if S0 is None else S0.to(DEVICE), output_final_state=True,
                                use_qk_l2norm_in_kernel=l2, cu_seqlens=cu.to(DEVICE))
@@ -44,7 +38,7 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEF
     out = poisoned(sum(lengths), H, V, dtype=dtype)
     final = poisoned(len(lengths), H, K, V)
     o, s = chunk_kda_launcher(*dev, K ** -0.5, None if S0 is None else S0.to(DEVICE), cu.to(DEVICE), l2, True,
-                              out=out, final_out=final, pairs=pairs)
+                              out=out, final_out=final)
     if tol is None:
         tol = 2e-2 if dtype == torch.bfloat16 else (5e-3 if ON_GPU else 1e-5)
     assert rel_err(o.float().cpu(), ref_o[0]) < tol
@@ -56,9 +50,8 @@ def check(lengths, H, K, V, dtype, with_state=True, l2=True, tol=None, pairs=DEF
     gpu=[((8192,), 32, 128, 128), ((1000, 77, 4096, 1), 8, 128, 128), ((333,), 96, 128, 128)],
 ))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("pairs", ALL_PAIRS)
-def test_matches_reference(lengths, H, K, V, dtype, pairs):
-    check(lengths, H, K, V, dtype, pairs=pairs)
+def test_matches_reference(lengths, H, K, V, dtype):
+    check(lengths, H, K, V, dtype)
 
 
 def test_zero_initial_state_and_no_l2norm():
@@ -66,20 +59,17 @@ def test_zero_initial_state_and_no_l2norm():
           torch.float32, with_state=False, l2=False)
 
 
-@pytest.mark.parametrize("pairs", ALL_PAIRS)
 @pytest.mark.parametrize("decay_scale", [30.0, 300.0])
-def test_strong_decay_uses_exact_diagonal(decay_scale, pairs):
+def test_strong_decay_uses_exact_diagonal(decay_scale):
     """Per-channel decays of tens of nats per token overflow a factored form; exact terms must take over."""
-    check((70,), 2, 16, 16, torch.float32, decay_scale=decay_scale, tol=1e-4 if not ON_GPU else 5e-3, pairs=pairs)
+    check((70,), 2, 16, 16, torch.float32, decay_scale=decay_scale, tol=1e-4 if not ON_GPU else 5e-3)
 
 
-@pytest.mark.parametrize("pairs", ALL_PAIRS)
-def test_k3_bounded_gate(pairs):
-    check((130,), 2, 16, 16, torch.float32, lower_bound=-5.0, pairs=pairs)
+def test_k3_bounded_gate():
+    check((130,), 2, 16, 16, torch.float32, lower_bound=-5.0)
 
 
-@pytest.mark.parametrize("pairs", ALL_PAIRS)
-def test_unwritten_intermediates_never_reach_the_output(monkeypatch, pairs):
+def test_unwritten_intermediates_never_reach_the_output(monkeypatch):
     # the pair and solve kernels leave the blocks above the diagonal of Aqk and X unwritten, and their readers load
     # the rows whole: every intermediate buffer starts as NaN here, so anything read and not selected away shows
     real_empty = torch.empty
@@ -90,7 +80,7 @@ def test_unwritten_intermediates_never_reach_the_output(monkeypatch, pairs):
 
     monkeypatch.setattr(torch, "empty", nan_empty)
     check((70, 5) if not ON_GPU else (4100, 77), 2 if not ON_GPU else 8, 16 if not ON_GPU else 128,
-          16 if not ON_GPU else 128, torch.float32, pairs=pairs)
+          16 if not ON_GPU else 128, torch.float32)
 
 
 def test_registered_op_on_cpu_is_the_reference():
@@ -150,7 +140,7 @@ def test_blockwise_solve_inverts_unit_lower():
 
 
 def pair_terms_reference(q, k, g, beta, lengths, scale):
-    """Aqk (lower) and X = (I + Akk)^{-1} per chunk in fp32 from the MODEL.md definitions, as [T, H, 64]."""
+    """Aqk (lower) and X = (I + Akk)^{-1} per chunk in fp32 from the docs/models.md definitions, as [T, H, 64]."""
     q, k = (torch.nn.functional.normalize(x.float(), dim=-1, eps=1e-3) for x in (q, k))
     aqk, x = torch.zeros(*q.shape[:2], 64), torch.zeros(*q.shape[:2], 64)
     start = 0
@@ -169,13 +159,12 @@ def pair_terms_reference(q, k, g, beta, lengths, scale):
     return aqk, x
 
 
-@pytest.mark.parametrize("pairs", list(PAIR_PATHS))
 @pytest.mark.parametrize("decay_scale", [1.0, 5.0, 300.0], ids=["mild", "mixed", "strong"])
-def test_pair_kernel_scores_and_inverse(decay_scale, pairs):
-    """Each pair-terms path alone: Aqk and X on and below the diagonal, a partial last chunk, two sequences;
+def test_pair_kernel_scores_and_inverse(decay_scale):
+    """The pair terms alone: Aqk and X on and below the diagonal, a partial last chunk, two sequences;
     'mixed' decays let some column blocks take the factored path and others the exact one, 'strong' ones would
     underflow factored terms (e^-300 per token)."""
-    pair_terms = PAIR_PATHS[pairs]
+    from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 
     lengths, H, K = (70, 37), 2, 32
     (q, k, _), g, beta, cu = inputs(lengths, H, K, 16, torch.float32, decay_scale=decay_scale)

@@ -92,11 +92,11 @@ def test_recurrent_kda_pool_matches_reference(B, L, H, K, V, dtype, l2norm, stri
     check_pool(got, expected, state, slots, state_tol)
 
 
-@pytest.mark.parametrize("block_v, num_warps, stream, maxnreg", [(16, 1, False, None), (32, 2, False, None),
-                                                                 (16, 2, True, None), (32, 1, False, 192)])
+@pytest.mark.parametrize("block_v", [16, 32])
 @pytest.mark.parametrize("B, L, H, K, V", sizes(cpu=[(2, 2, 2, 16, 32)], gpu=[(64, 2, 32, 128, 128)]))
-def test_recurrent_kda_pool_block_configs(B, L, H, K, V, block_v, num_warps, stream, maxnreg):
-    # on the GPU at the decode shape whose register budget the caps are for (K = V = 128)
+def test_recurrent_kda_pool_block_configs(B, L, H, K, V, block_v):
+    # both V block widths the launcher picks (16 for latency-bound calls, 32 from LATENCY_BOUND_PAIRS), on the GPU
+    # at the decode shape (K = V = 128)
     from dayzero.plugins.kda.recurrent_kernel import recurrent_kda_pool_launcher
 
     q, k, v, g, beta = kda_inputs(B, L, H, K, V, torch.float32, False)
@@ -106,20 +106,34 @@ def test_recurrent_kda_pool_block_configs(B, L, H, K, V, block_v, num_warps, str
     o_ref = R.recurrent_kda_pool(*(x.cpu() for x in (q, k, v, g, beta)), expected, slots, num_accepted, scale=0.3)
     got = state.to(DEVICE)
     o = recurrent_kda_pool_launcher(q, k, v, g, beta, got, slots.to(DEVICE), num_accepted.to(DEVICE), scale=0.3,
-                                    block_v=block_v, num_warps=num_warps, stream=stream, maxnreg=maxnreg)
+                                    block_v=block_v)
     assert rel_err(o.cpu(), o_ref) < 1e-5 and rel_err(got.cpu(), expected) < 1e-5
 
 
-@pytest.mark.parametrize("B, H, K, V, dtype, block_v, num_warps, stages, per_sm", sizes(
-    cpu=[(5, 2, 16, 32, torch.bfloat16, 16, 1, 2, 3), (3, 3, 32, 16, torch.float32, 16, 1, 3, 1),
-         (1, 2, 16, 64, torch.float32, 32, 2, 2, 8)],
-    gpu=[(64, 32, 128, 128, torch.bfloat16, 16, 1, 2, 12), (33, 96, 128, 128, torch.bfloat16, 32, 2, 3, 6),
-         (7, 4, 64, 128, torch.float32, 32, 1, 2, 8), (256, 32, 128, 128, torch.bfloat16, 64, 4, 2, 3)],
+class CountedLaunches:
+    """A kernel whose launches are counted."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@pytest.mark.parametrize("B, H, K, V, dtype", sizes(
+    cpu=[(7, 2, 16, 32, torch.bfloat16), (3, 3, 32, 16, torch.float32), (13, 1, 16, 64, torch.float32)],
+    gpu=[(31, 32, 128, 128, torch.bfloat16), (7, 96, 128, 128, torch.bfloat16), (7, 4, 64, 128, torch.float32),
+         (1, 32, 128, 128, torch.bfloat16)],
 ))
-def test_pipelined_pool_step_matches_reference(B, H, K, V, dtype, block_v, num_warps, stages, per_sm):
-    # one token a row: programs walking several tiles each (more tiles than programs), a padding row, a start
-    # slot that is also the write slot
+def test_pipelined_pool_step_matches_reference(B, H, K, V, dtype, monkeypatch):
+    # one token a row of a latency-bound call runs the pipelined kernel: programs walking several tiles each (more
+    # tiles than programs where the grid is full), a padding row, a start slot that is also the write slot
+    from dayzero.plugins.kda import recurrent_kernel
     from dayzero.plugins.kda.recurrent_kernel import recurrent_kda_pool_launcher
+
+    pipelined = CountedLaunches(recurrent_kernel.pipelined_kda_pool_kernel)
+    monkeypatch.setattr(recurrent_kernel, "pipelined_kda_pool_kernel", pipelined)
 
     q, k, v, g, beta = kda_inputs(B, 1, H, K, V, dtype, False)
     num_slots = B + 3
@@ -131,8 +145,8 @@ def test_pipelined_pool_step_matches_reference(B, H, K, V, dtype, block_v, num_w
     got = state.to(DEVICE)
     out = poisoned(B, 1, H, V, dtype=dtype)
     recurrent_kda_pool_launcher(q, k, v, g, beta, got, slots.to(DEVICE), num_accepted.to(DEVICE),
-                                use_qk_l2norm_in_kernel=True, out=out, block_v=block_v, num_warps=num_warps,
-                                stages=stages, programs_per_sm=per_sm)
+                                use_qk_l2norm_in_kernel=True, out=out)
+    assert pipelined.launches == 1
     out_tol, state_tol = TOLERANCE[dtype]
     assert rel_err(out.cpu(), o_ref) < out_tol
     assert torch.equal(out.cpu()[slots[:, 0] < 0], torch.zeros_like(o_ref[slots[:, 0] < 0]))
@@ -155,8 +169,7 @@ def fused_inputs(B, L, H, K, W, dtype, num_slots):
     gpu=[(1, 1, 32, 128, 4, torch.bfloat16, None), (64, 1, 96, 128, 4, torch.bfloat16, -5.0),
          (33, 4, 32, 128, 4, torch.bfloat16, None), (5, 3, 8, 64, 3, torch.float32, -5.0)],
 ))
-@pytest.mark.parametrize("stream", [False, True], ids=["cached", "streamed"])
-def test_fused_kda_decode_matches_reference(B, L, H, K, W, dtype, lower_bound, stream):
+def test_fused_kda_decode_matches_reference(B, L, H, K, W, dtype, lower_bound):
     from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher
 
     num_slots = B * L + 3
@@ -168,7 +181,7 @@ def test_fused_kda_decode_matches_reference(B, L, H, K, W, dtype, lower_bound, s
     got = {name: x.to(DEVICE) for name, x in inputs.items()}
     out = poisoned(B, L, H, K, dtype=dtype)
     fused_kda_decode_launcher(**got, lower_bound=lower_bound, state_slots=slots.to(DEVICE),
-                              num_accepted=num_accepted.to(DEVICE), out=out, stream=stream)
+                              num_accepted=num_accepted.to(DEVICE), out=out)
     out_tol, state_tol = TOLERANCE[dtype]
     assert rel_err(out.cpu(), o_ref) < out_tol
     assert torch.equal(out.cpu()[slots[:, 0] < 0], torch.zeros_like(o_ref[slots[:, 0] < 0]))

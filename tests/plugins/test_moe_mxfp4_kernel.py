@@ -22,6 +22,15 @@ SITU = {"beta": 4.0, "linear_beta": 25.0}
 NONZERO_CODES = [code for code in range(16) if code not in (0, 8)]
 
 
+def use_tiles(monkeypatch, **tiles):
+    """The grouped GEMM's launch plan with `tiles` in place of its own (K tiles that span several scale blocks, the
+    GPU's tl.dot_scaled path under the interpreter)."""
+    from dayzero.plugins.moe import grouped_gemm_kernel
+
+    plan = grouped_gemm_kernel._launch_config
+    monkeypatch.setattr(grouped_gemm_kernel, "_launch_config", lambda *args: {**plan(*args), **tiles})
+
+
 def _offsets(rows: int, experts: int) -> torch.Tensor:
     """Expert offsets [E+1] int32 of `rows` rows spread at random over all experts but the last (it gets none)."""
     counts = torch.bincount(torch.randint(0, experts - 1, (rows,)), minlength=experts)
@@ -56,17 +65,17 @@ def _reference_gemm(a, offsets, w, w_up=None, activation="silu", **params) -> to
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_every_code_and_scale_block_dequantizes_exactly(dtype):
+def test_every_code_and_scale_block_dequantizes_exactly(dtype, monkeypatch):
     """All 256 packed bytes, scales differing per 32 along K: a = identity makes the GEMM return the weights."""
     from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
 
+    use_tiles(monkeypatch, BLOCK_K=128)
     n, k = 8, 128
     packed = torch.arange(256, device=DEVICE).repeat(2).to(torch.uint8).reshape(1, n, k // 2)
     scales = torch.randint(118, 136, (1, n, k // 32), device=DEVICE).to(torch.uint8)
     offsets = torch.tensor([0, k], dtype=torch.int32, device=DEVICE)
     eye = torch.eye(k, device=DEVICE, dtype=dtype)
-    got = grouped_gemm_launcher(eye, packed, offsets, b_scale=scales, out=poisoned(k, n, dtype=dtype),
-                                config={"BLOCK_K": 128})
+    got = grouped_gemm_launcher(eye, packed, offsets, b_scale=scales, out=poisoned(k, n, dtype=dtype))
     assert torch.equal(got, mxfp4_dequantize(packed, scales, dtype=dtype)[0].t())
 
 
@@ -110,32 +119,33 @@ def test_mxfp4_gated_gemm_matches_reference(rows, experts, n, k, dtype, activati
     cpu=[(11, 3, 24, 96, 64), (6, 2, 17, 224, 128), (9, 4, 32, 64, 64)],
     gpu=[(64, 256, 1024, 2304, 128), (4097, 32, 3072, 3584, 64), (33, 8, 100, 160, 64)],
 ))
-def test_the_scaled_dot_path_matches_reference(rows, experts, n, k, block_k):
-    """tl.dot_scaled on the MXFP4 tiles (bf16 activations), gated: the bench's alternative to the integer decode."""
+def test_the_scaled_dot_path_matches_reference(rows, experts, n, k, block_k, monkeypatch):
+    """tl.dot_scaled on the MXFP4 tiles (bf16 activations, the GPU's path), gated."""
     from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
 
+    use_tiles(monkeypatch, BLOCK_K=block_k, scaled_dot=True)
     offsets = _offsets(rows, experts)
     a = torch.randn(rows, k, device=DEVICE).to(torch.bfloat16)
     (w1, s1), (w3, s3) = _mxfp4_weights(experts, n, k), _mxfp4_weights(experts, n, k)
     got = grouped_gemm_launcher(a, w1, offsets, w3, "silu", out=poisoned(rows, n, dtype=torch.bfloat16),
-                                b_scale=s1, b_up_scale=s3, config={"BLOCK_K": block_k, "scaled_dot": True})
+                                b_scale=s1, b_up_scale=s3)
     expected = _reference_gemm(a, offsets, mxfp4_dequantize(w1, s1, dtype=torch.bfloat16),
                                mxfp4_dequantize(w3, s3, dtype=torch.bfloat16), "silu")
     assert rel_err(got, expected) < TOLERANCE[torch.bfloat16]
 
 
 @pytest.mark.parametrize("block_k, k", [(128, 224), (256, 96), (64, 320)])
-def test_mxfp4_tiles_of_several_scale_blocks(block_k, k):
+def test_mxfp4_tiles_of_several_scale_blocks(block_k, k, monkeypatch):
     """K tiles spanning 2 to 8 scale blocks, K not a multiple of the tile, a tile longer than K."""
     from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
 
+    use_tiles(monkeypatch, BLOCK_M=16, BLOCK_N=16, BLOCK_K=block_k)
     rows, experts, n = 13, 3, 24
     offsets = _offsets(rows, experts)
     a = torch.randn(rows, k, device=DEVICE)
     (w1, s1), (w3, s3) = _mxfp4_weights(experts, n, k), _mxfp4_weights(experts, n, k)
-    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": block_k}
     got = grouped_gemm_launcher(a, w1, offsets, w3, "situ", SITU["beta"], SITU["linear_beta"],
-                                out=poisoned(rows, n), b_scale=s1, b_up_scale=s3, config=config)
+                                out=poisoned(rows, n), b_scale=s1, b_up_scale=s3)
     expected = _reference_gemm(a, offsets, mxfp4_dequantize(w1, s1), mxfp4_dequantize(w3, s3), "situ", **SITU)
     assert rel_err(got, expected) < TOLERANCE[torch.float32]
 
@@ -172,15 +182,15 @@ def test_grouped_mlp_mxfp4_of_no_rows():
 
 @pytest.mark.parametrize("k, block_k, message", [(48, 64, "multiple of the scale block"),
                                                  (96, 96, "not a multiple of 64")], ids=["K48", "BLOCK_K96"])
-def test_mxfp4_gemm_refuses_k_off_the_blocks(k, block_k, message):
+def test_mxfp4_gemm_refuses_k_off_the_blocks(k, block_k, message, monkeypatch):
     from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
 
+    use_tiles(monkeypatch, BLOCK_K=block_k)
     packed = torch.zeros(2, 8, k // 2, dtype=torch.uint8, device=DEVICE)
     scales = torch.full((2, 8, k // 32), 127, dtype=torch.uint8, device=DEVICE)
     offsets = torch.tensor([0, 3, 5], dtype=torch.int32, device=DEVICE)
     with pytest.raises(AssertionError, match=message):
-        grouped_gemm_launcher(torch.randn(5, k, device=DEVICE), packed, offsets, b_scale=scales,
-                              config={"BLOCK_K": block_k})
+        grouped_gemm_launcher(torch.randn(5, k, device=DEVICE), packed, offsets, b_scale=scales)
 
 
 def test_mxfp4_gated_gemm_needs_both_scales():

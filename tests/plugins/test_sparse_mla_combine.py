@@ -38,7 +38,7 @@ def test_combine_matches_its_formula(splits, tokens, heads, dim, part_dtype):
 
 
 def test_a_programs_warps_cover_one_row_in_16_byte_vectors():
-    """Then every thread holds all of its columns' split rows and sums them in registers (run sg: bf16 rows over 4
-    warps were summed through shared memory, 22 us against 4.8)."""
+    """Then every thread holds all of its columns' split rows and sums them in registers (bf16 rows over 4 warps are
+    summed through shared memory: 22 us against 4.8)."""
     warps = [_warps_per_row(512, 4), _warps_per_row(512, 2), _warps_per_row(40, 2), _warps_per_row(4096, 4)]
     assert warps == [4, 2, 1, 4]

@@ -1,6 +1,6 @@
-"""The two FP8 decodes of the MLA attention kernel (bit placement, e4m3_bits.py; conversion instructions) vs the
-reference: every e4m3 byte at extreme tile scales exactly, and whole attentions with -1 indices, empty index rows,
-a value width that is not a power of two, and key-list splits."""
+"""The two FP8 decodes of the MLA attention kernel (bit placement, e4m3_bits.py, for a bf16 query; conversion
+instructions for an fp32 one) vs the reference: every e4m3 byte at extreme tile scales exactly, and whole attentions
+with -1 indices, empty index rows, a value width that is not a power of two, and key-list splits."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 
 from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, unpack_fp8_latent
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
-from dayzero.plugins.sparse_mla import schedule
 from tests.plugins.test_sparse_mla_kernel import (
     BF16,
+    FP32,
     assert_matches,
     random_indices,
     run_sparse,
@@ -42,14 +42,12 @@ def every_byte_records() -> torch.Tensor:
     return torch.stack(records)
 
 
-def config(e4m3_bits: bool, heads: int) -> schedule.TileConfig:
-    base = schedule.tile_config(heads, BF16, dense=False)
-    return schedule.TileConfig(base.block_h, 1, base.block_n, base.num_warps, base.num_stages, e4m3_bits=e4m3_bits)
+# the query dtype that takes each decode: bit placement for bf16, conversion instructions otherwise
+DECODES = [pytest.param(BF16, id="bits", marks=ON_DEVICE), pytest.param(FP32, id="cvt", marks=ON_DEVICE)]
 
 
-@pytest.mark.parametrize("e4m3_bits", [pytest.param(True, id="bits", marks=ON_DEVICE),
-                                       pytest.param(False, id="cvt", marks=ON_DEVICE)])
-def test_one_visible_key_returns_its_dequantized_row_exactly(e4m3_bits):
+@pytest.mark.parametrize("q_dtype", DECODES)
+def test_one_visible_key_returns_its_dequantized_row_exactly(q_dtype):
     """With one key the output is the value row itself: any decode error (a flushed subnormal, a scale off by a
     power of two) shows as an exact mismatch."""
     from dayzero.plugins.sparse_mla.kernel import sparse_mla_launcher
@@ -61,12 +59,12 @@ def test_one_visible_key_returns_its_dequantized_row_exactly(e4m3_bits):
     heads, topk = 3, 5
     indices = torch.full((rows, topk), -1, dtype=torch.int32)
     indices[torch.arange(rows), torch.arange(rows) % topk] = torch.arange(rows, dtype=torch.int32)
-    q = torch.randn(rows, heads, NOPE + ROPE).to(BF16)
-    out = (poisoned(rows, heads, NOPE, dtype=BF16), poisoned(rows, heads))
+    q = torch.randn(rows, heads, NOPE + ROPE).to(q_dtype)
+    out = (poisoned(rows, heads, NOPE, dtype=q_dtype), poisoned(rows, heads))
     table = torch.zeros(1, 1, dtype=torch.int32)
     cu = torch.tensor([0, rows], dtype=torch.int32)
     o, lse = sparse_mla_launcher(*(t.to(DEVICE) for t in (q, cache, table, cu, indices)), sm_scale=0.1, v_dim=NOPE,
-                                 out=out, config=config(e4m3_bits, heads))
+                                 out=out)
     expected = unpack_fp8_latent(records, ROPE)[:, :NOPE]
     assert torch.equal(o.cpu().float(), expected[:, None, :].expand(rows, heads, NOPE))
     assert torch.isfinite(lse).all()
@@ -80,12 +78,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("e4m3_bits", [pytest.param(True, id="bits", marks=ON_DEVICE),
-                                       pytest.param(False, id="cvt", marks=ON_DEVICE)])
+@pytest.mark.parametrize("q_dtype", DECODES)
 @pytest.mark.parametrize("context, new, H, nope, topk, blank, num_splits", CASES,
                          ids=["-".join(map(str, c[:5])) for c in CASES])
-def test_fp8_decodes_match_reference(e4m3_bits, context, new, H, nope, topk, blank, num_splits):
-    sc = scenario(list(context), list(new), H, nope, 64, "fp8", BF16)
+def test_fp8_decodes_match_reference(q_dtype, context, new, H, nope, topk, blank, num_splits):
+    sc = scenario(list(context), list(new), H, nope, 64, "fp8", q_dtype)
     indices = random_indices(sc, topk, blank_tokens=blank)
-    got = run_sparse(sc, indices, nope, config=config(e4m3_bits, H), num_splits=num_splits)
-    assert_matches(got, sparse_reference(sc, indices, nope), BF16)
+    got = run_sparse(sc, indices, nope, num_splits=num_splits)
+    assert_matches(got, sparse_reference(sc, indices, nope), q_dtype)

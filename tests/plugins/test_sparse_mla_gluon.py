@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dayzero.plugins.dependent_launch import LATE, OFF
 from dayzero.plugins.sparse_mla import gluon_decode_kernel as G
 from dayzero.plugins.sparse_mla import op
 from tests.plugins.recorded_launch import RecordedLaunch
@@ -29,12 +28,12 @@ NOPE, ROPE = 512, 64
 SM_SCALE = 0.7 / NOPE ** 0.5
 
 
-def run_gluon(sc, indices: torch.Tensor, num_splits: int | None = None, **loop):
+def run_gluon(sc, indices: torch.Tensor, num_splits: int | None = None):
     T, H = sc.q.shape[:2]
     out = (poisoned(T, H, NOPE, dtype=BF16), poisoned(T, H))
     q, cache, table, cu, idx = on_device(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, indices)
     return G.sparse_mla_decode_gluon_launcher(q, cache, table, cu, idx, SM_SCALE, NOPE, num_splits=num_splits,
-                                              out=out, **loop)
+                                              out=out)
 
 
 # (context per sequence, new tokens per sequence, H, topk): 1, 7 and 64 sequences; contexts below topk leave -1
@@ -50,34 +49,23 @@ CASES = [
 ]
 
 
-# (cache format, launcher options): the design's half score blocks over both caches, all of them over BF16 (a bench
-# config), and the index row scanned 256 slots a step (before run rb) instead of in one load
-LOOPS = [pytest.param("bfloat16", {}, id="bf16-half-scores"),
-         pytest.param("bfloat16", {"full_scores": True}, id="bf16-full-scores"),
-         pytest.param("fp8", {}, id="fp8-half-scores"),
-         pytest.param("fp8", {"row_scan": 256}, id="fp8-stepped-row-scan"),
-         pytest.param("bfloat16", {"staged_partials": False}, id="bf16-fp32-partials"),
-         pytest.param("fp8", {"staged_partials": False}, id="fp8-fp32-partials"),
-         pytest.param("bfloat16", {"pdl": True}, id="bf16-pdl-combine")]
-
-
-@pytest.mark.parametrize("fmt, loop", LOOPS)
+@pytest.mark.parametrize("fmt", ["bfloat16", "fp8"])
 @pytest.mark.parametrize("context, new, H, topk",
                          [pytest.param(*c, id=f"B{len(c[0])}-H{c[2]}-topk{c[3]}", marks=hopper_only) for c in CASES])
-def test_gluon_decode_matches_reference(context, new, H, topk, fmt, loop):
+def test_gluon_decode_matches_reference(context, new, H, topk, fmt):
     sc = scenario(list(context), list(new), H, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, topk)
-    got = run_gluon(sc, indices, **loop)
+    got = run_gluon(sc, indices)
     assert_matches(got, sparse_reference(sc, indices, NOPE), BF16)
 
 
-@pytest.mark.parametrize("fmt, loop", LOOPS)
+@pytest.mark.parametrize("fmt", ["bfloat16", "fp8"])
 @pytest.mark.parametrize("num_splits", [pytest.param(n, marks=hopper_only) for n in (1, 2, 5, 40)])
-def test_gluon_decode_splits_and_blank_tokens(num_splits, fmt, loop):
+def test_gluon_decode_splits_and_blank_tokens(num_splits, fmt):
     """Explicit split counts (40: splits with no key block) and tokens whose index row is all -1."""
     sc = scenario([3000, 200, 2500], [1, 1, 1], 64, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, 2047, blank_tokens=(1,))
-    got = run_gluon(sc, indices, num_splits, **loop)
+    got = run_gluon(sc, indices, num_splits)
     assert_matches(got, sparse_reference(sc, indices, NOPE), BF16)
 
 
@@ -136,32 +124,20 @@ def test_cpu_calls_never_take_the_gluon_path(monkeypatch):
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
-@pytest.mark.parametrize("fmt, loop", LOOPS)
-def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, loop, monkeypatch):
+@pytest.mark.parametrize("fmt", ["bfloat16", "fp8"])
+def test_the_launcher_picks_each_loops_kernel_block_and_constexprs(fmt, monkeypatch):
     """The launch the op's decode makes on Hopper, checked on the CPU: kernel, grid and every constexpr."""
     kernel = RecordedLaunch()
     monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)
     sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, fmt, BF16)
     indices = random_indices(sc, 2047)
     G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, indices, SM_SCALE, NOPE,
-                                       num_splits=1, **loop)
+                                       num_splits=1)
     assert len(kernel.calls) == 1
     grid, constexprs = kernel.calls[0]
     assert constexprs == dict(PAGE=64, ROW=sc.cache.shape[-1], DV=NOPE, DR=ROPE, BLOCK_H=64, SPLIT=False,
-                              num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FULL_SCORES=loop.get("full_scores", False),
-                              FP8=fmt == "fp8", TILE=128, ROW_SCAN=loop.get("row_scan", 2048), STAGED=False,
-                              PDL=0)
+                              num_warps=G.NUM_WARPS, BLOCK_N=G.BLOCK_N, FP8=fmt == "fp8", TILE=128, ROW_SCAN=2048)
     assert grid == (2 * 2, 1) and constexprs["ROW"] == (G.FP8_RECORD if fmt == "fp8" else NOPE + ROPE)
-
-
-@pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
-@pytest.mark.parametrize("row_scan", [128, 300])
-def test_a_row_scan_that_no_layout_fits_is_refused(row_scan, monkeypatch):
-    monkeypatch.setattr(G, "_sparse_mla_decode_kernel", RecordedLaunch())
-    sc = scenario([3000], [1], 64, NOPE, ROPE, "bfloat16", BF16)
-    with pytest.raises(AssertionError, match="power of two >= 256"):
-        G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2048),
-                                           SM_SCALE, NOPE, row_scan=row_scan)
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
@@ -173,27 +149,8 @@ def test_split_launches_combine_after_the_kernel(monkeypatch):
     G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
                                        SM_SCALE, NOPE, num_splits=3)
     (grid, constexprs), = kernel.calls
-    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and len(combines) == 1 and constexprs["STAGED"]
+    assert grid == (2 * 2, 3) and constexprs["SPLIT"] and len(combines) == 1
     assert combines[-1][0].dtype == torch.bfloat16 and combines[-1][0].shape == (3, 2, 128, NOPE)
-    G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
-                                       SM_SCALE, NOPE, num_splits=3, staged_partials=False)
-    _, (_, unstaged) = kernel.calls
-    assert not unstaged["STAGED"] and combines[-1][0].dtype == torch.float32
-
-
-@pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")
-@pytest.mark.parametrize("pdl", [False, True])
-def test_the_pdl_option_makes_the_combine_a_late_dependent_launch(pdl, monkeypatch):
-    """Where PDL is available (pretended here), `pdl` lets the combine start after the key loop, and it waits."""
-    kernel, combines = RecordedLaunch(), []
-    monkeypatch.setattr(G, "_sparse_mla_decode_kernel", kernel)
-    monkeypatch.setattr(G, "combine_splits_launcher", lambda *args, pdl: combines.append(pdl))
-    monkeypatch.setattr(G.dependent_launch, "pdl_available", lambda like: True)
-    sc = scenario([3000, 200], [1, 1], 128, NOPE, ROPE, "bfloat16", BF16)
-    G.sparse_mla_decode_gluon_launcher(sc.q, sc.cache, sc.block_table, sc.cu_seqlens, random_indices(sc, 2047),
-                                       SM_SCALE, NOPE, num_splits=3, pdl=pdl)
-    (_, constexprs), = kernel.calls
-    assert combines == [constexprs["PDL"]] and constexprs["PDL"] == (LATE if pdl else OFF)
 
 
 @pytest.mark.skipif(not G.HAS_GLUON, reason="this Triton has no Gluon")

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins.attnres.tiles import load_tile, mix_tile, row_setup, store_mix
-from dayzero.plugins.dependent_launch import let_next_kernel_start, wait_for_previous_kernel
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 
 
 @triton.jit
@@ -23,7 +23,7 @@ def attnres_mix_persistent_kernel(
     s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15,
     eps, norm_eps, num_tokens,
     D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
-    EMIT_NORM: tl.constexpr, TILE: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr, PDL: tl.constexpr,
+    EMIT_NORM: tl.constexpr, TILE: tl.constexpr, ALIGNED: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
     NUM_SOURCES: tl.constexpr = NUM_BLOCKS + NUM_LISTED
@@ -34,7 +34,7 @@ def attnres_mix_persistent_kernel(
     stride = pid.to(tl.int64) * 0 + block_stride
     # a fixed grid (no symbolic size in an exported engine): programs past the last token load nothing, do nothing
     a = load_tile(0, pid.to(tl.int64) * D, cols, mask & (cols * 0 + pid < num_tokens), blocks, stride, TILE,
-                  NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
+                  NUM_BLOCKS, NUM_SOURCES, True, ALIGNED,
                   s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
     for token in range(pid, num_tokens, grid):
         # (a plain int under the interpreter: made a tensor first)
@@ -45,14 +45,13 @@ def attnres_mix_persistent_kernel(
         for t in tl.static_range(NUM_TILES):
             v = a.to(tl.float32)
             if t + 1 < NUM_TILES:
-                a = load_tile(t + 1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM,
+                a = load_tile(t + 1, row, cols, mask, blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, True,
                               ALIGNED, s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
             else:
                 # the next token's first tile (nothing past the last token: masked off)
                 following = pid * 0 + token + grid
                 a = load_tile(0, following.to(tl.int64) * D, cols, mask & (cols * 0 + following < num_tokens),
-                              blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, STREAM, ALIGNED,
+                              blocks, stride, TILE, NUM_BLOCKS, NUM_SOURCES, True, ALIGNED,
                               s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
             m, total, acc = mix_tile(v, w, t, m, total, acc, TILE, NUM_SOURCES, D, eps, False)
         store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)
-    let_next_kernel_start(PDL)

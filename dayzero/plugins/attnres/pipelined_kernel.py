@@ -15,7 +15,7 @@ import triton.language as tl
 
 from dayzero.plugins.attnres.sources import source_pointers_at
 from dayzero.plugins.attnres.tiles import load_rows, mix_tile, row_setup, store_mix
-from dayzero.plugins.dependent_launch import let_next_kernel_start, wait_for_previous_kernel
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 
 
 @triton.jit
@@ -24,7 +24,7 @@ def attnres_mix_pipelined_kernel(
     s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15,
     eps, norm_eps, num_tokens,
     D: tl.constexpr, BLOCK_D: tl.constexpr, NUM_BLOCKS: tl.constexpr, NUM_LISTED: tl.constexpr,
-    EMIT_NORM: tl.constexpr, TILE: tl.constexpr, STREAM: tl.constexpr, ALIGNED: tl.constexpr,
+    EMIT_NORM: tl.constexpr, TILE: tl.constexpr, ALIGNED: tl.constexpr,
     STAGES: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
@@ -45,10 +45,9 @@ def attnres_mix_pipelined_kernel(
         row = (pid + (step // NUM_TILES) * grid).to(tl.int64) * D
         ptrs, valid = source_pointers_at(t * TILE, TILE, blocks, stride, NUM_BLOCKS, NUM_SOURCES, ALIGNED,
                                          s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15)
-        a = load_rows(ptrs, valid, row, cols, mask, STREAM)
+        a = load_rows(ptrs, valid, row, cols, mask, True)
         # a token's first tile: the decay exp(-inf - m_new) = 0 drops the previous token's sums
         m = tl.where(t == 0, float("-inf"), m)
         m, total, acc = mix_tile(a.to(tl.float32), w, t, m, total, acc, TILE, NUM_SOURCES, D, eps, False)
         if t == NUM_TILES - 1:
             store_mix(acc, total, out, normed, norm_weight, row, cols, mask, D, norm_eps, EMIT_NORM)
-    let_next_kernel_start(PDL)

@@ -1,4 +1,4 @@
-"""Attention-residual depth mix (MODEL.md section 4), the spec for the fused kernel.
+"""Attention-residual depth mix (docs/models.md), the spec for the fused kernel.
 
 For sources v_0..v_{N-1} (each [..., D]) and the layer's pseudo-query:
     k_i = v_i * rsqrt(mean(v_i^2) + eps) * rms_weight      s_i = <k_i, query>

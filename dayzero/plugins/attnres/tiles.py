@@ -58,8 +58,8 @@ def mix_tile(v, w, t: tl.constexpr, m, total, acc, TILE: tl.constexpr, NUM_SOURC
     """Fold tile t (v [TILE, BLOCK_D] fp32) into the running (max score, softmax sum, weighted sum): one reduction
     for the scores of all its sources, <rms_norm(v) * rms_weight, query> = rstd(v) * <v, w>. PAIRED: the two sums
     per source reduce as one pair, so a row spread over several warps crosses shared memory once, not twice (the
-    one-token-a-program kernel, latency-bound: run ec, 2.7 against 2.9 us at 2 x 64 x 2304; the pipelined kernel
-    keeps two sums: 107.7-108.4 against 105.3-105.8 us at 9 x 8192 x 2304, runs ec-ee against ea and cd)."""
+    one-token-a-program kernel, latency-bound: 2.7 against 2.9 us at 2 x 64 x 2304; the pipelined kernel keeps two
+    sums: paired, it takes 107.7-108.4 against 105.3-105.8 us at 9 x 8192 x 2304)."""
     if PAIRED:
         dot, squares = tl.reduce((v * w[None, :], v * v), 1, _add_pairs)
     else:

@@ -8,13 +8,12 @@ scan, no sort). At the end a row's set is its split's candidates (at most K, pos
 floors: the set's K-th key and its ceil(K / (S - 1))-th key.
 
 Kernel 2 folds the splits' sets with the same `keep_best`, several sets a step (MERGE_UNION entries: one search per
-step, whatever its size): in a tree of launches (`merge_strides`: a program folds up to SETS splits into the first,
-level after level, until a row's leaders fit one program, which writes the output), or, with merge_tree off, one
-program a row folding every split into split 0 in sequence. Every step drops each candidate below the best
-floor (below a split's K-th key there are K better keys in that split; below the smallest ceil(K / (S - 1))-th key
-of the first S - 1 splits there are at least K better keys in total), so that the merge mostly appends and searches
-once or twice; the final K are already in position order, the output order (reference.py), so no sort follows.
-Memory: one set + block per program and row, never a [T, N] score matrix.
+step, whatever its size), in a tree of launches (`merge_strides`: a program folds up to SETS splits into the first,
+level after level, until a row's leaders fit one program, which writes the output). Every step drops each candidate
+below the best floor (below a split's K-th key there are K better keys in that split; below the smallest
+ceil(K / (S - 1))-th key of the first S - 1 splits there are at least K better keys in total), so that the merge
+mostly appends and searches once or twice; the final K are already in position order, the output order
+(reference.py), so no sort follows. Memory: one set + block per program and row, never a [T, N] score matrix.
 """
 
 from __future__ import annotations
@@ -24,14 +23,11 @@ import triton
 import triton.language as tl
 
 from dayzero.plugins import device as device_info
-from dayzero.plugins.indexer.candidates_kernel import filter_block, fold_candidates
-from dayzero.plugins.indexer.decode_kernel import decode_row_tiles, fp32_dot_block_keys
 from dayzero.plugins.indexer.fp8_dot_kernel import FP8_DOT_BLOCK_KEYS, key_scale_words, mxfp8_dot_applies, mxfp8_logits
 from dayzero.plugins.indexer.pages_kernel import block_page_count, block_pages, tile_pages
 from dayzero.plugins.indexer.select_kernel import (
     MAX_UNION,
     keep_best,
-    keep_best_any_order,
     kth_key,
     load_set,
     pad_row,
@@ -42,23 +38,26 @@ from dayzero.plugins.indexer.select_kernel import (
 from dayzero.plugins.indexer.tiles_kernel import decode_row_group, dot_kq, load_keys, sequence_span, split_chunk
 from dayzero.plugins.indexer.words_tiles_kernel import load_keys_words
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
-from dayzero.plugins.triton_utils import with_launch_config
 
 # splits whose floors the merge reads at once
 FLOOR_BLOCK = tl.constexpr(32)
 # A row takes a split per next_pow2(topk) keys (min_chunk), up to MAX_SPLITS and as many as fit one wave of two
-# programs an SM (select_num_splits): at B64, 4 splits at any context; at B1, 4 at 8K, 16 at 32K, 64 at 128K.
-# Run ga (graph ms, MXFP8 HI 64, merging 8192 entries a step): at 32K, 16 splits of 2048 took 0.090 / 0.104 ms at B1 /
-# B8 against 8 of 4096 keys' 0.127 / 0.132; at 128K, 64 splits of 2048 took 0.233 ms at B1 against 32 of 4096 keys'
-# 0.187, the merge (181 us against 93) outgrowing what the shorter splits save. Hence MAX_SEQUENTIAL_SPLITS where one
-# program folds a row's splits in sequence (merge_tree off). The tree merge folds 64 in three
-# dependent steps as it does 32: run tj (H100), B1 / B2 / B4 at 128K keys, 0.071 / 0.078 / 0.096 ms against 32
-# splits' 0.103-0.104 / 0.107 / 0.114.
+# programs an SM (select_num_splits): at B64, 4 splits at any context; at B1, 4 at 8K, 16 at 32K, 64 at 128K. The
+# tree merge folds 64 splits in three dependent steps as it does 32, so the shorter splits pay at B1-B4 and 128K keys
+# (on an H100 0.071-0.096 ms against 0.103-0.114 with 32 splits; bench/bench_indexer.py).
 MAX_SPLITS = 64
-MAX_SEQUENTIAL_SPLITS = 32
 # entries a merge step searches at once: 32 a thread on the merge's 8 warps. Each step costs one bitwise search of
 # the union's K-th key whatever its size, so four sets of 2048 fold in one step, not three.
 MERGE_UNION = 8192
+# The split kernel runs on 4 warps without a register cap, key tiles 3 stages deep (deeper stages gain nothing at HI
+# 64, and two programs must fit an SM's shared memory); 8 warps capped at 128 registers take 7-13% more GPU time.
+# The merge runs on 8 warps (4 and 16 are slower). bench/bench_indexer.py measures them.
+SPLIT_WARPS = 4
+SPLIT_STAGES = 3
+MERGE_WARPS = 8
+# logits a 4-warp program's fp32 dot holds at once: ptxas keeps 32 x 32 in registers, 64 x 32 in a 4.9 KB stack a
+# thread (sm_90, Triton 3.6), local memory a launch reserves for every resident thread
+FP32_DOT_LOGITS = 1024
 
 
 @triton.jit
@@ -79,12 +78,12 @@ def _store_scores(logits, w_rows, block_rows, pos, rows_ok, block, start, end, s
 def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale,
                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
                  BS: tl.constexpr, KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr,
-                 CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr, NPB: tl.constexpr):
+                 FP8_DOT: tl.constexpr, NPB: tl.constexpr):
     """Score keys of the keys [block, end) into block_rows[l] + (s - block) for the LP rows (0: not visible).
 
     The innermost loop, free of selection work so that Triton software-pipelines the key loads: keys sit on the
-    MMA rows, so the sum over heads stays within a thread quad. KEY_WORDS: MXFP8 keys with their scales
-    (CODE_WORDS: and codes) loaded as int32 words (words_tiles_kernel.py), the same keys. FP8_DOT: MXFP8 keys and
+    MMA rows, so the sum over heads stays within a thread quad. KEY_WORDS: MXFP8 keys with their codes and scales
+    loaded as int32 words (words_tiles_kernel.py), the same keys. FP8_DOT: MXFP8 keys and
     query (q_rows its blocks) on the FP8 tensor cores (fp8_dot_kernel.py). Every path reads the block's pages once (NPB
     of them, pages_kernel.py), so that its key loads are pipelined."""
     pages = block_pages(table_row, block, end, PAGE, NPB)
@@ -94,9 +93,9 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
         if DI == 128:
             words = key_scale_words(cache, pages, block, block, end, DI, PAGE, BS)
         # up to 32 dot rows, two tiles an iteration: the next tile's scale words then land in a register of their
-        # own. With one, the loop-carried copy of the prefetched words waited for their load mid-tile (ncu, run gd: 7%
-        # of the split kernel's stall samples on that one move, at 128K keys, HI 32); run ge: 611 against 638 us
-        # there. At 64 rows the unrolled loop spills (336 B offline) and lost: 865 against 798 us.
+        # own (with one tile, the loop-carried copy of the prefetched words waits for their load mid-tile: 7% of the
+        # split kernel's stall samples in ncu at 128K keys, HI 32; 611 against 638 us). At 64 rows the unrolled loop
+        # spills (336 B in the sm_90 build) and is slower: 865 against 798 us.
         UNROLL: tl.constexpr = 2 if LP * HP <= 32 else 1
         for start in tl.range(block, end, BS, loop_unroll_factor=UNROLL):
             logits, words = mxfp8_logits(cache, pages, block, start, end, q_rows, words, DI, PAGE, BS, DOT_FP32)
@@ -108,7 +107,7 @@ def _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, blo
             s_ok = s < end
             page = tile_pages(pages, block, start, PAGE, BS)
             if KEY_WORDS:
-                k = load_keys_words(cache, page, s, s_ok, DI, PAGE, DP, DOT_FP32, CODE_WORDS)
+                k = load_keys_words(cache, page, s, s_ok, DI, PAGE, DP, DOT_FP32)
             else:
                 k = load_keys(cache, page, s, s_ok, d, DI, PAGE, KEY_QUANT, DOT_FP32)
             _store_scores(dot_kq(k, q_rows, DOT_FP32), w_rows, block_rows, pos, rows_ok, block, start, end, scale,
@@ -130,73 +129,34 @@ def _keep_block(set_keys, set_positions, count, lower, block, end, K, KP: tl.con
 
 
 @triton.jit
-def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, block_scores,
-                  cand_positions, lo, hi, scale, K, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr,
-                  HP: tl.constexpr, DP: tl.constexpr, BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr,
-                  KEY_QUANT: tl.constexpr, DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr,
-                  FP8_DOT: tl.constexpr, CANDIDATES: tl.constexpr, NPB: tl.constexpr):
+def _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi, scale, K,
+                  DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
+                  BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr,
+                  DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, FP8_DOT: tl.constexpr, NPB: tl.constexpr):
     """Stream the keys [lo, hi) through the sets of LP rows -> (count, t) [LP]: t a key with K set entries >= it
-    (0: fewer than K entries).
-
-    Each block of U - KP keys is folded into the set (keep_best: a search a block), or with CANDIDATES scored into
-    block_scores and filtered against the set's K-th key into a buffer of candidates behind the set (positions in
-    cand_positions), which is folded in only when it would overflow and at the end (candidates_kernel.py)."""
+    (0: fewer than K entries). Each block of U - KP keys is scored behind the set and folded into it (keep_best: a
+    search a block)."""
     BLOCK: tl.constexpr = U - KP
-    # lanes of a filter step: a power of two >= BLOCK (U, KP are powers of two, U >= 2 KP)
-    LANES: tl.constexpr = KP if U == 2 * KP else U
     lane = tl.arange(0, LP)
     rows_ok = pos >= 0
     count = tl.zeros([LP], dtype=tl.int32)
     tau = tl.zeros([LP], dtype=tl.uint32)
-    pending = tl.zeros([LP], dtype=tl.int32)
     for block in range(lo, hi, BLOCK):
         end = tl.minimum(block + BLOCK, hi)
-        if CANDIDATES:
-            block_rows = block_scores + sets * BLOCK
-        else:
-            block_rows = set_keys + sets * U + KP
-        _score_block(q_rows, w_rows, block_rows, pos, rows_ok, cache, table_row, block, end, scale, DI, PAGE, LP, HP,
-                     DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, NPB)
+        _score_block(q_rows, w_rows, set_keys + sets * U + KP, pos, rows_ok, cache, table_row, block, end, scale, DI,
+                     PAGE, LP, HP, DP, BS, KEY_QUANT, DOT_FP32, KEY_WORDS, FP8_DOT, NPB)
         for r in range(LP):
             here = lane == r
             if tl.sum((here & rows_ok).to(tl.int32)) > 0:
                 n = tl.sum(tl.where(here, count, 0))
                 set_index = tl.sum(tl.where(here, sets, 0))
-                if CANDIDATES:
-                    n, t, p = filter_block(block_scores + set_index * BLOCK, end - block, block,
-                                           set_keys + set_index * U, set_positions + set_index * KP,
-                                           set_keys + set_index * U + KP, cand_positions + set_index * BLOCK, n,
-                                           tl.max(tl.where(here, tau, 0)), tl.sum(tl.where(here, pending, 0)), K,
-                                           KP, U, LANES)
-                    pending = tl.where(here, p, pending)
-                else:
-                    lower = tl.max(tl.where(here & (count >= K), tau, 0))
-                    n, t = _keep_block(set_keys + set_index * U, set_positions + set_index * KP, n, lower, block, end,
-                                       K, KP, U)
+                lower = tl.max(tl.where(here & (count >= K), tau, 0))
+                n, t = _keep_block(set_keys + set_index * U, set_positions + set_index * KP, n, lower, block, end,
+                                   K, KP, U)
                 count = tl.where(here, n, count)
                 tau = tl.where(here, t, tau)
         # every row's selection has read the block before the next one overwrites it
         tl.debug_barrier()
-    if CANDIDATES:
-        count, tau = _fold_pending(set_keys, set_positions, cand_positions, sets, count, tau, pending, K, LP, KP, U)
-    return count, tau
-
-
-@triton.jit
-def _fold_pending(set_keys, set_positions, cand_positions, sets, count, tau, pending, K, LP: tl.constexpr,
-                  KP: tl.constexpr, U: tl.constexpr):
-    """Each row's candidates left in its buffer folded into its set -> (count, t) [LP]."""
-    lane = tl.arange(0, LP)
-    for r in range(LP):
-        here = lane == r
-        left = tl.sum(tl.where(here, pending, 0))
-        if left > 0:
-            set_index = tl.sum(tl.where(here, sets, 0))
-            n, t = fold_candidates(set_keys + set_index * U, set_positions + set_index * KP,
-                                   set_keys + set_index * U + KP, cand_positions + set_index * (U - KP),
-                                   tl.sum(tl.where(here, count, 0)), tl.max(tl.where(here, tau, 0)), left, K, KP, U)
-            count = tl.where(here, n, count)
-            tau = tl.where(here, t, tau)
     return count, tau
 
 
@@ -225,12 +185,11 @@ def _row_splits(pos, num_splits, split_keys):
 
 @triton.jit
 def _decode_select_kernel(
-    q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, block_scores, cand_positions,
-    counts, floors, num_splits_used, scale, num_splits, min_chunk, split_keys, table_stride, K,
+    q, q_scales, w, cache, block_table, positions, cu_seqlens, set_keys, set_positions, counts, floors,
+    num_splits_used, scale, num_splits, min_chunk, split_keys, table_stride, K,
     HI: tl.constexpr, DI: tl.constexpr, PAGE: tl.constexpr, LP: tl.constexpr, HP: tl.constexpr, DP: tl.constexpr,
     BS: tl.constexpr, KP: tl.constexpr, U: tl.constexpr, KEY_QUANT: tl.constexpr, Q_QUANT: tl.constexpr,
-    DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, CODE_WORDS: tl.constexpr, FP8_DOT: tl.constexpr,
-    CANDIDATE_KEYS: tl.constexpr, NPB: tl.constexpr,
+    DOT_FP32: tl.constexpr, KEY_WORDS: tl.constexpr, FP8_DOT: tl.constexpr, NPB: tl.constexpr,
 ):
     seq = tl.program_id(0)
     split = tl.program_id(1)
@@ -243,17 +202,9 @@ def _decode_select_kernel(
         lo = split * chunk
         hi = tl.minimum(lo + chunk, num_keys)
         sets = rows.to(tl.int64) * num_splits + split
-        # the candidate buffer where a split has CANDIDATE_KEYS keys or more (0: always, -1: never); a constexpr
-        # choice but for a threshold, which compiles both paths
-        buffer_here = (chunk >= CANDIDATE_KEYS) if CANDIDATE_KEYS > 0 else CANDIDATE_KEYS == 0
-        if buffer_here:
-            count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions,
-                                       block_scores, cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS, KP, U,
-                                       KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, True, NPB)
-        else:
-            count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions,
-                                       block_scores, cand_positions, lo, hi, scale, K, DI, PAGE, LP, HP, DP, BS, KP, U,
-                                       KEY_QUANT, DOT_FP32, KEY_WORDS, CODE_WORDS, FP8_DOT, False, NPB)
+        count, tau = _select_range(q_rows, w_rows, pos, sets, cache, table_row, set_keys, set_positions, lo, hi,
+                                   scale, K, DI, PAGE, LP, HP, DP, BS, KP, U, KEY_QUANT, DOT_FP32, KEY_WORDS, FP8_DOT,
+                                   NPB)
         # enough keys above each of the first used - 1 splits' quantiles make K in all
         quantile = _quantiles(set_keys, sets, count, tl.cdiv(K, tl.maximum(used - 1, 1)), LP, KP, U)
         tl.store(counts + sets, count, mask=row_ok)
@@ -283,13 +234,12 @@ def _merge_floor(floors, first, used):
 @triton.jit
 def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_used, out, cu_seqlens, num_seqs,
                          num_splits, topk, stride, KP: tl.constexpr, U: tl.constexpr, SETS: tl.constexpr,
-                         ANY_ORDER: tl.constexpr, LAST: tl.constexpr):
+                         LAST: tl.constexpr):
     """Program (row, group) of the level at `stride`: fold the sets of splits leader + i * stride (leader = group *
     SETS * stride) into the leader's. A row whose leaders at this stride fit one program (cdiv(used, stride) <= SETS)
     is final here: its group 0 folds them into the output row, and the levels after leave the row alone. Elsewhere a
     group folds at most SETS sets in one step and leaves the set and its count in the leader's memory. The LAST
     level is final for every row left and folds any number of leaders, SETS - 1 more a step."""
-    # ANY_ORDER: the splits' positions interleave (decode_chunked_kernel.py), so ties go by position, not by order
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1)
     out_row = out + row * topk
@@ -331,32 +281,29 @@ def _merge_select_kernel(set_keys, set_positions, counts, floors, num_splits_use
             positions = tl.load(base_positions + position_offsets, mask=ok, other=0, cache_modifier=".cg")
             # with more than K entries left, all >= floor, the floor bounds the search too (and so does the last t)
             lower = tl.maximum(lower, floor)
-            if ANY_ORDER:
-                count, lower = keep_best_any_order(keys, positions, base_keys, base_positions, topk, lower)
-            else:
-                # a final row's last step is the answer, in position order: its positions go straight to the output
-                last_step = final & (j + SETS - 1 >= members)
-                target = tl.where(last_step, out_row, base_positions)
-                count, lower = keep_best(keys, positions, base_keys, target, topk, lower)
+            # a final row's last step is the answer, in position order: its positions go straight to the output
+            last_step = final & (j + SETS - 1 >= members)
+            target = tl.where(last_step, out_row, base_positions)
+            count, lower = keep_best(keys, positions, base_keys, target, topk, lower)
         if final:
-            if ANY_ORDER or members == 1:
+            if members == 1:
                 tl.debug_barrier()
                 keys, positions = load_set(base_keys, base_positions, count, floor, KP)
-                write_positions(keys, positions, out_row, topk, KP, ANY_ORDER)
+                write_positions(keys, positions, out_row, topk, KP)
             else:
                 pad_row(out_row, count, topk, KP)
         else:
             tl.store(counts + first + leader, count)
 
 
-def merge_strides(num_splits, sets: int, tree: bool) -> list[int]:
-    """The merge's levels, by the stride between the splits a program folds: with `tree`, levels of up to `sets`
-    sets a program at strides 1, sets, sets**2, ... until the leaders left of the most splits a row can take (a
-    traced split count: MAX_SPLITS) are at most `sets`, so that a row of S splits folds in log_sets(S) dependent steps
-    rather than (S - 1) / (sets - 1). Without `tree` one level folds them all."""
+def merge_strides(num_splits, sets: int) -> list[int]:
+    """The merge's levels, by the stride between the splits a program folds: levels of up to `sets` sets a program at
+    strides 1, sets, sets**2, ... until the leaders left of the most splits a row can take (a traced split count:
+    MAX_SPLITS) are at most `sets`, so that a row of S splits folds in log_sets(S) dependent steps rather than
+    (S - 1) / (sets - 1)."""
     bound = num_splits if isinstance(num_splits, int) else MAX_SPLITS
     strides = [1]
-    while tree and triton.cdiv(bound, strides[-1]) > sets:
+    while triton.cdiv(bound, strides[-1]) > sets:
         strides.append(strides[-1] * sets)
     return strides
 
@@ -379,116 +326,89 @@ def merge_sets_of(kp: int, sets: int | None) -> int:
     return sets
 
 
-def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device, tree: bool = True) -> int:
+def select_num_splits(num_seqs: int, max_keys: int, min_chunk: int, device: torch.device) -> int:
     """Splits per sequence: as many programs as fit in one wave (two per SM), each split at least min_chunk keys, at
-    most MAX_SPLITS where the merge runs as a tree, else MAX_SEQUENTIAL_SPLITS; a second, partial wave would double
-    the time of the last programs."""
+    most MAX_SPLITS; a second, partial wave would double the time of the last programs."""
     sms = device_info.num_sms(device, cpu_default=2)
-    cap = MAX_SPLITS if tree else MAX_SEQUENTIAL_SPLITS
-    by_sms = torch.sym_min(cap, (2 * sms) // torch.sym_max(num_seqs, 1))
+    by_sms = torch.sym_min(MAX_SPLITS, (2 * sms) // torch.sym_max(num_seqs, 1))
     return torch.sym_max(1, torch.sym_min(by_sms, triton.cdiv(max_keys, min_chunk)))
 
 
-def candidate_split_keys(candidates: bool | int) -> int:
-    """The fewest keys of a split that takes the candidate buffer: 0 for every split (True), -1 for none (False).
+def decode_row_tiles(rows_per_program: int, num_heads: int) -> tuple[int, int]:
+    """(LP, HP) of the split kernel: LP query rows of HP (padded) heads share a key tile, at least 16 dot rows."""
+    hp = triton.next_power_of_2(num_heads)
+    # tl.dot needs at least 16 rows
+    return max(rows_per_program, triton.cdiv(16, hp)), hp
 
-    Runs wa / wc on an H100 (B64 MXFP8, DI 128, top-2048), split kernel us with the buffer in every split / in none,
-    at 2K / 8K / 16K / 32K keys a split: HI 32 56.2 / 47.3, 206.7 / 178.2, 348.6 / 337.0, 620-624 / 649-661; HI 64
-    56.0 / 55.5, 223.9 / 213.4, 392.7 / 419.6, 706-712 / 821-825. So the buffer pays from 32K keys a split (16K at
-    HI 64). A threshold compiles both paths into one kernel (offline sm_90 at HI 64: 972 B spilled against 204 / 264
-    with one path); not yet timed, so it stays an option (bench/run_h200_wd.sh times it)."""
-    if isinstance(candidates, bool):
-        return 0 if candidates else -1
-    assert candidates > 0, f"candidates: a split's fewest keys must be positive, got {candidates}"
-    return candidates
+
+def fp32_dot_block_keys(dot_rows: int) -> int:
+    """Keys a tile of the fp32 (FMA) dot with `dot_rows` query-head rows: its logits kept to FP32_DOT_LOGITS, 16 to
+    64 keys (the fp32 dot is the exact path for an fp32 cache, not a fast one)."""
+    return max(16, min(64, FP32_DOT_LOGITS // dot_rows))
+
+
+def decode_block_keys(key_quant: bool, dot_fp32: bool, fp8_dot: bool, dot_rows: int) -> int:
+    """Keys a tile of the split kernel: 128 on the FP8 dot and on a BF16 cache's bf16 dot, fp32_dot_block_keys on the
+    fp32 dot, 64 for MXFP8 keys on the bf16 dot. 128-key tiles take 27-35% less GPU time than 64 on the FP8 dot and
+    1-5% less on the bf16 dot of a BF16 cache at 32K-128K keys (bench/bench_indexer.py)."""
+    if dot_fp32 and not fp8_dot:
+        return fp32_dot_block_keys(dot_rows)
+    return FP8_DOT_BLOCK_KEYS if fp8_dot or not key_quant else 64
 
 
 def index_topk_decode_select_launcher(
     q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
-    block_keys: int | None = None, union_keys: int = 4096, num_warps: int = 4, merge_warps: int = 8,
-    split_keys: int | None = None, maxnreg: int | None | str = None,
-    key_words: bool | None = None, code_words: bool | None = None, fp8_dot: bool | None = None,
-    merge_sets: int | None = None, num_stages: int = 3, merge_tree: bool = True, candidates: bool | int = False,
-    out: torch.Tensor | None = None, launch=None,
+    split_keys: int | None = None, block_keys: int | None = None, union_keys: int = 4096,
+    merge_sets: int | None = None, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
     when given).
 
-    rows_per_program: query rows sharing each key tile (power of two); union_keys: a row's set + block length
-    (power of two; the block has union_keys - next_pow2(topk) keys); block_keys: keys a tile, a power of two (None:
-    128 on the FP8 dot and a BF16 cache's bf16 dot, fp32_dot_block_keys on the fp32 dot, 64 otherwise: run dh,
-    MXFP8 HI 32 / 64, split kernel 74 / 87, 189 / 222, 737 / 880 us against 110 / 118, 257 / 287, 1006 / 1124 with 64
-    at 8K / 32K / 128K keys; run gj, BF16 with its key loop pipelined, graph 0.212 / 0.219 and 0.686 / 0.722 ms against
-    0.215 / 0.220 and 0.725 / 0.746 at 32K and 128K, the same at 8K; before the pipelining 128 was slower there, run
-    bf); min_chunk: the fewest keys
-    of a split (default next_pow2(topk)); split_keys (default min_chunk): a row takes a split per split_keys keys
-    (see MAX_SPLITS); merge_warps: the merge kernel's warps (8: runs sa and ti on an H100,
-    B64 MXFP8, 8K-128K keys, 0.7-2.1 us less than 16 at every case; 4 were slower; before the one-search merge, run
-    fn, 16 were faster); maxnreg: the split kernel's register cap (see
-    decode_kernel.decode_row_tiles); key_words: MXFP8 scales loaded as int32 words, so that they are prefetched with
-    the codes (words_tiles_kernel.py; DI a multiple of 128), code_words: the codes too; None: both wherever they apply
-    (run aa on the H200, B64 HI64: 0.228 / 0.422 / 1.494 ms against the byte loads' 0.248 / 0.595 / 2.205 at 8K /
-    32K / 128K); fp8_dot: an MXFP8 query (q_scales) and cache on the FP8 tensor cores (fp8_dot_kernel.py; None:
-    wherever both are MXFP8); num_stages: the split kernel's software-pipeline depth (key tiles in flight + 1; shared
-    memory grows a tile a stage, and two programs must fit an SM; 4 and 5 gained nothing at HI 64 in run sa);
-    merge_tree: fold a row's splits in levels of merge programs (merge_strides) instead of one program's sequence of
-    steps (run ti2, H100, HI 64 MXFP8: merge 28.1 / 29.6 us against 96.6 / 100.8 at B1 / B8 with 32 splits at 128K
-    keys, 18.7 / 23.9 against 36.5 / 48.9 at 32K); candidates: each block's keys filtered against the set's K-th key
-    into a buffer that is folded in only when full (one search per buffer instead of per block; candidates_kernel.py):
-    True in every split, False in none, N in splits of at least N keys (see candidate_split_keys). The split
-    kernel's default, 4 warps without a register cap, took 0.94-0.97x the GPU time of 8 warps capped at 128 registers
-    at 8K keys and 0.87-0.93x at 32K and 128K (run bg, B64, HI 32 / 64, MXFP8 / BF16)."""
+    rows_per_program: query rows sharing each key tile (power of two). The sizes below default to the launch plan
+    (tests shrink them so that the interpreter's few hundred keys cross tiles, blocks, splits and merge levels):
+    num_splits (select_num_splits), min_chunk (the fewest keys of a split; next_pow2(topk)), split_keys (a row takes a
+    split per split_keys keys; min_chunk), block_keys (decode_block_keys), union_keys (a row's set + block length, a
+    power of two; the block has union_keys - next_pow2(topk) keys), merge_sets (merge_sets_of).
+
+    MXFP8 keys with DI a multiple of 128 load their codes and scales as int32 words (words_tiles_kernel.py: 0.228 /
+    0.422 / 1.494 ms against byte loads' 0.248 / 0.595 / 2.205 at 8K / 32K / 128K keys, B64 HI 64 on an H200); an
+    MXFP8 query over MXFP8 keys takes the FP8 tensor cores (fp8_dot_kernel.py) up to FP8_DOT_MAX_ROWS dot rows."""
     num_tokens, num_heads, dim = q.shape
-    if key_words is None:
-        key_words = key_quant and dim % 128 == 0
-    if code_words is None:
-        code_words = key_words
     num_seqs = cu_seqlens.shape[0] - 1
-    assert not key_words or (key_quant and dim % 128 == 0), "key_words needs an MXFP8 cache with DI a multiple of 128"
-    assert key_words or not code_words, "code_words needs key_words"
-    lp, hp, _ = decode_row_tiles(rows_per_program, num_heads, 0, None)
-    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, fp8_dot, lp * hp)
-    if block_keys is None and dot_fp32 and not fp8_dot:
-        block_keys = fp32_dot_block_keys(lp * hp)
-    elif block_keys is None:
-        block_keys = FP8_DOT_BLOCK_KEYS if fp8_dot or not key_quant else 64
-    maxnreg = decode_row_tiles(rows_per_program, num_heads, block_keys, maxnreg)[2]
+    key_words = key_quant and dim % 128 == 0
+    lp, hp = decode_row_tiles(rows_per_program, num_heads)
+    fp8_dot = mxfp8_dot_applies(key_quant, q_scales, lp * hp)
+    if block_keys is None:
+        block_keys = decode_block_keys(key_quant, dot_fp32, fp8_dot, lp * hp)
     kp, union = union_layout(topk, union_keys, block_keys)
     min_chunk = kp if min_chunk is None else min_chunk
     split_keys = min_chunk if split_keys is None else split_keys
     if num_splits is None:
-        num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device, merge_tree)
+        num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device)
     num_sets = num_tokens * num_splits
     set_keys = torch.empty(num_sets * union, dtype=torch.int32, device=q.device)
     set_positions = torch.empty(num_sets * kp, dtype=torch.int32, device=q.device)
     counts = torch.empty(num_sets, dtype=torch.int32, device=q.device)
     floors = torch.empty(2 * num_sets, dtype=torch.int32, device=q.device)
-    # the candidates' block scores and positions (one element where unused)
-    candidate_keys = candidate_split_keys(candidates)
-    block_scores = torch.empty(num_sets * (union - kp) if candidate_keys >= 0 else 1, dtype=torch.int32,
-                               device=q.device)
-    cand_positions = torch.empty_like(block_scores)
     used = torch.empty(num_tokens, dtype=torch.int32, device=q.device)
     if out is None:
         out = torch.empty(num_tokens, topk, dtype=torch.int32, device=q.device)
     if num_tokens == 0:
         return out
-    split_kernel = with_launch_config(_decode_select_kernel, num_warps, maxnreg, num_stages)
-    split_kernel = launch(split_kernel) if launch else split_kernel
+    split_kernel = launch(_decode_select_kernel) if launch else _decode_select_kernel
     merge_kernel = launch(_merge_select_kernel) if launch else _merge_select_kernel
     if num_seqs > 0:
         split_kernel[(num_seqs, num_splits)](
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
-            set_positions, block_scores, cand_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys,
-            block_table.stride(0), topk,
+            set_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys, block_table.stride(0), topk,
             HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
-            KEY_WORDS=key_words, CODE_WORDS=code_words, FP8_DOT=fp8_dot, CANDIDATE_KEYS=candidate_keys,
-            NPB=block_page_count(union - kp, PAGE_SIZE, block_keys))
+            KEY_WORDS=key_words, FP8_DOT=fp8_dot, NPB=block_page_count(union - kp, PAGE_SIZE, block_keys),
+            num_warps=SPLIT_WARPS, num_stages=SPLIT_STAGES)
     sets = merge_sets_of(kp, merge_sets)
-    strides = merge_strides(num_splits, sets, merge_tree)
+    strides = merge_strides(num_splits, sets)
     for level, stride in enumerate(strides):
         last = level == len(strides) - 1
         groups = merge_groups(num_splits, sets, stride, last)
@@ -496,5 +416,5 @@ def index_topk_decode_select_launcher(
             continue
         merge_kernel[(num_tokens, groups)](
             set_keys, set_positions, counts, floors, used, out, cu_seqlens, num_seqs, num_splits, topk, stride, KP=kp,
-            U=union, SETS=sets, ANY_ORDER=False, LAST=last, num_warps=merge_warps)
+            U=union, SETS=sets, LAST=last, num_warps=MERGE_WARPS)
     return out

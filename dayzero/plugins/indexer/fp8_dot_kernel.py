@@ -2,9 +2,9 @@
 applied to its partial scores.
 
 The bf16 path (tiles_kernel.py) turns every key value e4m3 -> f16 -> bf16 and multiplies it by its scale before the
-dot, then stores the tile to shared memory for the MMA: the decode key loop was bound by those conversions (MXFP8
-decode at 17-21% of copy against BF16's 40-50%, bench/README.md). Here the codes go from the cache to the MMA as
-they are (cp.async into shared memory), and the scales cost two multiplies per score and block.
+dot, then stores the tile to shared memory for the MMA: a decode key loop on that path is bound by those conversions
+(MXFP8 decode at 17-21% of copy against BF16's 40-50%, bench/bench_indexer.py). Here the codes go from the cache to
+the MMA as they are (cp.async into shared memory), and the scales cost two multiplies per score and block.
 
 Products of two e4m3 values are exact. The tensor core sums a block's 32 products with a reduced alignment
 precision (about 14 bits below the largest product, DeepSeek-V3 report section 3.3.2); the blocks are summed in
@@ -21,18 +21,16 @@ from dayzero.plugins.indexer.pages_kernel import tile_pages
 
 MX: tl.constexpr = tl.constexpr(32)
 # the per-block partial scores and their sum take 2 x rows / 2 fp32 registers a thread (4 warps, 64 keys): 128 rows
-# spilled in the split kernel, 2-token rows of 64 heads took 1.43 ms against 1.08 with the bf16 dot (run dc, 32K)
+# spill in the split kernel (2-token rows of 64 heads: 1.43 ms against 1.08 with the bf16 dot at 32K keys)
 FP8_DOT_MAX_ROWS = 64
-# keys a tile of the select kernel on the FP8 dot (a page a key): 27-35% less GPU time than 64 (run dh)
+# keys a tile of the select kernel on the FP8 dot (a page a key): 27-35% less GPU time than 64
 FP8_DOT_BLOCK_KEYS = 128
 
 
-def mxfp8_dot_applies(key_quant: bool, q_scales, fp8_dot: bool | None, dot_rows: int) -> bool:
-    """Whether a decode call takes the FP8 dot: asked for, or (None) with an MXFP8 query and cache and at most
-    FP8_DOT_MAX_ROWS query rows (tokens x heads) per dot."""
-    applies = key_quant and q_scales is not None
-    assert applies or not fp8_dot, "the FP8 dot needs an MXFP8 query (q_scales) and an MXFP8 index cache"
-    return applies and dot_rows <= FP8_DOT_MAX_ROWS if fp8_dot is None else fp8_dot
+def mxfp8_dot_applies(key_quant: bool, q_scales, dot_rows: int) -> bool:
+    """Whether a decode call takes the FP8 dot: an MXFP8 query and cache and at most FP8_DOT_MAX_ROWS query rows
+    (tokens x heads) per dot."""
+    return key_quant and q_scales is not None and dot_rows <= FP8_DOT_MAX_ROWS
 
 
 @triton.jit

@@ -1,21 +1,18 @@
 """Host entry of the fused indexer: checks the inputs and runs the decode (split-N) or the prefill kernel.
 
 The phase is chosen from the shapes alone: a step with at most DECODE_MAX_ROWS query tokens per sequence on
-average (decode, speculative verify) runs decode_kernel.py, anything longer prefill_kernel.py. Both handle any
-varlen batch exactly; the choice only decides which is efficient.
+average (decode, speculative verify) runs decode_select_kernel.py, anything longer prefill_kernel.py. Both handle
+any varlen batch exactly; the choice only decides which is efficient.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
 import triton
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from dayzero.plugins.indexer.decode_chunked_kernel import index_topk_decode_chunked_launcher
-from dayzero.plugins.indexer.decode_kernel import index_topk_decode_launcher
 from dayzero.plugins.indexer.decode_select_kernel import index_topk_decode_select_launcher
 from dayzero.plugins.indexer.prefill_kernel import index_topk_prefill_launcher
 from dayzero.plugins.paged_cache.formats import index_cache_shape, is_quantized
@@ -25,17 +22,6 @@ DECODE_MAX_ROWS = 8
 # q rows (tokens x heads) of one decode tl.dot; more tokens per sequence take several passes over the keys
 DECODE_MAX_DOT_ROWS = 256
 EXACT_BF16_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.uint8)
-# decode kernels by name: register-resident Top-K sets (decode_select_kernel.py), or streaming buffers with shrinks;
-# MXFP8 keys: "select" loads their codes and scales as int32 words (what "select-words-codes" names), "select-bytes"
-# byte by byte (the default before run aa), "select-words" the scales alone as words; "chunked" scores a bounded chunk
-# of the context and folds it into the sets in a second kernel, round after round (eager calls only)
-DECODE_LAUNCHERS = {"select": index_topk_decode_select_launcher, "buffers": index_topk_decode_launcher,
-                    "select-bytes": functools.partial(index_topk_decode_select_launcher, key_words=False),
-                    "select-words": functools.partial(index_topk_decode_select_launcher, key_words=True,
-                                                      code_words=False),
-                    "select-words-codes": functools.partial(index_topk_decode_select_launcher, key_words=True,
-                                                            code_words=True),
-                    "chunked": index_topk_decode_chunked_launcher}
 
 
 def _check_inputs(q, w, cache, block_table, cu_seqlens, positions, topk, q_scales) -> None:
@@ -61,6 +47,12 @@ def _exact_bf16_dot(q: torch.Tensor, cache: torch.Tensor) -> bool:
     return not interpreted and q.dtype in EXACT_BF16_DTYPES and cache.dtype in EXACT_BF16_DTYPES
 
 
+def is_decode_step(num_tokens, num_seqs) -> bool:
+    """Whether a call runs the decode kernel: every size in range has few rows per sequence (traced sizes: no
+    guard)."""
+    return statically_known_true(num_tokens <= DECODE_MAX_ROWS * num_seqs)
+
+
 def _decode_rows(num_tokens: int, num_seqs: int, num_heads: int) -> int:
     """Query rows per decode program: the tokens of a sequence (power of two), within DECODE_MAX_DOT_ROWS."""
     rows = triton.next_power_of_2(triton.cdiv(num_tokens, max(num_seqs, 1)))
@@ -72,14 +64,12 @@ def _decode_rows(num_tokens: int, num_seqs: int, num_heads: int) -> int:
 def index_topk_paged_launcher(
     q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
     cu_seqlens: torch.Tensor, positions: torch.Tensor, topk: int, scale: float | None = None,
-    q_scales: torch.Tensor | None = None, launch=None, phase: str | None = None, decode_kernel: str = "select",
-    **options,
+    q_scales: torch.Tensor | None = None, launch=None, **sizes,
 ) -> torch.Tensor:
     """The fused form of reference.index_topk_paged: q [T, HI, DI] (bf16 / fp32, or e4m3 with q_scales
     [T, HI, DI/32] E8M0), w [T, HI] -> indices [T, topk] int32.
 
-    phase "decode" / "prefill" overrides the choice by shape; decode_kernel names the decode launcher
-    (DECODE_LAUNCHERS); `options` (block sizes, splits, out=) go to the phase launcher."""
+    `sizes` (block sizes, splits; out=) go to the phase's launcher."""
     _check_inputs(q, w, index_cache, block_table, cu_seqlens, positions, topk, q_scales)
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
@@ -88,10 +78,7 @@ def index_topk_paged_launcher(
         dot_fp32=not _exact_bf16_dot(q, index_cache), launch=launch)
     q_values = q.view(torch.uint8) if q.dtype == torch.float8_e4m3fn else q
     args = (q_values, w, index_cache, block_table, cu_seqlens, positions, topk)
-    if phase is None:
-        # decode only where every size in range has few rows per sequence (traced sizes: no guard)
-        phase = "decode" if statically_known_true(num_tokens <= DECODE_MAX_ROWS * num_seqs) else "prefill"
-    if phase == "decode":
+    if is_decode_step(num_tokens, num_seqs):
         rows = _decode_rows(num_tokens, num_seqs, num_heads)
-        return DECODE_LAUNCHERS[decode_kernel](*args, rows_per_program=rows, **common, **options)
-    return index_topk_prefill_launcher(*args, **common, **options)
+        return index_topk_decode_select_launcher(*args, rows_per_program=rows, **common, **sizes)
+    return index_topk_prefill_launcher(*args, **common, **sizes)

@@ -2,7 +2,7 @@
 
 A key loop that loads its tile's pages from the block table puts a load in the address of the key loads, and
 Triton 3.6's software pipeline then waits for every copy before each tile (its `async_wait` count drops to 0: no
-key tile is in flight while one is scored; offline TTGIR, bench/README.md run gb). The decode loops therefore read a
+key tile is in flight while one is scored; seen in the sm_90 TTGIR). The decode loops therefore read a
 block's pages once (block_pages) and find each tile's in registers (tile_pages).
 """
 
@@ -44,5 +44,5 @@ def tile_pages(pages, block, start, PAGE: tl.constexpr, BS: tl.constexpr):
 @triton.jit
 def key_pages(table_row, s, ok, PAGE: tl.constexpr):
     """The pages of keys s [BS] read from the block-table row -> int64 [BS] (0 where not ok): for loops that are not
-    software-pipelined (prefill, the buffers kernel)."""
+    software-pipelined (prefill)."""
     return tl.load(table_row + s // PAGE, mask=ok, other=0).to(tl.int64)

@@ -1,10 +1,10 @@
-"""DSA lightning indexer (MODEL.md section 3): relevance scores and causal Top-K selection.
+"""DSA lightning indexer (docs/models.md): relevance scores and causal Top-K selection.
 
     I[t, s] = sum_h w[t, h] * scale * relu(q[t, h] . k[s])      (scale defaults to DI^-1/2), s <= pos(t)
     indices[t] = Top-K of I[t, :] with K = min(topk, pos(t) + 1); the rest of the row is -1.
     Ties go to the earlier position. A row lists its picks in ascending position: the attention that reads them is
     indifferent to their order, the kernels keep their Top-K sets in position order, so none of them pays for a sort
-    by score (it took about 26 us of the decode merge, bench/README.md), and the attention gathers rows in address
+    by score (about 26 us of the decode merge), and the attention gathers rows in address
     order.
 
 `w` already carries the HI^-1/2 factor (the model applies it to weights_proj). Indices are logical token

@@ -13,8 +13,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dayzero.plugins.indexer.topk_kernel import store_ascending
-
 # entries of a union are counted in two 16-bit halves of one int32 scan
 MAX_UNION = 32767
 
@@ -96,36 +94,6 @@ def keep_best(keys, positions, set_keys, set_positions, K, lower):
 
 
 @triton.jit
-def _nth_smallest(positions, among, n):
-    """The n-th smallest of the distinct non-negative int32 `positions` where `among` (1 <= n <= their count)."""
-    p = tl.zeros([], tl.int32)
-    for i in range(31):
-        trial = p | (1 << (30 - i))
-        if tl.sum((among & (positions < trial)).to(tl.int32)) < n:
-            p = trial
-    return p
-
-
-@triton.jit
-def keep_best_any_order(keys, positions, set_keys, set_positions, K, lower):
-    """keep_best for a union whose entries are in any position order (distinct positions): of the entries tied at
-    the K-th key, those of the smallest positions are kept (a bitwise search on the positions where more are tied
-    than needed). The kept entries are compacted in union order, not position order."""
-    t, need, kept = _threshold(keys, K, lower)
-    tied = (keys == t) & (keys > 0)
-    last = tl.full([], 2147483647, tl.int32)
-    if need < tl.sum(tied.to(tl.int32)):
-        last = _nth_smallest(positions, tied, need)
-    take = (keys > t) | (tied & (positions <= last))
-    slot = tl.cumsum(take.to(tl.int32), axis=0) - 1
-    # every thread has loaded its entries before compacted ones may overwrite them (slots only move left)
-    tl.debug_barrier()
-    tl.store(set_keys + slot, keys.to(tl.int32, bitcast=True), mask=take)
-    tl.store(set_positions + slot, positions, mask=take)
-    return kept, t
-
-
-@triton.jit
 def load_set(set_keys, set_positions, count, floor, KP: tl.constexpr):
     """The `count` entries of a set (keys below `floor` dropped) -> keys uint32 [KP] (0: none), positions [KP]."""
     offs = tl.arange(0, KP)
@@ -136,16 +104,13 @@ def load_set(set_keys, set_positions, count, floor, KP: tl.constexpr):
 
 
 @triton.jit
-def write_positions(keys, positions, out_row, topk, KP: tl.constexpr, ANY_ORDER: tl.constexpr):
-    """Entries keys / positions [KP] (key 0: none) -> their positions, ascending, -1 padded, into out_row[:topk].
-    A set in position order (keep_best's) is compacted as it is; ANY_ORDER (keep_best_any_order's) is sorted."""
+def write_positions(keys, positions, out_row, topk, KP: tl.constexpr):
+    """Entries keys / positions [KP] (key 0: none) of a set in position order (keep_best's) -> their positions,
+    ascending, -1 padded, into out_row[:topk]."""
     kept = keys > 0
-    if ANY_ORDER:
-        store_ascending(positions, kept, out_row, topk, KP)
-    else:
-        slot = tl.cumsum(kept.to(tl.int32), axis=0) - 1
-        pad_row(out_row, tl.sum(kept.to(tl.int32), axis=0), topk, KP)
-        tl.store(out_row + slot, positions, mask=kept & (slot < topk))
+    slot = tl.cumsum(kept.to(tl.int32), axis=0) - 1
+    pad_row(out_row, tl.sum(kept.to(tl.int32), axis=0), topk, KP)
+    tl.store(out_row + slot, positions, mask=kept & (slot < topk))
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Streaming exact Top-K selection in Triton, shared by the decode, merge and prefill indexer kernels.
+"""Streaming exact Top-K selection in Triton for the prefill indexer kernel.
 
 A candidate is one int64 *key*: the fp32 score mapped onto [0, 2^32) in its own order, shifted up 31 bits, with
 2^31 - 1 - position in the low bits. Keys are unique within a row and their integer order is the reference order
@@ -85,23 +85,6 @@ def shrink_row(row, count, K, SLACK, CAP: tl.constexpr):
         tl.store(row + slot, piece, mask=keep)
         kept += tl.sum(keep.to(tl.int32), axis=0)
     return kept, t
-
-
-@triton.jit
-def row_thresholds(buf, row_offsets, count, K, CAP: tl.constexpr, R: tl.constexpr):
-    """Per row r, a key t with exactly K of its count[r] buffered keys >= t; -1 where count[r] < K -> [R]."""
-    lane = tl.arange(0, R)
-    offs = tl.arange(0, CAP)
-    thresholds = tl.full([R], -1, dtype=tl.int64)
-    tl.debug_barrier()
-    for r in range(R):
-        here = lane == r
-        n = tl.sum(tl.where(here, count, 0))
-        if n >= K:
-            row = buf + tl.sum(tl.where(here, row_offsets, 0))
-            keys = tl.load(row + offs, mask=offs < n, other=-1, cache_modifier=".cg")
-            thresholds = tl.where(here, _threshold(keys, K, 0), thresholds)
-    return thresholds
 
 
 @triton.jit

@@ -1,24 +1,22 @@
-"""Intra-chunk pair terms of chunked KDA, one program per (chunk, head), then the blockwise triangular solve.
+"""Intra-chunk pair terms of chunked KDA, one program per (column block, chunk, head), then the blockwise triangular
+solve.
 
 For rows r and columns j <= r of a chunk (G = in-chunk cumsum of g from gate_cumsum_kernel, q and k L2-normalized):
     Akk[r, j] = beta_r sum_d k_r k_j e^{G_r - G_j}    (strictly lower, fp32; solve_kernel turns it into
                                                        X = (I + Akk)^{-1})
     Aqk[r, j] = scale sum_d q_r k_j e^{G_r - G_j}     (lower with diagonal; the blocks above are not written)
 
-The chunk is computed by column blocks, one pass over K each: the 16 key columns of sub-chunk j against all 64 rows,
-one [64, BK] x [BK, 16] dot per K tile, so the 64 rows are spread over the warps (a wgmma on sm_90) instead of
-replicated in each as 16-row operands and ten 16x16 accumulators were (255 registers and spills). The decay
-is factored around the last row m_j of sub-chunk j: the key side e^{G_m - G_j} is <= 1, and so is the row side
+A program computes column block j (the 16 key columns of sub-chunk j) against the 64 rows of its chunk in one pass
+over K: one [64, BK] x [BK, 16] dot per K tile, so the 64 rows are spread over the warps (a wgmma on sm_90). The
+decay is factored around the last row m_j of sub-chunk j: the key side e^{G_m - G_j} is <= 1, and so is the row side
 e^{G_r - G_m} for the rows after sub-chunk j. Inside sub-chunk j the row side is >= 1; it is exact while a channel
 decays by at most EXP_CAP nats inside the sub-chunk (the factor is capped there), else the column block is recomputed
 with exact pairwise exponentials. Rows before sub-chunk j are zeroed. L2 normalization and beta are row and column
-scalings, applied after the K loop.
+scalings, applied after the K loop, and the key norms and largest decay are reduced once after it.
 
-`column_grid_pairs_kernel` puts the column block on the grid instead (one program per sub-chunk, chunk and head):
-K / BK dependent steps a program rather than 4 x K / BK, no loads of the rows before its sub-chunk, and the key
-norms and largest decay reduced once after the loop. The offline sm_90 build of the one-program-per-chunk kernel
-showed 32 serial K steps of 6 bar.sync each and 3 programs per SM (bench/kda_pair_notes.md). It is the default
-(chunk_kernel.DEFAULT_PAIRS): 0.29 ms against 0.58 at B1 T8192 H32 on the H200 (run aa).
+The column block on the grid keeps a program at K / BK dependent steps: one program a chunk looping over its four
+column blocks takes 4 x K / BK (32 serial K steps of 6 bar.sync each in the sm_90 build, 3 programs an SM) and twice
+the time, 0.58 against 0.29 ms at B1 T8192 H32 on an H200 (bench/bench_kda_prefill.py).
 """
 
 from __future__ import annotations
@@ -30,6 +28,9 @@ import triton.language as tl
 from dayzero.plugins.kda.chunk_common import BC, BT, CHUNK, EXP_CAP, chunk_span, inverse_norm, load_rows, row_of
 from dayzero.plugins.kda.solve_kernel import solve_kernel
 from dayzero.plugins.triton_utils import dot
+
+# K columns a step of the pair kernel
+PAIR_BLOCK_K = 32
 
 
 @triton.jit
@@ -49,18 +50,6 @@ def _factored_dots(qq, kk, G, kj, Gj, g_last, row_mask, acc_kk, acc_qk):
     key = kj * tl.exp(g_last[None, :] - Gj)
     up = tl.where(row_mask[:, None], tl.exp(tl.minimum(G - g_last[None, :], EXP_CAP)), 0.0)
     return acc_kk + dot(kk * up, tl.trans(key)), acc_qk + dot(qq * up, tl.trans(key))
-
-
-@triton.jit
-def _column_block(qq, kk, G, rows, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc,
-                  j: tl.constexpr, acc_kk, acc_qk, sum_sq, spread):
-    """One K tile of column block j: rows qq, kk, G [BT, BK] against the keys of sub-chunk j."""
-    kj, Gj, g_last = _keys(k, g_cum, start, eos, h, H, K, kc, j)
-    acc_kk, acc_qk = _factored_dots(qq, kk, G, kj, Gj, g_last, rows >= j * BC, acc_kk, acc_qk)
-    # rows past eos load G = 0: leave them out of the largest decay inside the sub-chunk
-    valid = start + j * BC + tl.arange(0, BC) < eos
-    spread = tl.maximum(spread, tl.max(tl.where(valid[:, None], Gj - g_last[None, :], 0.0)))
-    return acc_kk, acc_qk, sum_sq + tl.sum(kj * kj, axis=1), spread
 
 
 @triton.jit
@@ -108,56 +97,11 @@ def _store_column_block(q, k, g_cum, start, eos, h, H: tl.constexpr, K: tl.const
 
 
 @triton.jit
-def intra_pairs_kernel(
-    q, k, g_cum, beta, bounds, akk_out, aqk_out, q_inv_out, k_inv_out, scale,
-    H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
-):
-    # AOTInductor passes Python floats as fp64 scalars
-    scale = tl.cast(scale, tl.float32)
-    h = tl.program_id(1)
-    start, eos, live = chunk_span(bounds, tl.program_id(0))
-    if live:
-        rows = tl.arange(0, BT)
-        t = start + rows
-        valid = t < eos
-        akk_rows = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
-        aqk_rows = tl.zeros([BT], tl.float32) + scale
-        # one pass over K per column block: two [BT, BC] accumulators live, not eight (no spills; the repeated
-        # tiles of q, k and G come from L2)
-        for j in tl.static_range(BT // BC):
-            acc_kk = tl.zeros([BT, BC], tl.float32)
-            acc_qk = tl.zeros([BT, BC], tl.float32)
-            col_sq = tl.zeros([BC], tl.float32)
-            q_sq = tl.zeros([BT], tl.float32)
-            k_sq = tl.zeros([BT], tl.float32)
-            # largest decay of a channel inside sub-chunk j (its rows' G minus its last row's)
-            spread = 0.0
-            for d0 in range(0, K, BK):
-                kc = d0 + tl.arange(0, BK)
-                qq = load_rows(q, t, valid, h, H, K, kc)
-                kk = load_rows(k, t, valid, h, H, K, kc)
-                G = load_rows(g_cum, t, valid, h, H, K, kc)
-                if j == 0:
-                    q_sq += tl.sum(qq * qq, axis=1)
-                    k_sq += tl.sum(kk * kk, axis=1)
-                acc_kk, acc_qk, col_sq, spread = _column_block(qq, kk, G, rows, k, g_cum, start, eos, h, H, K, kc, j,
-                                                               acc_kk, acc_qk, col_sq, spread)
-            if j == 0:
-                q_inv = inverse_norm(q_sq, USE_L2NORM)
-                k_inv = inverse_norm(k_sq, USE_L2NORM)
-                tl.store(q_inv_out + t * H + h, q_inv, mask=valid)
-                tl.store(k_inv_out + t * H + h, k_inv, mask=valid)
-                akk_rows = akk_rows * k_inv
-                aqk_rows = aqk_rows * q_inv
-            _store_column_block(q, k, g_cum, start, eos, h, H, K, j, acc_kk, acc_qk, spread, col_sq, akk_rows,
-                                aqk_rows, akk_out, aqk_out, USE_L2NORM)
-
-
-@triton.jit
 def column_grid_pairs_kernel(
     q, k, g_cum, beta, bounds, akk_out, aqk_out, q_inv_out, k_inv_out, scale,
     H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
 ):
+    # AOTInductor passes Python floats as fp64 scalars
     scale = tl.cast(scale, tl.float32)
     j = tl.program_id(0)
     h = tl.program_id(2)
@@ -200,19 +144,16 @@ def column_grid_pairs_kernel(
 def pair_terms(q: torch.Tensor, k: torch.Tensor, g_cum: torch.Tensor, beta: torch.Tensor, scale: float,
                bounds: torch.Tensor, use_qk_l2norm: bool,
                x: torch.Tensor, aqk: torch.Tensor, q_inv: torch.Tensor, k_inv: torch.Tensor, launch=None,
-               num_warps: int = 4, block_k: int = 16, num_stages: int = 1, column_grid: bool = False) -> None:
+               block_k: int = PAIR_BLOCK_K) -> None:
     """Fill x = (I + Akk)^{-1} and aqk [T, H, BT] (blocks on and below the diagonal), q_inv and k_inv [T, H] fp32
     (1/||x|| per token) for q, k, g_cum [T, H, K] (g_cum fp32), beta [T, H]; Akk goes through an fp32 buffer.
-    `column_grid`: column_grid_pairs_kernel (a program per column block) instead of intra_pairs_kernel."""
+    block_k: K columns a step (tests shrink it to cross K tiles)."""
     T, H, K = k.shape
     num_chunks = bounds.shape[0]
     launch = launch or (lambda fn: fn)
     akk = torch.empty(T, H, CHUNK, device=q.device, dtype=torch.float32)
-    kernel, grid = intra_pairs_kernel, (num_chunks, H)
-    if column_grid:
-        kernel, grid = column_grid_pairs_kernel, (CHUNK // BC.value, num_chunks, H)
-    launch(kernel)[grid](
+    launch(column_grid_pairs_kernel)[(CHUNK // BC.value, num_chunks, H)](
         q, k, g_cum, beta, bounds, akk, aqk, q_inv, k_inv, scale,
-        H=H, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, num_warps=num_warps, num_stages=num_stages,
+        H=H, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, num_warps=4, num_stages=1,
     )
     launch(solve_kernel)[(num_chunks, H)](akk, x, bounds, H=H, num_warps=4)

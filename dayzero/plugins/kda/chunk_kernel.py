@@ -1,6 +1,6 @@
 """Chunked KDA prefill in Triton: three parallel intra-chunk kernels, then a sequential state kernel.
 
-Per chunk of BT = 64 tokens and head (MODEL.md section 2, WY form), with G = cumsum(g) inside the chunk
+Per chunk of BT = 64 tokens and head (docs/models.md, KDA in WY form), with G = cumsum(g) inside the chunk
 (gate_cumsum_kernel.py):
     pair_terms (chunk_intra_kernel.py):         Aqk = lower(scale q_r.k_j e^{G_r - G_j}), L2 row factors and
                                                 Akk = strict_lower(beta_r k_r.k_j e^{G_r - G_j}), then
@@ -10,16 +10,13 @@ Per chunk of BT = 64 tokens and head (MODEL.md section 2, WY form), with G = cum
 and `_state_kernel` walks each sequence's chunks with the state S [K, BV] in registers:
     v' = U - W S;   o = qg S + Aqk v';   S = decay * S + kt^T v'.
 The pair kernel runs one program per 16-column block, chunk and head; the solve, WY and state kernels work on one K or
-V tile per program so that several programs share an SM. Two other pair paths lost to the column blocks on the H200
-and were removed (git history has them): sub-chunk blocks with exact diagonal blocks (run s: slower at
-every launch setting) and one launch doing the gate cumsum, pairs and solve (run y: 0.943 ms against 0.762).
-Varlen needs no host sync: chunk ids are found on the device from cu_seqlens.
+V tile per program so that several programs share an SM (bench/bench_kda_prefill.py measures them). Varlen needs no
+host sync: chunk ids are found on the device from cu_seqlens.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import triton
@@ -30,6 +27,9 @@ from dayzero.plugins.kda.chunk_intra_kernel import pair_terms
 from dayzero.plugins.kda.gate_cumsum_kernel import gate_cumsum_kernel
 from dayzero.plugins.kda.wy_kernel import wy_kernel
 from dayzero.plugins.triton_utils import dot
+
+# K / V columns a program of the WY kernel
+WY_BLOCK = 32
 
 
 @triton.jit
@@ -87,19 +87,9 @@ class ChunkTerms:
     bounds: torch.Tensor  # [chunks, 2] first token and sequence end of each chunk (chunk_common.chunk_tables)
 
 
-# the implementations of the pair terms on the cumulative gate (same outputs), each followed by the solve launch: a
-# program per chunk looping over its column blocks, or per column block (column_grid)
-PAIR_PATHS = {"column": pair_terms, "column_grid": partial(pair_terms, column_grid=True, block_k=32)}
-# column_grid: 0.29 ms against column's 0.58 for the pair kernel at B1 T8192 H32 on the H200 (run aa)
-DEFAULT_PAIRS = "column_grid"
-
-
-def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None,
-                pair_warps: int | None = None, pair_block_k: int | None = None, pair_stages: int = 1, wy_warps: int = 4,
-                block_k: int = 32, pairs: str = DEFAULT_PAIRS) -> ChunkTerms:
-    """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve (`pairs`: a PAIR_PATHS
-    key; pair_warps None: the path's default), WY products (a program per K or V tile, chunk and
-    head: one per chunk and head looping over the tiles was no faster on the H200, runs ab / ac)."""
+def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None) -> ChunkTerms:
+    """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve, WY products (a program per K or V
+    tile, chunk and head)."""
     T, H, K = k.shape
     V = v.shape[-1]
     launch = launch or _direct
@@ -113,25 +103,19 @@ def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool,
     x = empty(T, H, CHUNK)
     q_inv, k_inv = empty(T, H, dtype=torch.float32), empty(T, H, dtype=torch.float32)
     g_cum = empty(T, H, K, dtype=torch.float32)
-    pair_options = dict(num_stages=pair_stages)
-    if pair_warps is not None:
-        pair_options["num_warps"] = pair_warps
-    if pair_block_k is not None:
-        pair_options["block_k"] = pair_block_k
     launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, terms.bounds, H=H, K=K, BK=min(K, 32),
                                                              num_warps=4)
-    PAIR_PATHS[pairs](q, k, g_cum, beta, scale, terms.bounds, use_qk_l2norm, x, terms.a, q_inv, k_inv, launch,
-                      **pair_options)
-    block_k, block_v = min(K, block_k), min(V, block_k)
+    pair_terms(q, k, g_cum, beta, scale, terms.bounds, use_qk_l2norm, x, terms.a, q_inv, k_inv, launch)
+    block_k, block_v = min(K, WY_BLOCK), min(V, WY_BLOCK)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
         q, k, v, g_cum, beta, x, q_inv, k_inv, terms.bounds, terms.w, terms.u, terms.qg, terms.kt, terms.decay, scale,
-        H=H, K=K, V=V, BK=block_k, BV=block_v, num_warps=wy_warps,
+        H=H, K=K, V=V, BK=block_k, BV=block_v, num_warps=4,
     )
     return terms
 
 
 def chunk_states(terms: ChunkTerms, o: torch.Tensor, initial_state, final, cu_seqlens, launch=None,
-                 block_v: int = 32, num_warps: int = 4) -> None:
+                 block_v: int = 32) -> None:
     """Run the sequential state kernel: writes o [T, H, V] and, when `final` is given, the final states."""
     T, H, V = o.shape
     K = terms.w.shape[-1]
@@ -140,14 +124,14 @@ def chunk_states(terms: ChunkTerms, o: torch.Tensor, initial_state, final, cu_se
     (launch or _direct)(_state_kernel)[(cu_seqlens.shape[0] - 1, H, V // block_v)](
         terms.w, terms.u, terms.qg, terms.kt, terms.a, terms.decay, o, h0, final, cu_seqlens, terms.offsets,
         H=H, K=K, V=V, BV=block_v, HAS_INITIAL=h0 is not None, STORE_FINAL=final is not None,
-        num_warps=num_warps, num_stages=2 if terms.w.dtype == torch.bfloat16 else 1,
+        num_warps=4, num_stages=2 if terms.w.dtype == torch.bfloat16 else 1,
     )
 
 
 def _state_block_v(num_seqs: int, H: int, V: int) -> int:
     """V columns per state program: 64 once that still gives a program to each of an H200's 132 SMs, else 32.
-    Run ab: B8 T4096 H96 2.40 ms at 64 against 4.39 at 32; B1 T32768 H96 (192 programs) 2.83 against 4.11;
-    B1 T8192 H32 (64 programs) 0.44 against 0.36."""
+    On an H200: B8 T4096 H96 2.40 ms at 64 against 4.39 at 32; B1 T32768 H96 (192 programs) 2.83 against 4.11;
+    B1 T8192 H32 (64 programs) 0.44 against 0.36 (bench/bench_kda_prefill.py)."""
     return 64 if num_seqs * H * max(V // 64, 1) >= 132 else 32
 
 
@@ -158,13 +142,11 @@ def _direct(fn):
 def chunk_kda_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, scale: float,
     initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor, use_qk_l2norm: bool, output_final_state: bool,
-    launch=None, state_block_v: int | None = None, out: torch.Tensor | None = None,
-    final_out: torch.Tensor | None = None, pairs: str = DEFAULT_PAIRS, intra_options: dict | None = None,
+    launch=None, out: torch.Tensor | None = None, final_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Varlen chunked KDA: q, k, g [T, H, K], v [T, H, V], beta [T, H] (token-major, contiguous), cu_seqlens [N+1]
     int32 on the device; g in fp32 log space. Returns (o [T, H, V] in v's dtype, final states [N, H, K, V] fp32),
-    written into `out` / `final_out` when given. `intra_options`: launch choices passed to intra_chunk (block_k,
-    wy_warps, ...)."""
+    written into `out` / `final_out` when given."""
     T, H, K = k.shape
     V = v.shape[-1]
     N = cu_seqlens.shape[0] - 1
@@ -172,13 +154,10 @@ def chunk_kda_launcher(
         assert x.is_contiguous() and x.shape[0] == T, f"{name} must be contiguous [T, ...], got {tuple(x.shape)}"
     assert g.dtype == torch.float32 and q.shape == k.shape == g.shape and beta.shape == (T, H)
     assert K in (16, 32, 64, 128, 256) and V in (16, 32, 64, 128, 256), "K and V must be powers of two in 16..256"
-    terms = intra_chunk(q, k, v, g, beta, scale, cu_seqlens, use_qk_l2norm, launch, pairs=pairs,
-                        **(intra_options or {}))
+    terms = intra_chunk(q, k, v, g, beta, scale, cu_seqlens, use_qk_l2norm, launch)
     o = torch.empty(T, H, V, device=q.device, dtype=v.dtype) if out is None else out
     final = None
     if output_final_state:
         final = torch.empty(N, H, K, V, device=q.device, dtype=torch.float32) if final_out is None else final_out
-    if state_block_v is None:
-        state_block_v = _state_block_v(N, H, V)
-    chunk_states(terms, o, initial_state, final, cu_seqlens, launch, state_block_v)
+    chunk_states(terms, o, initial_state, final, cu_seqlens, launch, _state_block_v(N, H, V))
     return o, final

@@ -1,7 +1,7 @@
 """G = in-chunk cumsum of the log-space gate g, one program per (K tile, chunk, head), stored in fp32.
 
 Computed once here because a Triton scan along the token axis is slow and the pair and WY kernels need G in
-several programs per chunk (measured on the H200: the pair kernel with its own scans took 1.3 ms at T8192 H32)."""
+several programs per chunk (on the H200 the pair kernel with its own scans takes 1.3 ms at T8192 H32)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 The one-tile-per-program pool kernel (recurrent_kernel.py) loads its state tile, steps, and stores it: between its
 load and its store it has nothing in flight, and a batch of a few thousand tiles leaves a partial last wave. Here a
-fixed grid of one-warp programs walks the tiles in a flat loop that Triton pipelines `STAGES` deep: the state tiles
-of the next iterations are copied asynchronously into shared memory (their slots loaded one stage earlier) while the
+fixed grid of one-warp programs walks the tiles in a flat loop that Triton pipelines two stages deep: the state tile
+of the next iteration is copied asynchronously into shared memory (its slot loaded one stage earlier) while the
 current one steps and is written back. With L = 1 a row's one slot is both its start and its write slot; a padding
 row (slot -1) reads and writes no state and outputs zeros.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from dayzero.plugins.dependent_launch import let_next_kernel_start, wait_for_previous_kernel
-from dayzero.plugins.kda.recurrent_kernel import kda_token, l2_normalize
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.kda.step_kernel import kda_token, l2_normalize
 
 
 @triton.jit
@@ -49,4 +49,3 @@ def pipelined_kda_pool_kernel(
         S, b_o = kda_token(S, b_q * scale, b_k, b_v, b_g, b_beta)
         tl.store(o + (b * H + h) * V + ov, tl.where(live, b_o, 0.0).to(o.dtype.element_ty))
         tl.store(where, S, mask=live_tile)
-    let_next_kernel_start(PDL)

@@ -16,58 +16,26 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins import dependent_launch
 from dayzero.plugins import device as device_info
-from dayzero.plugins.dependent_launch import let_next_kernel_start, wait_for_previous_kernel
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.kda.pipelined_pool_kernel import pipelined_kda_pool_kernel
+from dayzero.plugins.kda.step_kernel import kda_token, kda_token_split, l2_normalize
 from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
-from dayzero.plugins.triton_utils import with_launch_config
 
-L2_EPS = tl.constexpr(1e-6)
 # tokens a row may step through in one call (1 + draft tokens): a row's slots are read as one vector of this width
 MAX_STEP_TOKENS = 16
 _STEP_TOKENS = tl.constexpr(MAX_STEP_TOKENS)
 # softplus(x) == x above this (torch's default threshold)
 SOFTPLUS_THRESHOLD = tl.constexpr(20.0)
-
-
-@triton.jit
-def l2_normalize(x):
-    return x / tl.sqrt(tl.sum(x * x, axis=0) + L2_EPS)
-
-
-@triton.jit
-def kda_token(S, q, k, v, g, beta):
-    """One gated delta-rule step: S [K, BV], q (scaled) / k / g [K], v [BV], beta scalar -> (S, o [BV])."""
-    S = S * tl.exp(g)[:, None]
-    delta = beta * (v - tl.sum(S * k[:, None], axis=0))
-    S = S + k[:, None] * delta[None, :]
-    return S, tl.sum(S * q[:, None], axis=0)
-
-
-@triton.jit
-def kda_token_split(S, q, k, v, g, beta):
-    """`kda_token` on a state held as [NV, K, BV] (V split in NV blocks of BV): q / k / g [K], v [NV, BV]."""
-    S = S * tl.exp(g)[None, :, None]
-    delta = beta * (v - tl.sum(S * k[None, :, None], axis=1))
-    S = S + k[None, :, None] * delta[:, None, :]
-    return S, tl.sum(S * q[None, :, None], axis=1)
-
-
-@triton.jit
-def load_state(ptrs, STREAM: tl.constexpr):
-    """A state tile; STREAM marks it evict-first (a pool larger than the L2 is read once per step)."""
-    if STREAM:
-        S = tl.load(ptrs, eviction_policy="evict_first")
-    else:
-        S = tl.load(ptrs)
-    return S
-
-
-@triton.jit
-def store_state(ptrs, S, STREAM: tl.constexpr):
-    """Write a state tile back; STREAM stores it with the streaming cache hint (not re-read this step)."""
-    if STREAM:
-        tl.store(ptrs, S, cache_modifier=".cs")
-    else:
-        tl.store(ptrs, S)
+# below this many (row, head) pairs a decode call is latency-bound: its V axis is split in 16-wide blocks (more
+# programs) and a one-token step runs pipelined_pool_kernel.py; from it, 32-wide blocks on the one-tile kernel
+LATENCY_BOUND_PAIRS = 1024
+# the pipelined pool kernel: one warp a program, PIPELINED_PROGRAMS_PER_SM programs an SM walking the tiles, the next
+# state tile copied ahead into shared memory (two stages)
+PIPELINED_PROGRAMS_PER_SM = 12
+PIPELINED_STAGES = 2
+# the fused decode step: V blocks of FUSED_BLOCK_V within a program of FUSED_WARPS warps
+FUSED_BLOCK_V = 32
+FUSED_WARPS = 4
 
 
 @triton.jit
@@ -114,7 +82,7 @@ def _recurrent_kda_pool_kernel(
     q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L,
     q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
-    STREAM: tl.constexpr, PDL: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
     # the V blocks of one head are neighbours in launch order, so the programs that run together read whole state
@@ -127,7 +95,7 @@ def _recurrent_kda_pool_kernel(
     strides = (q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st)
     # the token's vectors do not depend on the slots: loaded first (and the next token's before a step), they
     # arrive with the state. Each one's layout change passes a barrier, so loads issued between uses would wait in a
-    # chain of round trips, one per vector (the sm_90 build before: q, k, g, v, beta one after another).
+    # chain of round trips, one per vector (q, k, g, v, beta one after another).
     n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, 0, h, ok, ov, *strides, K, V)
     slots = state_slots + b * L
     first, start = slot_row(slots, num_accepted, b, L)
@@ -135,7 +103,7 @@ def _recurrent_kda_pool_kernel(
         _zero_rows(o, (b * L * H + h).to(tl.int64) * V, L, H * V, ov, BV)
         return
     tile = h * K * V + ok[:, None] * V + ov[None, :]
-    S = load_state(state + start * (H * K * V) + tile, STREAM)
+    S = tl.load(state + start * (H * K * V) + tile)
     tl.debug_barrier()
     for t in range(L):
         b_q = n_q.to(tl.float32)
@@ -152,8 +120,7 @@ def _recurrent_kda_pool_kernel(
         tl.store(o + ((b * L + t) * H + h).to(tl.int64) * V + ov, b_o.to(o.dtype.element_ty))
         slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
-            store_state(state + slot * (H * K * V) + tile, S, STREAM)
-    let_next_kernel_start(PDL)
+            tl.store(state + slot * (H * K * V) + tile, S)
 
 
 @triton.jit
@@ -182,7 +149,7 @@ def _fused_kda_decode_kernel(
     qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
     scale, lower_bound, L,
     H: tl.constexpr, K: tl.constexpr, W: tl.constexpr, BV: tl.constexpr, USE_LOWER_BOUND: tl.constexpr,
-    STREAM: tl.constexpr, PDL: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
     C = H * K
@@ -213,7 +180,7 @@ def _fused_kda_decode_kernel(
             tl.store(o + ((b * L + t) * H + h).to(tl.int64) * K + ov, tl.zeros(ov.shape, o.dtype.element_ty))
         return
     tile = h * K * K + ok[None, :, None] * K + ov[:, None, :]
-    S = load_state(state + start * (H * K * K) + tile, STREAM)
+    S = tl.load(state + start * (H * K * K) + tile)
     window = conv_state + start * 3 * (W - 1) * C
     q0, q1, q2 = load_short_window(window, C, h * K + ok, W)
     k0, k1, k2 = load_short_window(window + (W - 1) * C, C, h * K + ok, W)
@@ -240,12 +207,11 @@ def _fused_kda_decode_kernel(
         tl.store(o + token * C + h * K + ov, b_o.to(o.dtype.element_ty))
         slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
-            store_state(state + slot * (H * K * K) + tile, S, STREAM)
+            tl.store(state + slot * (H * K * K) + tile, S)
             window = conv_state + slot * 3 * (W - 1) * C
             store_short_window(window, q0, q1, q2, C, h * K + ok, W)
             store_short_window(window + (W - 1) * C, k0, k1, k2, C, h * K + ok, W)
             store_short_window(window + 2 * (W - 1) * C, v0, v1, v2, C, h * K + ov, W)
-    let_next_kernel_start(PDL)
 
 
 def _is_pow2_at_least_16(n: int) -> bool:
@@ -275,17 +241,16 @@ def _token_strides(x: torch.Tensor, heads: int, dim: int | None = None) -> tuple
     return x.stride(0), x.stride(1)
 
 
-def _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, batch_strides, use_qk_l2norm, block_v,
-                      num_warps, stages, programs_per_sm, launch, pdl):
-    from dayzero.plugins.kda.pipelined_pool_kernel import pipelined_kda_pool_kernel
-
+def _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, batch_strides, use_qk_l2norm, block_v, launch,
+                      pdl):
     batch, _, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     num_tiles = batch * heads * (dim_v // block_v)
-    grid = torch.sym_max(1, torch.sym_min(num_tiles, device_info.num_sms(v.device, cpu_default=2) * programs_per_sm))
+    programs = device_info.num_sms(v.device, cpu_default=2) * PIPELINED_PROGRAMS_PER_SM
+    grid = torch.sym_max(1, torch.sym_min(num_tiles, programs))
     kernel = launch(pipelined_kda_pool_kernel) if launch else pipelined_kda_pool_kernel
     kernel[(grid,)](q, k, v, g, beta, o, state, state_slots, num_tiles, scale, *batch_strides, heads, dim_k, dim_v,
-                    block_v, use_qk_l2norm, stages, pdl, num_warps=num_warps, num_stages=stages,
+                    block_v, use_qk_l2norm, PIPELINED_STAGES, pdl, num_warps=1, num_stages=PIPELINED_STAGES,
                     **dependent_launch.launch_options(pdl))
 
 
@@ -293,49 +258,38 @@ def recurrent_kda_pool_launcher(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None,
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
-    num_warps: int = 1, stream: bool = False, maxnreg: int | None = None, stages: int | None = None,
-    programs_per_sm: int = 12, launch=None, pdl: int | None = None,
+    launch=None,
 ) -> torch.Tensor:
     """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
-    Returns o [B, L, H, V] in v's dtype. The V axis is split over programs in blocks of `block_v`; `stream`
-    gives the state reads and writes streaming cache hints (a tuning knob, swept by the benchmark).
-    One warp a program by default: the sums over K then stay inside the warp (no cross-warp barrier per step).
-    `maxnreg` caps the registers a thread (a tuning knob): the sm_90 build of BV 32 on one warp takes 236, so 8
-    programs fit an SM; at 192 (44 B spilled) 10 do. Slower on the H200 (run aa: 2-4% at 192, 22-35% at 168), so
-    off by default. `stages` > 0 runs a one-token step (L = 1) on pipelined_pool_kernel.py instead: programs_per_sm
-    programs per SM walking the tiles with `stages` - 1 state tiles copied ahead into shared memory; None: 2 where
-    the V blocks are 16 wide (run cd, B = 1, graph replay: 3.9 / 5.8 us at H32 / H96 against 4.7 / 6.5 us for the
-    one-tile kernel and fla's 4.9 / 7.0; at B >= 64 the one-tile kernel on 32-wide blocks stays faster, 80-93% of
-    copy against 74-87%). `pdl` (a dependent_launch mode) overrides the default: EARLY below 1024 (row, head)
-    pairs (runs la, lb, graph replay: 3.4-3.5 / 5.6-5.9 us against 4.1-4.3 / 6.3-6.5 at B1 H32 / H96), else OFF."""
+    Returns o [B, L, H, V] in v's dtype.
+
+    The V axis is split over programs in blocks of `block_v` (default: 16 below LATENCY_BOUND_PAIRS (row, head)
+    pairs, else 32; tests pick either). One warp a program: the sums over K then stay inside the warp (no cross-warp
+    barrier per step). A one-token step (L = 1) on 16-wide blocks runs pipelined_pool_kernel.py: at B1 in graph
+    replay 3.9 / 5.8 us at H32 / H96 against 4.7 / 6.5 us for the one-tile kernel (fla: 4.9 / 7.0); from B64 the
+    one-tile kernel on 32-wide blocks is faster, 80-93% of copy against 74-87% (bench/bench_kda_decode.py).
+    Latency-bound calls take PDL (dependent_launch.py: 3.4-3.5 / 5.6-5.9 us against 4.1-4.3 / 6.3-6.5 at B1 H32 /
+    H96)."""
     batch, length, heads, dim_k = k.shape
     dim_v = v.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
     strides = [_token_strides(x, heads, dim) for x, dim in ((q, dim_k), (k, dim_k), (v, dim_v), (g, dim_k))]
     strides.append(_token_strides(beta, heads))
     if block_v is None:
-        # measured on the H200 with one warp a program (bench/README.md, run v): narrow V blocks (more programs)
-        # at small batch, 32-wide blocks once there are enough (row, head) programs
-        block_v = min(dim_v, 32 if batch * heads >= 1024 else 16)
+        block_v = min(dim_v, 32 if batch * heads >= LATENCY_BOUND_PAIRS else 16)
     assert block_v <= dim_v and block_v & (block_v - 1) == 0, "block_v must be a power of two <= V"
-    if stages is None:
-        stages = 2 if block_v == 16 and num_warps == 1 and maxnreg is None and not stream else 0
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device) if out is None else out
     scale = dim_k ** -0.5 if scale is None else scale
-    pdl = dependent_launch.pdl_mode(state, latency_bound=batch * heads < 1024) if pdl is None else pdl
-    if stages and statically_known_true(length == 1):
+    pdl = dependent_launch.pdl_mode(state, latency_bound=batch * heads < LATENCY_BOUND_PAIRS)
+    if block_v == 16 and statically_known_true(length == 1):
         _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, [s for s, _ in strides],
-                          use_qk_l2norm_in_kernel, block_v, num_warps, stages, programs_per_sm, launch, pdl)
+                          use_qk_l2norm_in_kernel, block_v, launch, pdl)
         return o
-    kernel = _recurrent_kda_pool_kernel
-    options = {"num_warps": num_warps}
-    if maxnreg is not None:
-        kernel, options = with_launch_config(kernel, num_warps, maxnreg), {}
-    kernel = launch(kernel) if launch else kernel
+    kernel = launch(_recurrent_kda_pool_kernel) if launch else _recurrent_kda_pool_kernel
     kernel[(batch * heads * (dim_v // block_v),)](
         q, k, v, g, beta, o, state, state_slots, num_accepted, scale, length,
-        *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, stream, pdl,
-        **options, **dependent_launch.launch_options(pdl),
+        *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, pdl,
+        num_warps=1, **dependent_launch.launch_options(pdl),
     )
     return o
 
@@ -344,14 +298,12 @@ def fused_kda_decode_launcher(
     qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor, z: torch.Tensor, A_log: torch.Tensor,
     dt_bias: torch.Tensor, lower_bound: float | None, beta_logits: torch.Tensor, state: torch.Tensor,
     state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float | None = None, *,
-    out: torch.Tensor | None = None, block_v: int | None = None, num_warps: int = 4, stream: bool = False,
-    launch=None, pdl: int | None = None,
+    out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
     conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k
     windows it reads are shared by the whole head (and may be its write slot), so V is not split over programs;
-    inside the program the state tile is blocked as [K/BV, K, BV]. `stream` and `pdl` as in
-    recurrent_kda_pool_launcher."""
+    inside the program the state tile is blocked as [K/BV, K, BV]. PDL as in recurrent_kda_pool_launcher."""
     batch, length, heads, dim = z.shape
     width = conv_weight.shape[-1]
     _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
@@ -365,15 +317,14 @@ def fused_kda_decode_launcher(
     for x in (qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits):
         assert x.is_contiguous(), "fused_kda_decode needs contiguous inputs"
     assert lower_bound is None or lower_bound < 0, "lower_bound must be None or negative"
-    block_v = min(dim, 32) if block_v is None else block_v
-    assert block_v <= dim and block_v & (block_v - 1) == 0, "block_v must be a power of two <= K"
+    block_v = min(dim, FUSED_BLOCK_V)
     o = torch.empty((batch, length, heads, dim), dtype=qkv.dtype, device=qkv.device) if out is None else out
-    pdl = dependent_launch.pdl_mode(state, latency_bound=batch * heads < 1024) if pdl is None else pdl
+    pdl = dependent_launch.pdl_mode(state, latency_bound=batch * heads < LATENCY_BOUND_PAIRS)
     kernel = launch(_fused_kda_decode_kernel) if launch else _fused_kda_decode_kernel
     kernel[(batch * heads,)](
         qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
         dim ** -0.5 if scale is None else scale, 0.0 if lower_bound is None else lower_bound, length,
-        heads, dim, width, block_v, lower_bound is not None, stream, pdl, num_warps=num_warps,
+        heads, dim, width, block_v, lower_bound is not None, pdl, num_warps=FUSED_WARPS,
         **dependent_launch.launch_options(pdl),
     )
     return o

@@ -4,7 +4,7 @@ Layouts follow flash-linear-attention: q, k, g `[B, T, H, K]`, v `[B, T, H, V]`,
 `[N, H, K, V]` in fp32. `g` is the log-space decay (<= 0). With `cu_seqlens` (varlen) B must be 1 and the
 N sequences are `[cu_seqlens[n], cu_seqlens[n+1])`. All math is fp32; outputs take the dtype of `v`.
 
-Per head, with state S in R^{K x V} (MODEL.md section 2):
+Per head, with state S in R^{K x V} (docs/models.md):
     S <- Diag(exp(g_t)) S;   S <- S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T (scale q_t)
 """
 
@@ -122,7 +122,7 @@ def chunk_kda(
     q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
     use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Chunked KDA (WY form of MODEL.md section 2); same contract as `recurrent_kda`."""
+    """Chunked KDA (the WY form, docs/models.md); same contract as `recurrent_kda`."""
     out_dtype = v.dtype
     q, k, v, g, beta = _prepare(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel)
     segments = _segments(q.shape[0], q.shape[1], cu_seqlens)

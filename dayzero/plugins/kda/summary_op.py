@@ -1,6 +1,6 @@
 """`torch.ops.dayzero.kda_summary`: the affine summary (M, B) of each sequence for context-parallel prefill.
 
-A segment maps its entry state affinely, S_out = M S_in + B (MODEL.md section 2), so both halves are final states
+A segment maps its entry state affinely, S_out = M S_in + B (docs/models.md), so both halves are final states
 of the chunked kernel over the segment's k, g, beta: B from v and the zero state, M from v = 0 and the identity
 state. On CUDA one launch does both, on v' = [0 | v] from the state [I | 0], whose final state is [M | B]; where
 K + V is not a width the chunk kernel takes, two launches. q only feeds the outputs, which are dropped, so k

@@ -2,9 +2,9 @@
     W = X (beta e^G k),  U = X (beta v),  qg = scale q e^G,  kt = k e^{G_C - G},  decay = e^{G_C}
 (q, k L2-normalized by the row factors of the intra kernel; G the in-chunk cumsum of g, G_C its last row).
 
-Tried on the H200 and removed (git history has them; bench/README.md has the numbers): one program per chunk looping
-over its tiles (run ab), 64-column tiles (run ac), a program walking one tile of 8 consecutive chunks in a
-software-pipelined loop, and a register cap for more programs an SM (run bb): none was faster than this."""
+On the H200 none of these is faster (bench/bench_kda_prefill.py): one program per chunk looping over its tiles,
+64-column tiles, a program walking one tile of 8 consecutive chunks in a software-pipelined loop, a register cap for
+more programs an SM."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
 from dayzero.plugins.moe.activation import gated_activation
-from dayzero.plugins.moe.layer import LatentProjection, MoEWeights, RouterSpec, moe_layer
 from dayzero.plugins.moe.op import (
     Mxfp4Weight,
     gated_mlp,
@@ -13,6 +12,5 @@ from dayzero.plugins.moe.op import (
 )
 from dayzero.plugins.moe.reference import expert_rank_offsets
 
-__all__ = ["LatentProjection", "MoEWeights", "Mxfp4Weight", "RouterSpec", "expert_rank_offsets", "gated_activation",
-           "gated_mlp", "grouped_mlp", "moe_experts", "moe_layer", "moe_local_experts", "permute", "route",
-           "router_logits", "unpermute"]
+__all__ = ["Mxfp4Weight", "expert_rank_offsets", "gated_activation", "gated_mlp", "grouped_mlp", "moe_experts",
+           "moe_local_experts", "permute", "route", "router_logits", "unpermute"]

@@ -5,8 +5,8 @@ layout), rows of expert e = expert_offsets[e]:expert_offsets[e+1]. The gated for
 Tiles: the grid's first axis walks N tiles (so the programs that share an A tile run together), the second walks
 M tiles of all experts in order; a program finds its expert from the running sum of per-expert tile counts (all
 E offsets fit in registers). The grid has an upper bound of M tiles, cdiv(M, BLOCK_M) + min(E, M); programs past
-the last tile return at once. This is the fallback where torch._grouped_mm is missing (and the path the CPU
-interpreter tests).
+the last tile return at once. It runs where torch._grouped_mm is missing or the experts get few rows each (decode),
+for MXFP4 weights, and under the CPU interpreter.
 
 MXFP4 weights (W4A16): b is packed E2M1, uint8 [E, N, K/2] (low nibble = even k), with one E8M0 scale per 32 along
 K, uint8 [E, N, K/32]. A program loads the packed [BLOCK_K/2, BLOCK_N] tile, dequantizes its low and high nibbles
@@ -201,8 +201,8 @@ MXFP4_FEW_ROWS_PER_EXPERT = 16
 
 
 def _mxfp4_config(dtype: torch.dtype, gated: bool, few_rows: bool, device: torch.device) -> dict:
-    """The H200's best of bench/bench_moe_mxfp4.py --sweep (run qa) for a bf16 a: tl.dot_scaled tiles, whose E2M1
-    upcast beat the integer decode at both phases (decode: 6.14 against 7.33 ms on K3.1's 396 touched experts,
+    """The H200's best of bench/bench_moe_mxfp4.py for a bf16 a: tl.dot_scaled tiles, whose E2M1 upcast beats the
+    integer decode at both phases (decode: 6.14 against 7.33 ms on K3.1's 396 touched experts,
     0.79 against 0.93 on Kimi-Linear's 223; prefill of 8192 tokens: 30.8 against 111.8 ms, 4.5 against 21.2)."""
     if not device_info.on_gpu(device):
         return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=4, num_stages=1)
@@ -249,15 +249,14 @@ def grouped_gemm_launcher(
     a: torch.Tensor, b: torch.Tensor, expert_offsets: torch.Tensor, b_up: torch.Tensor | None = None,
     activation: str = "silu", beta: float = 1.0, linear_beta: float | None = None, out: torch.Tensor | None = None,
     launch=None, b_scale: torch.Tensor | None = None, b_up_scale: torch.Tensor | None = None,
-    config: dict | None = None,
 ) -> torch.Tensor:
     """a [M, K] expert-sorted, b (and b_up) [E, N, K], expert_offsets [E+1] int32 -> [M, N] in a's dtype (into
     `out` if given).
 
     With b_up: act(a b^T) * (a b_up^T) (SwiGLU or SiTU), the expert MLP's hidden activations.
     With b_scale: b (and b_up) are MXFP4, uint8 [E, N, K/2] E2M1 pairs with E8M0 scales b_scale (and b_up_scale)
-    uint8 [E, N, K/32]; K a multiple of 32, a bf16 or fp32. `config` overrides the block sizes (tests, benchmarks),
-    and `scaled_dot` in it takes tl.dot_scaled for the MXFP4 tiles (bf16 a).
+    uint8 [E, N, K/32]; K a multiple of 32, a bf16 or fp32. Tiles from _launch_config, whose `scaled_dot` takes
+    tl.dot_scaled for the MXFP4 tiles (bf16 a on the GPU).
     """
     mxfp4 = b_scale is not None
     if mxfp4:
@@ -270,7 +269,7 @@ def grouped_gemm_launcher(
     assert c.shape == (rows, n) and c.dtype == a.dtype and c.is_contiguous(), "grouped GEMM output buffer mismatch"
     if rows == 0:
         return c
-    cfg = {**_launch_config(a, experts, b_up is not None, mxfp4), **(config or {})}
+    cfg = _launch_config(a, experts, b_up is not None, mxfp4)
     assert not mxfp4 or cfg["BLOCK_K"] % 64 == 0, f"MXFP4 tiles: BLOCK_K {cfg['BLOCK_K']} is not a multiple of 64"
     assert not cfg.get("scaled_dot") or a.dtype == torch.bfloat16, "tl.dot_scaled takes a bf16 a"
     grid = (triton.cdiv(n, cfg["BLOCK_N"]), triton.cdiv(rows, cfg["BLOCK_M"]) + torch.sym_min(experts, rows))

@@ -12,7 +12,7 @@ from dayzero.plugins.moe.activation_kernel import gated_activation_launcher
 from dayzero.plugins.moe.grouped_gemm_kernel import grouped_gemm_launcher
 
 # below this many rows per expert on average (decode), the layer streams expert weights and the Triton grouped
-# GEMM was faster on the H200 (K3.1, 64 tokens: 9.3 vs 12.1 ms; Kimi-Linear: 0.76 vs 1.06 ms, bench/README.md)
+# GEMM is faster on the H200 (K3.1, 64 tokens: 9.3 vs 12.1 ms; Kimi-Linear: 0.76 vs 1.06 ms, bench/bench_moe.py)
 MIN_ROWS_PER_EXPERT_FOR_GROUPED_MM = 32
 
 

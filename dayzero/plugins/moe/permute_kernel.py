@@ -124,10 +124,9 @@ def _permute_config(top_k: int, dim: int, device: torch.device) -> dict:
 
 def permute_launcher(
     x: torch.Tensor, ids: torch.Tensor, num_experts: int, out: torch.Tensor | None = None, launch=None,
-    config: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [T, D], ids [T, k] int64 in [0, E) -> (x_sorted [T*k, D] (into `out` if given), sorted_assignments [T*k]
-    int64, assignment_positions [T*k] int64, expert_offsets [E+1] int32). `config` overrides the block sizes."""
+    int64, assignment_positions [T*k] int64, expert_offsets [E+1] int32). Block sizes from _permute_config."""
     assert x.dim() == 2 and x.is_contiguous() and ids.dim() == 2 and ids.shape[0] == x.shape[0]
     assert ids.dtype == torch.int64 and ids.is_contiguous(), "expert ids must be contiguous int64 [T, k]"
     (tokens, dim), top_k = x.shape, ids.shape[1]
@@ -138,7 +137,7 @@ def permute_launcher(
     if n == 0:
         return x_sorted, sorted_assignments, positions, torch.zeros(num_experts + 1, dtype=torch.int32,
                                                                     device=x.device)
-    cfg = {**_permute_config(top_k, dim, x.device), **(config or {})}
+    cfg = _permute_config(top_k, dim, x.device)
     num_blocks = triton.cdiv(tokens, cfg["BLOCK_T"])
     num_bins = triton.next_power_of_2(num_experts)
     # two whole buffers, not rows of one: Inductor 2.11 functionalizes a kernel's writes into slices of a scratch

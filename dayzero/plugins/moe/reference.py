@@ -1,4 +1,4 @@
-"""MoE routing and expert compute (MODEL.md section 5), pure torch, fp32 math.
+"""MoE routing and expert compute (docs/models.md), pure torch, fp32 math.
 
 Router logits: x @ router^T in fp32 (`router_logits`).
 Router: s = act(logits) (sigmoid or softmax); experts are chosen by s + correction_bias under grouped top-k

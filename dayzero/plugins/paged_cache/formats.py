@@ -1,8 +1,8 @@
-"""Byte layouts of the quantized paged caches (ARCHITECTURE.md "Cache layouts"), reference pack / unpack.
+"""Byte layouts of the quantized paged caches (docs/ops.md, cache layouts), reference pack / unpack.
 
 Latent KV, FP8 record (656 B/token for c_kv 512 + k_pe 64), cache `uint8 [P, PAGE_SIZE, 656]`:
     bytes [0, 512)    c_kv as e4m3, four tiles of 128
-    bytes [512, 528)  four fp32 tile scales (power of two, MODEL.md section 6)
+    bytes [512, 528)  four fp32 tile scales (power of two, docs/models.md)
     bytes [528, 656)  k_pe as 64 bf16 (unquantized: the rope part is small and precision-sensitive)
 (other widths: c_kv a multiple of 128, the same order of parts).
 Indexer keys, MXFP8 (132 B/token), cache `uint8 [P, PAGE_SIZE * 132]`, page-major:

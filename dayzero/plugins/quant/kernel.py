@@ -1,4 +1,4 @@
-"""Triton kernels of the FP8 block formats (MODEL.md section 6): quantize, dequantize, and the device functions
+"""Triton kernels of the FP8 block formats (docs/models.md): quantize, dequantize, and the device functions
 the fused cache writes (paged_cache/kernel.py) share.
 
 Every step is bit-exact with reference.py, on the CPU (Triton interpreter) and on CUDA:

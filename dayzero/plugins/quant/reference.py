@@ -1,4 +1,4 @@
-"""FP8 formats of the layered quantization scheme (MODEL.md section 6), in pure torch.
+"""FP8 formats of the layered quantization scheme (docs/models.md), in pure torch.
 
 * FP8 per tile (latent KV cache): tiles of 128 along the last dim, fp32 scale s = 2^ceil(log2(max(amax,1e-4)/448)),
   q = e4m3(x / s).

@@ -10,8 +10,6 @@ import torch
 import triton
 import triton.language as tl
 
-from dayzero.plugins.dependent_launch import OFF, launch_options, wait_for_previous_kernel
-
 # splits whose rows a program loads at once ([STEP, DV] fp32: 16 values a thread at DV 512 on 4 warps)
 MAX_STEP = 4
 # bytes a thread loads of a row at once (ld.global.v4)
@@ -31,14 +29,13 @@ def _split_rows(o_part, lse_part, first, row, num_rows, num_splits, v, DV: tl.co
 
 @triton.jit
 def _combine_splits_kernel(o_part, lse_part, o, lse, num_rows, num_splits, DV: tl.constexpr, DV_PAD: tl.constexpr,
-                           SPLITS_PAD: tl.constexpr, STEP: tl.constexpr, PDL: tl.constexpr):
-    wait_for_previous_kernel(PDL)
+                           SPLITS_PAD: tl.constexpr, STEP: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, SPLITS_PAD)
     v = tl.arange(0, DV_PAD)
     lse_s = tl.load(lse_part + s.to(tl.int64) * num_rows + row, mask=s < num_splits, other=float("-inf"))
-    # the first STEP splits' rows are loaded with the log-sum-exps, before anything waits on a load: a loop of one
-    # split a step waited for each split's loads in turn
+    # the first STEP splits' rows are loaded with the log-sum-exps, before anything waits on a load (a loop of one
+    # split a step waits for each split's loads in turn)
     lse_c, o_c = _split_rows(o_part, lse_part, 0, row, num_rows, num_splits, v, DV, STEP)
     top = tl.max(lse_s, 0)
     top = tl.where(top == float("-inf"), 0.0, top)
@@ -53,9 +50,8 @@ def _combine_splits_kernel(o_part, lse_part, o, lse, num_rows, num_splits, DV: t
 
 
 def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                            launch=None, pdl: int = OFF) -> None:
-    """o_part [S, T, H, DV] fp32 or bf16, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place.
-    `pdl`: dependent_launch's mode (the attention kernel before lets it start)."""
+                            launch=None) -> None:
+    """o_part [S, T, H, DV] fp32 or bf16, lse_part [S, T, H] -> o [T, H, DV] (its dtype), lse [T, H] fp32, in place."""
     splits, tokens, heads, dim = o_part.shape
     assert lse_part.shape == (splits, tokens, heads) and o.shape == (tokens, heads, dim)
     assert lse.shape == (tokens, heads)
@@ -64,13 +60,12 @@ def combine_splits_launcher(o_part: torch.Tensor, lse_part: torch.Tensor, o: tor
     splits_pad = max(2, triton.next_power_of_2(splits))
     kernel[(tokens * heads,)](o_part, lse_part, o, lse, tokens * heads, splits, DV=dim,
                               DV_PAD=triton.next_power_of_2(dim), SPLITS_PAD=splits_pad,
-                              STEP=min(splits_pad, MAX_STEP), PDL=pdl,
-                              num_warps=_warps_per_row(dim, o_part.element_size()), **launch_options(pdl))
+                              STEP=min(splits_pad, MAX_STEP), num_warps=_warps_per_row(dim, o_part.element_size()))
 
 
 def _warps_per_row(dim: int, element_size: int) -> int:
     """Warps whose 16-byte vectors cover one row: then each thread holds all STEP rows of its columns and the sum over
-    splits stays in registers. On 4 warps, bf16 rows (64 threads each) were split across warps, summed through shared
-    memory with 7 barriers, and the combine took 22.0 us against 4.8 for fp32 (run sg, B64 H64 on the H200)."""
+    splits stays in registers. On 4 warps, bf16 rows (64 threads each) are split across warps and summed through
+    shared memory with 7 barriers: the combine takes 22.0 us against 4.8 for fp32 (B64 H64 on an H200)."""
     row_threads = triton.next_power_of_2(dim) * element_size // VECTOR_BYTES
     return max(1, min(4, row_threads // 32))

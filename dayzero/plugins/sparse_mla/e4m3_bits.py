@@ -27,8 +27,8 @@ BITS_TO_SHIFTED = tl.constexpr(2.0 ** (120 - Q_SHIFT))
 # bytes 4k..4k+3 of one 32-bit register -> two registers of bf16 pairs, three instructions a pair. prmt's
 # sign-replicating selectors (8 | byte) widen bytes 0, 1 (then 2, 3) to two int16 lanes, so a byte `s eeee mmm`
 # becomes `ssssssss s eeee mmm`; shifted left by 4, a lane's bit 15 is s and bits 4-10 are eeee mmm, and the mask
-# clears the sign copies in bits 11-14 and what crossed from the lower lane into bits 0-3. (Run od: the Gluon FP8
-# decode 0.158 / 0.095 ms at H128 / H64 against 0.165 / 0.098 with the five-instruction and / prmt / shr / or form.)
+# clears the sign copies in bits 11-14 and what crossed from the lower lane into bits 0-3. (The Gluon FP8 decode takes
+# 0.158 / 0.095 ms at H128 / H64 against 0.165 / 0.098 with the five-instruction and / prmt / shr / or form.)
 E4M3X4_TO_BF16X4 = tl.constexpr("""
 {
 .reg .b32 t;

@@ -1,9 +1,9 @@
 """Sparse MLA decode over a BF16 or FP8 latent cache in Gluon (Triton's explicit-layout dialect), for Hopper (sm_90).
 
-The key loop of `kernel._mla_attention_kernel` with the row gather scheduled by hand (bench/README.md, "Sparse
-MLA"): Triton's pipeliner issues block i + 1's cp.async gather only after block i's P.V wgmma, so the copy overlaps
-little of the loop. Here a program (one token, 64 heads, one split of its key list) keeps a two-deep shared-memory
-ring of gathered rows [c_kv (512) | k_pe (64)], and iteration i
+The key loop of `kernel._mla_attention_kernel` with the row gather scheduled by hand (bench/bench_sparse_mla.py
+measures both): Triton's pipeliner issues block i + 1's cp.async gather only after block i's P.V wgmma, so the copy
+overlaps little of the loop. Here a program (one token, 64 heads, one split of its key list) keeps a two-deep
+shared-memory ring of gathered rows [c_kv (512) | k_pe (64)], and iteration i
 1. waits for block i - 1's P.V wgmma, which frees ring slot (i + 1) % 2;
 2. gathers block i + 1's rows into that slot (cp.async, rows < 0 zero-filled) and commits them as one group; the
    physical rows were loaded one iteration earlier, so the copy waits on no load;
@@ -13,9 +13,8 @@ ring of gathered rows [c_kv (512) | k_pe (64)], and iteration i
    nope columns of the same slot).
 Eight warps; both wgmmas are tiled warps_per_cta = [4, 2], so each warpgroup owns half of the score columns and half
 of the [64, 512] fp32 accumulator (128 registers a thread). The row max, row sum and P then cross warpgroups through
-shared memory (offline sm_90: 12 barriers a key block); `full_scores` instead has each warpgroup compute all score
-columns ([8, 1], as Triton's kernel does: twice the score wgmmas, 3 barriers). The split outputs and
-`combine_kernel.py` are those of the Triton path, so this is a drop-in for its decode launch.
+shared memory (12 barriers a key block in the sm_90 build). The split outputs and `combine_kernel.py` are those of
+the Triton path, so this is a drop-in for its decode launch.
 
 An FP8 cache (656-byte records: e4m3 nope, four fp32 tile scales, bf16 rope) gathers each block's e4m3 bytes into a
 two-deep byte ring and its rope straight into the bf16 ring; before the scores, the block's bytes are decoded by bit
@@ -35,8 +34,6 @@ import os
 import torch
 import triton
 
-from dayzero.plugins import dependent_launch
-from dayzero.plugins.dependent_launch import LATE, OFF
 from dayzero.plugins.device import is_eager_cuda
 from dayzero.plugins.paged_cache.formats import fp8_latent_record_bytes, is_quantized
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
@@ -56,7 +53,6 @@ try:
         warpgroup_mma_init,
         warpgroup_mma_wait,
     )
-    from triton.language.extra.cuda import gdc_launch_dependents
 
     HAS_GLUON = True
 except ImportError:
@@ -67,7 +63,7 @@ HEADS, NOPE, ROPE = 64, 512, 64
 FP8_RECORD = fp8_latent_record_bytes(NOPE, ROPE)
 BLOCK_N = 64
 NUM_WARPS = 8
-# decode batches; prefill keeps the measured Triton kernel (this loop was designed and checked for decode only)
+# decode batches; prefill keeps the measured Triton kernel (this loop is designed and checked for decode only)
 MAX_DECODE_TOKENS = 256
 
 
@@ -95,7 +91,7 @@ MAX_ROW_SCAN = 4096
 def _key_rows(keys, table_row, n, hi, PAGE: gl.constexpr):
     """Flat physical rows of the token's key slots n: its logical positions keys[n] through its sequence's block-table
     row (-1 for an invalid index and at and past hi). Resolved here, a block ahead of its gather, where a kernel of
-    its own (with the token-to-sequence search) took 7 us of a B64 call (run od)."""
+    its own (with the token-to-sequence search) takes 7 us of a B64 call."""
     key = gl.load(keys + n, mask=n < hi, other=-1)
     page = gl.load(table_row + key // PAGE, mask=key >= 0, other=0)
     return gl.where(key >= 0, page * PAGE + key % PAGE, -1)
@@ -158,7 +154,7 @@ def _tile_scale(cache, rows, tile: gl.constexpr, ROW: gl.constexpr, DV: gl.const
 def _decode_block(raw_src, k_dst, scale0, scale1, scale2, scale3, TILE: gl.constexpr, BYTES: gl.constexpr):
     """e4m3 bytes [n, 4 TILE] -> bf16 keys [n, 4 TILE] times 2**-Q_SHIFT (bit placement, one rounding), tile t
     scaled by scale<t> [n]. One store: the shared-memory barrier pass puts a barrier between any two stores into
-    k_dst (offline sm_90: no spills; the row's tile of each 16-byte vector is known at compile time, so the factor's
+    k_dst (the sm_90 build: no spills; the row's tile of each 16-byte vector is known at compile time, so the factor's
     choice costs nothing)."""
     raw = raw_src.load(BYTES)
     column = gl.arange(0, 4 * TILE, layout=gl.SliceLayout(0, BYTES))[None, :]
@@ -234,12 +230,13 @@ def _online_softmax(s, key_ok, m_i, l_i, qk_scale):
 @_jit
 def _store_outputs(acc, m_i, l_i, out_factor, o, lse, o_part, lse_part, token, split, head_block, num_tokens,
                    num_heads, staging, BLOCK_H: gl.constexpr, DV: gl.constexpr, SPLIT: gl.constexpr,
-                   S_MMA: gl.constexpr, O_MMA: gl.constexpr, STAGED: gl.constexpr):
+                   S_MMA: gl.constexpr, O_MMA: gl.constexpr):
     """o = acc * out_factor / l and lse (log-sum-exp of the scores seen, -inf for none) of one program's heads: into
-    (o, lse), or with SPLIT into its split's (o_part, lse_part) rows. STAGED (SPLIT, bf16 o_part): the rows go
-    through `staging` ([BLOCK_H, DV] bf16 shared memory, free after the key loop), so that each thread stores whole
-    16-byte vectors of a row; stored straight from the accumulator's layout a thread writes 4 bytes of bf16 (run rb:
-    the attention kernel 62.4 us against 58.8 with fp32 partials)."""
+    (o, lse), or with SPLIT into its split's (o_part, lse_part) rows, bf16 through `staging` ([BLOCK_H, DV] bf16
+    shared memory, free after the key loop), so that each thread stores whole 16-byte vectors of a row (stored
+    straight from the accumulator's layout a thread writes 4 bytes of bf16, and the attention kernel takes 62.4 us
+    against 58.8 with fp32 partials). bf16 partials halve the bytes the combine reads: attention + combine 56.5 + 4.1
+    us against 58.7 + 4.8 with fp32 partials at B64 H64 BF16 on an H200."""
     seen = l_i > 0
     l_o = gl.convert_layout(gl.where(seen, l_i, 1.0) / out_factor, gl.SliceLayout(1, O_MMA))
     out = acc / l_o[:, None]
@@ -255,10 +252,7 @@ def _store_outputs(acc, m_i, l_i, out_factor, o, lse, o_part, lse_part, token, s
     flat_s = first_row + head_s
     out_ok = (head_o < num_heads)[:, None]
     if SPLIT:
-        if STAGED:
-            _store_staged(out, o_part, staging, first_row + head_block * BLOCK_H, DV)
-        else:
-            gl.store(o_part + flat_o[:, None] * DV + v[None, :], out, mask=out_ok)
+        _store_staged(out, o_part, staging, first_row + head_block * BLOCK_H, DV)
         gl.store(lse_part + flat_s, lse_row, mask=head_s < num_heads)
     else:
         gl.store(o + flat_o[:, None] * DV + v[None, :], out.to(gl.bfloat16), mask=out_ok)
@@ -284,16 +278,13 @@ def _sparse_mla_decode_kernel(
     sm_scale, num_tokens, num_seqs, num_heads, num_head_blocks, num_splits, topk, stride_qt, stride_qh, stride_idx,
     stride_table, PAGE: gl.constexpr,
     ROW: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-    SPLIT: gl.constexpr, FULL_SCORES: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr, ROW_SCAN: gl.constexpr,
-    STAGED: gl.constexpr, PDL: gl.constexpr,
+    SPLIT: gl.constexpr, FP8: gl.constexpr, TILE: gl.constexpr, ROW_SCAN: gl.constexpr,
 ):
     # the same rows a thread, 16 e4m3 bytes each: FP8 records' gather, their decode and their tile scales
     BYTES: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [8, 1], [1, 0])
     KEYS: gl.constexpr = BYTES if FP8 else HALVES
-    # FULL_SCORES: each warpgroup scores all BLOCK_N keys (twice the score wgmmas), so no row max, row sum or P
-    # crosses warpgroups through shared memory
-    S_WARPS: gl.constexpr = [8, 1] if FULL_SCORES else [4, 2]
-    S_MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=S_WARPS,
+    # each warpgroup scores half the BLOCK_N keys
+    S_MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                                     instr_shape=[16, BLOCK_N // 2, 16])
 
     token, seq, head_block, split, keys, lo, hi = _program_keys(indices, cu_seqlens, num_seqs, topk, stride_idx,
@@ -376,13 +367,9 @@ def _sparse_mla_decode_kernel(
         rows_next = rows_after
     acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
     async_copy.wait_group(0)
-    if PDL != 0:
-        # the key loop is done: the combine (a dependent launch) may start; it waits for the partials stored below
-        gdc_launch_dependents()
-
     _store_outputs(acc, m_i, l_i, Q_SCALE if FP8 else 1.0, o, lse, o_part, lse_part, token, split, head_block,
                    num_tokens, num_heads, k_decoded if FP8 else k_nope_ring.index(0), BLOCK_H, DV, SPLIT, S_MMA,
-                   O_MMA, STAGED)
+                   O_MMA)
 
 
 def _is_hopper(device: torch.device) -> bool:
@@ -412,29 +399,19 @@ def gluon_decode_applies(q: torch.Tensor, latent_cache: torch.Tensor, v_dim: int
             and _rows_in_16_bytes(q))
 
 
-def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device, bf16: bool = False):
-    return (torch.empty(splits, tokens, heads, NOPE, dtype=torch.bfloat16 if bf16 else torch.float32, device=device),
+def _split_outputs(splits: int, tokens: int, heads: int, device: torch.device):
+    return (torch.empty(splits, tokens, heads, NOPE, dtype=torch.bfloat16, device=device),
             torch.empty(splits, tokens, heads, dtype=torch.float32, device=device))
 
 
 def sparse_mla_decode_gluon_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     indices: torch.Tensor, sm_scale: float, v_dim: int = NOPE, num_splits: int | None = None, out=None,
-    full_scores: bool = False, row_scan: int | None = None, staged_partials: bool = True, pdl: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`kernel.sparse_mla_launcher` for BF16 q [T, H, 576] (H a multiple of 64) over a BF16 cache [P, 64, 576] or an
     FP8 one [P, 64, 656] (uint8): indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, 512] bf16, lse [T, H]
-    fp32).
-
-    `full_scores`: both warpgroups compute the whole score block (warps_per_cta [8, 1], as Triton's kernel does)
-    instead of half each ([4, 2], the design); offline sm_90: 3 barriers a key block instead of 12.
-    `row_scan`: index slots a step of the row's scan (default: the whole row, up to MAX_ROW_SCAN).
-    `staged_partials` (default): with splits, bf16 partial outputs written through shared memory in 16-byte vectors
-    (half the fp32 partials' bytes, and the combine reads half); False: fp32 partials stored from the accumulator's
-    layout. Run ta, B64 H64 BF16 on the H200: attention + combine 56.5 + 4.1 us staged, 58.7 + 4.8 in fp32.
-    `pdl`: with splits, the combine is a programmatic dependent launch that may start once every program has left the
-    key loop (dependent_launch's LATE). Off by default: in 50-call graphs on an H100 (run tf, B64 H64) it saved
-    0.9-1.6 us a call with the FP8 cache and cost 0.3-0.6 with the BF16 one."""
+    fp32). num_splits: splits of each key list (default schedule.num_splits); with splits, the partial outputs are
+    bf16 and `combine_kernel.py` merges them. The index row is scanned in one load of up to MAX_ROW_SCAN slots."""
     assert HAS_GLUON, "this Triton has no Gluon (triton.experimental.gluon)"
     _check_inputs(q, latent_cache, block_table, v_dim)
     tokens, heads, width = q.shape
@@ -452,19 +429,15 @@ def sparse_mla_decode_gluon_launcher(
     indices = indices.contiguous()
     programs = tokens * (heads // HEADS)
     splits = num_splits or schedule.num_splits(programs, indices.shape[1], BLOCK_N, q.device)
-    staged = staged_partials and splits > 1
-    pdl_mode = LATE if pdl and splits > 1 and dependent_launch.pdl_available(q) else OFF
-    o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device, staged)
-    row_scan = row_scan or min(MAX_ROW_SCAN, max(256, triton.next_power_of_2(indices.shape[1])))
-    assert row_scan >= 256 and row_scan & (row_scan - 1) == 0, f"row_scan must be a power of two >= 256, got {row_scan}"
+    o_part, lse_part = (o, lse) if splits == 1 else _split_outputs(splits, tokens, heads, q.device)
+    row_scan = min(MAX_ROW_SCAN, max(256, triton.next_power_of_2(indices.shape[1])))
     _sparse_mla_decode_kernel[(programs, splits)](
         q, latent_cache, indices, block_table, cu_seqlens, o, lse, o_part, lse_part, sm_scale, tokens,
         cu_seqlens.shape[0] - 1, heads, heads // HEADS, splits, indices.shape[1], q.stride(0), q.stride(1),
         indices.stride(0), block_table.stride(0), PAGE=PAGE_SIZE, ROW=latent_cache.shape[-1], DV=NOPE,
-        DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1, FULL_SCORES=full_scores,
-        FP8=is_quantized(latent_cache), TILE=FP8_TILE, ROW_SCAN=row_scan, STAGED=staged, PDL=pdl_mode,
-        num_warps=NUM_WARPS,
+        DR=ROPE, BLOCK_H=HEADS, BLOCK_N=BLOCK_N, SPLIT=splits > 1, FP8=is_quantized(latent_cache), TILE=FP8_TILE,
+        ROW_SCAN=row_scan, num_warps=NUM_WARPS,
     )
     if splits > 1:
-        combine_splits_launcher(o_part, lse_part, o, lse, pdl=pdl_mode)
+        combine_splits_launcher(o_part, lse_part, o, lse)
     return o, lse

@@ -85,30 +85,6 @@ def _gather_latent_rows(cache, rows, row_ok, dtype: tl.constexpr, math_dtype: tl
 
 
 @triton.jit
-def _gather_value_rows(cache, rows, row_ok, dv_lo, dtype: tl.constexpr, math_dtype: tl.constexpr, ROW: tl.constexpr,
-                       DV: tl.constexpr, DVB: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr,
-                       TILE: tl.constexpr):
-    """Value columns [dv_lo, dv_lo + DVB) of flat physical rows [BLOCK_N] -> [BLOCK_N, DVB] in `dtype` (0 outside
-    row_ok): the slice of `_gather_latent_rows`'s nope part that a value-column block accumulates."""
-    base = cache + rows.to(tl.int64) * ROW
-    if FP8:
-        NB: tl.constexpr = DVB // TILE
-        t = dv_lo // TILE + tl.arange(0, NB)
-        c = tl.arange(0, TILE)
-        # a last block past DV (DV not a power of two) reads nothing: its columns are never stored
-        tile_ok = row_ok[:, None] & (t < DV // TILE)[None, :]
-        raw = tl.load(base[:, None, None] + (t * TILE)[None, :, None] + c[None, None, :], mask=tile_ok[:, :, None],
-                      other=0)
-        scale = tl.load((base + DV).to(tl.pointer_type(tl.float32))[:, None] + t[None, :], mask=tile_ok, other=0.0)
-        value = raw.to(tl.float8e4nv, bitcast=True).to(math_dtype) * scale.to(math_dtype)[:, :, None]
-        value = tl.reshape(value, (BLOCK_N, DVB)).to(dtype)
-    else:
-        v = dv_lo + tl.arange(0, DVB)
-        value = tl.load(base[:, None] + v[None, :], mask=row_ok[:, None] & (v < DV)[None, :], other=0.0).to(dtype)
-    return value
-
-
-@triton.jit
 def _resolve_rows_kernel(indices, block_table, token_seq, rows, num_slots, topk, stride_idx, stride_bt,
                          PAGE: tl.constexpr, BLOCK: tl.constexpr):
     """rows[t, k] = flat physical row of logical position indices[t, k] of token t's sequence, or -1;
@@ -157,14 +133,11 @@ def _mla_attention_kernel(
     ROW: tl.constexpr, DV: tl.constexpr, DR: tl.constexpr, DV_PAD: tl.constexpr, DR_PAD: tl.constexpr,
     FP8: tl.constexpr, DENSE: tl.constexpr, SPLIT: tl.constexpr, TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, PAGE: tl.constexpr, TILE: tl.constexpr, PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr, DV_BLOCKS: tl.constexpr, E4M3_BITS: tl.constexpr, INLINE_PTX: tl.constexpr,
+    UPCAST: tl.constexpr, E4M3_BITS: tl.constexpr, INLINE_PTX: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = tl.program_id(1)
-    # the value blocks and head blocks of one token block are neighbours in launch order, so its gathered rows are
-    # re-read from L2
-    dv_block = pid % DV_BLOCKS
-    pid = pid // DV_BLOCKS
+    # the head blocks of one token block are neighbours in launch order, so its gathered rows are re-read from L2
     head_block = pid % num_head_blocks
     block = pid // num_head_blocks
     seq = tl.load(block_seq + block)
@@ -189,9 +162,6 @@ def _mla_attention_kernel(
 
     dtype = q.dtype.element_ty
     math_dtype = tl.float32 if UPCAST else dtype
-    # this program's value columns: all of them, or block dv_block of DV_BLOCKS
-    DVB: tl.constexpr = DV_PAD // DV_BLOCKS
-    dv_lo = dv_block * DVB
     v = tl.arange(0, DV_PAD)
     r = tl.arange(0, DR_PAD)
     q_row = q + tok.to(tl.int64) * stride_qt + head.to(tl.int64) * stride_qh
@@ -207,7 +177,7 @@ def _mla_attention_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, DVB], tl.float32)
+    acc = tl.zeros([BLOCK_M, DV_PAD], tl.float32)
     row_base = rows + block.to(tl.int64) * stride_rows
     table_row = block_table + seq * stride_bt
     # each block's physical rows are fetched one block ahead, so the pipelined gather does not wait on them
@@ -234,29 +204,22 @@ def _mla_attention_kernel(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        if DV_BLOCKS == 1:
-            values = k_nope
-        else:
-            values = _gather_value_rows(cache, row, key_ok, dv_lo, dtype, math_dtype, ROW, DV, DVB, BLOCK_N, FP8,
-                                        TILE)
-        acc = _mma(p.to(dtype), values, acc * alpha[:, None], PRECISION, UPCAST)
+        # the values are the nope columns of the same rows
+        acc = _mma(p.to(dtype), k_nope, acc * alpha[:, None], PRECISION, UPCAST)
         m_i = m_new
 
     seen = l_i > 0
     out = acc * (out_factor / tl.where(seen, l_i, 1.0))[:, None]
     lse_row = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
     flat = tok.to(tl.int64) * num_heads + head
-    vo = dv_lo + tl.arange(0, DVB)
-    out_ok = row_ok[:, None] & (vo < DV)[None, :]
-    # every value block computes the same lse: the first one stores it
-    lse_ok = row_ok & (dv_block + head * 0 == 0)
+    out_ok = row_ok[:, None] & (v < DV)[None, :]
     if SPLIT:
         flat += split.to(tl.int64) * num_tokens * num_heads
-        tl.store(o_part + flat[:, None] * DV + vo[None, :], out, mask=out_ok)
-        tl.store(lse_part + flat, lse_row, mask=lse_ok)
+        tl.store(o_part + flat[:, None] * DV + v[None, :], out, mask=out_ok)
+        tl.store(lse_part + flat, lse_row, mask=row_ok)
     else:
-        tl.store(o + flat[:, None] * DV + vo[None, :], out.to(o.dtype.element_ty), mask=out_ok)
-        tl.store(lse + flat, lse_row, mask=lse_ok)
+        tl.store(o + flat[:, None] * DV + v[None, :], out.to(o.dtype.element_ty), mask=out_ok)
+        tl.store(lse + flat, lse_row, mask=row_ok)
 
 
 # the Triton interpreter (3.9) does bf16 dots and arithmetic on the raw bits, so there bf16 math runs in fp32
@@ -321,7 +284,7 @@ def _launch_attention(q, cache, block_table, cu_seqlens, keys, sm_scale: float, 
         rows, num_slots = _resolve_rows(keys, block_table, block_seq, launch)
         block_first, positions = block_seq, block_seq
         key_hint = keys.shape[1]
-    programs = block_seq.shape[0] * head_blocks * config.dv_blocks
+    programs = block_seq.shape[0] * head_blocks
     if splits is None:
         splits = schedule.num_splits(programs, key_hint, config.block_n, q.device)
     o_part, lse_part = o, lse
@@ -337,9 +300,8 @@ def _launch_attention(q, cache, block_table, cu_seqlens, keys, sm_scale: float, 
         DR_PAD=_pow2_at_least_16(width - v_dim), FP8=is_quantized(cache), DENSE=dense, SPLIT=splits > 1,
         TOKENS=config.tokens_per_block, BLOCK_H=config.block_h, BLOCK_N=config.block_n, PAGE=PAGE_SIZE,
         TILE=FP8_TILE, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST=q.dtype == torch.bfloat16 and _INTERPRETED, DV_BLOCKS=config.dv_blocks,
-        E4M3_BITS=config.e4m3_bits and is_quantized(cache) and q.dtype == torch.bfloat16 and config.dv_blocks == 1,
-        INLINE_PTX=not _INTERPRETED,
+        UPCAST=q.dtype == torch.bfloat16 and _INTERPRETED,
+        E4M3_BITS=is_quantized(cache) and q.dtype == torch.bfloat16, INLINE_PTX=not _INTERPRETED,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if splits > 1:
@@ -349,18 +311,19 @@ def _launch_attention(q, cache, block_table, cu_seqlens, keys, sm_scale: float, 
 
 def sparse_mla_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
-    indices: torch.Tensor, sm_scale: float, v_dim: int = 512, launch=None,
-    config: schedule.TileConfig | None = None, num_splits: int | None = None, out=None,
+    indices: torch.Tensor, sm_scale: float, v_dim: int = 512, launch=None, num_splits: int | None = None,
+    out=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q [T, H, D], indices [T, topk] (logical positions, -1 skipped) -> (o [T, H, v_dim] q.dtype, lse [T, H] fp32).
 
-    `config` / `num_splits` override the defaults of `schedule` (benchmarks, tests); `out` = (o, lse) buffers.
+    Tiles from schedule.sparse_tile_config; num_splits: splits of each key list (default schedule.num_splits; tests
+    pick several); `out` = (o, lse) buffers.
     """
     _check_inputs(q, latent_cache, block_table, v_dim)
     assert indices.dim() == 2 and indices.shape[0] == q.shape[0], f"indices {tuple(indices.shape)} vs q {q.shape}"
     # the geometry whose three-stage FP8 tiles were measured (and fit in shared memory): 512 + 64 latent rows
     fp8_rows = is_quantized(latent_cache) and v_dim == 512 and q.shape[-1] == 576
-    config = config or schedule.sparse_tile_config(q.shape[1], q.dtype, fp8_rows)
+    config = schedule.sparse_tile_config(q.shape[1], q.dtype, fp8_rows)
     assert config.tokens_per_block == 1, "sparse attention has one token (its own key list) per program"
     return _launch_attention(q, latent_cache, block_table, cu_seqlens, indices.contiguous(), sm_scale, v_dim,
                              False, config, num_splits, launch, out)
@@ -368,14 +331,15 @@ def sparse_mla_launcher(
 
 def dense_mla_launcher(
     q: torch.Tensor, latent_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
-    positions: torch.Tensor, sm_scale: float, v_dim: int = 512, launch=None,
-    config: schedule.TileConfig | None = None, num_splits: int | None = None, out=None,
+    positions: torch.Tensor, sm_scale: float, v_dim: int = 512, launch=None, num_splits: int | None = None,
+    out=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal attention of token t over logical positions 0..positions[t] of its sequence; shapes as sparse."""
+    """Causal attention of token t over logical positions 0..positions[t] of its sequence; shapes as sparse. Tiles
+    from schedule.tile_config."""
     _check_inputs(q, latent_cache, block_table, v_dim)
     assert positions.shape == (q.shape[0],), f"positions {tuple(positions.shape)} vs q {tuple(q.shape)}"
     tokens, seqs = q.shape[0], cu_seqlens.shape[0] - 1
     per_seq = -(-tokens // seqs) if schedule.is_concrete(tokens, seqs) and seqs > 0 else None
-    config = config or schedule.tile_config(q.shape[1], q.dtype, dense=True, tokens_per_seq=per_seq)
+    config = schedule.tile_config(q.shape[1], q.dtype, dense=True, tokens_per_seq=per_seq)
     return _launch_attention(q, latent_cache, block_table, cu_seqlens, positions.contiguous(), sm_scale, v_dim,
                              True, config, num_splits, launch, out)

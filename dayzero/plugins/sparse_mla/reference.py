@@ -1,4 +1,4 @@
-"""Absorbed MLA attention over latent rows [c_kv (512) | k_pe (64)] (MODEL.md section 3).
+"""Absorbed MLA attention over latent rows [c_kv (512) | k_pe (64)] (docs/models.md).
 
 The query arrives absorbed: q [T, H, 576] = [q_nope W_UK | q_pe]. Scores are q . row * sm_scale, values are the
 first `v_dim` (512) columns of the same rows; W_UV is applied by the caller. Returns (o [T, H, v_dim] in q's

@@ -26,14 +26,9 @@ class TileConfig:
     block_n: int
     num_warps: int
     num_stages: int
-    # programs sharing one query block, each accumulating 1/dv_blocks of the value columns (every one computes the
-    # whole score block): a [64, 512] fp32 accumulator next to the score operands spills at any warp count
-    dv_blocks: int = 1
-    # FP8 caches with bf16 queries: decode e4m3 by bit placement (e4m3_bits.py) instead of cvt instructions
-    e4m3_bits: bool = True
 
     def __post_init__(self):
-        for name in ("block_h", "tokens_per_block", "block_n", "dv_blocks"):
+        for name in ("block_h", "tokens_per_block", "block_n"):
             value = getattr(self, name)
             if value < 1 or value & (value - 1):
                 raise ValueError(f"TileConfig.{name} must be a power of two, got {value}")
@@ -71,16 +66,15 @@ def tile_config(num_heads: int, q_dtype: torch.dtype, dense: bool, tokens_per_se
 
 def sparse_tile_config(num_heads: int, q_dtype: torch.dtype, fp8_latent_rows: bool = False) -> TileConfig:
     """Tiles of sparse attention (one token per program): 64-key blocks gathered two stages deep. Measured on the H200,
-    top-2048: prefill T8192 H128 BF16 17.1 ms (274 TFLOP/s) against 22.1 ms for 32-key blocks and 23.3 / 34.2 / 22.2
-    ms for 32 keys 2 deep, 16 keys 3 deep and 32 keys 4 deep (run be); decode B64 at 32K context as CUDA-graph
-    replays (run fi, two passes alike) 0.210 / 0.175 / 0.126 / 0.107 ms at H128 FP8 / H128 BF16 / H64 FP8 / H64 BF16,
-    against 0.239 / 0.194 / 0.153 / 0.115 ms for tile_config's 32-key blocks three deep. (H64 BF16 kept the 32-key
-    blocks until run fi: the eager times that chose them, runs w and z, held host launch time.)
+    top-2048 (bench/bench_sparse_mla.py): prefill T8192 H128 BF16 17.1 ms (274 TFLOP/s) against 22.1 ms for 32-key
+    blocks and 23.3 / 34.2 / 22.2 ms for 32 keys 2 deep, 16 keys 3 deep and 32 keys 4 deep; decode B64 at 32K context
+    as CUDA-graph replays 0.210 / 0.175 / 0.126 / 0.107 ms at H128 FP8 / H128 BF16 / H64 FP8 / H64 BF16, against
+    0.239 / 0.194 / 0.153 / 0.115 ms for tile_config's 32-key blocks three deep.
 
     `fp8_latent_rows`: FP8 records of the 512 + 64 latent row (656 bytes) take three stages, so one block's gather is
-    in flight while the one before is scored (two stages wait for every copy before the dots: offline sm_90 TTGIR,
-    `async_wait {num = 0}`); 231 KB of shared memory, within the H200's 227 KiB. Run la, graph replay: 0.200 / 0.119
-    ms at H128 / H64 against 0.213 / 0.128 for two stages. A BF16 row (1152 bytes) does not fit three deep."""
+    in flight while the one before is scored (two stages wait for every copy before the dots: the sm_90 TTGIR has
+    `async_wait {num = 0}`); 231 KB of shared memory, within the H200's 227 KiB. In graph replay 0.200 / 0.119 ms at
+    H128 / H64 against 0.213 / 0.128 for two stages. A BF16 row (1152 bytes) does not fit three deep."""
     base = tile_config(num_heads, q_dtype, dense=False)
     if q_dtype == torch.float32:
         return base
@@ -103,8 +97,8 @@ def sequence_of_tokens(cu_seqlens: torch.Tensor, num_tokens) -> torch.Tensor:
     """seq [T] int32: the sequence each flat token belongs to (sequence n owns [cu[n], cu[n+1]))."""
     tokens = torch.arange(num_tokens, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
     # searches all of cu_seqlens, never the view cu_seqlens[1:]: torch 2.11's Inductor drops a view's offset in its
-    # bucketize lowering, so the H200 engine searched cu_seqlens[:-1] and gave every token the next sequence (the last
-    # one a block-table row past the end, then an illegal address in the attention kernel)
+    # bucketize lowering, so an engine would search cu_seqlens[:-1] and give every token the next sequence (the last
+    # one a block-table row past the end, an illegal address in the attention kernel)
     return (torch.searchsorted(cu_seqlens, tokens, right=True) - 1).to(torch.int32)
 
 
