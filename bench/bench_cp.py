@@ -1,15 +1,14 @@
 """Context parallelism on GPUs (NCCL): one long prompt's time to first token through one rank and through --cp 2
 (eager engines, bf16 by default, the whole prompt in one prefill step), on a random checkpoint of a cut-down
 h200-slice (full width; fewer layers and experts, so that each rank loads it in seconds), and whether the greedy
-tokens agree (bf16 near-ties of random weights may flip one). Needs 2 GPUs (nvidia-h200-x2).
+tokens agree (bf16 near-ties of random weights may flip one). Needs 2 GPUs.
 
-    python -m bench.h200_cp --out DIR [--prompt-tokens 32768 131072] [--layers 4] [--experts 8]
-    python -m bench.h200_cp --out /tmp/cp --device cpu --config tiny-hybrid --prompt-tokens 500 --layers 3
+    python -m bench.bench_cp [--out DIR] [--prompt-tokens 32768 131072] [--layers 4] [--experts 8]
+    python -m bench.bench_cp --out /tmp/cp --device cpu --config tiny-hybrid --prompt-tokens 500 --layers 3
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -18,7 +17,8 @@ from pathlib import Path
 import torch
 
 from bench.bench_server import TokenIds
-from bench.h200_tp import agreement
+from bench.bench_tp import agreement
+from bench.common import parser, print_tables, write_result
 from dayzero.export.options import ExportOptions
 from dayzero.model.checkpoint_writer import write_random_checkpoint
 from dayzero.paths import bundled_config
@@ -67,39 +67,33 @@ def first_token(checkpoint: Path, cp: int, prompts: list[list[int]], max_tokens:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--prompt-tokens", type=int, nargs="+", default=[32768, 131072])
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--experts", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=8)
-    parser.add_argument("--config", default="h200-slice")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--device", default="cuda", help="cpu: a smoke run of the script (with --config tiny-hybrid)")
-    args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    p = parser(__doc__)
+    p.add_argument("--prompt-tokens", type=int, nargs="+", default=[32768, 131072])
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--experts", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--config", default="h200-slice")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--device", default="cuda", help="cpu: a smoke test of the script (with --config tiny-hybrid)")
+    args = p.parse_args()
     print(f"GPUs: {torch.cuda.device_count()}", flush=True)
     config_data = cut_down_config(args.config, args.layers, args.experts)
     vocab = config_data.get("text_config", config_data)["vocab_size"]
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in args.prompt_tokens]
-    results = []
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "config.json"
         config.write_text(json.dumps(config_data))
-        started = time.perf_counter()
         checkpoint = write_random_checkpoint(config, Path(tmp) / "ckpt", torch.bfloat16)
-        print(f"checkpoint written in {time.perf_counter() - started:.0f} s", flush=True)
-        for cp in (1, 2):
-            results.append(first_token(checkpoint, cp, prompts, args.max_tokens, args.device, args.dtype))
-            (out / "h200_cp.json").write_text(json.dumps(results, indent=1))
-    print(f"{'prompt':>8} {'cp':>3} {'TTFT s':>8} {'speedup':>8} {'agree':>6}")
-    for one, two in zip(results[0]["rows"], results[1]["rows"]):
-        agree = agreement([one["tokens"]], [two["tokens"]])
-        for row, cp in ((one, 1), (two, 2)):
-            print(f"{row['prompt_tokens']:>8} {cp:>3} {row['ttft_s']:>8.3f} {one['ttft_s'] / row['ttft_s']:>8.2f} "
-                  f"{agree if cp == 2 else 1.0:>6.3f}")
+        one, two = (first_token(checkpoint, cp, prompts, args.max_tokens, args.device, args.dtype) for cp in (1, 2))
+    rows = [{"case": f"{a['prompt_tokens']} tokens", "prompt_tokens": a["prompt_tokens"], "cp1_ttft_s": a["ttft_s"],
+             "cp2_ttft_s": b["ttft_s"], "speedup": a["ttft_s"] / b["ttft_s"],
+             "agreement": agreement([a["tokens"]], [b["tokens"]])} for a, b in zip(one["rows"], two["rows"])]
+    tables = {"ttft": {"title": f"Time to first token, {args.config} cut to {args.layers} layers, one rank against two",
+                       "rows": rows, "columns": {"case": "prompt", "cp1_ttft_s": "one rank s", "cp2_ttft_s": "--cp 2 s",
+                                                 "speedup": "speedup", "agreement": "tokens agreeing"},
+                       "plot": {"x": "case", "y": ["cp1_ttft_s", "cp2_ttft_s"], "ylabel": "s to the first token"}}}
+    print_tables(write_result(args.out, "cp", tables, config=args.config, load_s=[one["load_s"], two["load_s"]]))
 
 
 if __name__ == "__main__":

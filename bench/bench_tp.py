@@ -1,19 +1,18 @@
 """Tensor parallelism on GPUs (NCCL): greedy generation through one rank and through `--tp 2`, on the same random
-checkpoint, per backend; records whether the tokens agree and the decode rate. Needs 2 GPUs (nvidia-h200-x2).
+checkpoint, per backend; records whether the tokens agree and the decode rate. Needs 2 GPUs.
 
-    python -m bench.h200_tp --out results/h200_tp.json [--config tiny-hybrid] [--backends eager aoti]
+    python -m bench.bench_tp [--out DIR] [--config tiny-hybrid] [--backends eager aoti]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from bench.common import parser, print_tables, write_result
 from dayzero.export.options import ExportOptions
 from dayzero.model.checkpoint_writer import write_random_checkpoint
 from dayzero.paths import bundled_config
@@ -48,12 +47,11 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--config", default="tiny-hybrid")
-    parser.add_argument("--backends", nargs="+", default=["eager", "aoti"])
-    parser.add_argument("--max-tokens", type=int, default=32)
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--config", default="tiny-hybrid")
+    p.add_argument("--backends", nargs="+", default=["eager", "aoti"])
+    p.add_argument("--max-tokens", type=int, default=32)
+    args = p.parse_args()
     print(f"GPUs: {torch.cuda.device_count()}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,11 +60,14 @@ def main() -> None:
             one, two = (generate(checkpoint, backend, tp, args.max_tokens) for tp in (1, 2))
             two["agreement_with_tp1"] = agreement(one["tokens"], two["tokens"])
             rows += [one, two]
-            Path(args.out).write_text(json.dumps(rows, indent=1))
-    print(f"{'backend':8} {'tp':>3} {'load s':>7} {'tok/s':>8} {'agree':>6}")
     for row in rows:
-        print(f"{row['backend']:8} {row['tp']:>3} {row['load_s']:>7.1f} {row['tokens_per_s']:>8.1f} "
-              f"{row.get('agreement_with_tp1', 1.0):>6.3f}")
+        row["case"] = f"{row['backend']}, tp {row['tp']}"
+        row.pop("tokens")
+    tables = {"generate": {"title": f"Greedy generation, {args.config}, one rank against two", "rows": rows,
+                           "columns": {"case": "engine", "load_s": "load s", "tokens_per_s": "tokens/s",
+                                       "agreement_with_tp1": "tokens agreeing with one rank"},
+                           "plot": {"x": "case", "y": ["tokens_per_s"], "ylabel": "tokens/s"}}}
+    print_tables(write_result(args.out, "tp", tables, config=args.config))
 
 
 if __name__ == "__main__":

@@ -1,16 +1,17 @@
-"""Export on the H200: an h200-slice model (random weights, `--num-layers` of its layers at full width) traced and
-compiled by AOTInductor with the Triton plugin kernels inlined, loaded back, and its decode step checked against
-the eager model and timed (plain calls and a CUDA-graph replay of the loaded engine).
+"""AOTInductor export: an h200-slice model (random weights, `--num-layers` of its layers at full width) traced and
+compiled with the Triton plugin kernels inlined, loaded back, and its decode step checked against the eager engine
+and timed (plain calls and a CUDA-graph replay of the loaded engine).
 
-    PYTHONPATH=. python bench/h200_export.py --out DIR [--num-layers 2]
+    python -m bench.bench_export [--out DIR] [--num-layers 2]
 
 The decode package is built (prefill runs eagerly to fill the caches); the laid-out weights go to one safetensors
-file beside it (14 GB at 2 layers), which the engine loads and hands to the package without a copy.
+file beside it (12 GB at 2 layers), which the engine loads and hands to the package without a copy. Batch 8, context 300
+after an eager prefill, FP8 latent + MXFP8 index caches, 3 decode steps compared with the eager engine on copies of
+the same caches.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -18,8 +19,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import median_ms, rel_err, write_results
-from bench.h200_model import h200_slice_model
+from bench.common import h200_slice_model, median_ms, parser, print_tables, rel_err, write_result
 from dayzero.errors import DayzeroError
 from dayzero.export.aoti import AOTIEngine, compile_package, whole_tensor_copies
 from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
@@ -60,7 +60,6 @@ def build(args, report: dict):
     start = time.perf_counter()
     weights = save_engine_weights(program_weights(program), Path(args.workdir) / "weights.safetensors")
     report["write_weights_s"] = time.perf_counter() - start
-    # what bench/aoti_decode_probe.py needs to load the package in a process of its own
     (Path(args.workdir) / "engine.json").write_text(json.dumps(manifest.to_json()))
     report["weights_GB"] = weights.stat().st_size / 1e9
     return model, manifest, package, weights
@@ -127,38 +126,53 @@ def time_steps(eager, aoti, caches, report: dict) -> None:
         report["aoti_graph_decode_ms"] = median_ms(graph.replay, warmup=3, iters=10)
 
 
+def tables(report: dict) -> dict:
+    load, reload = report.get("load_s", {}), report.get("reload_s", {})
+    build = {"trace_s": report.get("trace_s"), "compile_s": report.get("compile_s"),
+             "package_MB": 1e3 * report.get("package_GB", 0), "weights_GB": report.get("weights_GB"),
+             "load_weights_s": load.get("weights"), "load_package_ms": 1e3 * load.get("decode", 0),
+             "reload_weights_s": reload.get("weights")}
+    decode = {"case": f"B{BATCH} context {CONTEXT}", "eager_decode_ms": report.get("eager_decode_ms"),
+              "aoti_decode_ms": report.get("aoti_decode_ms"),
+              "aoti_graph_decode_ms": report.get("aoti_graph_decode_ms"),
+              "logits_rel_err_max": max(report.get("decode_logits_rel_err", [0])),
+              "top1_agreement_min": min(report.get("decode_top1_agreement", [0])),
+              "cache_rel_err": report.get("cache_rel_err")}
+    return {
+        "build": {"title": f"Export of the h200-slice's first {len(report['layers'])} layers", "rows": [build],
+                  "columns": {"trace_s": "trace s", "compile_s": "AOTInductor compile s", "package_MB": "package MB",
+                              "weights_GB": "weights GB", "load_weights_s": "load: weights s",
+                              "load_package_ms": "load: package ms", "reload_weights_s": "second load: weights s"}},
+        "decode": {"title": "Decode step through the exported engine against the eager engine", "rows": [decode],
+                   "columns": {"case": "case", "eager_decode_ms": "eager ms", "aoti_decode_ms": "AOTI ms",
+                               "aoti_graph_decode_ms": "AOTI in a CUDA graph ms",
+                               "logits_rel_err_max": "logits rel err (max over steps)",
+                               "top1_agreement_min": "top-1 agreement", "cache_rel_err": "caches rel err"},
+                   "plot": {"x": "case", "y": ["eager_decode_ms", "aoti_decode_ms", "aoti_graph_decode_ms"],
+                            "ylabel": "ms a decode step"}},
+    }
+
+
 def main() -> None:
     reexec_with_libstdcxx()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--num-layers", type=int, default=2)
-    parser.add_argument("--workdir", default="/tmp/dayzero_export")
-    parser.add_argument("--no-reload", action="store_true", help="load the package once only")
-    parser.add_argument("--build-only", action="store_true",
-                        help="stop after writing the package and weights (for bench/aoti_decode_probe.py)")
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--num-layers", type=int, default=2)
+    p.add_argument("--workdir", default="/tmp/dayzero_export")
+    p.add_argument("--no-reload", action="store_true", help="load the package once only")
+    args = p.parse_args()
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
-    report = {"batch": BATCH, "context": CONTEXT, "cache": "fp8 latent + mxfp8 index", "dtype": "bf16"}
+    report = {}
     model, manifest, package, weights = build(args, report)
-    write_results(args.out, "h200_export", report)
-    print({k: report[k] for k in ("trace_s", "compile_s", "package_GB", "wrapper_copies")}, flush=True)
-    if args.build_only:
-        return
     aoti = AOTIEngine(manifest, weights, None, package)
     report["load_s"] = aoti.load_seconds
     if not args.no_reload:
         # a second load in the same process: what the first one paid once (module init, reading the files cold)
         report["reload_s"] = AOTIEngine(manifest, weights, None, package).load_seconds
-    write_results(args.out, "h200_export", report)
-    print({k: report.get(k) for k in ("load_s", "reload_s")}, flush=True)
     compare(model, manifest, aoti, report)
-    write_results(args.out, "h200_export", report)
-    for key in ["layers", "params_B", "trace_s", "compile_s", "package_GB", "weights_GB", "write_weights_s", "load_s",
-                "reload_s", "compile_check_error", "decode_logits_rel_err", "decode_logits_rel_err_per_sequence",
-                "decode_top1_agreement",
-                "eager_decode_ms", "aoti_decode_ms", "aoti_graph_decode_ms", "graph_replay_rel_err", "wrapper_copies"]:
-        print(f"{key:24} {str(report.get(key))[:100]}")
+    print_tables(write_result(args.out, "export", tables(report), details={
+        k: report.get(k) for k in ("layers", "params_B", "layout", "plugin_ops", "wrapper_copies",
+                                   "compile_check_error", "decode_logits_rel_err_per_sequence")}))
 
 
 if __name__ == "__main__":

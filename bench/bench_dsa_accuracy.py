@@ -1,28 +1,28 @@
-"""Accuracy of the layered DSA quantization (MODEL.md section 6) on the h200-slice config with random weights.
+"""Accuracy of the layered DSA quantization (docs/models.md) on the h200-slice config with random weights.
 
 One DSA-MLA decoder layer of dayzero/configs/h200-slice (hidden 7168, 96 MLA heads, q_lora 1536, indexer 32 x 128,
 top-k 2048) gets random_init weights on the GPU; hidden states x ~ N(0, 1) of 8K and 32K tokens go through
 input_layernorm, q_a_proj + q_a_layernorm and the indexer / latent projections (references in torch, no kernels):
 (a) recall@2048 of the MXFP8 indexer (q and k MXFP8, the prescribed scheme and the model's path over an MXFP8 cache;
-    also k alone, the model's path before 2026-12-04) against the BF16 indexer, over every query position >= 2048
+    also k alone, with a BF16 query) against the BF16 indexer, over every query position >= 2048
     (below that every visible token is selected), queries chunked so no [chunk, HI, T] fp32 block exceeds ~1 GB;
 (b) the relative error of the sparse MLA output o [T, H, 512] (absorbed q against the selected latent rows) with
     the FP8 latent cache vs the BF16 one, on evenly spaced query positions >= 2048: with the BF16 selection (the
     cache format alone) and end to end (MXFP8 selection + FP8 latent);
 (c) cache bytes per token per MLA layer (and KDA bytes per sequence slot) for h200-slice and kimi-k3.1.
-Run on the H200: `PYTHONPATH=. python bench/dsa_accuracy.py --out DIR`.
+
+    python -m bench.bench_dsa_accuracy [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 import traceback
 from pathlib import Path
 
 import torch
 
-from bench.common import table, write_results
+from bench.common import parser, print_tables, write_result
 from dayzero.model.block import DecoderLayer
 from dayzero.model.caches import CacheFormat, cache_bytes
 from dayzero.model.config import MLA, ModelConfig
@@ -182,31 +182,29 @@ def capacity_rows() -> list[dict]:
     return rows
 
 
+ACCURACY_COLUMNS = {"context": "context", "queries": "queries", "recall_mxfp8_qk_mean": "recall, q+k MXFP8",
+                    "recall_mxfp8_qk_min": "min", "recall_mxfp8_k_mean": "recall, k MXFP8",
+                    "fp8_latent_rel_err": "FP8 latent: rel err of o", "end_to_end_rel_err": "end to end rel err"}
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench/results")
-    args = parser.parse_args()
+    args = parser(__doc__).parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     capacity = capacity_rows()
     cfg = ModelConfig.from_hf(CONFIGS / "h200-slice")
-    device = "cuda"
-    layer = mla_layer(cfg, device)
+    layer = mla_layer(cfg, "cuda")
     results = []
     for length in CONTEXTS:
         try:
-            results.append(run_context(layer, cfg, length, device))
-        except Exception as exc:
+            results.append(run_context(layer, cfg, length, "cuda"))
+        except Exception as exc:  # noqa: BLE001 - one failing context must not stop the other
             traceback.print_exc()
             results.append({"context": length, "error": f"{type(exc).__name__}: {exc}"})
         torch.cuda.empty_cache()
-    path = write_results(args.out, "dsa_accuracy", {"config": "h200-slice", "accuracy": results,
-                                                    "capacity": capacity})
-    print(f"results: {path}")
-    print(table(capacity, list(capacity[0])))
-    print()
-    print(table(results, ["context", "queries", "recall_mxfp8_qk_mean", "recall_mxfp8_qk_min", "recall_mxfp8_k_mean",
-                          "recall_mxfp8_k_min", "fp8_latent_rel_err", "fp8_latent_rel_err_max", "end_to_end_rel_err",
-                          "seconds", "error"]))
+    tables = {"accuracy": {"title": "Layered DSA quantization against BF16, one h200-slice MLA layer",
+                           "columns": ACCURACY_COLUMNS, "rows": results},
+              "capacity": {"title": "Cache bytes", "columns": {key: key for key in capacity[0]}, "rows": capacity}}
+    print_tables(write_result(args.out, "dsa_accuracy", tables, config="h200-slice"))
 
 
 if __name__ == "__main__":
