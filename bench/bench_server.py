@@ -6,7 +6,7 @@ OpenAI API (uvicorn on a local port, streamed, all requests at once), on the emb
     python -m bench.bench_server --h200-slice --prompt-tokens 512 --max-tokens 128   (random bf16 weights built on
         the GPU, FP8 latent + MXFP8 index caches, CUDA-graph decode; prompts and text as token ids)
 
-Three runs of the same greedy requests (EOS ignored): the engine alone, the server with its HTTP
+Three passes over the same greedy requests (EOS ignored): the engine alone, the server with its HTTP
 thread in the engine's process (`run_server`), and the server as `dayzero serve` serves, HTTP in a process of its
 own (`serve`, http_process.py). Reported: wall time, generated tokens/s, and for the served runs the time to each
 request's first streamed text (p50 / max) and the mean gap between its pieces. The engine stays on the main thread in

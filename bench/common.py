@@ -8,6 +8,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -190,6 +191,17 @@ def commit() -> str | None:
         return None
 
 
+def command(benchmark: str) -> str:
+    """The command line that measured a result, without its --out."""
+    args, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip or arg == "--out" or arg.startswith("--out="):
+            skip = arg == "--out"
+            continue
+        args.append(arg)
+    return " ".join([f"python -m bench.bench_{benchmark}", *args])
+
+
 def write_result(out: Path, benchmark: str, tables: dict, **meta) -> Path:
     """out/<benchmark>.json: the card, the commit, the software, `meta` (ceilings, peer) and the tables, each
     {"title", "columns": {key: header}, "rows": [...], "plot": {...} (optional, see plot.py)}; then its PNG."""
@@ -200,7 +212,7 @@ def write_result(out: Path, benchmark: str, tables: dict, **meta) -> Path:
         software["triton"] = triton.__version__
     except ImportError:
         pass
-    payload = {"benchmark": benchmark, "command": f"python -m bench.bench_{benchmark}", "gpu": gpu_name(),
+    payload = {"benchmark": benchmark, "command": command(benchmark), "gpu": gpu_name(),
                "commit": commit(), "software": software, **meta, "tables": tables}
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{benchmark}.json"

@@ -25,7 +25,7 @@ def _number(value) -> str:
         return "" if value is None else str(value)
     if value == 0 or math.isnan(value):
         return f"{value:g}"
-    digits = max(0, 3 - int(math.floor(math.log10(abs(value)))))
+    digits = max(0, 2 - int(math.floor(math.log10(abs(value)))))
     return f"{value:.{min(digits, 4)}f}"
 
 
@@ -38,7 +38,8 @@ def markdown(result: dict) -> str:
     """Every table of a result as markdown: a bold title with the card and commit, then the rows."""
     lines = []
     for table in result["tables"].values():
-        columns = table["columns"]
+        # columns no row has a value for (a measure this card's result lacks) are left out
+        columns = {k: v for k, v in table["columns"].items() if any(row.get(k) is not None for row in table["rows"])}
         lines += [f"**{table['title']}** ({_card(result, table)})", "",
                   "| " + " | ".join(columns.values()) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(_number(row.get(key)) for key in columns) + " |" for row in table["rows"]]
@@ -77,7 +78,7 @@ def _panel(ax, result: dict, table: dict) -> None:
                label=table["columns"].get(key, key))
     for value, label in spec.get("hlines", []):
         ax.axhline(value, color="black", linestyle="--", linewidth=0.8)
-        ax.annotate(label, (len(rows) - 0.5, value), ha="right", va="bottom", fontsize=7)
+        ax.text(0.995, value, label, transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=7)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([str(row.get(spec["x"], "")) for row in rows], rotation=30, ha="right", fontsize=7)
     if spec.get("log"):
