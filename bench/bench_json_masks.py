@@ -2,16 +2,16 @@
 trie once, and the mask of each state along a JSON answer, cold (searched) and cached; then the states inside values
 held to a schema (a length bound, a pattern, number bounds), which the plain string's fast path does not cover.
 
-    PYTHONPATH=. python bench/bench_json_masks.py [--vocab 163840] [--tiktoken PATH] [--out bench/results]
+    python -m bench.bench_json_masks [--vocab 163840] [--tiktoken PATH] [--out DIR]
 
 Without --tiktoken the vocabulary is synthetic: the 256 bytes, then the most common words, numbers, punctuation runs
 and their space-led forms from the Python sources next to this interpreter (a stand-in for a BPE vocabulary with
-the same mix of pieces), up to --vocab entries. With --tiktoken (Kimi's tiktoken.model) it is the real one.
+the same mix of pieces), up to --vocab entries. With --tiktoken (Kimi's tiktoken.model) it is the real one. Runs on
+the CPU (the host's work); the card column of its results says so.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import re
@@ -20,7 +20,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from bench.common import table, write_results
+from bench.common import parser, print_tables, write_result
 from dayzero.runtime.json_grammar import JSON_OBJECT
 from dayzero.runtime.json_schema import compile_schema
 from dayzero.runtime.token_grammar import TokenTable
@@ -30,7 +30,7 @@ HELD_VALUES = {
     "string": ({"type": "string"}, "hello world, said the model"),
     "string maxLength 40": ({"type": "string", "maxLength": 40}, "hello world, said the model"),
     "pattern ^[a-z ,]+$": ({"type": "string", "pattern": "^[a-z ,]+$"}, "hello world, said the model"),
-    "pattern (a date)": ({"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "2026-12-05"),
+    "pattern (a date)": ({"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "1999-12-31"),
     "integer 0..150": ({"type": "integer", "minimum": 0, "maximum": 150}, 123),
 }
 ANSWER = json.dumps({"name": "Kimi K3.1", "layers": [1, 2, 3], "ratio": -0.125, "ok": True, "none": None,
@@ -62,11 +62,10 @@ def tiktoken_vocabulary(path: str) -> list[bytes]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", type=int, default=163840)
-    parser.add_argument("--tiktoken", default=None)
-    parser.add_argument("--out", default="bench/results")
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--vocab", type=int, default=163840)
+    p.add_argument("--tiktoken", default=None)
+    args = p.parse_args()
     pieces = tiktoken_vocabulary(args.tiktoken) if args.tiktoken else synthetic_vocabulary(args.vocab)
     start = time.perf_counter()
     table_ = TokenTable(lambda t: pieces[t] if t < len(pieces) else None, len(pieces))
@@ -86,16 +85,22 @@ def main() -> None:
     rows = [{"states": kind, "count": len(times), "first_mask_ms_max": 1e3 * max(times),
              "first_mask_ms_mean": 1e3 * sum(times) / len(times)} for kind, times in sorted(kinds.items())]
     summary = {"vocab": len(pieces), "trie_build_s": build_s, "answer_bytes": len(ANSWER),
-               "masks_searched": len({s for s in states[:-1]}), "cold_ms_total": 1e3 * sum(cold),
-               "cached_ms_mean": 1e3 * sum(warm) / len(warm), "python": sys.version.split()[0]}
+               "masks_searched": len(set(states[:-1])), "cold_ms_total": 1e3 * sum(cold),
+               "cached_ms_mean": 1e3 * sum(warm) / len(warm)}
     held = [held_value_row(table_, name, schema, value) for name, (schema, value) in HELD_VALUES.items()]
-    for row in rows + held:
-        row.update({k: round(v, 3) for k, v in row.items() if isinstance(v, float)})
-    write_results(args.out, "bench_json_masks", {"args": vars(args), "summary": summary, "rows": rows,
-                                                 "held_values": held})
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}))
-    print(table(rows, ["states", "count", "first_mask_ms_max", "first_mask_ms_mean"]))
-    print(table(held, ["value", "states", "distinct", "first_masks_ms", "first_mask_ms_mean", "again_ms"]))
+    tables = {
+        "answer": {"title": f"A {len(ANSWER)}-byte JSON answer, {len(pieces)}-entry vocabulary", "rows": [summary],
+                   "columns": {"trie_build_s": "trie build s", "masks_searched": "distinct states",
+                               "cold_ms_total": "first masks, all ms", "cached_ms_mean": "a kept mask ms"}},
+        "states": {"title": "First masks by the answer's state kinds", "rows": rows,
+                   "columns": {"states": "state", "count": "states", "first_mask_ms_mean": "mean ms",
+                               "first_mask_ms_max": "max ms"}},
+        "held": {"title": "Values held to a schema's keywords", "rows": held,
+                 "columns": {"value": "value", "states": "states", "distinct": "distinct",
+                             "first_masks_ms": "first masks, all ms", "first_mask_ms_mean": "a state, mean ms",
+                             "again_ms": "again, all ms"}},
+    }
+    print_tables(write_result(args.out, "json_masks", tables, software={"python": sys.version.split()[0]}))
 
 
 def held_value_row(table_: TokenTable, name: str, schema: dict, value) -> dict:

@@ -1,41 +1,47 @@
-"""MoE layer benchmark on the GPU at the K3.1 and Kimi-Linear shapes, 64 and 8192 tokens, bf16.
+"""MoE feed-forward at the K3.1 and Kimi-Linear shapes: dayzero's MoE layer against the matmul and copy ceilings, and
+the grouped expert MLP (bf16 and MXFP4 weights) against torch._grouped_mm.
 
-    PYTHONPATH=. python bench/bench_moe.py --out DIR
+    python -m bench.bench_moe [--out DIR]
 
-K3.1: D 7168, latent 3584 (down-proj, experts, RMSNorm, up-proj), 896 experts of intermediate 3072, top-16,
-2 shared experts of 3072 each, SiTU beta 4 / linear_beta 25. Kimi-Linear: D 2304, 256 experts of 1024, top-8,
-1 shared, SwiGLU, no latent. Expert weights are allocated once per shape (K3.1: ~59 GB) and freed after.
-
-Reported: the layer time (eager, and a CUDA-graph replay at 64 tokens), each stage's time, TFLOP/s over the matmul
-FLOPs the layer needs (routed 2*3*D_e*I per token-expert + shared 2*3*D*I_shared per token + latent 2*2*D*L per
-token; the router GEMM is listed but not counted) against the measured bf16 8192^3 matmul ceiling, the
-expert-weight bandwidth (bytes of the distinct experts touched) against the copy ceiling, and routing + permutation
-(router GEMM + route + permute, the layer's own kernels) as a share of the layer. Also timed for comparison: the
-torch fp32 router GEMM the layer used before (`router_gemm_fp32_torch_us`), and the permutation's bytes per
-second. Every stage is checked against the reference first. JSON to DIR/bench_moe.json; the table
-is printed last. Times: triton.testing.do_bench medians (L2 cleared before each call).
+K3.1: D 7168, latent 3584 (down-projection, experts, RMSNorm, up-projection), 896 experts of 3072, top-16, 2 shared
+experts, SiTU (beta 4, linear beta 25). Kimi-Linear: D 2304, 256 experts of 1024, top-8, 1 shared, SwiGLU. bf16,
+random weights (K3.1's expert bank is 59 GB), the router in fp32.
+Layer: `dayzero.model.moe.MoE` as a prefill step calls it (router GEMM kernel, route, permute, grouped MLP, unpermute,
+shared experts), checked against the reference composition; 64 tokens timed as a CUDA-graph replay, 8192 eagerly.
+TFLOP/s over the matmul FLOPs the layer needs (routed 6 D_e I a token-expert, shared 6 D I_shared a token, latent
+4 D L a token) against the bf16 matmul ceiling; at 64 tokens the distinct experts' weight bytes a second against the
+copy ceiling. Experts: the grouped MLP alone on a random top-8 routing, MXFP4 weights (4.25 bits, dequantized in the
+Triton tiles), their bf16 dequantization through the Triton grouped GEMM, and torch._grouped_mm on the same bf16
+weights. Target: the layer >= 50% of the matmul ceiling at 8192 tokens.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import traceback
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
-from triton.testing import do_bench
 
-from bench.common import out_dir_argument
-from dayzero.plugins.moe import LatentProjection, MoEWeights, RouterSpec, moe_layer, reference
-from dayzero.plugins.moe.grouped_mlp import grouped_mlp_grouped_mm, grouped_mlp_triton, grouped_mm_available
-from dayzero.plugins.moe.op import gated_mlp
-from dayzero.plugins.moe.permute_kernel import permute_launcher, unpermute_launcher
-from dayzero.plugins.moe.route_kernel import route_launcher
-from dayzero.plugins.moe.router_gemm_kernel import router_logits_launcher
+from bench.common import bench_ms, copy_gbs, graph_replay_ms, matmul_tflops, parser, print_tables, rel_err, write_result
+from dayzero.model.config import MoEConfig
+from dayzero.model.moe import MoE
+from dayzero.plugins import moe as moe_ops
+from dayzero.plugins.moe import reference
+from dayzero.plugins.moe.grouped_mlp import (
+    grouped_mlp_grouped_mm,
+    grouped_mlp_mxfp4_cuda,
+    grouped_mlp_triton,
+    grouped_mm_available,
+)
+from dayzero.plugins.quant.reference import MX_BLOCK, mxfp4_dequantize
 
-DEVICE = "cuda"
 DTYPE = torch.bfloat16
+TOKENS = (64, 8192)
+DECODE_TOKENS = 64
+# packed nibbles plus one E8M0 byte per 32 weights
+MXFP4_BYTES_PER_WEIGHT = 0.5 + 1 / MX_BLOCK
+EXPERTS_TOP_K = 8
 
 
 @dataclass(frozen=True)
@@ -55,254 +61,169 @@ SHAPES = [
     Shape("K3.1", 7168, 896, 3072, 16, 2, "situ", {"beta": 4.0, "linear_beta": 25.0}, latent=3584),
     Shape("Kimi-Linear", 2304, 256, 1024, 8, 1, "silu"),
 ]
-TOKENS = (64, 8192)
 
 
-def bench_ms(fn, rep=500) -> float:
-    return do_bench(fn, warmup=100, rep=rep, return_mode="median")
-
-
-def ceilings() -> dict:
-    a = torch.randn(8192, 8192, device=DEVICE, dtype=DTYPE)
-    b = torch.randn(8192, 8192, device=DEVICE, dtype=DTYPE)
-    matmul_ms = bench_ms(lambda: a @ b)
-    src = torch.randn(2**28, device=DEVICE, dtype=DTYPE)
-    dst = torch.empty_like(src)
-    copy_ms = bench_ms(lambda: dst.copy_(src))
-    return {"matmul_tflops": 2 * 8192**3 / matmul_ms / 1e9, "copy_gbs": 2 * src.numel() * 2 / copy_ms / 1e6}
-
-
-def _randn(*shape, fan_in: int) -> torch.Tensor:
-    # filled in place, expert by expert, so no fp32 temporary of the whole bank exists
-    t = torch.empty(*shape, device=DEVICE, dtype=DTYPE)
-    for chunk in t.view(-1, *shape[-2:]) if t.dim() > 2 else [t]:
-        chunk.normal_(0.0, fan_in ** -0.5)
-    return t
-
-
-def build_weights(s: Shape) -> MoEWeights:
-    expert_dim = s.latent or s.dim
-    latent = None
-    if s.latent:
-        latent = LatentProjection(_randn(s.latent, s.dim, fan_in=s.dim), _randn(s.dim, s.latent, fan_in=s.latent),
-                                  torch.rand(s.latent, device=DEVICE, dtype=DTYPE) + 0.5, 1e-5)
-    shared_inter = s.inter * s.shared
-    shared = (_randn(shared_inter, s.dim, fan_in=s.dim), _randn(shared_inter, s.dim, fan_in=s.dim),
-              _randn(s.dim, shared_inter, fan_in=shared_inter)) if s.shared else None
-    # the router is kept in fp32, as the model's F.linear(x.float(), W.float()) computes it
-    router = torch.randn(s.experts, s.dim, device=DEVICE) * s.dim ** -0.5
-    return MoEWeights(router, torch.randn(s.experts, device=DEVICE) * 0.01,
-                      _randn(s.experts, s.inter, expert_dim, fan_in=expert_dim),
-                      _randn(s.experts, s.inter, expert_dim, fan_in=expert_dim),
-                      _randn(s.experts, expert_dim, s.inter, fan_in=s.inter), shared, latent, s.activation,
-                      s.act_params)
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
-
-
-def reference_layer(x, w: MoEWeights, spec: RouterSpec) -> torch.Tensor:
-    """The model's composition with the reference ops (per-expert loop)."""
-    weights, ids = reference.route(F.linear(x.float(), w.router), w.correction_bias, spec.top_k, spec.num_groups,
-                                   spec.topk_group, spec.renormalize, spec.scaling, spec.activation)
-    h = x if w.latent is None else x @ w.latent.down.t()
-    y = reference.moe_experts(h, weights, ids, w.w1, w.w3, w.w2, w.activation, **w.act_params)
-    if w.latent is not None:
-        yf = y.float()
-        y = (yf * torch.rsqrt(yf.pow(2).mean(-1, keepdim=True) + w.latent.eps) * w.latent.norm_weight.float())
-        y = y.to(x.dtype) @ w.latent.up.t()
-    if w.shared is not None:
-        y = y + reference.gated_mlp(x, *w.shared, w.activation, **w.act_params)
-    return y
-
-
-def flops(s: Shape, tokens: int) -> dict:
-    expert_dim = s.latent or s.dim
-    return {"routed": tokens * s.top_k * 6 * expert_dim * s.inter,
-            "shared": tokens * 6 * s.dim * s.inter * s.shared,
-            "latent": tokens * 4 * s.dim * s.latent if s.latent else 0,
-            "router_fp32_not_counted": tokens * 2 * s.dim * s.experts}
-
-
-def graph_ms(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return bench_ms(graph.replay)
-
-
-def timed(result: dict, name: str, fn, rep=500) -> None:
+def random_layer(s: Shape) -> MoE:
+    """The layer built on the GPU in bf16, each parameter filled in place (no fp32 copy of the expert bank)."""
+    cfg = MoEConfig(s.experts, s.top_k, s.inter, num_shared_experts=s.shared, scaling=2.5, latent_size=s.latent)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(DTYPE)
     try:
-        result[name] = bench_ms(fn, rep) * 1e3
-    except Exception as exc:  # noqa: BLE001 (record and go on)
-        result[f"{name}_error"] = repr(exc)
+        with torch.device("cuda"):
+            layer = MoE(s.dim, cfg, 1e-5, s.activation, s.act_params)
+    finally:
+        torch.set_default_dtype(default)
+    for name, p in layer.named_parameters():
+        if p.dim() == 1:
+            p.data.copy_(torch.randn_like(p) * 0.01 if "bias" in name else torch.rand_like(p) + 0.5)
+            continue
+        for chunk in p.data.view(-1, *p.shape[-2:]):
+            chunk.normal_(0.0, p.shape[-1] ** -0.5)
+    # the router stays fp32, as the checkpoint holds it
+    layer.gate.weight.data = layer.gate.weight.data.float()
+    return layer.eval()
 
 
-def stages(x, w: MoEWeights, spec: RouterSpec):
-    """The layer's inputs at each stage, computed once (the timed calls then repeat each stage on them)."""
-    logits = router_logits_launcher(x, w.router)
-    weights, ids = route_launcher(logits, w.correction_bias, spec.top_k, scaling=spec.scaling)
-    expert_in = x if w.latent is None else x @ w.latent.down.t()
-    x_sorted, _, positions, offsets = permute_launcher(expert_in, ids, w.w1.shape[0])
-    return logits, weights, ids, expert_in, x_sorted, positions, offsets
+def reference_layer(layer: MoE, x: torch.Tensor) -> torch.Tensor:
+    """The layer's composition from the reference ops (a loop over the experts)."""
+    cfg, act = layer.cfg, layer.act_params
+    weights, ids = reference.route(reference.router_logits(x, layer.gate.weight), layer.gate.e_score_correction_bias,
+                                   cfg.top_k, cfg.num_groups, cfg.topk_group, cfg.renormalize, cfg.scaling,
+                                   cfg.router_activation)
+    h = x if cfg.latent_size is None else layer.routed_expert_down_proj(x)
+    y = reference.moe_experts(h, weights, ids, *layer.experts.weights(), layer.activation, **act)
+    if cfg.latent_size is not None:
+        y = layer.routed_expert_up_proj(layer.routed_expert_norm(y))
+    shared = layer.shared_experts
+    return y + reference.gated_mlp(x, shared.gate_proj.weight, shared.up_proj.weight, shared.down_proj.weight,
+                                   layer.activation, **act)
 
 
-def check(x, w: MoEWeights, spec: RouterSpec, st) -> dict:
-    logits, weights, ids, expert_in, x_sorted, positions, offsets = st
-    ref_logits = reference.router_logits(x, w.router)
-    ref_weights, ref_ids = reference.route(ref_logits, w.correction_bias, spec.top_k, scaling=spec.scaling)
-    perm = reference.permute(expert_in, ids, w.w1.shape[0])
-    act = (w.activation, w.act_params.get("beta", 1.0), w.act_params.get("linear_beta"))
-    y_triton = grouped_mlp_triton(x_sorted, offsets, w.w1, w.w3, w.w2, *act)
-    y_expected = reference.grouped_mlp(x_sorted, offsets, w.w1, w.w3, w.w2, w.activation, **w.act_params)
-    errors = {"router_logits_rel_err": rel_err(logits, ref_logits),
-              "route_ids_match": (ids == ref_ids).float().mean().item(),
-              "route_weights_rel_err": rel_err(weights, ref_weights),
-              "permute_exact": all(torch.equal(a, b) for a, b in zip(permute_launcher(expert_in, ids, w.w1.shape[0]),
-                                                                   perm)),
-              "grouped_mlp_triton_rel_err": rel_err(y_triton, y_expected),
-              "unpermute_rel_err": rel_err(unpermute_launcher(y_expected, weights, positions),
-                                           reference.unpermute(y_expected, weights, positions)),
-              "layer_rel_err": rel_err(moe_layer(x, w, spec), reference_layer(x, w, spec))}
-    if grouped_mm_available(x_sorted):
-        errors["grouped_mlp_grouped_mm_rel_err"] = rel_err(
-            grouped_mlp_grouped_mm(x_sorted, offsets, w.w1, w.w3, w.w2, *act), y_expected)
-    bad = {k: v for k, v in errors.items() if (k.endswith("rel_err") and v > 3e-2) or v is False}
-    # tensor-core fp32 accumulation is not round-to-nearest: 2.4e-5 at D 7168 (an fp32 GEMM's rounding is ~1e-6)
-    if errors["router_logits_rel_err"] > 1e-4:
-        bad["router_logits_rel_err"] = errors["router_logits_rel_err"]
-    if bad or errors["route_ids_match"] < 0.99:
-        raise AssertionError(f"results differ from the reference: {errors}")
-    return errors
-
-
-def run_case(s: Shape, w: MoEWeights, tokens: int, ceiling: dict) -> dict:
-    spec = RouterSpec(s.top_k, scaling=2.5)
-    x = torch.randn(tokens, s.dim, device=DEVICE, dtype=DTYPE)
-    st = stages(x, w, spec)
-    logits, weights, ids, expert_in, x_sorted, positions, offsets = st
-    act = (w.activation, w.act_params.get("beta", 1.0), w.act_params.get("linear_beta"))
-    result = {"shape": s.name, "tokens": tokens, "dtype": "bf16", **check(x, w, spec, st),
-              "grouped_mm_available": grouped_mm_available(x_sorted)}
-    rep = 1500 if tokens > 1000 else 500
-    timed(result, "layer_us", lambda: moe_layer(x, w, spec), rep)
-    if tokens <= 64:
-        try:
-            result["layer_graph_us"] = graph_ms(lambda: moe_layer(x, w, spec)) * 1e3
-        except Exception as exc:  # noqa: BLE001
-            result["layer_graph_us_error"] = repr(exc)
-    timed(result, "router_gemm_us", lambda: router_logits_launcher(x, w.router))
-    timed(result, "router_gemm_fp32_torch_us", lambda: F.linear(x.float(), w.router))
-    timed(result, "route_us", lambda: route_launcher(logits, w.correction_bias, spec.top_k, scaling=spec.scaling))
-    timed(result, "permute_us", lambda: permute_launcher(expert_in, ids, s.experts))
-    timed(result, "unpermute_us", lambda: unpermute_launcher(x_sorted, weights, positions))
-    if result["grouped_mm_available"]:
-        timed(result, "experts_grouped_mm_us",
-              lambda: grouped_mlp_grouped_mm(x_sorted, offsets, w.w1, w.w3, w.w2, *act), rep)
-    timed(result, "experts_triton_us", lambda: grouped_mlp_triton(x_sorted, offsets, w.w1, w.w3, w.w2, *act), rep)
-    if w.shared is not None:
-        timed(result, "shared_us", lambda: gated_mlp(x, *w.shared, w.activation, **w.act_params))
-    if w.latent is not None:
-        timed(result, "latent_down_us", lambda: x @ w.latent.down.t())
-    if "permute_us" in result:
-        # token rows read once, written k times; ids read twice; index maps written; [blocks, E] counts (small)
-        moved = tokens * expert_in.shape[1] * 2 * (1 + s.top_k) + tokens * s.top_k * 8 * 4
-        result["permute_gbs"] = moved / result["permute_us"] / 1e3
-    result.update(derived(s, tokens, ids, result, ceiling))
-    return result
-
-
-def derived(s: Shape, tokens: int, ids: torch.Tensor, r: dict, ceiling: dict) -> dict:
-    counts = flops(s, tokens)
-    needed = counts["routed"] + counts["shared"] + counts["latent"]
+def layer_row(s: Shape, layer: MoE, tokens: int, ceilings: dict) -> dict:
+    x = torch.randn(tokens, s.dim, device="cuda", dtype=DTYPE)
+    cfg = layer.cfg
+    error = rel_err(layer(x), reference_layer(layer, x))
+    if error > 3e-2:
+        raise AssertionError(f"{s.name}: the layer differs from the reference composition: {error}")
+    logits = moe_ops.router_logits(x, layer.gate.weight)
+    weights, ids = moe_ops.route(logits, layer.gate.e_score_correction_bias, cfg.top_k, scaling=cfg.scaling)
+    expert_in = x if cfg.latent_size is None else layer.routed_expert_down_proj(x)
+    x_sorted, _, positions, offsets = moe_ops.permute(expert_in, ids, s.experts)
+    bank = layer.experts.weights()
+    row = {"case": f"{s.name} T{tokens}", "shape": s.name, "tokens": tokens, "rel_err": error,
+           "layer_us": 1e3 * (graph_replay_ms([lambda: layer(x)]) if tokens <= DECODE_TOKENS else bench_ms(
+               lambda: layer(x), rep_ms=1500)),
+           "router_us": 1e3 * bench_ms(lambda: moe_ops.router_logits(x, layer.gate.weight)),
+           "route_us": 1e3 * bench_ms(lambda: moe_ops.route(logits, layer.gate.e_score_correction_bias, cfg.top_k,
+                                                            scaling=cfg.scaling)),
+           "permute_us": 1e3 * bench_ms(lambda: moe_ops.permute(expert_in, ids, s.experts)),
+           "experts_us": 1e3 * bench_ms(lambda: moe_ops.grouped_mlp(x_sorted, offsets, *bank, layer.activation,
+                                                                    **layer.act_params)),
+           "unpermute_us": 1e3 * bench_ms(lambda: moe_ops.unpermute(x_sorted, weights, positions))}
     expert_dim = s.latent or s.dim
-    touched = int(ids.unique().numel())
-    out = {"flops": counts, "needed_flops": needed, "experts_touched": touched,
-           "expert_weight_bytes": touched * 3 * expert_dim * s.inter * 2}
-    layer = r.get("layer_graph_us", r.get("layer_us"))
-    if layer:
-        out["layer_tflops"] = needed / layer / 1e6
-        out["layer_matmul_fraction"] = out["layer_tflops"] / ceiling["matmul_tflops"]
-        out["layer_weight_gbs"] = out["expert_weight_bytes"] / layer / 1e3
-        out["layer_weight_copy_fraction"] = out["layer_weight_gbs"] / ceiling["copy_gbs"]
-        routing = sum(r.get(k, 0.0) for k in ("router_gemm_us", "route_us", "permute_us"))
-        out["routing_permute_share"] = routing / layer
-        out["route_permute_share_without_router_gemm"] = (r.get("route_us", 0.0) + r.get("permute_us", 0.0)) / layer
-    experts = r.get("experts_grouped_mm_us", r.get("experts_triton_us"))
-    if experts:
-        out["experts_tflops"] = counts["routed"] / experts / 1e6
-        out["experts_weight_gbs"] = out["expert_weight_bytes"] / experts / 1e3
+    flops = tokens * (s.top_k * 6 * expert_dim * s.inter + 6 * s.dim * s.inter * s.shared
+                      + (4 * s.dim * s.latent if s.latent else 0))
+    row["tflops"] = flops / row["layer_us"] / 1e6
+    row["matmul_pct"] = 100 * row["tflops"] / ceilings["bf16_matmul_tflops"]
+    if tokens <= DECODE_TOKENS:
+        weight_bytes = int(ids.unique().numel()) * 3 * expert_dim * s.inter * 2
+        row["weight_copy_pct"] = 100 * weight_bytes / row["layer_us"] / 1e3 / ceilings["copy_gbs"]
+    return row
+
+
+def mxfp4_bank(experts: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random packed [E, N, K/2] and scales [E, N, K/32] with weights of about 1/sqrt(K) (E2M1's rms is ~2.9)."""
+    packed = torch.randint(0, 256, (experts, n, k // 2), dtype=torch.uint8, device="cuda")
+    center = 127 - round(math.log2(2.9 * math.sqrt(k)))
+    return packed, torch.randint(center - 1, center + 2, (experts, n, k // MX_BLOCK), dtype=torch.uint8, device="cuda")
+
+
+def dequantized(packed: torch.Tensor, scales: torch.Tensor, at_once: int = 8) -> torch.Tensor:
+    out = torch.empty(*packed.shape[:2], packed.shape[2] * 2, device="cuda", dtype=DTYPE)
+    for start in range(0, packed.shape[0], at_once):
+        end = start + at_once
+        out[start:end] = mxfp4_dequantize(packed[start:end], scales[start:end], dtype=DTYPE)
     return out
 
 
-def fmt(value, spec) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return format(value, spec)
-    return "-".rjust(int("".join(c for c in spec.split(".")[0] if c.isdigit()) or 1))
+def expert_banks(s: Shape) -> tuple[dict, dict]:
+    """Random MXFP4 banks w1, w3, w2 (packed, scales) and their bf16 dequantization."""
+    dim = s.latent or s.dim
+    q = {"w1": mxfp4_bank(s.experts, s.inter, dim), "w3": mxfp4_bank(s.experts, s.inter, dim),
+         "w2": mxfp4_bank(s.experts, dim, s.inter)}
+    return q, {name: dequantized(*pair) for name, pair in q.items()}
 
 
-def print_table(cases, ceiling) -> None:
-    print(f"\nceilings: bf16 8192^3 matmul {ceiling['matmul_tflops']:.0f} TFLOP/s, copy {ceiling['copy_gbs']:.0f} GB/s")
-    print("layer us: eager (graph replay in brackets at 64 tokens); TFLOP/s over the needed matmul FLOPs, from the "
-          "graph time when there is one; weights GB/s: distinct experts' bytes / layer time")
-    print(f"{'shape':<12} {'T':>5} {'layer us':>10} {'(graph)':>9} {'TFLOP/s':>8} {'of mm':>6} {'wGB/s':>6} "
-          f"{'route+perm':>10} {'router':>7} {'route':>6} {'perm':>6} {'experts mm':>10} {'triton':>9} "
-          f"{'shared':>8} {'unperm':>7}")
-    for c in cases:
-        if "error" in c:
-            print(f"{c['shape']:<12} {c['tokens']:>5} ERROR {c['error'][:100]}")
-            continue
-        print(f"{c['shape']:<12} {c['tokens']:>5} {fmt(c.get('layer_us'), '10.0f')} "
-              f"{fmt(c.get('layer_graph_us'), '9.0f')} {fmt(c.get('layer_tflops'), '8.1f')} "
-              f"{fmt(c.get('layer_matmul_fraction'), '6.1%')} {fmt(c.get('layer_weight_gbs'), '6.0f')} "
-              f"{fmt(c.get('routing_permute_share'), '10.1%')} {fmt(c.get('router_gemm_us'), '7.0f')} "
-              f"{fmt(c.get('route_us'), '6.0f')} {fmt(c.get('permute_us'), '6.0f')} "
-              f"{fmt(c.get('experts_grouped_mm_us'), '10.0f')} "
-              f"{fmt(c.get('experts_triton_us'), '9.0f')} {fmt(c.get('shared_us'), '8.0f')} "
-              f"{fmt(c.get('unpermute_us'), '7.0f')}")
-    print("route+perm = (router GEMM + route kernel + permute) / layer, each in us after it; experts mm / triton: "
-          "the grouped expert MLP through torch._grouped_mm / the Triton grouped GEMM (us)")
+def expert_row(s: Shape, q: dict, d: dict, tokens: int, ceilings: dict) -> dict:
+    dim = s.latent or s.dim
+    act = (s.activation, s.act_params.get("beta", 1.0), s.act_params.get("linear_beta"))
+    ids = torch.rand(tokens, s.experts, device="cuda").topk(EXPERTS_TOP_K, dim=-1).indices
+    x_sorted, _, _, offsets = reference.permute(torch.randn(tokens, dim, device="cuda", dtype=DTYPE), ids, s.experts)
+    calls = {"mxfp4": lambda: grouped_mlp_mxfp4_cuda(x_sorted, offsets, *q["w1"], *q["w3"], *q["w2"], *act),
+             "bf16": lambda: grouped_mlp_triton(x_sorted, offsets, d["w1"], d["w3"], d["w2"], *act)}
+    if grouped_mm_available(x_sorted):
+        calls["grouped_mm"] = lambda: grouped_mlp_grouped_mm(x_sorted, offsets, d["w1"], d["w3"], d["w2"], *act)
+    expected = reference.grouped_mlp(x_sorted, offsets, d["w1"], d["w3"], d["w2"], s.activation, **s.act_params)
+    row = {"case": f"{s.name} T{tokens}", "experts_touched": int(ids.unique().numel())}
+    for name, call in calls.items():
+        if rel_err(call(), expected) > 3e-2:
+            raise AssertionError(f"{s.name} T{tokens}: the {name} grouped MLP differs from the reference")
+        ms = graph_replay_ms([call]) if tokens <= DECODE_TOKENS else bench_ms(call, rep_ms=1500)
+        row[f"{name}_us"] = ms * 1e3
+    weights = row["experts_touched"] * 3 * dim * s.inter * MXFP4_BYTES_PER_WEIGHT
+    row["mxfp4_copy_pct"] = 100 * weights / row["mxfp4_us"] / 1e3 / ceilings["copy_gbs"]
+    return row
 
 
-def run_cases(build, run, token_counts=TOKENS) -> list[dict]:
-    """Each shape's weights built once (build(shape)), then a case per token count (run(shape, weights, tokens)); a
-    failure is recorded in its case rather than raised: one failing case must not stop the rest."""
-    cases = []
-    for shape in SHAPES:
-        try:
-            weights = build(shape)
-        except Exception as exc:  # noqa: BLE001
-            cases += [{"shape": shape.name, "tokens": t, "error": f"weights: {exc!r}"} for t in token_counts]
-            continue
-        for tokens in token_counts:
-            try:
-                cases.append(run(shape, weights, tokens))
-            except Exception as exc:  # noqa: BLE001
-                cases.append({"shape": shape.name, "tokens": tokens, "error": repr(exc),
-                              "traceback": traceback.format_exc()})
-            torch.cuda.empty_cache()
-        del weights
-        torch.cuda.empty_cache()
-    return cases
+def tables(layers: list, experts: list) -> dict:
+    return {
+        "layer": {"title": "MoE layer, bf16", "rows": layers,
+                  "columns": {"case": "case", "layer_us": "layer us", "tflops": "TFLOP/s", "matmul_pct": "% of matmul",
+                              "weight_copy_pct": "expert weights, % of copy", "router_us": "router us",
+                              "route_us": "route us", "permute_us": "permute us", "experts_us": "experts us",
+                              "unpermute_us": "unpermute us"},
+                  "plot": {"x": "case", "y": ["matmul_pct", "weight_copy_pct"], "ylabel": "% of the ceiling",
+                           "hlines": [[50, "50% of matmul target"]]}},
+        "experts": {"title": f"Grouped expert MLP, top-{EXPERTS_TOP_K}", "rows": experts,
+                    "columns": {"case": "case", "mxfp4_us": "MXFP4 us", "mxfp4_copy_pct": "MXFP4 weights, % of copy",
+                                "bf16_us": "bf16 Triton us", "grouped_mm_us": "torch._grouped_mm us"},
+                    "plot": {"x": "case", "y": ["mxfp4_us", "bf16_us", "grouped_mm_us"], "ylabel": "us",
+                             "log": True}},
+    }
+
+
+def attempt(rows: list, label: str, fn) -> None:
+    try:
+        rows.append(fn())
+    except Exception as error:  # noqa: BLE001 - one failing case must not stop the rest
+        traceback.print_exc()
+        rows.append({"case": label, "error": f"{type(error).__name__}: {error}"[:300]})
+    torch.cuda.empty_cache()
+
+
+def shape_rows(s: Shape, ceilings: dict, layers: list, experts: list) -> None:
+    """The layer's rows, then the grouped MLP's, each with its own weights (K3.1's do not fit twice)."""
+    layer = random_layer(s)
+    for tokens in TOKENS:
+        attempt(layers, f"{s.name} T{tokens}", lambda t=tokens, m=layer: layer_row(s, m, t, ceilings))
+    layer = None
+    torch.cuda.empty_cache()
+    q, d = expert_banks(s)
+    for tokens in TOKENS:
+        attempt(experts, f"{s.name} T{tokens}", lambda t=tokens, q=q, d=d: expert_row(s, q, d, t, ceilings))
 
 
 def main() -> None:
-    out = out_dir_argument(__doc__.splitlines()[0])
-    ceiling = ceilings()
-    torch.cuda.empty_cache()
-    cases = run_cases(build_weights, lambda shape, weights, tokens: run_case(shape, weights, tokens, ceiling))
-    report = {"ceilings": ceiling, "cases": cases, "device": torch.cuda.get_device_name(),
-              "torch": torch.__version__}
-    (out / "bench_moe.json").write_text(json.dumps(report, indent=1, default=str))
-    print_table(cases, ceiling)
+    args = parser(__doc__).parse_args()
+    torch.manual_seed(0)
+    ceilings = {"bf16_matmul_tflops": matmul_tflops(), "copy_gbs": copy_gbs()}
+    layers, experts = [], []
+    with torch.inference_mode():
+        for s in SHAPES:
+            shape_rows(s, ceilings, layers, experts)
+            torch.cuda.empty_cache()
+    print_tables(write_result(args.out, "moe", tables(layers, experts), ceilings=ceilings,
+                              peer="torch._grouped_mm (CUTLASS)"))
 
 
 if __name__ == "__main__":

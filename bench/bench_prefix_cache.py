@@ -2,20 +2,17 @@
 prompt cold, the same prompt again, and one sharing all but its last `--new-tokens`, with and without
 --prefix-caching, one request at a time after a warm-up request.
 
-    PYTHONPATH=. python bench/bench_prefix_cache.py --out DIR                      # H200: h200-slice, 4 layers, bf16
-    PYTHONPATH=. python bench/bench_prefix_cache.py --out DIR --device cpu --config tiny-hybrid --dtype float32 \\
-        --prompt-tokens 3000
+    python -m bench.bench_prefix_cache [--out DIR]          # the h200-slice cut to 4 layers, bf16, 16384 tokens
+    python -m bench.bench_prefix_cache --device cpu --config tiny-hybrid --dtype float32 --prompt-tokens 3000
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 
-from bench.common import table, write_results
-from bench.h200_model import h200_slice_config
+from bench.common import h200_slice_config, parser, print_tables, write_result
 from dayzero.export.engine import EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
 from dayzero.model.config import ModelConfig
@@ -60,24 +57,29 @@ def measure(model, prompt: list[int], new_tokens: int, caching: bool, memory_byt
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--config", default="h200-slice")
-    parser.add_argument("--num-layers", type=int, default=4, help="h200-slice only")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--prompt-tokens", type=int, default=16384)
-    parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--memory-mb", type=int, default=8192)
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--config", default="h200-slice")
+    p.add_argument("--num-layers", type=int, default=4, help="h200-slice only")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--prompt-tokens", type=int, default=16384)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--memory-mb", type=int, default=8192)
+    args = p.parse_args()
     torch.manual_seed(0)
     model = build_model(args.config, args.num_layers, getattr(torch, args.dtype), args.device)
     prompt = torch.randint(0, model.config.vocab_size, (args.prompt_tokens,)).tolist()
     rows = [measure(model, prompt, args.new_tokens, caching, args.memory_mb << 20) for caching in (False, True)]
-    write_results(args.out, "bench_prefix_cache", {"config": args.config, "device": args.device, "dtype": args.dtype,
-                                                  "new_tokens": args.new_tokens, "rows": rows})
-    print(table(rows, ["prefix_caching", "prompt_tokens", "cold_ms", "same_prompt_ms", "shared_but_last_ms",
-                       "hit_tokens"]))
+    for row in rows:
+        row["case"] = "with prefix caching" if row["prefix_caching"] else "without"
+    tables = {"ttft": {"title": f"Time to first token, {args.config} ({args.num_layers} layers), "
+                                f"{args.prompt_tokens}-token prompt", "rows": rows,
+                       "columns": {"case": "", "cold_ms": "cold ms", "same_prompt_ms": "the same prompt again ms",
+                                   "shared_but_last_ms": f"all but the last {args.new_tokens} tokens shared ms",
+                                   "hit_tokens": "tokens reused"},
+                       "plot": {"x": "case", "y": ["cold_ms", "same_prompt_ms", "shared_but_last_ms"],
+                                "ylabel": "ms to the first token"}}}
+    print_tables(write_result(args.out, "prefix_cache", tables, config=args.config, dtype=args.dtype))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""Fused cache writes (quantize + scatter by slot_mapping) and the standalone FP8 block quantizers on the H200.
+"""Fused cache writes (quantize + scatter by slot_mapping) and the standalone FP8 block quantizers against the torch
+reference writes and the copy ceiling.
+
+    python -m bench.bench_quant [--out DIR]
 
 Cache writes: T = 1, 64, 8192 new tokens into the FP8 latent cache (bf16 rows [T, 576] -> 656 B records), the MXFP8
 index cache (bf16 keys [T, 128] -> 132 B, page-major) and, for comparison, the plain bf16 latent cache. Slots are
@@ -6,13 +9,12 @@ distinct random rows over many pages, one in seven is -1 (padding). Bytes counte
 cache bytes written, against the device-to-device copy ceiling (read + written). Every kernel is first checked
 byte for byte against formats.py's reference write on the same inputs; inputs rotate over enough sets to miss L2.
 time_us is the GPU time per write (calls captured in a CUDA graph and replayed, as the engine runs them); launch_us
-one eager call including Triton's Python launch; eager_reference_us the torch reference write.
-Run on the H200: `PYTHONPATH=. python bench/bench_quant.py --out DIR`.
+one eager call including Triton's Python launch; eager_reference_us the torch reference write (formats.py), the
+peer of that eager call.
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import traceback
 from collections.abc import Callable
@@ -21,7 +23,7 @@ from functools import partial
 
 import torch
 
-from bench.common import copy_bandwidth_gbs, graph_replay_ms, median_ms, table, write_results
+from bench.common import copy_gbs, graph_replay_ms, median_ms, parser, print_tables, write_result
 from dayzero.plugins.paged_cache import formats
 from dayzero.plugins.paged_cache.kernel import (
     write_fp8_latent_launcher,
@@ -80,7 +82,7 @@ def graph_us(calls: list[Callable]) -> float:
 
 def bench_write(name: str, tokens: int, copy_gbs: float) -> dict:
     write = WRITES[name]
-    row = {"case": f"write {name}", "shape": f"T{tokens}", "dtype": "bf16 rows"}
+    row = {"case": f"{name} T{tokens}", "write": name, "tokens": tokens}
     cache, rows, slots = make_write_inputs(write, tokens)
     expected = cache.clone()
     write.reference(expected, rows, slots)
@@ -94,14 +96,16 @@ def bench_write(name: str, tokens: int, copy_gbs: float) -> dict:
     eager_us = median_ms(lambda: write.reference(*next(cycle)), warmup=2, iters=10) * 1e3
     row.update(bytes=nbytes, time_us=round(kernel_us, 2), launch_us=round(launch_us, 1),
                eager_reference_us=round(eager_us, 1), GBps=round(nbytes / kernel_us / 1e3, 1))
-    row["of_copy"] = round(row["GBps"] / copy_gbs, 3)
+    row["copy_pct"] = 100 * row["GBps"] / copy_gbs
+    if not row["bit_exact"]:
+        raise AssertionError(f"{name} T{tokens} differs from the reference write")
     return row
 
 
 def bench_quantize(fmt: str, shape: tuple[int, int], copy_gbs: float) -> dict:
     block, scale_dtype, quantize = (Q.MX_BLOCK, torch.uint8, Q.mxfp8_quantize) if fmt == "mxfp8" else (
         Q.FP8_TILE, torch.float32, Q.fp8_block_quantize)
-    row = {"case": f"{fmt} quantize+dequantize", "shape": "x".join(map(str, shape)), "dtype": "bf16"}
+    row = {"case": f"{fmt} {'x'.join(map(str, shape))}"}
     x = torch.randn(shape, device=DEVICE).to(torch.bfloat16)
     q = torch.empty(shape, dtype=torch.float8_e4m3fn, device=DEVICE)
     scales = torch.empty(shape[0], shape[1] // block, dtype=scale_dtype, device=DEVICE)
@@ -116,31 +120,40 @@ def bench_quantize(fmt: str, shape: tuple[int, int], copy_gbs: float) -> dict:
     dequantize_ms = median_ms(lambda: dequantize_launcher(q, scales, out), warmup=5, iters=30)
     row.update(bytes=nbytes, time_us=round(quantize_ms * 1e3, 2), dequantize_us=round(dequantize_ms * 1e3, 2),
                GBps=round(nbytes / quantize_ms / 1e6, 1), dequantize_GBps=round(nbytes / dequantize_ms / 1e6, 1))
-    row["of_copy"] = round(row["GBps"] / copy_gbs, 3)
+    row["copy_pct"] = 100 * row["GBps"] / copy_gbs
+    if not row["bit_exact"]:
+        raise AssertionError(f"{fmt} quantize differs from the reference")
     return row
 
 
+def tables(writes: list, quantizers: list) -> dict:
+    return {
+        "writes": {"title": "Cache writes (bf16 rows scattered into paged caches)", "rows": writes,
+                   "columns": {"case": "write", "time_us": "graph us", "GBps": "GB/s", "copy_pct": "% of copy",
+                               "launch_us": "eager call us", "eager_reference_us": "torch reference us"},
+                   "plot": {"x": "case", "y": ["launch_us", "eager_reference_us"], "ylabel": "us (one eager call)",
+                            "log": True}},
+        "quantizers": {"title": "FP8 block quantizers, bf16 8192 x 7168", "rows": quantizers,
+                       "columns": {"case": "format", "time_us": "quantize us", "GBps": "GB/s", "copy_pct": "% of copy",
+                                   "dequantize_us": "dequantize us"}},
+    }
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench/results")
-    args = parser.parse_args()
+    args = parser(__doc__).parse_args()
     torch.manual_seed(0)
-    copy_gbs = copy_bandwidth_gbs()
-    rows = []
-    cases = [(bench_write, (name, tokens)) for name in WRITES for tokens in TOKENS]
-    cases += [(bench_quantize, (fmt, (8192, 7168))) for fmt in ("mxfp8", "fp8_block")]
-    for fn, case in cases:
+    copy = copy_gbs()
+    writes, quantizers = [], []
+    cases = [(writes, bench_write, (name, tokens)) for name in WRITES for tokens in TOKENS]
+    cases += [(quantizers, bench_quantize, (fmt, (8192, 7168))) for fmt in ("mxfp8", "fp8_block")]
+    for rows, fn, case in cases:
         try:
-            rows.append(fn(*case, copy_gbs))
-        except Exception as exc:
+            rows.append(fn(*case, copy))
+        except Exception as exc:  # noqa: BLE001 - one failing case must not stop the others
             traceback.print_exc()
-            rows.append({"case": f"{fn.__name__} {case}", "error": f"{type(exc).__name__}: {exc}"})
+            rows.append({"case": " ".join(map(str, case)), "error": f"{type(exc).__name__}: {exc}"})
         torch.cuda.empty_cache()
-    path = write_results(args.out, "bench_quant", {"copy_GBps": round(copy_gbs, 1), "cases": rows})
-    print(f"results: {path}; copy ceiling {copy_gbs:.0f} GB/s (read + written)")
-    columns = ["case", "shape", "dtype", "bit_exact", "time_us", "GBps", "of_copy", "launch_us", "eager_reference_us",
-               "dequantize_us", "error"]
-    print(table(rows, columns))
+    print_tables(write_result(args.out, "quant", tables(writes, quantizers), ceilings={"copy_gbs": copy}))
 
 
 if __name__ == "__main__":

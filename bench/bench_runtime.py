@@ -1,23 +1,23 @@
-"""Runtime on the H200: decode tokens/s at batch 1, 16, 64 with CUDA graphs vs without, and the time to first token
-of a 32K-token prompt, on an h200-slice model (random bf16 weights built on the GPU, eager engine, FP8 latent +
-MXFP8 index caches).
+"""The runtime's decode rate with CUDA graphs against without, and the time to first token, on the h200-slice.
 
-    PYTHONPATH=. python bench/bench_runtime.py --out DIR [--num-layers N] [--decode-steps 32]
+    python -m bench.bench_runtime [--out DIR] [--num-layers N] [--decode-steps 32] [--ttft-tokens 8192,32768]
 
-Decode rate = generated tokens / wall time of the decode steps only (prompts of 128 tokens prefilled first); the
-graph run captures one graph per batch bucket during its first step (not timed).
+The h200-slice (8 layers: 6 KDA + 2 DSA-MLA at K3.1 width, 64 experts top-16, random bf16 weights built on the GPU)
+behind the eager engine in the runtime (`LLMEngine`: scheduler, 64-token pages, state slots, sampling), FP8 latent +
+MXFP8 index caches. Decode rate = generated tokens / wall time of the decode steps only, after 128-token prompts;
+the graph run captures one graph per batch bucket during its first decode step (not timed). Time to first token:
+one prompt, chunked prefill with an 8192-token budget, after a warm-up prompt that compiled the prefill kernels.
+Target: >= 3x from CUDA graphs at batch 1.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import time
 
 import torch
 
-from bench.common import table, write_results
-from bench.h200_model import h200_slice_model
+from bench.common import h200_slice_model, parser, print_tables, write_result
 from dayzero.export.engine import EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
@@ -73,30 +73,38 @@ def time_to_first_token(model, length: int, warmup_tokens: int = TOKEN_BUDGET) -
             "token_budget": TOKEN_BUDGET, "first_call_with_compile_s": warmup_s}
 
 
+def tables(decode: list, ttft: list) -> dict:
+    return {
+        "decode": {"title": "h200-slice decode through the runtime", "rows": decode,
+                   "columns": {"batch": "batch", "eager_tokens_per_s": "eager tokens/s",
+                               "eager_step_ms": "eager step ms", "graph_tokens_per_s": "graphs tokens/s",
+                               "graph_step_ms": "graphs step ms",
+                               "speedup": "speedup"},
+                   "plot": {"x": "batch", "y": ["eager_tokens_per_s", "graph_tokens_per_s"], "ylabel": "tokens/s",
+                            "log": True}},
+        "ttft": {"title": "h200-slice time to first token (8192-token prefill budget)", "rows": ttft,
+                 "columns": {"prompt_tokens": "prompt tokens", "ttft_s": "s", "steps": "prefill steps"}},
+    }
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--num-layers", type=int, default=None)
-    parser.add_argument("--decode-steps", type=int, default=32)
-    parser.add_argument("--ttft-tokens", type=int, default=32768)
-    parser.add_argument("--ttft-only", action="store_true", help="skip the decode rates (results: bench_runtime_ttft)")
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--num-layers", type=int, default=None)
+    p.add_argument("--decode-steps", type=int, default=32)
+    p.add_argument("--ttft-tokens", default="8192,32768", help="comma-separated prompt lengths")
+    args = p.parse_args()
     torch.manual_seed(0)
     model = h200_slice_model(args.num_layers)
-    report = {"layers": list(model.config.layer_kinds), "decode": [], "ttft": None}
-    for batch in () if args.ttft_only else (1, 16, 64):
-        for graphs in (False, True):
-            report["decode"].append(decode_rate(model, batch, graphs, args.decode_steps))
-            print(report["decode"][-1], flush=True)
-    for row in report["decode"]:
-        if row["graphs"]:
-            eager = next(r for r in report["decode"] if r["batch"] == row["batch"] and not r["graphs"])
-            row["speedup"] = row["tokens_per_s"] / eager["tokens_per_s"]
-    report["ttft"] = time_to_first_token(model, args.ttft_tokens)
-    write_results(args.out, "bench_runtime_ttft" if args.ttft_only else "bench_runtime", report)
-    if report["decode"]:
-        print(table(report["decode"], ["batch", "graphs", "tokens_per_s", "step_ms", "speedup", "capture_failed"]))
-    print(report["ttft"])
+    decode = []
+    for batch in (1, 16, 64):
+        eager, graphs = (decode_rate(model, batch, graphs, args.decode_steps) for graphs in (False, True))
+        decode.append({"batch": batch, "eager_tokens_per_s": eager["tokens_per_s"], "eager_step_ms": eager["step_ms"],
+                       "graph_tokens_per_s": graphs["tokens_per_s"], "graph_step_ms": graphs["step_ms"],
+                       "speedup": graphs["tokens_per_s"] / eager["tokens_per_s"],
+                       "capture_failed": graphs["capture_failed"]})
+        print(decode[-1], flush=True)
+    ttft = [time_to_first_token(model, int(length)) for length in args.ttft_tokens.split(",")]
+    print_tables(write_result(args.out, "runtime", tables(decode, ttft), layers=list(model.config.layer_kinds)))
 
 
 if __name__ == "__main__":

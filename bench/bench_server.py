@@ -1,16 +1,17 @@
 """What the HTTP layer costs: the same greedy requests through the engine directly and through `dayzero serve`'s
 OpenAI API (uvicorn on a local port, streamed, all requests at once), on the embedded model or a checkpoint.
 
-    PYTHONPATH=. python bench/bench_server.py [--checkpoint DIR] [--device cpu|cuda] [--requests 16]
-                                              [--prompt-tokens 64] [--max-tokens 32] [--out bench/results]
-    PYTHONPATH=. python bench/bench_server.py --h200-slice [--num-layers N] ...   (on the H200: random bf16 weights
-        built on the GPU, FP8 latent + MXFP8 index caches, CUDA-graph decode; prompts and text as token ids)
+    python -m bench.bench_server [--checkpoint DIR] [--device cpu|cuda] [--requests 16,64] [--prompt-tokens 64]
+                                 [--max-tokens 32] [--out DIR]
+    python -m bench.bench_server --h200-slice --prompt-tokens 512 --max-tokens 128   (random bf16 weights built on
+        the GPU, FP8 latent + MXFP8 index caches, CUDA-graph decode; prompts and text as token ids)
 
-Three runs generate the same tokens (checked: greedy, EOS ignored): the engine alone, the server with its HTTP
-thread in the engine's process (`run_server`), and the server as `dayzero serve` runs it, HTTP in a process of its
+Three passes over the same greedy requests (EOS ignored): the engine alone, the server with its HTTP
+thread in the engine's process (`run_server`), and the server as `dayzero serve` serves, HTTP in a process of its
 own (`serve`, http_process.py). Reported: wall time, generated tokens/s, and for the served runs the time to each
-request's first streamed text (p50 / max) and the mean gap between its pieces. The engine runs on the main thread in
-all; the clients run in a process of their own.
+request's first streamed text (p50 / max) and the mean gap between its pieces. The engine stays on the main thread in
+all; the clients are a process of their own. Texts are compared with the engine's: the engine promises no
+batch-invariant kernels, so a request prefilled in another batch mix may round a greedy near-tie otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 import httpx
 import torch
 
-from bench.common import table, write_results
+from bench.common import parser, print_tables, write_result
 from dayzero.export.options import ExportOptions
 from dayzero.runtime.http_host import leave_a_core_for_http, serve, serve_in_thread, wait_healthy
 from dayzero.runtime.llm import LLM
@@ -119,7 +120,7 @@ class TokenIds:
 
 
 def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int, num_draft: int = 0) -> LLM:
-    from bench.h200_model import h200_slice_model
+    from bench.common import h200_slice_model
     from dayzero.export.engine import EagerEngine, eager_manifest
     from dayzero.model.caches import CacheFormat
     from dayzero.runtime.llm_engine import RuntimeOptions
@@ -177,47 +178,54 @@ def clients_main(request_file: str) -> None:
     print(json.dumps({"row": row, "texts": texts}))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default=None)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--requests", type=int, default=16)
-    parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--h200-slice", action="store_true", help="the h200-slice model built on the GPU")
-    parser.add_argument("--num-layers", type=int, default=None, help="with --h200-slice: its first N layers")
-    parser.add_argument("--out", default="bench/results")
-    parser.add_argument("--clients", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.clients:
-        return clients_main(args.clients)
-
-    if args.h200_slice:
-        args.device = "cuda"
-        llm = h200_slice_llm(args.num_layers, args.requests, args.prompt_tokens + args.max_tokens + 8)
-    else:
-        export = ExportOptions(backend="eager", device=args.device, dtype=args.dtype, max_batch=args.requests)
-        llm = LLM(args.checkpoint, export)
+def modes(llm: LLM, requests: int, prompt_tokens: int, max_tokens: int) -> list[dict]:
+    """The engine alone, HTTP on a thread of its process, HTTP in a process of its own: one row each."""
     vocab = min(llm.engine.manifest.vocab_size, 256)
     gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, vocab, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.requests)]
+    prompts = [torch.randint(0, vocab, (prompt_tokens,), generator=gen).tolist() for _ in range(requests)]
     direct(llm, prompts, 2)  # warm-up: first-call allocations, Triton compiles, the batch's decode graph
-    engine_row, engine_tokens = direct(llm, prompts, args.max_tokens)
+    engine_row, engine_tokens = direct(llm, prompts, max_tokens)
     expected = [llm.tokenizer.decode(t) for t in engine_tokens]
     threads = torch.get_num_threads()
-    http_row, texts = served_run(llm, prompts, args.max_tokens)
+    http_row, texts = served_run(llm, prompts, max_tokens)
     torch.set_num_threads(threads)  # each served run leaves a core for HTTP from the same count
-    process_row, process_texts = served_process_run(llm, prompts, args.max_tokens)
+    process_row, process_texts = served_process_run(llm, prompts, max_tokens)
     rows = [engine_row, {**http_row, **agreement(texts, expected)},
             {**process_row, **agreement(process_texts, expected)}]
-    for row in rows:
-        row.update({k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
-    name = "h200_slice" if args.h200_slice else args.device
-    write_results(args.out, f"bench_server_{name}_r{args.requests}", {
-        "args": vars(args), "rows": rows, "texts": {"engine": expected, "http": texts, "http process": process_texts}})
-    print(table(rows, ["mode", "wall_s", "tokens", "tokens_per_s", "first_text_p50_s", "first_text_max_s",
-                       "piece_gap_mean_ms", "same_text_as_engine", "texts_differing", "first_differing_token"]))
+    return [{"case": f"{requests} requests, {row['mode']}", "requests": requests, **row} for row in rows]
+
+
+COLUMNS = {"case": "requests, mode", "wall_s": "wall s", "tokens_per_s": "tokens/s",
+           "first_text_p50_s": "first text p50 s", "first_text_max_s": "first text max s",
+           "piece_gap_mean_ms": "gap between pieces ms", "texts_differing": "texts unlike the engine's"}
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--checkpoint", default=None)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--requests", default="16", help="comma-separated request counts")
+    p.add_argument("--prompt-tokens", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--h200-slice", action="store_true", help="the h200-slice model built on the GPU")
+    p.add_argument("--num-layers", type=int, default=None, help="with --h200-slice: its first N layers")
+    p.add_argument("--clients", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.clients:
+        return clients_main(args.clients)
+    counts = [int(n) for n in args.requests.split(",")]
+    if args.h200_slice:
+        llm = h200_slice_llm(args.num_layers, max(counts), args.prompt_tokens + args.max_tokens + 8)
+    else:
+        llm = LLM(args.checkpoint, ExportOptions(backend="eager", device=args.device, dtype=args.dtype,
+                                                 max_batch=max(counts)))
+    rows = [row for n in counts for row in modes(llm, n, args.prompt_tokens, args.max_tokens)]
+    model = "h200-slice" if args.h200_slice else args.checkpoint or "the embedded model"
+    tables = {"server": {"title": f"HTTP's cost, {model}, {args.prompt_tokens} tokens in, {args.max_tokens} out",
+                         "columns": COLUMNS, "rows": rows,
+                         "plot": {"x": "case", "y": ["tokens_per_s"], "ylabel": "generated tokens/s"}}}
+    print_tables(write_result(args.out, "server", tables))
 
 
 if __name__ == "__main__":

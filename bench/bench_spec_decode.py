@@ -1,8 +1,8 @@
 """Speculative decoding through the runtime (prompt-lookup drafts, greedy verification): the same requests decoded
 with and without drafts, their tokens compared and their speed.
 
-    PYTHONPATH=. python bench/bench_spec_decode.py --h200-slice [--num-layers N] [--requests 16] [--num-draft 3]
-    PYTHONPATH=. python bench/bench_spec_decode.py              (the embedded tiny model on the CPU)
+    python -m bench.bench_spec_decode --h200-slice [--num-layers N] [--requests 16] [--num-draft 3] [--margins]
+    python -m bench.bench_spec_decode              (the embedded tiny model on the CPU)
 
 Each prompt repeats a random phrase, so that the n-gram proposer finds matches. Reported per run: wall time,
 generated tokens/s, engine steps, drafted and accepted tokens, and whether each request's tokens equal those of the
@@ -12,12 +12,10 @@ otherwise, which the first differing token then shows).
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from bench.bench_server import decoded, direct, first_difference, h200_slice_llm
-from bench.common import table, write_results
+from bench.common import parser, print_tables, write_result
 from dayzero.export.options import ExportOptions
 from dayzero.runtime.llm import LLM
 from dayzero.runtime.sampling import SamplingParams
@@ -87,21 +85,25 @@ def divergences(plain: list[list], drafted: list[list]) -> list[dict]:
     return rows
 
 
+COLUMNS = {"case": "engine", "wall_s": "wall s", "tokens_per_s": "tokens/s", "steps": "steps", "drafted": "drafted",
+           "accepted": "accepted", "requests_differing": "requests unlike the plain run",
+           "first_differing_token": "first differing token"}
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default=None)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--h200-slice", action="store_true", help="the h200-slice model built on the GPU")
-    parser.add_argument("--num-layers", type=int, default=None, help="with --h200-slice: its first N layers")
-    parser.add_argument("--requests", type=int, default=16)
-    parser.add_argument("--prompt-tokens", type=int, default=256)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--num-draft", type=int, default=3)
-    parser.add_argument("--margins", action="store_true",
-                        help="also decode with top-2 log-probabilities and print where and by how much runs differ")
-    parser.add_argument("--out", default="bench/results")
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--checkpoint", default=None)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--h200-slice", action="store_true", help="the h200-slice model built on the GPU")
+    p.add_argument("--num-layers", type=int, default=None, help="with --h200-slice: its first N layers")
+    p.add_argument("--requests", type=int, default=16)
+    p.add_argument("--prompt-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--num-draft", type=int, default=3)
+    p.add_argument("--margins", action="store_true",
+                   help="also decode with top-2 log-probabilities and report where and by how much runs differ")
+    args = p.parse_args()
     if args.h200_slice:
         args.device = "cuda"
 
@@ -114,18 +116,17 @@ def main() -> None:
               if d is not None]
     drafted.update({"requests_differing": len(firsts), "first_differing_token": min(firsts) if firsts else None,
                     "speedup": plain["wall_s"] / drafted["wall_s"]})
-    rows = [plain, drafted]
-    for row in rows:
-        row.update({k: round(v, 4) for k, v in row.items() if isinstance(v, float)})
-    name = "h200_slice" if args.h200_slice else args.device
-    write_results(args.out, f"bench_spec_decode_{name}", {"args": vars(args), "rows": rows})
-    print(table(rows, ["num_draft", "wall_s", "tokens", "tokens_per_s", "steps", "drafted", "accepted",
-                       "requests_differing", "first_differing_token", "speedup"]))
+    plain["case"], drafted["case"] = "plain", f"{args.num_draft} prompt-lookup drafts"
+    model = f"h200-slice ({args.num_layers or 'all'} layers)" if args.h200_slice else "the embedded model"
+    tables = {"decode": {"title": f"Speculative decoding, {model}, {args.requests} requests, greedy",
+                         "columns": COLUMNS, "rows": [plain, drafted],
+                         "plot": {"x": "case", "y": ["tokens_per_s"], "ylabel": "generated tokens/s"}}}
     if args.margins:
-        where = divergences(plain_logprobs, drafted_logprobs)
-        write_results(args.out, f"bench_spec_decode_{name}_divergences", {"args": vars(args), "rows": where})
-        print(table(where, ["request", "token", "gap_plain", "gap_drafted", "drift_before"]) if where else
-              "no request differs in the log-probability runs")
+        tables["divergences"] = {"title": "Where the runs differ: top-2 log-probability gaps", "rows": divergences(
+            plain_logprobs, drafted_logprobs), "columns": {"request": "request", "token": "token",
+                                                           "gap_plain": "gap, plain", "gap_drafted": "gap, drafted",
+                                                           "drift_before": "drift before"}}
+    print_tables(write_result(args.out, "spec_decode", tables))
 
 
 if __name__ == "__main__":

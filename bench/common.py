@@ -1,14 +1,31 @@
-"""Shared benchmark helpers: ceilings, timing, result files (run on the H200)."""
+"""Shared benchmark helpers: timers, the copy and matmul ceilings, the h200-slice model, and the result file."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import json
-import time
+import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+# a decode step's CUDA graph replays every layer's kernels back to back: decode calls are also timed this many in one
+# graph, so that the graph's own launch (3-5 us) is paid once a step, not once a call
+LONG_GRAPH_CALLS = 64
+# inputs rotate through enough copies to exceed the L2 (50 MB on the H100 and H200) several times a cycle
+L2_BYTES = 60 << 20
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """An argument parser whose description is the module docstring, with `--out` (the results folder)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=RESULTS, help="folder of the result JSON and PNG (bench/results)")
+    return p
 
 
 def median_ms(fn, warmup: int = 3, iters: int = 20) -> float:
@@ -27,7 +44,14 @@ def median_ms(fn, warmup: int = 3, iters: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def graph_replay_ms(calls, timer=median_ms) -> float:
+def bench_ms(fn, rep_ms: int = 200) -> float:
+    """triton.testing.do_bench's median in ms (it clears the L2 before every call)."""
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+
+
+def graph_replay_ms(calls, timer=bench_ms) -> float:
     """Milliseconds per call of `calls` captured back to back in one CUDA graph (Python launch overhead removed);
     the calls run once on a side stream first, as graph capture requires."""
     side = torch.cuda.Stream()
@@ -43,41 +67,10 @@ def graph_replay_ms(calls, timer=median_ms) -> float:
     return timer(graph.replay) / len(calls)
 
 
-# decode calls are also timed this many back to back in one graph, as an engine's decode step replays every layer's
-# kernels in one graph: its launch, 3-5 us, is paid once a step, not once a call (runs te, tf)
-LONG_GRAPH_CALLS = 64
-
-
-def long_graph_ms(calls, timer=median_ms) -> float:
+def long_graph_ms(calls, timer=bench_ms) -> float:
     """Milliseconds per call of LONG_GRAPH_CALLS calls in one CUDA graph, taken from `calls` in turn (input sets that
     together outgrow the L2, so that no call finds the one before's bytes there)."""
     return graph_replay_ms([calls[i % len(calls)] for i in range(LONG_GRAPH_CALLS)], timer=timer)
-
-
-def kernel_ms(calls, replays: int = 5) -> float:
-    """Milliseconds of GPU kernel time per call: the median of `replay_kernel_ms`. Unlike a replay's wall time it
-    leaves out the gap a graph leaves between kernels (their launch), as a bandwidth figure of the kernel should."""
-    per_replay = replay_kernel_ms(calls, replays)
-    return per_replay[len(per_replay) // 2] if per_replay else float("nan")
-
-
-def replay_kernel_ms(calls, replays: int = 5, min_graph_calls: int = 64) -> list[float]:
-    """The profiler's (CUPTI) kernel durations over replays of the calls captured back to back in one CUDA graph,
-    repeated to at least `min_graph_calls` calls: per replay their sum divided by the graph's calls, in ms, sorted.
-
-    Graphs of one or two long calls replayed 20 times (run mb) timed most replays of the KDA pool kernel 8-10% slower
-    than its first, in two modes (B256 H96: 824-927 us); graphs of 100 back-to-back calls (bench_kda_sustained.py,
-    runs md, me) ran every call at the fast mode's time, steady from the first, at 1980 MHz without throttling, as
-    did do_bench's isolated calls. Not understood; the longer graphs are what the engine replays."""
-    graph_calls = list(calls) * -(-min_graph_calls // len(calls))
-    graph = captured_graph(graph_calls, warm=calls)
-    graph.replay()
-    torch.cuda.synchronize()
-    durations = profiled_kernel_us(graph, replays)
-    if not durations or len(durations) % replays:
-        return []
-    size = len(durations) // replays
-    return sorted(sum(durations[i * size:(i + 1) * size]) / len(graph_calls) / 1e3 for i in range(replays))
 
 
 def captured_graph(calls, warm) -> torch.cuda.CUDAGraph:
@@ -105,56 +98,73 @@ def profiled_kernel_us(graph: torch.cuda.CUDAGraph, replays: int = 1) -> list[fl
     return [e.time_range.elapsed_us() for e in kernels]
 
 
-def copy_calls(nbytes: int, l2_bytes: int = 60 * 2**20) -> list:
+def kernel_ms(calls, replays: int = 5, min_graph_calls: int = LONG_GRAPH_CALLS) -> float:
+    """Milliseconds of GPU kernel time per call: the calls captured back to back in one graph of at least
+    `min_graph_calls` calls, the profiler's kernel durations summed per replay, the median replay. Unlike a replay's
+    wall time it leaves out the gap a graph leaves between kernels. Graphs of one or two long calls take a slow
+    mode on some replays (8-10% at the KDA pool's sizes); graphs of many calls, as the engine replays, do not."""
+    graph_calls = list(calls) * -(-min_graph_calls // len(calls))
+    graph = captured_graph(graph_calls, warm=calls)
+    graph.replay()
+    torch.cuda.synchronize()
+    durations = profiled_kernel_us(graph, replays)
+    if not durations or len(durations) % replays:
+        return float("nan")
+    size = len(durations) // replays
+    per_replay = sorted(sum(durations[i * size:(i + 1) * size]) / len(graph_calls) / 1e3 for i in range(replays))
+    return per_replay[len(per_replay) // 2]
+
+
+def kernel_breakdown_us(fn, runs: int = 5, width: int = 48) -> dict[str, float]:
+    """Mean GPU time per call of each kernel fn launches (the profiler's), by kernel name cut to `width`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for event in prof.key_averages():
+        total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0)
+        if total:
+            out[event.key.split("(")[0][:width]] = round(total / runs, 1)
+    return out
+
+
+def copy_calls(nbytes: int) -> list:
     """Elementwise copies (dst = src + 0: a kernel, also inside a CUDA graph, where `copy_` becomes a copy-engine
     memcpy node) moving nbytes (read + written) each, over enough buffer pairs to exceed the L2 three times a cycle."""
-    import math
-
-    pairs = max(1, min(64, math.ceil(3 * l2_bytes / nbytes)))
+    pairs = max(1, min(64, math.ceil(3 * L2_BYTES / nbytes)))
     elems = max(1, nbytes // 2 // 4)
     bufs = [(torch.randn(elems, device="cuda"), torch.empty(elems, device="cuda")) for _ in range(pairs)]
     return [lambda s=s, d=d: torch.add(s, 0.0, out=d) for s, d in bufs]
 
 
-def copy_times_by_size(measure):
-    """nbytes -> measure(copy_calls(nbytes)), each size measured once: the cases of one size share their copy."""
-    return functools.cache(lambda nbytes: measure(copy_calls(nbytes)))
+@functools.cache
+def copy_kernel_ms(nbytes: int) -> float:
+    """Kernel time of an elementwise copy moving nbytes, timed as kernel_ms times the benchmarked kernels."""
+    return kernel_ms(copy_calls(nbytes))
 
 
-def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
-    """Device-to-device copy, bytes read + written per second (GB/s)."""
-    src = torch.randn(nbytes // 4, device="cuda")
+def copy_gbs(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy, bytes read + written per second (GB/s), by do_bench."""
+    src = torch.randn(nbytes // 8, device="cuda")
     dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src), iters=10)
-    return 2 * nbytes / ms / 1e6
+    return 2 * src.numel() * 4 / bench_ms(lambda: dst.copy_(src)) / 1e6
+
+
+def copy_kernel_gbs(nbytes: int = 1 << 30) -> float:
+    """The same by kernel time (an elementwise copy kernel of 1 GiB): the ceiling of kernel-time columns."""
+    return nbytes / copy_kernel_ms(nbytes) / 1e6
 
 
 def matmul_tflops(n: int = 8192) -> float:
+    """bf16 n^3 matmul (cuBLAS) TFLOP/s."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    ms = median_ms(lambda: a @ b, iters=10)
-    return 2 * n ** 3 / ms / 1e9
-
-
-def out_dir_argument(description: str) -> Path:
-    """The one argument of the benches that take only `--out DIR`: the folder, created; torch seeded."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--out", type=Path, required=True)
-    out = parser.parse_args().out
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    return out
-
-
-def write_results(out_dir: str | Path, name: str, payload: dict) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    payload = {"device": device, "torch": torch.__version__,
-               "time": time.strftime("%Y-%m-%d %H:%M:%S"), **payload}
-    path = out / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2))
-    return path
+    return 2 * n**3 / bench_ms(lambda: a @ b) / 1e9
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -162,8 +172,91 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def table(rows: list[dict], columns: list[str]) -> str:
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
-    return "\n".join(lines)
+def gpu_name() -> str:
+    """H200, H100, ... (the card's model), or CPU."""
+    if not torch.cuda.is_available():
+        return "CPU"
+    name = torch.cuda.get_device_name()
+    return next((card for card in ("H200", "H100", "B200", "A100") if card in name), name)
+
+
+def commit() -> str | None:
+    """The measured tree's commit: BENCH_COMMIT, else the checkout's HEAD (None where neither is known)."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=Path(__file__).parent, text=True,
+                              capture_output=True, check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def command(benchmark: str) -> str:
+    """The command line that measured a result, without its --out."""
+    args, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip or arg == "--out" or arg.startswith("--out="):
+            skip = arg == "--out"
+            continue
+        args.append(arg)
+    return " ".join([f"python -m bench.bench_{benchmark}", *args])
+
+
+def write_result(out: Path, benchmark: str, tables: dict, **meta) -> Path:
+    """out/<benchmark>.json: the card, the commit, the software, `meta` (ceilings, peer) and the tables, each
+    {"title", "columns": {key: header}, "rows": [...], "plot": {...} (optional, see plot.py)}; then its PNG."""
+    software = {"torch": torch.__version__, **meta.pop("software", {})}
+    try:
+        import triton
+
+        software["triton"] = triton.__version__
+    except ImportError:
+        pass
+    payload = {"benchmark": benchmark, "command": command(benchmark), "gpu": gpu_name(),
+               "commit": commit(), "software": software, **meta, "tables": tables}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{benchmark}.json"
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    from bench import plot
+
+    try:
+        plot.render(path)
+    except ImportError as error:
+        print(f"no plot ({error}): install matplotlib, then `python -m bench.plot {path}`")
+    return path
+
+
+def print_tables(path: Path) -> None:
+    """The result file's tables as text (plot.py's markdown)."""
+    from bench import plot
+
+    print(plot.markdown(json.loads(Path(path).read_text())))
+
+
+def h200_slice_config(num_layers: int | None = None):
+    """The bundled h200-slice config (K3.1 width), optionally cut to its first KDA layers and first MLA layer."""
+    from dayzero.model.config import ModelConfig
+    from dayzero.paths import bundled_config
+
+    data = json.loads(bundled_config("h200-slice").read_text())
+    text = data["text_config"]
+    if num_layers is not None:
+        attn = text["linear_attn_config"]
+        pattern = ["kda" if i + 1 in attn["kda_layers"] else "mla" for i in range(text["num_hidden_layers"])]
+        kinds = [k for k in pattern if k == "kda"][: max(1, num_layers - 1)] + ["mla"]
+        attn["kda_layers"] = [i + 1 for i, k in enumerate(kinds) if k == "kda"]
+        attn["full_attn_layers"] = [i + 1 for i, k in enumerate(kinds) if k == "mla"]
+        text["num_hidden_layers"] = len(kinds)
+        for key in ("layer_types", "mlp_layer_types"):
+            text.pop(key, None)
+    return ModelConfig.from_dict(data)
+
+
+def h200_slice_model(num_layers: int | None = None, seed: int = 0, dtype=torch.bfloat16, device: str = "cuda"):
+    """An h200-slice model with random weights built on the device (no checkpoint on disk)."""
+    from dayzero.model.random_init import init_random_
+    from dayzero.model.weights import build_empty
+
+    model = build_empty(h200_slice_config(num_layers), dtype, device)
+    init_random_(model, seed)
+    return model.eval()
