@@ -20,9 +20,9 @@ from bench.bench_server import TokenIds
 from bench.bench_tp import agreement
 from bench.common import parser, print_tables, write_result
 from dayzero.export.options import ExportOptions
+from dayzero.llm.api import LLM
 from dayzero.model.checkpoint_writer import write_random_checkpoint
 from dayzero.paths import bundled_config
-from dayzero.runtime.llm import LLM
 from dayzero.runtime.llm_engine import RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 

@@ -20,15 +20,16 @@ from pathlib import Path
 import torch
 
 from bench.common import h200_slice_model, median_ms, parser, print_tables, rel_err, write_result
+from dayzero.contract import allocate_flat_caches
 from dayzero.errors import DayzeroError
 from dayzero.export.aoti import AOTIEngine, compile_package, whole_tensor_copies
-from dayzero.export.engine import EagerEngine, allocate_flat_caches, eager_manifest
 from dayzero.export.engine_weights import contiguous_weights_, program_weights, save_engine_weights
 from dayzero.export.layout import lay_out
 from dayzero.export.preload import reexec_with_libstdcxx
 from dayzero.export.replace import plugin_ops
 from dayzero.export.trace import trace_step
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.step import contiguous_meta
 
 BATCH, CONTEXT, STEPS = 8, 300, 3

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from bench.common import parser, print_tables, write_result
-from dayzero.runtime.json_grammar import JSON_OBJECT
-from dayzero.runtime.json_schema import compile_schema
-from dayzero.runtime.token_grammar import TokenTable
+from dayzero.structured.json_grammar import JSON_OBJECT
+from dayzero.structured.json_schema import compile_schema
+from dayzero.structured.token_grammar import TokenTable
 
 # values held to schemas: inside each, the states a string's text or a number's digits pass through
 HELD_VALUES = {

@@ -13,9 +13,9 @@ import time
 import torch
 
 from bench.common import h200_slice_config, parser, print_tables, write_result
-from dayzero.export.engine import EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
 from dayzero.model.config import ModelConfig
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.random_init import init_random_
 from dayzero.model.weights import build_empty
 from dayzero.paths import bundled_config

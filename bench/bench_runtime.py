@@ -18,8 +18,8 @@ import time
 import torch
 
 from bench.common import h200_slice_model, parser, print_tables, write_result
-from dayzero.export.engine import EagerEngine, eager_manifest
 from dayzero.model.caches import CacheFormat
+from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 

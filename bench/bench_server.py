@@ -35,10 +35,11 @@ import torch
 
 from bench.common import parser, print_tables, write_result
 from dayzero.export.options import ExportOptions
-from dayzero.runtime.http_host import leave_a_core_for_http, serve, serve_in_thread, wait_healthy
-from dayzero.runtime.llm import LLM
+from dayzero.llm.api import LLM
 from dayzero.runtime.sampling import SamplingParams
-from dayzero.runtime.server import OpenAIServer, ServerOptions
+from dayzero.server.http_host import leave_a_core_for_http, serve
+from dayzero.server.listener import serve_in_thread, wait_healthy
+from dayzero.server.server import OpenAIServer, ServerOptions
 
 
 def decoded(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> list:
@@ -121,8 +122,8 @@ class TokenIds:
 
 def h200_slice_llm(num_layers: int | None, max_batch: int, max_len: int, num_draft: int = 0) -> LLM:
     from bench.common import h200_slice_model
-    from dayzero.export.engine import EagerEngine, eager_manifest
     from dayzero.model.caches import CacheFormat
+    from dayzero.model.eager_engine import EagerEngine, eager_manifest
     from dayzero.runtime.llm_engine import RuntimeOptions
 
     model = h200_slice_model(num_layers)

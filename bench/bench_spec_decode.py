@@ -17,7 +17,7 @@ import torch
 from bench.bench_server import decoded, direct, first_difference, h200_slice_llm
 from bench.common import parser, print_tables, write_result
 from dayzero.export.options import ExportOptions
-from dayzero.runtime.llm import LLM
+from dayzero.llm.api import LLM
 from dayzero.runtime.sampling import SamplingParams
 
 

@@ -14,9 +14,9 @@ import torch
 
 from bench.common import parser, print_tables, write_result
 from dayzero.export.options import ExportOptions
+from dayzero.llm.api import LLM
 from dayzero.model.checkpoint_writer import write_random_checkpoint
 from dayzero.paths import bundled_config
-from dayzero.runtime.llm import LLM
 from dayzero.runtime.llm_engine import RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 

@@ -55,17 +55,17 @@ def pad_decode_inputs(input_ids: torch.Tensor, meta: StepMeta, rows: int) -> tup
 
 class EagerDecode:
     def __init__(self, engine: StepEngine, caches: list[torch.Tensor], max_batch: int, max_pages: int):
-        self.engine, self.caches = engine, caches
+        self.step_engine, self.caches = engine, caches
 
     def __call__(self, input_ids: torch.Tensor, meta: StepMeta) -> torch.Tensor:
-        return self.engine.decode(input_ids, meta, self.caches)
+        return self.step_engine.decode(input_ids, meta, self.caches)
 
 
 class GraphDecode:
     """One captured graph per bucket, sharing the static buffers of the largest bucket (views for smaller ones)."""
 
     def __init__(self, engine: StepEngine, caches: list[torch.Tensor], max_batch: int, max_pages: int):
-        self.engine, self.caches = engine, caches
+        self.step_engine, self.caches = engine, caches
         self.buckets = batch_buckets(max_batch)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, StepMeta]] = {}
         self.pool = None
@@ -77,11 +77,11 @@ class GraphDecode:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self.engine.decode(static_ids, static_meta, self.caches)
+            self.step_engine.decode(static_ids, static_meta, self.caches)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            out = self.engine.decode(static_ids, static_meta, self.caches)
+            out = self.step_engine.decode(static_ids, static_meta, self.caches)
         self.pool = graph.pool()
         return graph, static_ids, out, static_meta
 
@@ -90,9 +90,9 @@ class GraphDecode:
         rows = bucket_for(batch, self.buckets)
         input_ids, meta = pad_decode_inputs(input_ids, meta, rows)
         if rows in self.failed:
-            return self.engine.decode(input_ids, meta, self.caches)[:batch]
+            return self.step_engine.decode(input_ids, meta, self.caches)[:batch]
         if rows not in self.graphs:
-            out = self.engine.decode(input_ids, meta, self.caches)
+            out = self.step_engine.decode(input_ids, meta, self.caches)
             try:
                 self.graphs[rows] = self._capture_without_side_effects(rows, input_ids, meta)
             except RuntimeError as err:

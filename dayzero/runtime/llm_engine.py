@@ -100,7 +100,7 @@ class LLMEngine:
                  token_bytes: Callable[[int], bytes | None] | None = None):
         """token_bytes: each token's bytes, for answers held to JSON (the vocabulary's trie is built on the first)."""
         manifest = engine.manifest
-        self.engine, self.manifest = engine, manifest
+        self.step_engine, self.manifest = engine, manifest
         self.max_batch = min(options.max_batch or manifest.max_batch, manifest.max_batch)
         budget = memory_budget(manifest.device, options.gpu_memory_fraction, options.memory_bytes)
         snapshots = 0 if not options.prefix_caching else (
@@ -137,7 +137,7 @@ class LLMEngine:
             raise DayzeroError(f"prompt token ids must be integers in [0, {self.manifest.vocab_size}); got {bad!r}")
         if any(token >= self.manifest.vocab_size for token, _ in params.logit_bias):
             raise DayzeroError(f"logit_bias names a token outside the vocabulary of {self.manifest.vocab_size}")
-        if params.prompt_logprobs is not None and not self.engine.scores_prompts:
+        if params.prompt_logprobs is not None and not self.step_engine.scores_prompts:
             raise DayzeroError("the prompt's log probabilities need the eager engine without context parallelism "
                                "(--backend eager, no --cp; --tp works): compiled and context-parallel engines "
                                "return only each prompt's last logits")
@@ -207,10 +207,10 @@ class LLMEngine:
                                          self.manifest.device)
         if wants_prompt_logprobs(step):
             targets, num_top = prompt_targets(step, self.manifest.device)
-            logits, scored = self.engine.prefill_scored(input_ids, meta, self.caches, targets, num_top)
+            logits, scored = self.step_engine.prefill_scored(input_ids, meta, self.caches, targets, num_top)
             record_prompt_logprobs(step, scored)
         else:
-            logits = self.engine.prefill(input_ids, meta, self.caches)
+            logits = self.step_engine.prefill(input_ids, meta, self.caches)
         self.stats.prefill_tokens += sum(step.num_new)
         finished = []
         # every row's argmax in one device sync, rather than one a greedy sequence

@@ -201,7 +201,7 @@ MXFP4_FEW_ROWS_PER_EXPERT = 16
 
 
 def _mxfp4_config(dtype: torch.dtype, gated: bool, few_rows: bool, device: torch.device) -> dict:
-    """The H200's best of bench/bench_moe_mxfp4.py for a bf16 a: tl.dot_scaled tiles, whose E2M1 upcast beats the
+    """The H200's best of bench/bench_moe.py for a bf16 a: tl.dot_scaled tiles, whose E2M1 upcast beats the
     integer decode at both phases (decode: 6.14 against 7.33 ms on K3.1's 396 touched experts,
     0.79 against 0.93 on Kimi-Linear's 223; prefill of 8192 tokens: 30.8 against 111.8 ms, 4.5 against 21.2)."""
     if not device_info.on_gpu(device):
