@@ -28,7 +28,7 @@ from dayzero.model.config import MoEConfig
 from dayzero.model.moe import MoE
 from dayzero.plugins import moe as moe_ops
 from dayzero.plugins.moe import reference
-from dayzero.plugins.moe.grouped_mlp import (
+from dayzero.plugins.moe.grouped_mlp_paths import (
     grouped_mlp_grouped_mm,
     grouped_mlp_mxfp4_cuda,
     grouped_mlp_triton,

@@ -171,7 +171,7 @@ def test_unpermute_matches_reference_and_inverts_permute(tokens, top_k, dim, dty
          (97, 16, 4, 200, 72, torch.float32, "situ"), (33, 8, 8, 256, 128, torch.bfloat16, "silu")],
 ))
 def test_triton_grouped_mlp_matches_reference(tokens, experts, top_k, dim, inter, dtype, activation):
-    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_triton
+    from dayzero.plugins.moe.grouped_mlp_paths import grouped_mlp_triton
 
     _, ids = _routed_ids(tokens, experts, top_k)
     x_sorted, _, _, offsets = reference.permute(torch.randn(tokens, dim, device=DEVICE).to(dtype), ids, experts)
@@ -188,7 +188,7 @@ def test_triton_grouped_mlp_matches_reference(tokens, experts, top_k, dim, inter
     pytest.param(*s, marks=gpu_only) for s in [(512, 64, 8, 2304, 1024, "silu"), (200, 32, 16, 3584, 3072, "situ"),
                                                (8, 32, 8, 2304, 1024, "situ")]])
 def test_grouped_mm_path_matches_reference(tokens, experts, top_k, dim, inter, activation):
-    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_grouped_mm, grouped_mm_available
+    from dayzero.plugins.moe.grouped_mlp_paths import grouped_mlp_grouped_mm, grouped_mm_available
 
     x = torch.randn(tokens, dim, device="cuda").bfloat16()
     if not grouped_mm_available(x):

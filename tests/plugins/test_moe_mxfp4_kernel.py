@@ -157,7 +157,7 @@ def test_mxfp4_tiles_of_several_scale_blocks(block_k, k, monkeypatch):
          (97, 16, 256, 96, torch.float32, "situ")],
 ))
 def test_grouped_mlp_mxfp4_matches_reference(rows, experts, dim, inter, dtype, activation):
-    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_mxfp4_cuda
+    from dayzero.plugins.moe.grouped_mlp_paths import grouped_mlp_mxfp4_cuda
 
     offsets = _offsets(rows, experts)
     x_sorted = torch.randn(rows, dim, device=DEVICE).to(dtype)
@@ -172,7 +172,7 @@ def test_grouped_mlp_mxfp4_matches_reference(rows, experts, dim, inter, dtype, a
 
 
 def test_grouped_mlp_mxfp4_of_no_rows():
-    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_mxfp4_cuda
+    from dayzero.plugins.moe.grouped_mlp_paths import grouped_mlp_mxfp4_cuda
 
     (w1, s1), (w3, s3), (w2, s2) = _mxfp4_weights(3, 32, 64), _mxfp4_weights(3, 32, 64), _mxfp4_weights(3, 64, 32)
     offsets = torch.zeros(4, dtype=torch.int32, device=DEVICE)

@@ -111,7 +111,7 @@ def moe_grouped_mlp(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: to
                     w2: torch.Tensor, activation: str, beta: float, linear_beta: float | None) -> torch.Tensor:
     from torch.library import wrap_triton
 
-    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_cuda
+    from dayzero.plugins.moe.grouped_mlp_paths import grouped_mlp_cuda
 
     return grouped_mlp_cuda(x_sorted.contiguous(), expert_offsets, w1, w3, w2, activation, beta, linear_beta,
                             launch=wrap_triton)
@@ -135,7 +135,7 @@ def moe_grouped_mlp_mxfp4(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, 
                           linear_beta: float | None) -> torch.Tensor:
     from torch.library import wrap_triton
 
-    from dayzero.plugins.moe.grouped_mlp import grouped_mlp_mxfp4_cuda
+    from dayzero.plugins.moe.grouped_mlp_paths import grouped_mlp_mxfp4_cuda
 
     return grouped_mlp_mxfp4_cuda(x_sorted.contiguous(), expert_offsets, w1, w1_scale, w3, w3_scale, w2, w2_scale,
                                   activation, beta, linear_beta, launch=wrap_triton)
