@@ -16,13 +16,13 @@ Target: decode >= 60% of copy.
 from __future__ import annotations
 
 import math
-import traceback
 
 import torch
 import triton
 
 from bench.common import (
     L2_BYTES,
+    attempt,
     bench_ms,
     copy_gbs,
     graph_replay_ms,
@@ -144,14 +144,6 @@ def prefill_row(new: int, cached: int, heads: int, matmul: float) -> dict:
     tflops = 2 * heads * DI * (new * cached + new * new / 2) / ms / 1e9
     return {"case": f"T{new} after {cached} HI{heads}", "ms": ms, "tflops": tflops, "matmul_pct": 100 * tflops / matmul}
 
-
-def attempt(rows: list, label: str, fn) -> None:
-    try:
-        rows.append(fn())
-    except Exception as error:  # noqa: BLE001 - one failing case must not stop the others
-        traceback.print_exc()
-        rows.append({"case": label, "error": f"{type(error).__name__}: {error}"[:300]})
-    torch.cuda.empty_cache()
 
 
 DECODE_COLUMNS = {"case": "case", "graph_ms": "graph ms", "graph_copy_pct": "% of copy",

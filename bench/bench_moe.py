@@ -18,12 +18,21 @@ weights. Target: the layer >= 50% of the matmul ceiling at 8192 tokens.
 from __future__ import annotations
 
 import math
-import traceback
 from dataclasses import dataclass, field
 
 import torch
 
-from bench.common import bench_ms, copy_gbs, graph_replay_ms, matmul_tflops, parser, print_tables, rel_err, write_result
+from bench.common import (
+    attempt,
+    bench_ms,
+    copy_gbs,
+    graph_replay_ms,
+    matmul_tflops,
+    parser,
+    print_tables,
+    rel_err,
+    write_result,
+)
 from dayzero.model.config import MoEConfig
 from dayzero.model.moe import MoE
 from dayzero.plugins import moe as moe_ops
@@ -191,14 +200,6 @@ def tables(layers: list, experts: list) -> dict:
                              "log": True}},
     }
 
-
-def attempt(rows: list, label: str, fn) -> None:
-    try:
-        rows.append(fn())
-    except Exception as error:  # noqa: BLE001 - one failing case must not stop the rest
-        traceback.print_exc()
-        rows.append({"case": label, "error": f"{type(error).__name__}: {error}"[:300]})
-    torch.cuda.empty_cache()
 
 
 def shape_rows(s: Shape, ceilings: dict, layers: list, experts: list) -> None:

@@ -18,12 +18,12 @@ Targets: decode >= 60% of copy; prefill >= 250 TFLOP/s.
 from __future__ import annotations
 
 import math
-import traceback
 
 import torch
 
 from bench.common import (
     L2_BYTES,
+    attempt,
     bench_ms,
     copy_gbs,
     graph_replay_ms,
@@ -181,14 +181,6 @@ def dense_prefill_row(tokens: int, ceilings: dict) -> dict:
     row["matmul_pct"] = 100 * row["tflops"] / ceilings["bf16_matmul_tflops"]
     return row
 
-
-def attempt(rows: list, label: str, fn) -> None:
-    try:
-        rows.append(fn())
-    except Exception as error:  # noqa: BLE001 - one failing case must not stop the others
-        traceback.print_exc()
-        rows.append({"case": label, "error": f"{type(error).__name__}: {error}"[:300]})
-    torch.cuda.empty_cache()
 
 
 def tables(decode: list, prefill: list, ceilings: dict) -> dict:

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import torch
@@ -165,6 +166,16 @@ def matmul_tflops(n: int = 8192) -> float:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     return 2 * n**3 / bench_ms(lambda: a @ b) / 1e9
+
+
+def attempt(rows: list, label: str, fn) -> None:
+    """Append fn()'s row, or the case's error (printed) so that the other cases still run."""
+    try:
+        rows.append(fn())
+    except Exception as error:  # noqa: BLE001 - one failing case must not stop the others
+        traceback.print_exc()
+        rows.append({"case": label, "error": f"{type(error).__name__}: {error}"[:300]})
+    torch.cuda.empty_cache()
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -26,7 +26,9 @@ MAY_IMPORT = {
     "llm": {"plugins", "contract", "model", "structured", "runtime", "parallel", "export"},
     "server": {"plugins", "contract", "model", "structured", "runtime", "parallel", "export", "llm"},
     "perf": {"plugins", "contract", "model", "structured", "runtime", "parallel", "export", "llm"},
-    "cli": {"plugins", "contract", "model", "structured", "runtime", "parallel", "export", "llm", "server", "perf"},
+    "check": {"plugins", "contract", "model", "structured", "runtime", "parallel", "export", "llm"},
+    "cli": {"plugins", "contract", "model", "structured", "runtime", "parallel", "export", "llm", "server", "perf",
+            "check"},
     # the package's face: `dayzero.LLM` and `dayzero.SamplingParams`, loaded on first use
     "__init__": {"llm", "runtime"},
 }
