@@ -31,6 +31,8 @@ MAY_IMPORT = {
             "check"},
     # the package's face: `dayzero.LLM` and `dayzero.SamplingParams`, loaded on first use
     "__init__": {"llm", "runtime"},
+    # `python -m dayzero`
+    "__main__": {"cli"},
 }
 
 

@@ -14,7 +14,7 @@ from tests.helpers import ROOT
 def _clean_copy(target):
     """The project's files without build leftovers (an egg-info's file list would mask missing package data)."""
     listed = subprocess.run(["git", "ls-files", "-c", "-o", "--exclude-standard", "pyproject.toml", "README.md",
-                             "dayzero"], cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+                             "LICENSE", "dayzero"], cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
     for name in listed:
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, target / name)
@@ -29,3 +29,5 @@ def test_the_wheel_carries_the_bundled_configs(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     bundled = {path.relative_to(ROOT).as_posix() for path in (ROOT / "dayzero" / "configs").glob("*/config.json")}
     assert "dayzero/configs/tiny-hybrid/config.json" in bundled and bundled <= names
+    # typed for users' checkers, and the license travels with it
+    assert "dayzero/py.typed" in names and any(name.endswith("licenses/LICENSE") for name in names)
