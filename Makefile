@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # the CPU build of torch that lies on disk here; the GPU machine brings its own torch (2.11)
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: run test lint clean
+.PHONY: run test lint clean image
 
 $(BIN)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -27,3 +27,8 @@ lint: $(BIN)/.installed
 
 clean:
 	rm -rf $(VENV)
+
+# the CPU serving image (podman, offline; container/build.sh says what it needs); `make image BAKE=1` bakes the
+# embedded model's engine in
+image: $(BIN)/.installed
+	PYTHON=$(BIN)/python bash container/build.sh dayzero:cpu --build-arg BAKE=$(or $(BAKE),0)

@@ -30,7 +30,9 @@ def plugin_op(name: str, *, cpu: Callable, fake: Callable, mutates_args: Iterabl
         if HAS_TRITON:
             op = torch.library.triton_op(qualname, cuda_impl, mutates_args=tuple(mutates_args))
         else:
-            op = torch.library.custom_op(qualname, cpu, mutates_args=tuple(mutates_args))
+            # the schema comes from the typed CUDA signature: the CPU and fake functions carry no annotations
+            schema = torch.library.infer_schema(cuda_impl, mutates_args=tuple(mutates_args))
+            op = torch.library.custom_op(qualname, cpu, mutates_args=tuple(mutates_args), schema=schema)
         op.register_kernel("cpu", cpu)
         op.register_fake(fake)
         # kept for tests that hold the fake's shapes and strides against the Triton body's
