@@ -9,7 +9,7 @@ import torch
 from dayzero.errors import DayzeroError
 from dayzero.export.rank_plan import check_expert_split
 from dayzero.model.caches import CacheFormat
-from dayzero.plugins.kda.recurrent_kernel import MAX_STEP_TOKENS
+from dayzero.plugins.kda.limits import MAX_STEP_TOKENS
 
 BACKENDS = ("aoti", "onnx", "eager")
 KV_CACHES = ("bf16", "fp8")

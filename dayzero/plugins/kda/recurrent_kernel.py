@@ -17,12 +17,12 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from dayzero.plugins import dependent_launch
 from dayzero.plugins import device as device_info
 from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.kda.limits import MAX_STEP_TOKENS
 from dayzero.plugins.kda.pipelined_pool_kernel import pipelined_kda_pool_kernel
 from dayzero.plugins.kda.step_kernel import kda_token, kda_token_split, l2_normalize
 from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
 
 # tokens a row may step through in one call (1 + draft tokens): a row's slots are read as one vector of this width
-MAX_STEP_TOKENS = 16
 _STEP_TOKENS = tl.constexpr(MAX_STEP_TOKENS)
 # softplus(x) == x above this (torch's default threshold)
 SOFTPLUS_THRESHOLD = tl.constexpr(20.0)
