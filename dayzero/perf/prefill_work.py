@@ -30,6 +30,11 @@ def active_weights_per_token(cfg: ModelConfig) -> float:
     return sum(active_weights(cfg, name, shape) for name, shape in parameter_shapes(cfg).items())
 
 
+def weight_flops(cfg: ModelConfig, name: str, shape: torch.Size) -> float:
+    """What one prompt token does with parameter `name`: a multiply and an add per active weight."""
+    return 2 * active_weights(cfg, name, shape)
+
+
 def _keys_seen(prompt_tokens: int, cap: int | None) -> float:
     """Sum over positions p < prompt_tokens of min(p + 1, cap)."""
     if cap is None or cap >= prompt_tokens:
@@ -51,5 +56,5 @@ def attention_flops(cfg: ModelConfig, layer: int, prompt_tokens: int) -> float:
 
 def prefill_flops(cfg: ModelConfig, prompt_tokens: int) -> float:
     """Floating-point operations of one prompt of `prompt_tokens` tokens."""
-    flops = 2 * active_weights_per_token(cfg) * prompt_tokens
+    flops = prompt_tokens * sum(weight_flops(cfg, name, shape) for name, shape in parameter_shapes(cfg).items())
     return flops + sum(attention_flops(cfg, layer, prompt_tokens) for layer in range(cfg.num_layers))
