@@ -98,8 +98,9 @@ def test_inspect_counts_the_weights_plan_counts():
     assert "MLA + DSA indexer" in inspect.output and "moe_grouped_mlp_mxfp4" in inspect.output
 
 
-def test_inspect_json():
-    result = CliRunner().invoke(cli, ["inspect", "kimi-linear-48b-a3b", "--context", "4096", "--json"],
+def test_inspect_json_of_a_checkpoint_folder(tmp_path):
+    (tmp_path / "config.json").write_text((ROOT / "dayzero/configs/kimi-linear-48b-a3b/config.json").read_text())
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path), "--context", "4096", "--json"],
                                 catch_exceptions=False)
     report = json.loads(result.output)
     assert report["options"]["context"] == 4096 and report["model_type"] == "kimi_linear"
