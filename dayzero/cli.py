@@ -300,3 +300,33 @@ def main() -> None:
     except click.ClickException as err:
         err.show()
         sys.exit(err.exit_code)
+
+
+@cli.command("inspect")
+@click.argument("config")
+@click.option("--context", type=int, default=8192, show_default=True,
+              help="Tokens of the prompt a prefill token belongs to, and cached before a decode token.")
+@click.option("--tp", type=int, default=1, show_default=True)
+@click.option("--cp", type=int, default=1, show_default=True)
+@click.option("--ep", type=int, default=1, show_default=True)
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="bfloat16", show_default=True)
+@click.option("--kv-cache", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True,
+              help="Latent KV format a decode token reads (bf16: unquantized, in --dtype).")
+@click.option("--index-cache", type=click.Choice(["bf16", "mxfp8"]), default="bf16", show_default=True,
+              help="Index key format a decode token reads.")
+@click.option("--mxfp4-experts", is_flag=True, help="Routed experts held packed as MXFP4 (4.25 bits a weight), as "
+              "serving a checkpoint that stores them so does.")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON instead of tables.")
+def inspect_model(config: str, as_json: bool, **options) -> None:
+    """The operator profile of CONFIG (a checkpoint folder, a config.json or a bundled name; no weights loaded): per
+    layer kind, the plugin ops that serve it, its parameters and weight bytes, a prefill token's work and a decode
+    token's traffic at --context, and the cache it keeps per token or per sequence in each format; for the whole
+    model and per rank of --tp / --ep."""
+    import json
+
+    from dayzero.model.config import ModelConfig
+    from dayzero.perf.inspect import InspectOptions, profile
+    from dayzero.perf.inspect_table import render
+
+    report = profile(ModelConfig.from_hf(resolve_config(config)), config, InspectOptions(**options))
+    click.echo(json.dumps(report.to_json(), indent=2) if as_json else render(report))

@@ -10,9 +10,10 @@ import sys
 import time
 
 import httpx
+import pytest
 from click.testing import CliRunner
 
-from dayzero.cli import cli
+from dayzero.cli import cli, main
 from tests.helpers import ROOT
 
 
@@ -84,6 +85,37 @@ def test_plan_prints_the_weights_each_rank_holds():
     assert "x --cp 4: 8 ranks (GPUs), each group of 2 holding the whole model" in grouped.output
     refused = CliRunner().invoke(cli, ["plan", "tiny-hybrid", "--tp", "3"])
     assert "does not divide this model" in str(refused.exception)
+
+
+def test_inspect_counts_the_weights_plan_counts():
+    args = ["kimi-k3.1", "--tp", "8", "--ep", "8", "--mxfp4-experts"]
+    plan = CliRunner().invoke(cli, ["plan", *args], catch_exceptions=False).output
+    inspect = CliRunner().invoke(cli, ["inspect", *args], catch_exceptions=False)
+    assert inspect.exit_code == 0
+    totals = [line.split() for line in inspect.output.splitlines() if line.startswith("total")]
+    (whole, whole_gib), (share, share_gib) = re.findall(r"([\d.]+) B parameters, ([\d.]+) GiB", plan)
+    assert totals[0][2:6] == [whole, "B", whole_gib, "GiB"] and totals[1][2:6] == [share, "B", share_gib, "GiB"]
+    assert "MLA + DSA indexer" in inspect.output and "moe_grouped_mlp_mxfp4" in inspect.output
+
+
+def test_inspect_json_of_a_checkpoint_folder(tmp_path):
+    (tmp_path / "config.json").write_text((ROOT / "dayzero/configs/kimi-linear-48b-a3b/config.json").read_text())
+    result = CliRunner().invoke(cli, ["inspect", str(tmp_path), "--context", "4096", "--json"],
+                                catch_exceptions=False)
+    report = json.loads(result.output)
+    assert report["options"]["context"] == 4096 and report["model_type"] == "kimi_linear"
+    assert {row["label"] for row in report["rows"]} >= {"KDA", "dense MLA", "dense MLP", "MoE"}
+    assert report["model_total"]["params"] == sum(row["model"]["params"] for row in report["rows"])
+
+
+@pytest.mark.parametrize("args", [["kimi-linear-48b-a3b", "--tp", "3"], ["tiny-hybrid", "--kv-cache", "fp8"],
+                                  ["kimi-linear-48b-a3b", "--context", "0"], ["no-such-model"]])
+def test_inspect_refuses_bad_input_in_one_line(args, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["dayzero", "inspect", *args])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    stderr = capsys.readouterr().err
+    assert exited.value.code == 2 and stderr.startswith("error: ") and len(stderr.strip().splitlines()) == 1
 
 
 def free_port() -> int:

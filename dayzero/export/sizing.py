@@ -19,7 +19,7 @@ class RankWeights:
     replicated_bytes: int  # of which every rank holds the same (embeddings, norms, router, latent projections, ...)
 
 
-def _model_parameters(name: str, shape: torch.Size) -> int:
+def model_parameters(name: str, shape: torch.Size) -> int:
     """Weights a stored tensor holds: two a byte of MXFP4 values, none in their scales."""
     expert = EXPERT_PARAM.match(name)
     mxfp4 = expert["mxfp4"] if expert else None
@@ -28,12 +28,17 @@ def _model_parameters(name: str, shape: torch.Size) -> int:
     return 0 if mxfp4 == "_scale" else shape.numel()
 
 
+def parameter_bytes(name: str, shape: torch.Size, dtype: torch.dtype) -> int:
+    """Bytes parameter `name` takes in a model of `dtype` (fp32 gates and router, uint8 MXFP4 experts)."""
+    return shape.numel() * param_dtype(name, dtype).itemsize
+
+
 def rank_weights(cfg: ModelConfig, plan: RankPlan, dtype: torch.dtype = torch.bfloat16) -> RankWeights:
     whole, local = parameter_shapes(cfg), parameter_shapes(plan.local_config(cfg))
     params = total = replicated = 0
     for name, shape in local.items():
-        nbytes = shape.numel() * param_dtype(name, dtype).itemsize
-        params, total = params + _model_parameters(name, shape), total + nbytes
+        nbytes = parameter_bytes(name, shape, dtype)
+        params, total = params + model_parameters(name, shape), total + nbytes
         if shape == whole[name]:
             replicated += nbytes
     return RankWeights(params, total, replicated)

@@ -9,19 +9,19 @@ import torch
 
 from dayzero.contract import PAGE, SLOT, CacheTensorSpec, EngineManifest, ScoredRows, StepEngine, StepMeta
 from dayzero.model.caches import CacheFormat, LayerCache, allocate_caches
-from dayzero.model.config import KDA
+from dayzero.model.config import KDA, ModelConfig
 from dayzero.model.hybrid import HybridModel
 from dayzero.model.step import KDACache, MLACache
 
 
-def cache_tensor_specs(model: HybridModel, fmt: CacheFormat) -> tuple[CacheTensorSpec, ...]:
+def cache_tensor_specs(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat) -> tuple[CacheTensorSpec, ...]:
     """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) per page, KDA (state, conv) per slot."""
     specs = []
-    for layer, cache in enumerate(allocate_caches(model.config, 1, 1, model.dtype, "meta", fmt)):
+    for layer, cache in enumerate(allocate_caches(cfg, 1, 1, dtype, "meta", fmt)):
         unit = SLOT if isinstance(cache, KDACache) else PAGE
         for name, tensor in _named_tensors(cache):
-            dtype = str(tensor.dtype).removeprefix("torch.")
-            specs.append(CacheTensorSpec(layer, name, unit, tuple(tensor.shape[1:]), dtype))
+            stored = str(tensor.dtype).removeprefix("torch.")
+            specs.append(CacheTensorSpec(layer, name, unit, tuple(tensor.shape[1:]), stored))
     return tuple(specs)
 
 
@@ -47,14 +47,19 @@ def layer_caches(model: HybridModel, flat: list[torch.Tensor]) -> list[LayerCach
     return caches
 
 
+def config_manifest(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat, max_batch: int,
+                    max_len: int | None = None, num_draft: int = 0, device: str = "meta") -> EngineManifest:
+    """The manifest of an engine built from `cfg` (no model needed: what `dayzero inspect` sizes caches by)."""
+    return EngineManifest(
+        backend="eager", device=device, dtype=str(dtype).removeprefix("torch."),
+        vocab_size=cfg.vocab_size, max_len=max_len or cfg.max_position_embeddings, max_batch=max_batch,
+        num_draft=num_draft, cache_format=asdict(fmt), cache_tensors=cache_tensor_specs(cfg, dtype, fmt),
+    )
+
+
 def eager_manifest(model: HybridModel, fmt: CacheFormat, max_batch: int, max_len: int | None = None,
                    num_draft: int = 0) -> EngineManifest:
-    cfg = model.config
-    return EngineManifest(
-        backend="eager", device=str(model.device), dtype=str(model.dtype).removeprefix("torch."),
-        vocab_size=cfg.vocab_size, max_len=max_len or cfg.max_position_embeddings, max_batch=max_batch,
-        num_draft=num_draft, cache_format=asdict(fmt), cache_tensors=cache_tensor_specs(model, fmt),
-    )
+    return config_manifest(model.config, model.dtype, fmt, max_batch, max_len, num_draft, str(model.device))
 
 
 class EagerEngine(StepEngine):

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from dayzero.contract import SLOT, EngineManifest
+from dayzero.export.sizing import parameter_bytes
 from dayzero.model.config import ModelConfig
-from dayzero.model.weights import param_dtype, parameter_shapes
+from dayzero.model.weights import parameter_shapes
 
 ROUTED_EXPERTS = ".block_sparse_moe.experts."
 EMBEDDING = "model.embed_tokens."
@@ -43,36 +44,51 @@ def experts_reached(num_experts: int, top_k: int, num_tokens: int) -> float:
     return num_experts * (1 - (1 - top_k / num_experts) ** num_tokens)
 
 
+def weight_read_share(cfg: ModelConfig, name: str, shape: torch.Size, num_tokens: int) -> float:
+    """The share of parameter `name` a decode step of `num_tokens` tokens reads."""
+    if name.startswith(EMBEDDING):
+        return min(1.0, num_tokens / shape[0])
+    if ROUTED_EXPERTS in name:
+        return experts_reached(cfg.moe.num_experts, cfg.moe.top_k, num_tokens) / cfg.moe.num_experts
+    return 1.0
+
+
 def weight_bytes(cfg: ModelConfig, dtype: torch.dtype, num_tokens: int) -> float:
-    total = 0.0
-    reached = experts_reached(cfg.moe.num_experts, cfg.moe.top_k, num_tokens) / cfg.moe.num_experts if cfg.moe else 1
-    for name, shape in parameter_shapes(cfg).items():
-        nbytes = shape.numel() * param_dtype(name, dtype).itemsize
-        if name.startswith(EMBEDDING):
-            nbytes *= min(1.0, num_tokens / shape[0])
-        elif ROUTED_EXPERTS in name:
-            nbytes *= reached
-        total += nbytes
-    return total
+    return sum(parameter_bytes(name, shape, dtype) * weight_read_share(cfg, name, shape, num_tokens)
+               for name, shape in parameter_shapes(cfg).items())
+
+
+def state_bytes_by_layer(manifest: EngineManifest, batch: int) -> dict[int, int]:
+    """Per KDA layer: each sequence's slot read once and written 1 + num_draft times."""
+    by_layer: dict[int, int] = {}
+    for spec in manifest.cache_tensors:
+        if spec.unit == SLOT:
+            by_layer[spec.layer] = by_layer.get(spec.layer, 0) + batch * spec.unit_bytes * (2 + manifest.num_draft)
+    return by_layer
+
+
+def cache_bytes_by_layer(cfg: ModelConfig, manifest: EngineManifest, context: int) -> dict[int, float]:
+    """Per MLA layer: the paged-cache bytes one sequence with `context` cached tokens reads in a decode step."""
+    per_token: dict[int, dict[str, float]] = {}
+    for spec in manifest.cache_tensors:
+        if spec.unit != SLOT:
+            per_token.setdefault(spec.layer, {})[spec.name] = spec.unit_bytes / manifest.page_size
+    by_layer = {}
+    for layer, row in per_token.items():
+        if "index_k" in row:
+            by_layer[layer] = context * row["index_k"] + min(context, cfg.indexer.topk) * row["latent_kv"]
+        else:
+            by_layer[layer] = context * row.get("latent_kv", 0.0)
+    return by_layer
 
 
 def cache_bytes_per_sequence(cfg: ModelConfig, manifest: EngineManifest, context: int) -> float:
-    by_layer: dict[int, dict[str, float]] = {}
-    for spec in manifest.cache_tensors:
-        if spec.unit != SLOT:
-            by_layer.setdefault(spec.layer, {})[spec.name] = spec.unit_bytes / manifest.page_size
-    total = 0.0
-    for per_token in by_layer.values():
-        if "index_k" in per_token:
-            total += context * per_token["index_k"] + min(context, cfg.indexer.topk) * per_token["latent_kv"]
-        else:
-            total += context * per_token.get("latent_kv", 0.0)
-    return total
+    return sum(cache_bytes_by_layer(cfg, manifest, context).values())
 
 
 def decode_traffic(cfg: ModelConfig, manifest: EngineManifest, batch: int, context: int) -> DecodeTraffic:
     """cfg: the network one rank runs (its local config under tensor parallelism)."""
     dtype = getattr(torch, manifest.dtype)
-    state = batch * manifest.unit_bytes(SLOT) * (2 + manifest.num_draft)
+    state = sum(state_bytes_by_layer(manifest, batch).values())
     return DecodeTraffic(weight_bytes(cfg, dtype, batch * (1 + manifest.num_draft)), state,
                          batch * cache_bytes_per_sequence(cfg, manifest, context))

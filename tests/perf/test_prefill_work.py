@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from dayzero.model.config import ModelConfig
+from dayzero.model.expert_format import with_mxfp4_experts
 from dayzero.perf.prefill_work import _keys_seen, active_weights_per_token, prefill_flops
 from tests.helpers import random_model, tiny_config_dict
 
@@ -37,3 +39,8 @@ def test_attention_work_grows_quadratically_without_a_cap_and_linearly_with_one(
     assert second == pytest.approx(num_mla * 2 * cfg.indexer.num_heads * cfg.indexer.head_dim * 100 * 100)
     assert prefill_flops(cfg, 1) == pytest.approx(2 * active_weights_per_token(cfg) + num_mla * 2 * (
         cfg.mla.num_heads * (cfg.mla.latent_dim + cfg.mla.kv_lora_rank) + cfg.indexer.num_heads * cfg.indexer.head_dim))
+
+
+def test_packed_experts_do_the_work_of_the_dequantized_ones():
+    cfg = ModelConfig.from_dict(tiny_config_dict())
+    assert active_weights_per_token(with_mxfp4_experts(cfg)) == active_weights_per_token(cfg)

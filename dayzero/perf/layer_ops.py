@@ -1,0 +1,143 @@
+"""Which plugin op serves each piece of each layer kind (docs/ops.md, "Where each layer kind is served"): the operator
+profile `dayzero inspect` prints.
+
+Kinds come from the ModelConfig alone: a layer's token mixer (KDA, MLA with a DSA indexer, dense MLA), its
+feed-forward (dense MLP, MoE) and, with AttnRes, its depth mixes; the embedding, final norm and LM head sit outside
+the layers. Ops are named as registered (`torch.ops.dayzero.<name>`); a piece whose op is not registered, and every
+piece of a kind this table does not know, is "reference only" (served by the reference network, no kernel yet).
+Pieces marked "torch" are plain PyTorch by design (the projections everywhere, the prefill gate, the decode router):
+a compiled engine fuses them with Inductor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dayzero.model.caches import CacheFormat
+from dayzero.model.config import MLA, ModelConfig
+from dayzero.plugins.registry import PLUGIN_OPS
+
+MIXER, RESIDUAL, FFN, OUTSIDE = "token mixer", "residual", "feed-forward", "outside layers"
+SUBLAYERS = (MIXER, RESIDUAL, FFN, OUTSIDE)
+REFERENCE_ONLY = "reference only"
+ATTNRES, EMBEDDING_AND_HEAD, MLA_DSA = "attnres", "embedding", "mla_dsa"
+LABELS = {"kda": "KDA", MLA_DSA: "MLA + DSA indexer", MLA: "dense MLA", "dense": "dense MLP", "moe": "MoE",
+          ATTNRES: "AttnRes", EMBEDDING_AND_HEAD: "embedding, LM head"}
+
+_LAYER_PARAM = re.compile(r"^model\.layers\.(?P<layer>\d+)\.(?P<module>[^.]+)\.")
+# a layer's modules that belong to its feed-forward and to its AttnRes depth mixes (the rest is its token mixer)
+_FFN_MODULES = ("mlp", "block_sparse_moe", "post_attention_layernorm")
+_RESIDUAL_MODULES = ("self_attention_res_norm", "self_attention_res_proj", "mlp_res_norm", "mlp_res_proj")
+
+Group = tuple[str, str]  # (sublayer, kind)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One piece of a layer kind and what serves it in a prefill and in a decode step."""
+
+    name: str
+    prefill: str
+    decode: str
+
+
+def mixer_kind(cfg: ModelConfig, layer: int) -> str:
+    kind = cfg.layer_kinds[layer]
+    return MLA_DSA if kind == MLA and cfg.indexer is not None else kind
+
+
+def layer_group(cfg: ModelConfig, layer: int) -> Group:
+    """The row a layer's caches and attention work belong to: its token mixer's."""
+    return MIXER, mixer_kind(cfg, layer)
+
+
+def param_group(cfg: ModelConfig, name: str) -> Group:
+    """The row parameter `name` belongs to (its layer's mixer, feed-forward or depth mixes, or outside the layers)."""
+    match = _LAYER_PARAM.match(name)
+    if match is None:
+        return OUTSIDE, EMBEDDING_AND_HEAD
+    layer, module = int(match["layer"]), match["module"]
+    if module in _RESIDUAL_MODULES:
+        return RESIDUAL, ATTNRES
+    if module in _FFN_MODULES:
+        return FFN, cfg.mlp_kinds[layer]
+    return layer_group(cfg, layer)
+
+
+def served(op: str) -> str:
+    """`op` if it is a registered plugin op with a kernel of its own, else "reference only (op)"; "torch ..." as
+    given."""
+    if op.startswith("torch"):
+        return op
+    registered = PLUGIN_OPS.get(op)
+    impls = getattr(registered, "dayzero_impls", {})
+    return op if registered is not None and impls.get("cuda") is not impls.get("cpu") else f"{REFERENCE_ONLY} ({op})"
+
+
+def _same(name: str, *ops: str) -> Piece:
+    return Piece(name, " + ".join(ops), " + ".join(ops))
+
+
+def _kda(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    recurrence = "chunk_kda + kda_summary" if cp > 1 else "chunk_kda"
+    return (Piece("short conv", "short_conv_prefill", "fused_kda_decode"),
+            Piece("gate", "torch (kda_gate)", "fused_kda_decode"),
+            Piece("delta rule", recurrence, "fused_kda_decode"))
+
+
+def _mla(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    latent = _same("latent write", "write_latent")
+    if cfg.indexer is None:
+        return latent, _same("attention", "dense_mla_paged")
+    select = ("mxfp8_quantize", "index_topk_paged") if fmt.index_mxfp8 else ("index_topk_paged",)
+    keys = _same("index key write", "write_index_keys")
+    return latent, keys, _same("top-k", *select), _same("sparse attention", "sparse_mla_paged")
+
+
+def _moe(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    experts = "moe_grouped_mlp_mxfp4" if cfg.moe.mxfp4_experts else "moe_grouped_mlp"
+    pieces = (Piece("router logits", "moe_router_logits", "torch (fp32 GEMM)"), _same("routing", "moe_route"),
+              _same("dispatch", "moe_permute", "moe_unpermute"), _same("experts", experts))
+    shared = (_same("shared experts", "moe_gated_activation"),) if cfg.moe.num_shared_experts else ()
+    return pieces + shared
+
+
+def _dense(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    return (_same("gated activation", "moe_gated_activation"),)
+
+
+def _attnres(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    return (_same("depth mix", "attnres_mix"),)
+
+
+def _outside(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    return (_same("lookup, norm, LM head", "torch"),)
+
+
+PIECES: dict[Group, Callable[[ModelConfig, CacheFormat, int], tuple[Piece, ...]]] = {
+    (MIXER, "kda"): _kda,
+    (MIXER, MLA_DSA): _mla,
+    (MIXER, MLA): _mla,
+    (RESIDUAL, ATTNRES): _attnres,
+    (FFN, "moe"): _moe,
+    (FFN, "dense"): _dense,
+    (OUTSIDE, EMBEDDING_AND_HEAD): _outside,
+}
+
+
+def pieces(group: Group, cfg: ModelConfig, fmt: CacheFormat, cp: int = 1) -> tuple[Piece, ...]:
+    """What serves each piece of `group` under cache format `fmt` and `cp` context-parallel ranks."""
+    table = PIECES.get(group)
+    if table is None:
+        return (Piece("all", REFERENCE_ONLY, REFERENCE_ONLY),)
+    return tuple(Piece(p.name, _served_all(p.prefill), _served_all(p.decode)) for p in table(cfg, fmt, cp))
+
+
+def _served_all(ops: str) -> str:
+    return " + ".join(served(op) for op in ops.split(" + "))
+
+
+def label(group: Group) -> str:
+    return LABELS.get(group[1], group[1])
