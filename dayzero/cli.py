@@ -309,7 +309,9 @@ def main() -> None:
 @click.option("--max-tokens", type=int, default=16, show_default=True, help="Greedy tokens after each prompt.")
 @click.option("--backend", type=click.Choice(["eager", "aoti"]), default="eager", show_default=True,
               help="The engine whose logits and generation are checked (hidden states: the reference model).")
-@click.option("--kv-cache", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True)
+@click.option("--kv-cache", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True,
+              help="Cache formats of dayzero's side (transformers keeps its own): a quantized cache is held to the "
+              "same tolerance, so its error shows from the first MLA layer on; --tolerance sets what you accept.")
 @click.option("--index-cache", type=click.Choice(["bf16", "mxfp8"]), default="bf16", show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="Where both transformers and dayzero run.")
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
