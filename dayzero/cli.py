@@ -289,19 +289,6 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
-def main() -> None:
-    try:
-        cli.main(standalone_mode=False)
-    except DayzeroError as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(2)
-    except click.exceptions.Abort:
-        sys.exit(130)
-    except click.ClickException as err:
-        err.show()
-        sys.exit(err.exit_code)
-
-
 @cli.command("inspect")
 @click.argument("config")
 @click.option("--context", type=int, default=8192, show_default=True,
@@ -330,3 +317,57 @@ def inspect_model(config: str, as_json: bool, **options) -> None:
 
     report = profile(ModelConfig.from_hf(resolve_config(config)), config, InspectOptions(**options))
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else render(report))
+
+
+@cli.command()
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--prompt", "prompts", multiple=True, help="A prompt through the checkpoint's tokenizer (repeat for "
+              "several; default: fixed token-id prompts of 1, 13 and 70 tokens, no tokenizer needed).")
+@click.option("--max-tokens", type=int, default=16, show_default=True, help="Greedy tokens after each prompt.")
+@click.option("--backend", type=click.Choice(["eager", "aoti"]), default="eager", show_default=True,
+              help="The engine whose logits and generation are checked (hidden states: the reference model).")
+@click.option("--kv-cache", type=click.Choice(["bf16", "fp8"]), default="bf16", show_default=True,
+              help="Cache formats of dayzero's side (transformers keeps its own): a quantized cache is held to the "
+              "same tolerance, so its error shows from the first MLA layer on; --tolerance sets what you accept.")
+@click.option("--index-cache", type=click.Choice(["bf16", "mxfp8"]), default="bf16", show_default=True)
+@click.option("--device", default="cpu", show_default=True, help="Where both transformers and dayzero run.")
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True)
+@click.option("--tolerance", type=float, default=None, help="Relative error allowed everywhere (default: 1e-4 in "
+              "float32; in bfloat16 / float16 a few times transformers' own distance from its float32 run).")
+def check(checkpoint: Path, prompts, max_tokens, tolerance, **engine) -> None:
+    """Run CHECKPOINT through transformers' implementation of its model_type and through dayzero on the same
+    prompts; print each layer's hidden-state error, the logits' error and top-1 agreement, and where greedy
+    generation first differs. Exit status 1 when an error is beyond the tolerance."""
+    from dayzero.check import CheckOptions, run_check
+    from dayzero.export.options import ExportOptions
+
+    if engine["backend"] == "aoti":
+        from dayzero.export.preload import reexec_with_libstdcxx
+
+        reexec_with_libstdcxx()
+    options = CheckOptions(ExportOptions(**engine), prompts, max_tokens, tolerance)
+    report = run_check(checkpoint, options, echo=lambda line: click.echo(line, err=True))
+    click.echo("\n".join(report.lines()))
+    failure = report.failure
+    if failure is not None:
+        click.echo(f"error: {failure.name} is the first beyond tolerance: relative error {failure.error:.2e} > "
+                   f"{failure.allowed:.2e}", err=True)
+        sys.exit(1)
+    click.echo("ok: every error within tolerance")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except DayzeroError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+
+
+if __name__ == "__main__":
+    main()

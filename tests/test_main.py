@@ -33,3 +33,10 @@ def test_the_embedded_model_generates_without_triton(tmp_path):
     with_triton = subprocess.run([sys.executable, "-c", script.replace("sys.modules['triton'] = None", "pass")],
                                  capture_output=True, text=True, timeout=300, env=env)
     assert without.stdout.splitlines()[-1] == with_triton.stdout.splitlines()[-1]
+
+
+def test_python_dash_m_dayzero_cli_runs_the_cli_too():
+    result = subprocess.run([sys.executable, "-m", "dayzero.cli", "plan", "tiny-hybrid"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "tiny-hybrid" in result.stdout

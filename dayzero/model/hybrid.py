@@ -41,11 +41,15 @@ class Backbone(nn.Module):
         return BlockAttnResidual(embeddings, self.cfg.attn_res_block_size)
 
     def forward(self, input_ids: torch.Tensor, meta: StepMeta, caches: list[LayerCache], decode: bool,
-                shard: ContextShard | None = None):
-        """input_ids [T] -> normed final hidden states [T, D]."""
+                shard: ContextShard | None = None, layer_states: list[torch.Tensor] | None = None):
+        """input_ids [T] -> normed final hidden states [T, D]. layer_states, when given, collects each layer's output
+        [T, D] (`dayzero check`): the residual stream, or under attention residuals the current block's partial
+        sum, which is what an AttnRes decoder layer returns."""
         stream = self._stream(self.embed_tokens(input_ids))
         for layer, cache in zip(self.layers, caches):
             layer(stream, meta, cache, decode, shard)
+            if layer_states is not None:
+                layer_states.append(stream.hidden if isinstance(stream, PlainResidual) else stream.partial)
         return self.norm(stream.output(self))
 
 
