@@ -31,6 +31,7 @@ def _printable(text: str) -> str:
 
 
 @click.group()
+@click.version_option(package_name="dayzero")
 def cli() -> None:
     """dayzero: serve a newly released hybrid-attention LLM (KDA + DSA sparse MLA + AttnRes + MoE)."""
 
@@ -56,45 +57,72 @@ def init_checkpoint(config: str, out: Path, dtype: str, seed: int, shard_size_mb
     click.echo(f"wrote {out} in {time.perf_counter() - start:.1f} s")
 
 
+# vLLM's spelling of an option is accepted beside dayzero's own
 ENGINE_OPTIONS = [
-    click.option("--checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-                 help="HF checkpoint directory (default: the embedded tiny-hybrid model, created if missing)."),
+    click.argument("model", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)),
+    click.option("--checkpoint", "--model", "checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                 default=None, help="HF checkpoint directory, also given as MODEL (default: the embedded tiny-hybrid "
+                 "model, created if missing)."),
     click.option("--backend", type=click.Choice(["eager", "aoti"]), default="eager", show_default=True,
                  help="eager: the laid-out reference model; aoti: AOTInductor engines (compiled once, then cached)."),
     click.option("--device", default="cpu", show_default=True),
-    click.option("--tp", type=int, default=1, show_default=True,
+    click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True,
                  help="Tensor-parallel ranks: one process each (on --device cuda, GPUs 0..tp-1)."),
     click.option("--cp", type=int, default=1, show_default=True,
                  help="Context-parallel ranks (eager engine): each prefill's prompts split zigzag over them, one "
                  "process (GPU) each, times --tp; every rank keeps the whole caches, the first decodes."),
-    click.option("--ep", type=int, default=1, show_default=True,
-                 help="1: every expert's neurons split over the --tp ranks; = --tp: whole experts split over them."),
+    click.option("--ep", type=int, default=None,
+                 help="1: every expert's neurons split over the --tp ranks (the default); = --tp: whole experts split "
+                 "over them."),
+    click.option("--enable-expert-parallel", is_flag=True, help="vLLM's spelling of --ep = --tp."),
     click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True),
+    click.option("--kv-cache", "--kv-cache-dtype", "kv_cache", type=click.Choice(["bf16", "fp8", "auto"]),
+                 default="bf16", show_default=True, help="Latent KV cache of the MLA layers: bf16 (auto: the same; in "
+                 "--dtype) or fp8 (per-128 tiles, 656 B a token a layer)."),
+    click.option("--index-cache", type=click.Choice(["bf16", "mxfp8"]), default="bf16", show_default=True,
+                 help="Index keys of the DSA layers: bf16 (in --dtype) or mxfp8 (132 B a token a layer)."),
+    click.option("--max-len", "--max-model-len", "max_len", type=int, default=None,
+                 help="Longest sequence (prompt + output) the engine takes (default: the model's "
+                 "max_position_embeddings)."),
     click.option("--dequantize-experts", is_flag=True, help=DEQUANTIZE_EXPERTS_HELP),
     click.option("--memory-mb", type=int, default=None, help="Cache memory (default: --gpu-memory-fraction of free "
                  "GPU memory, 256 MiB on CPU)."),
-    click.option("--gpu-memory-fraction", type=float, default=0.8, show_default=True,
-                 help="Share of the free GPU memory the caches take when --memory-mb is not given."),
-    click.option("--no-cuda-graphs", is_flag=True, help="Decode eagerly on the GPU."),
-    click.option("--prefix-caching", is_flag=True,
+    click.option("--gpu-memory-fraction", "--gpu-memory-utilization", "gpu_memory_fraction", type=float, default=0.8,
+                 show_default=True, help="Share of the free GPU memory the caches take when --memory-mb is not given."),
+    click.option("--no-cuda-graphs", "--enforce-eager", "no_cuda_graphs", is_flag=True,
+                 help="Decode eagerly on the GPU."),
+    click.option("--prefix-caching", "--enable-prefix-caching", "prefix_caching", is_flag=True,
                  help="Reuse the cache pages and KDA state snapshots of earlier prompts' common prefixes."),
-    click.option("--token-budget", type=int, default=None,
+    click.option("--token-budget", "--max-num-batched-tokens", "token_budget", type=int, default=None,
                  help="Prompt tokens a prefill step takes (longer prompts are prefilled in chunks), which --cp ranks "
                  "split. Default: 2048 a context-parallel rank."),
-    click.option("--num-draft", type=int, default=0, show_default=True,
+    click.option("--num-draft", "--num-speculative-tokens", "num_draft", type=int, default=0, show_default=True,
                  help="Speculative decoding: draft tokens (prompt lookup) verified per decode step; 0 = off."),
 ]
 
 
 def engine_options(command):
-    """The options that pick, export and size the engine: shared by `run` and `serve`."""
+    """The options that pick, export and size the engine: shared by `run`, `serve` and `bench`."""
     for option in reversed(ENGINE_OPTIONS):
         command = option(command)
     return command
 
 
-def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, dequantize_experts, memory_mb, gpu_memory_fraction,
-              no_cuda_graphs, prefix_caching, token_budget, num_draft, max_batch):
+def _checkpoint(model: Path | None, checkpoint: Path | None) -> Path | None:
+    if model is not None and checkpoint is not None and model != checkpoint:
+        raise DayzeroError(f"two checkpoints given ({model} and --checkpoint {checkpoint}); give one")
+    return model if model is not None else checkpoint
+
+
+def _expert_split(tp: int, ep: int | None, enable_expert_parallel: bool) -> int:
+    if enable_expert_parallel and ep not in (None, tp):
+        raise DayzeroError(f"--enable-expert-parallel means --ep {tp} (= --tp); drop --ep {ep} or the flag")
+    return tp if enable_expert_parallel else (ep or 1)
+
+
+def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_parallel, dtype, kv_cache, index_cache,
+              max_len, dequantize_experts, memory_mb, gpu_memory_fraction, no_cuda_graphs, prefix_caching,
+              token_budget, num_draft, max_batch):
     from dayzero.export.options import ExportOptions
     from dayzero.llm.api import LLM
     from dayzero.runtime.llm_engine import RuntimeOptions
@@ -105,11 +133,13 @@ def _load_llm(checkpoint, backend, device, tp, cp, ep, dtype, dequantize_experts
         # before any package loads: on GPU images that need it, this restarts the command with the preload set
         reexec_with_libstdcxx()
     export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max_batch, num_draft=num_draft,
-                           tp=tp, cp=cp, ep=ep, dequantize_experts=dequantize_experts)
+                           tp=tp, cp=cp, ep=_expert_split(tp, ep, enable_expert_parallel),
+                           kv_cache="bf16" if kv_cache == "auto" else kv_cache, index_cache=index_cache,
+                           max_len=max_len, dequantize_experts=dequantize_experts)
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs,
                              token_budget=token_budget, prefix_caching=prefix_caching)
-    llm = LLM(checkpoint, export, runtime)
+    llm = LLM(_checkpoint(model, checkpoint), export, runtime)
     ranks = f" x {export.ranks} ranks" if export.ranks > 1 else ""
     click.echo(f"[engine: {backend} on {device}{ranks}, loaded in {llm.load_seconds:.1f} s; "
                f"{llm.engine.capacity.describe()}]")
@@ -143,11 +173,13 @@ def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: all).")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on (127.0.0.1: this host "
+              "alone).")
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--served-model-name", default=None, help="The model's name in the API (default: the checkpoint "
               "folder's name).")
-@click.option("--max-batch", type=int, default=16, show_default=True, help="Sequences decoded together.")
+@click.option("--max-batch", "--max-num-seqs", "max_batch", type=int, default=16, show_default=True,
+              help="Sequences decoded together.")
 @click.option("--max-open", type=int, default=256, show_default=True,
               help="Requests (choices) open at once, running or queued; more are answered 503.")
 @click.option("--max-body-bytes", type=int, default=4 << 20, show_default=True)
@@ -194,7 +226,7 @@ def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine)
         raise DayzeroError("--batch and --prompt-tokens must be >= 1 and --output-tokens >= 2 (one token comes from "
                            "prefill, the rest from decode steps)")
     with _load_llm(**engine, num_draft=num_draft, max_batch=max(batches)) as llm:
-        cfg = RankPlan(engine["tp"], 0, engine["ep"]).local_config(
+        cfg = RankPlan(llm.export_options.tp, 0, llm.export_options.ep).local_config(
             checkpoint_config(llm.checkpoint, keep_mxfp4=not engine["dequantize_experts"]))
         ceilings = {"copy_bytes_per_s": copy_bandwidth(engine["device"]),
                     "matmul_flops_per_s": matmul_rate(engine["device"], _dtype(engine["dtype"]))}
