@@ -15,7 +15,7 @@ from dayzero.model.collectives import reduce_partial
 from dayzero.model.config import IndexerConfig, MLAConfig
 from dayzero.model.indexer import Indexer
 from dayzero.model.norm import RMSNorm, linear
-from dayzero.model.rope import apply_rope
+from dayzero.model.rope import Rope
 from dayzero.model.step import MLACache
 from dayzero.model.zigzag import ContextShard, rows_of_all_ranks
 from dayzero.plugins import paged_cache, sparse_mla
@@ -38,8 +38,13 @@ class MLAttention(nn.Module):
         self.o_proj = linear(heads * cfg.v_head_dim, hidden_size)
         if cfg.output_gate:
             self.g_proj = linear(hidden_size, heads * cfg.v_head_dim)
+        # NoPE models (Kimi) use the rope dims unrotated
+        self.rope = None if cfg.use_nope else Rope(cfg.qk_rope_head_dim, cfg.rope_theta, cfg.rope_interleaved,
+                                                   cfg.rope_scaling)
         if indexer is not None:
-            self.indexer = Indexer(hidden_size, cfg.q_lora_rank or hidden_size, indexer)
+            index_rope = Rope(indexer.rope_dim, cfg.rope_theta, indexer.rope_interleaved, cfg.rope_scaling)
+            self.indexer = Indexer(hidden_size, cfg.q_lora_rank or hidden_size, indexer,
+                                   index_rope if indexer.rope_dim else None)
         self.has_indexer = indexer is not None
         # set on a rank that holds some of the heads (the latent cache and the indexer are whole on every rank)
         self.tp_group: str | None = None
@@ -64,15 +69,15 @@ class MLAttention(nn.Module):
 
     def _write_latent(self, x: torch.Tensor, meta: StepMeta, cache: MLACache, shard: ContextShard | None) -> None:
         c_kv, k_pe = self.kv_a_proj_with_mqa(x).split([self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1)
-        if not self.cfg.use_nope:
-            k_pe = apply_rope(k_pe, meta.positions, self.cfg.rope_theta)
+        if self.rope is not None:
+            k_pe = self.rope(k_pe, meta.positions)
         rows, slots = rows_of_all_ranks(torch.cat([self.kv_a_layernorm(c_kv), k_pe], dim=-1), meta.slot_mapping,
                                         shard)
         paged_cache.write_latent(cache.latent_kv, rows, slots, self.cfg.qk_rope_head_dim)
 
     def _attend(self, q_abs: torch.Tensor, x, c_q, meta: StepMeta, cache: MLACache,
                 shard: ContextShard | None) -> torch.Tensor:
-        scale = self.cfg.qk_head_dim ** -0.5
+        scale = self.cfg.softmax_scale
         v_dim = self.cfg.kv_lora_rank
         if self.has_indexer:
             indices = self.indexer(x, c_q, meta, cache.index_k, shard)
@@ -89,8 +94,8 @@ class MLAttention(nn.Module):
         rank's part of a context-parallel prefill, whose rows every rank's caches receive."""
         q, c_q = self._query(x)
         q_nope, q_pe = q.split([self.cfg.qk_nope_head_dim, self.cfg.qk_rope_head_dim], dim=-1)
-        if not self.cfg.use_nope:
-            q_pe = apply_rope(q_pe, meta.positions, self.cfg.rope_theta)
+        if self.rope is not None:
+            q_pe = self.rope(q_pe, meta.positions)
         self._write_latent(x, meta, cache, shard)
         w_uk, w_uv = self._absorbed_weights()
         q_abs = torch.cat([torch.einsum("thn,hnc->thc", q_nope, w_uk), q_pe], dim=-1)

@@ -73,9 +73,11 @@ def test_bad_fields_name_the_field(overrides, message):
     assert message in str(err.value)
 
 
-def test_unknown_model_type():
-    with pytest.raises(DayzeroError, match="'model_type' must be one of 'kimi_linear', 'kimi_k3'"):
+def test_unknown_model_type_names_the_supported_ones():
+    with pytest.raises(DayzeroError, match="'model_type' must be one of") as err:
         ModelConfig.from_dict({"model_type": "llama"})
+    for model_type in ("kimi_linear", "kimi_k3", "deepseek_v32", "glm_moe_dsa"):
+        assert repr(model_type) in str(err.value)
 
 
 def test_malformed_json_names_file_and_position(tmp_path):
