@@ -29,6 +29,9 @@ class DeepseekV32(Adapter):
         num_layers = f.int("num_hidden_layers")
         mla = sections.mla(f, use_nope=False, rope_interleaved=True)
         interleaved = f.bool("indexer_rope_interleave", self.indexer_rope_interleaved)
+        if not f.has("dsa_config"):
+            # every layer is DSA: the indexer's fields are required
+            f.int("index_topk")
         return dict(
             **sections.common(f),
             **sections.feed_forward(f, num_layers),
