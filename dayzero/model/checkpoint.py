@@ -13,6 +13,8 @@ from dayzero.plugins.quant.reference import mxfp4_dequantize
 
 INDEX_FILE = "model.safetensors.index.json"
 EMBEDDING = "model.embed_tokens.weight"
+# DeepSeek's FP8 release format: e4m3 weights with one fp32 `weight_scale_inv` per 128 x 128 block
+FP8_BLOCK = 128
 
 
 class CheckpointReader:
@@ -72,10 +74,16 @@ class CheckpointReader:
         return tuple(self._open(self.files[full]).get_slice(full).get_shape())
 
     def get(self, name: str, index: tuple[int | slice, ...] = ()) -> torch.Tensor:
-        """The tensor `name`, or its part `index` (read without the rest); MXFP4 weights are dequantized to fp32."""
+        """The tensor `name`, or its part `index` (read without the rest); MXFP4 weights and FP8 weights with block
+        scales are dequantized to fp32."""
         if not self.has(name) and self.has_mxfp4(name):
             base = name.removesuffix(".weight")
             return mxfp4_dequantize(self.get(base + ".weight_packed"), self.get(base + ".weight_scale"))
+        if self.has(name + "_scale_inv") and not index:
+            return fp8_block_dequantize(self._read(name, ()), self._read(name + "_scale_inv", ()), self.stored(name))
+        return self._read(name, index)
+
+    def _read(self, name: str, index: tuple[int | slice, ...]) -> torch.Tensor:
         full = self.stored(name)
         try:
             handle = self._open(self.files[full])
@@ -88,3 +96,13 @@ class CheckpointReader:
 def _renamed(name: str, layout: tuple[str, str]) -> str:
     old, new = layout
     return new + name.removeprefix(old) if name.startswith(old) else name
+
+
+def fp8_block_dequantize(weight: torch.Tensor, scale_inv: torch.Tensor, name: str) -> torch.Tensor:
+    """weight e4m3 [R, C] times scale_inv fp32 [ceil(R / 128), ceil(C / 128)], one scale a block -> fp32."""
+    rows, cols = weight.shape
+    if tuple(scale_inv.shape) != (-(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK)):
+        raise DayzeroError(f"{name!r} [{rows}, {cols}] has block scales of shape {list(scale_inv.shape)}, not one per "
+                           f"{FP8_BLOCK} x {FP8_BLOCK} block; dequantize the checkpoint to bf16 first")
+    scale = scale_inv.float().repeat_interleave(FP8_BLOCK, 0)[:rows].repeat_interleave(FP8_BLOCK, 1)[:, :cols]
+    return weight.float() * scale

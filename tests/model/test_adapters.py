@@ -26,9 +26,10 @@ CONFIGS = ROOT / "dayzero" / "configs"
 
 
 def deepseek_config(**overrides) -> dict:
-    """A small DeepSeek-V3.2 config.json: 3 layers (a dense one, two MoE), YaRN, one MTP layer."""
+    """A small DeepSeek-V3.2 config.json: 3 layers (a dense one, two MoE), YaRN, one MTP layer; the dense MLP is two
+    FP8 blocks tall."""
     data = json.loads((CONFIGS / "deepseek-v3.2" / "config.json").read_text())
-    data.update(vocab_size=97, hidden_size=40, intermediate_size=56, moe_intermediate_size=24, num_hidden_layers=3,
+    data.update(vocab_size=97, hidden_size=40, intermediate_size=136, moe_intermediate_size=24, num_hidden_layers=3,
                 first_k_dense_replace=1, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=20, kv_lora_rank=32,
                 qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2,
                 n_group=2, topk_group=1, index_n_heads=4, index_head_dim=16, index_topk=8)
@@ -144,3 +145,21 @@ def test_mtp_layers_are_named_in_the_load_log(checkpoint, caplog):
     with caplog.at_level(logging.INFO, logger="dayzero.model.weights"):
         load(checkpoint, dtype=torch.float32)
     assert "1 multi-token-prediction layer(s) after layer 2 are not loaded" in caplog.text
+
+
+def test_fp8_weights_with_block_scales_are_dequantized(checkpoint, tmp_path):
+    """DeepSeek's release format: e4m3 weights, one fp32 `weight_scale_inv` per 128 x 128 block."""
+    name = "model.layers.0.mlp.gate_proj.weight"
+    scale = torch.tensor([[0.5], [4.0]])
+
+    def to_fp8(tensors):
+        weight = tensors.pop(name)
+        tensors[name] = (weight / scale.repeat_interleave(128, 0)[:136]).to(torch.float8_e4m3fn)
+        tensors[name + "_scale_inv"] = scale
+
+    other = rewritten(checkpoint, tmp_path / "c", to_fp8)
+    stored = load_file(other / "model.safetensors")[name].float() * scale.repeat_interleave(128, 0)[:136]
+    model = load(other, dtype=torch.float32)
+    assert torch.equal(model.model.layers[0].mlp.gate_proj.weight, stored)
+    reference = load(checkpoint, dtype=torch.float32).model.layers[0].mlp.gate_proj.weight
+    assert 0 < (stored - reference).abs().max() < 0.1 * reference.abs().max()
