@@ -55,6 +55,9 @@ class ModelConfig:
     max_position_embeddings: int = 1 << 20
     # multi-token-prediction layers stored after the last layer (DeepSeek's `num_nextn_predict_layers`): not run
     num_mtp_layers: int = 0
+    # MLA layers without an indexer of their own that attend over the Top-K of the closest earlier layer with one
+    # (GLM's IndexShare)
+    index_shared_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
         if len(self.layer_kinds) != len(self.mlp_kinds):
@@ -65,10 +68,19 @@ class ModelConfig:
             raise DayzeroError("config has full-attention layers but no MLA fields (kv_lora_rank, ...)")
         if MOE in self.mlp_kinds and self.moe is None:
             raise DayzeroError("config has MoE layers but no num_experts")
+        for layer in self.index_shared_layers:
+            if not 0 <= layer < self.num_layers or self.layer_kinds[layer] != MLA or \
+                    not any(self.owns_indexer(earlier) for earlier in range(layer)):
+                raise DayzeroError(f"layer {layer} reuses an earlier layer's Top-K, but it is not an MLA layer after "
+                                   "one with an indexer")
 
     @property
     def num_layers(self) -> int:
         return len(self.layer_kinds)
+
+    def owns_indexer(self, layer: int) -> bool:
+        """Whether `layer` runs a DSA indexer (and keeps its index keys)."""
+        return self.indexer is not None and self.layer_kinds[layer] == MLA and layer not in self.index_shared_layers
 
     @classmethod
     def from_hf(cls, path: str | Path) -> ModelConfig:

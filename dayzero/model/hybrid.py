@@ -44,8 +44,9 @@ class Backbone(nn.Module):
                 shard: ContextShard | None = None):
         """input_ids [T] -> normed final hidden states [T, D]."""
         stream = self._stream(self.embed_tokens(input_ids))
+        picks = None
         for layer, cache in zip(self.layers, caches):
-            layer(stream, meta, cache, decode, shard)
+            picks = layer(stream, meta, cache, decode, shard, picks)
         return self.norm(stream.output(self))
 
 

@@ -1,7 +1,8 @@
 """Random checkpoints of the DeepSeek-V3.2 family (`deepseek_v32`, `glm_moe_dsa`) written by transformers at small
 odd shapes: every layer DSA sparse MLA with q LoRA and RoPE, a dense first layer, MoE with grouped routing and a
-correction bias, YaRN for DeepSeek. The indexer keeps 23 keys, fewer than the tests' prompts hold, so it really
-selects; 16 index heads keep its ranking free of ties (relu zeroes whole scores when few heads see a key)."""
+correction bias, YaRN for DeepSeek, a layer sharing an earlier layer's Top-K for GLM. The indexer keeps 23 keys,
+fewer than the tests' prompts hold, so it really selects; 16 index heads keep its ranking free of ties (relu zeroes
+whole scores when few heads see a key)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_ma
         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8}
 ARCHITECTURES = {
     "deepseek_v32": (transformers.DeepseekV32Config, transformers.DeepseekV32ForCausalLM, {"rope_parameters": YARN}),
+    # IndexShare: layer 1 attends over layer 0's Top-K
     "glm_moe_dsa": (transformers.GlmMoeDsaConfig, transformers.GlmMoeDsaForCausalLM,
-                    {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
+                    {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}, "index_topk_freq": 2,
+                     "index_skip_topk_offset": 1}),
 }
 
 
@@ -44,9 +47,9 @@ def randomize(model) -> None:
 
 def write_checkpoint(model_type: str, directory: Path, **overrides):
     """(directory, transformers model) of a random checkpoint of `model_type` that transformers writes there."""
-    config_class, model_class, rope = ARCHITECTURES[model_type]
+    config_class, model_class, fields = ARCHITECTURES[model_type]
     torch.manual_seed(0)
-    hf = model_class(config_class(**{**SHAPES, **overrides}, **rope)).eval()
+    hf = model_class(config_class(**{**SHAPES, **fields, **overrides})).eval()
     randomize(hf)
     hf.save_pretrained(directory)
     return directory, hf

@@ -1,5 +1,6 @@
-"""Architecture adapters: one per file, found by listing the folder; the DeepSeek-V3.2 family's config fields and
-tensor names (per-expert or fused experts, multimodal prefixes, multi-token-prediction layers); what is refused."""
+"""Architecture adapters: one per file, found by listing the folder; the DeepSeek-V3.2 family's config fields
+(GLM's layers that share an earlier layer's Top-K) and tensor names (per-expert or fused experts, multimodal
+prefixes, FP8 block-scaled weights, multi-token-prediction layers); what is refused."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dayzero.cli import cli
 from dayzero.errors import DayzeroError
 from dayzero.model import load
 from dayzero.model.adapters import ADAPTERS
+from dayzero.model.caches import allocate_caches, cache_bytes
 from dayzero.model.checkpoint_writer import write_random_checkpoint
 from dayzero.model.config import MLA, MOE, ModelConfig
 from tests.helpers import ROOT
@@ -85,10 +87,28 @@ def test_what_dayzero_cannot_run_is_refused(overrides, message):
         ModelConfig.from_dict(deepseek_config(**overrides))
 
 
-def test_glm_layers_that_share_an_earlier_top_k_are_refused():
-    data = deepseek_config(model_type="glm_moe_dsa", indexer_types=["full", "shared", "full"])
-    with pytest.raises(DayzeroError, match=r"'indexer_types' marks layers \[1\] 'shared'"):
-        ModelConfig.from_dict(data)
+@pytest.mark.parametrize("fields, shared", [
+    ({"indexer_types": ["full", "shared", "full"]}, (1,)),
+    ({"index_topk_pattern": "FSS"}, (1, 2)),
+    ({"index_topk_freq": 2, "index_skip_topk_offset": 1}, (1,)),
+    ({}, ()),
+])
+def test_glm_layers_that_share_an_earlier_top_k(fields, shared):
+    cfg = ModelConfig.from_dict(deepseek_config(model_type="glm_moe_dsa", **fields))
+    assert cfg.index_shared_layers == shared
+    assert [cfg.owns_indexer(layer) for layer in range(3)] == [layer not in shared for layer in range(3)]
+    caches = allocate_caches(cfg, 1, 1, torch.float32, "meta")
+    assert [c.index_k is not None for c in caches] == [layer not in shared for layer in range(3)]
+    assert cache_bytes(cfg, torch.float32).per_token_index == 16 * 4 * (3 - len(shared))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"indexer_types": ["shared", "full", "full"]}, "none comes before it"),
+    ({"indexer_types": ["full", "sometimes", "full"]}, "must give 'full' or 'shared'"),
+])
+def test_glm_sharing_that_cannot_run_is_refused(fields, message):
+    with pytest.raises(DayzeroError, match=message):
+        ModelConfig.from_dict(deepseek_config(model_type="glm_moe_dsa", **fields))
 
 
 @pytest.fixture(scope="module")
