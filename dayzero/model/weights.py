@@ -50,6 +50,7 @@ def parameter_parts(name: str, shape: tuple[int, ...], cfg: ModelConfig) -> list
 
 
 def checkpoint_reader(path: str | Path, cfg: ModelConfig) -> CheckpointReader:
+    """The checkpoint at `path`, its names laid out as the adapter of cfg's model_type expects."""
     return CheckpointReader(path, adapter_for(cfg.model_type).layouts)
 
 
@@ -91,13 +92,17 @@ def _read_part(reader: CheckpointReader, part: TensorPart, param_name: str) -> t
         raise DayzeroError(
             f"checkpoint {reader.directory} is missing tensor {reader.stored(part.names[0])!r} (needed for "
             f"{param_name}); the download may be incomplete, or config.json does not match these weights")
+    if source.index and reader.shape(source.name) != source.whole:
+        raise DayzeroError(
+            f"tensor {reader.stored(source.name)!r} in {reader.directory} has shape "
+            f"{list(reader.shape(source.name))}, but config.json implies {list(source.whole)}; config.json does not "
+            "match these weights")
     tensor = reader.get(source.name, source.index)
     fitted = _fit_a_log(tensor, part.shape) if source.name.endswith("A_log") else tensor
     if fitted is None or tuple(fitted.shape) != part.shape:
-        part_of = f" (part {source.index})" if source.index else ""
         raise DayzeroError(
-            f"tensor {reader.stored(source.name)!r}{part_of} in {reader.directory} has shape {list(tensor.shape)}, "
-            f"but config.json implies {list(part.shape)}; config.json does not match these weights")
+            f"tensor {reader.stored(source.name)!r} in {reader.directory} has shape {list(tensor.shape)}, but "
+            f"config.json implies {list(part.shape)}; config.json does not match these weights")
     return fitted
 
 

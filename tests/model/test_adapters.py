@@ -183,3 +183,14 @@ def test_fp8_weights_with_block_scales_are_dequantized(checkpoint, tmp_path):
     assert torch.equal(model.model.layers[0].mlp.gate_proj.weight, stored)
     reference = load(checkpoint, dtype=torch.float32).model.layers[0].mlp.gate_proj.weight
     assert 0 < (stored - reference).abs().max() < 0.1 * reference.abs().max()
+
+
+def test_a_fused_bank_of_another_width_names_its_shape(checkpoint, tmp_path):
+    def wider(tensors):
+        fuse_experts(tensors)
+        bank = tensors["model.layers.1.mlp.experts.gate_up_proj"]
+        tensors["model.layers.1.mlp.experts.gate_up_proj"] = torch.cat([bank, bank], dim=1)
+
+    with pytest.raises(DayzeroError, match=r"gate_up_proj' .* has shape \[8, 96, 40\], but config.json implies "
+                                           r"\[8, 48, 40\]"):
+        load(rewritten(checkpoint, tmp_path / "c", wider), dtype=torch.float32)

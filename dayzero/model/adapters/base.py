@@ -21,10 +21,12 @@ TEXT_LAYOUTS = (("", ""), ("", "language_model."), ("model.", "model.language_mo
 
 @dataclass(frozen=True)
 class Stored:
-    """A stored tensor (name without the checkpoint's text prefix), or the part `index` of one (a fused tensor)."""
+    """A stored tensor (name without the checkpoint's text prefix), or the part `index` of one (a fused tensor, whose
+    own shape must then be `whole`)."""
 
     name: str
     index: tuple[int | slice, ...] = ()
+    whole: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -50,10 +50,10 @@ class DeepseekV32(Adapter):
         if suffix:
             return (own,)
         if w == "w2":
-            return own, Stored(f"{base}.down_proj", (expert,))
-        rows = shape[1]
+            return own, Stored(f"{base}.down_proj", (expert,), tuple(shape))
+        num_experts, rows, dim = shape
         fused_rows = slice(0, rows) if w == "w1" else slice(rows, 2 * rows)
-        return own, Stored(f"{base}.gate_up_proj", (expert, fused_rows))
+        return own, Stored(f"{base}.gate_up_proj", (expert, fused_rows), (num_experts, 2 * rows, dim))
 
 
 ADAPTER = DeepseekV32()
