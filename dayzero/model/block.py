@@ -27,7 +27,7 @@ class DecoderLayer(nn.Module):
         if self.kind == KDA:
             self.self_attn = KDAttention(D, cfg.kda, eps)
         else:
-            self.self_attn = MLAttention(D, cfg.mla, cfg.indexer)
+            self.self_attn = MLAttention(D, cfg.mla, cfg.indexer, shares_picks=index in cfg.index_shared_layers)
         if cfg.mlp_kinds[index] == DENSE:
             self.mlp = GatedMLP(D, cfg.intermediate_size, cfg.hidden_act, cfg.act_params)
         else:
@@ -39,7 +39,15 @@ class DecoderLayer(nn.Module):
     def ffn(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
         return self.mlp(x) if hasattr(self, "mlp") else self.block_sparse_moe(x, decode)
 
-    def forward(self, stream, meta: StepMeta, cache, decode: bool, shard: ContextShard | None = None) -> None:
+    def forward(self, stream, meta: StepMeta, cache, decode: bool, shard: ContextShard | None = None,
+                picks: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Adds the layer's token mixer and feed-forward to the stream; -> the latest DSA Top-K picks (this layer's,
+        or `picks` passed on), which a later layer may share."""
         x = self.input_layernorm(stream.attn_input(self))
-        stream.add(self.self_attn(x, meta, cache, decode, shard))
+        if self.kind == KDA:
+            out = self.self_attn(x, meta, cache, decode, shard)
+        else:
+            out, picks = self.self_attn(x, meta, cache, decode, shard, picks)
+        stream.add(out)
         stream.add(self.ffn(self.post_attention_layernorm(stream.mlp_input(self)), decode))
+        return picks

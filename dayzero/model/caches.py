@@ -50,8 +50,10 @@ def _element_size(dtype: torch.dtype) -> int:
 
 
 def cache_bytes(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat = PLAIN_CACHE) -> CacheBytes:
-    """Sizes summed over the model's layers (divide by the layer count of a kind for one layer)."""
+    """Sizes summed over the model's layers (divide by the layer count of a kind for one layer; index keys: by the
+    layers that run an indexer)."""
     num_mla, num_kda = cfg.layer_kinds.count("mla"), cfg.layer_kinds.count(KDA)
+    num_indexers = sum(cfg.owns_indexer(layer) for layer in range(cfg.num_layers))
     latent = index = state = conv = 0
     if num_mla:
         latent = formats.latent_cache_shape(1, cfg.mla.kv_lora_rank, cfg.mla.qk_rope_head_dim, fmt.kv_fp8)[-1]
@@ -63,7 +65,7 @@ def cache_bytes(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat = PLAIN_C
         kda = cfg.kda
         state = kda.num_heads * kda.head_dim * kda.head_dim * 4
         conv = 3 * (kda.conv_size - 1) * kda.proj_dim * _element_size(dtype)
-    return CacheBytes(latent * num_mla, index * num_mla, state * num_kda, conv * num_kda)
+    return CacheBytes(latent * num_mla, index * num_indexers, state * num_kda, conv * num_kda)
 
 
 def allocate_caches(
@@ -72,11 +74,11 @@ def allocate_caches(
 ) -> list[LayerCache]:
     """One cache per layer: `num_pages` pages of latent KV (+ index keys) per MLA layer, `num_slots` state slots
     per KDA layer. Fresh slots are zero, which is the state of an empty sequence."""
-    return [_layer_cache(cfg, kind, num_pages, num_slots, dtype, device, fmt) for kind in cfg.layer_kinds]
+    return [_layer_cache(cfg, layer, num_pages, num_slots, dtype, device, fmt) for layer in range(cfg.num_layers)]
 
 
-def _layer_cache(cfg: ModelConfig, kind: str, num_pages, num_slots, dtype, device, fmt: CacheFormat) -> LayerCache:
-    if kind == KDA:
+def _layer_cache(cfg: ModelConfig, layer: int, num_pages, num_slots, dtype, device, fmt: CacheFormat) -> LayerCache:
+    if cfg.layer_kinds[layer] == KDA:
         kda = cfg.kda
         return KDACache(
             state=torch.zeros(num_slots, kda.num_heads, kda.head_dim, kda.head_dim, dtype=torch.float32, device=device),
@@ -86,7 +88,7 @@ def _layer_cache(cfg: ModelConfig, kind: str, num_pages, num_slots, dtype, devic
     latent_shape = formats.latent_cache_shape(num_pages, mla.kv_lora_rank, mla.qk_rope_head_dim, fmt.kv_fp8)
     latent = torch.zeros(latent_shape, dtype=torch.uint8 if fmt.kv_fp8 else dtype, device=device)
     index_k = None
-    if cfg.indexer is not None:
+    if cfg.owns_indexer(layer):
         index_shape = formats.index_cache_shape(num_pages, cfg.indexer.head_dim, fmt.index_mxfp8)
         index_k = torch.zeros(index_shape, dtype=torch.uint8 if fmt.index_mxfp8 else dtype, device=device)
     return MLACache(latent_kv=latent, index_k=index_k)

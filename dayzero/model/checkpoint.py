@@ -12,17 +12,21 @@ from dayzero.errors import DayzeroError
 from dayzero.plugins.quant.reference import mxfp4_dequantize
 
 INDEX_FILE = "model.safetensors.index.json"
-TEXT_PREFIXES = ("", "language_model.")
+EMBEDDING = "model.embed_tokens.weight"
+# DeepSeek's FP8 release format: e4m3 weights with one fp32 `weight_scale_inv` per 128 x 128 block
+FP8_BLOCK = 128
 
 
 class CheckpointReader:
-    """Maps tensor names to their files; `prefix` is detected ("" or K3's "language_model.")."""
+    """Maps tensor names to their files. Names are given as dayzero spells them; `layouts` are the (prefix, stored
+    prefix) renames a checkpoint may use (K3's `language_model.`, ...), and the first under which the embedding is
+    stored is the checkpoint's."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, layouts: tuple[tuple[str, str], ...] = (("", ""),)):
         self.directory = Path(directory)
         self._handles: dict[str, object] = {}
         self.files = self._weight_map()
-        self.prefix = self._detect_prefix()
+        self.layout = self._detect_layout(layouts)
 
     def _weight_map(self) -> dict[str, str]:
         index = self.directory / INDEX_FILE
@@ -36,12 +40,17 @@ class CheckpointReader:
             raise DayzeroError(f"no *.safetensors files in {self.directory}; is this a HF checkpoint directory?")
         return {name: shard.name for shard in shards for name in self._open(shard.name).keys()}
 
-    def _detect_prefix(self) -> str:
-        for prefix in TEXT_PREFIXES:
-            if f"{prefix}model.embed_tokens.weight" in self.files:
-                return prefix
-        raise DayzeroError(f"{self.directory}: no 'model.embed_tokens.weight' (or 'language_model.' variant) in "
-                           "the checkpoint; is it a Kimi-Linear / Kimi K3 checkpoint?")
+    def _detect_layout(self, layouts: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+        for layout in layouts:
+            if _renamed(EMBEDDING, layout) in self.files:
+                return layout
+        spelled = " or ".join(repr(_renamed(EMBEDDING, layout)) for layout in layouts)
+        raise DayzeroError(f"{self.directory}: no {spelled} in the checkpoint; is it a checkpoint of the architecture "
+                           "config.json names?")
+
+    def stored(self, name: str) -> str:
+        """The name as the checkpoint spells it."""
+        return _renamed(name, self.layout)
 
     def _open(self, file: str):
         if file not in self._handles:
@@ -53,7 +62,7 @@ class CheckpointReader:
         return self._handles[file]
 
     def has(self, name: str) -> bool:
-        return self.prefix + name in self.files
+        return self.stored(name) in self.files
 
     def has_mxfp4(self, name: str) -> bool:
         """`*.weight` stored as MXFP4 `*.weight_packed` + `*.weight_scale`."""
@@ -61,17 +70,39 @@ class CheckpointReader:
         return self.has(base + ".weight_packed") and self.has(base + ".weight_scale")
 
     def shape(self, name: str) -> tuple[int, ...]:
-        full = self.prefix + name
+        full = self.stored(name)
         return tuple(self._open(self.files[full]).get_slice(full).get_shape())
 
-    def get(self, name: str) -> torch.Tensor:
-        """The tensor `name` (without prefix); MXFP4 weights are dequantized to fp32."""
+    def get(self, name: str, index: tuple[int | slice, ...] = ()) -> torch.Tensor:
+        """The tensor `name`, or its part `index` (read without the rest); MXFP4 weights and FP8 weights with block
+        scales are dequantized to fp32."""
         if not self.has(name) and self.has_mxfp4(name):
             base = name.removesuffix(".weight")
             return mxfp4_dequantize(self.get(base + ".weight_packed"), self.get(base + ".weight_scale"))
-        full = self.prefix + name
+        if self.has(name + "_scale_inv") and not index:
+            return fp8_block_dequantize(self._read(name, ()), self._read(name + "_scale_inv", ()), self.stored(name))
+        return self._read(name, index)
+
+    def _read(self, name: str, index: tuple[int | slice, ...]) -> torch.Tensor:
+        full = self.stored(name)
         try:
-            return self._open(self.files[full]).get_tensor(full)
+            handle = self._open(self.files[full])
+            return handle.get_slice(full)[index] if index else handle.get_tensor(full)
         except SafetensorError as err:
             raise DayzeroError(f"cannot read tensor {full!r} from {self.files[full]} ({err}); the file is corrupt") \
                 from None
+
+
+def _renamed(name: str, layout: tuple[str, str]) -> str:
+    old, new = layout
+    return new + name.removeprefix(old) if name.startswith(old) else name
+
+
+def fp8_block_dequantize(weight: torch.Tensor, scale_inv: torch.Tensor, name: str) -> torch.Tensor:
+    """weight e4m3 [R, C] times scale_inv fp32 [ceil(R / 128), ceil(C / 128)], one scale a block -> fp32."""
+    rows, cols = weight.shape
+    if tuple(scale_inv.shape) != (-(-rows // FP8_BLOCK), -(-cols // FP8_BLOCK)):
+        raise DayzeroError(f"{name!r} [{rows}, {cols}] has block scales of shape {list(scale_inv.shape)}, not one per "
+                           f"{FP8_BLOCK} x {FP8_BLOCK} block; dequantize the checkpoint to bf16 first")
+    scale = scale_inv.float().repeat_interleave(FP8_BLOCK, 0)[:rows].repeat_interleave(FP8_BLOCK, 1)[:, :cols]
+    return weight.float() * scale

@@ -34,11 +34,11 @@ def _named_tensors(cache: LayerCache) -> list[tuple[str, torch.Tensor]]:
 def layer_caches(model: HybridModel, flat: list[torch.Tensor]) -> list[LayerCache]:
     """Regroup the flat cache list into the model's per-layer cache objects (views, no copies)."""
     caches, i = [], 0
-    for kind in model.config.layer_kinds:
+    for layer, kind in enumerate(model.config.layer_kinds):
         if kind == KDA:
             caches.append(KDACache(state=flat[i], conv=flat[i + 1]))
             i += 2
-        elif model.config.indexer is not None:
+        elif model.config.owns_indexer(layer):
             caches.append(MLACache(latent_kv=flat[i], index_k=flat[i + 1]))
             i += 2
         else:

@@ -11,11 +11,11 @@ import dataclasses
 from pathlib import Path
 
 from dayzero.errors import DayzeroError
+from dayzero.model.adapters import adapter_for
 from dayzero.model.checkpoint import CheckpointReader
 from dayzero.model.config import MOE, ModelConfig
 from dayzero.plugins.quant.reference import MX_BLOCK
 
-MOE_MODULE = "block_sparse_moe"
 DEQUANTIZE_EXPERTS_HELP = ("Hold routed experts that the checkpoint stores as MXFP4 in the model dtype (about 4x "
                            "their memory) instead of packed and dequantized inside the expert GEMMs.")
 
@@ -25,9 +25,14 @@ def stores_mxfp4_experts(reader: CheckpointReader, cfg: ModelConfig) -> bool:
     that mixes the forms is held dequantized."""
     if cfg.moe is None:
         return False
-    layers = [i for i, kind in enumerate(cfg.mlp_kinds) if kind == MOE]
-    return all(reader.has_mxfp4(f"model.layers.{layer}.{MOE_MODULE}.experts.{expert}.{w}.weight")
-               for layer in layers for expert in range(cfg.moe.num_experts) for w in ("w1", "w2", "w3"))
+    adapter = adapter_for(cfg.model_type)
+    moe = cfg.moe
+    dim = moe.latent_size or cfg.hidden_size
+    shapes = {"w1": (moe.num_experts, moe.intermediate_size, dim), "w3": (moe.num_experts, moe.intermediate_size, dim),
+              "w2": (moe.num_experts, dim, moe.intermediate_size)}
+    parts = [part for layer, kind in enumerate(cfg.mlp_kinds) if kind == MOE for w, shape in shapes.items()
+             for part in adapter.tensor_parts(f"model.layers.{layer}.block_sparse_moe.experts.{w}", shape)]
+    return all(any(reader.has_mxfp4(name) for name in part.names) for part in parts)
 
 
 def with_mxfp4_experts(cfg: ModelConfig, packed: bool = True) -> ModelConfig:
@@ -44,7 +49,8 @@ def with_expert_format(cfg: ModelConfig, reader: CheckpointReader, keep_mxfp4: b
 
 def checkpoint_config(path: str | Path, keep_mxfp4: bool = True) -> ModelConfig:
     """The config of the network `load(path)` builds."""
-    return with_expert_format(ModelConfig.from_hf(path), CheckpointReader(path), keep_mxfp4)
+    cfg = ModelConfig.from_hf(path)
+    return with_expert_format(cfg, CheckpointReader(path, adapter_for(cfg.model_type).layouts), keep_mxfp4)
 
 
 def check_packed_split(cfg: ModelConfig, expert_slices: int) -> None:

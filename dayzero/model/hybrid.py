@@ -46,8 +46,9 @@ class Backbone(nn.Module):
         [T, D] (`dayzero check`): the residual stream, or under attention residuals the current block's partial
         sum, which is what an AttnRes decoder layer returns."""
         stream = self._stream(self.embed_tokens(input_ids))
+        picks = None
         for layer, cache in zip(self.layers, caches):
-            layer(stream, meta, cache, decode, shard)
+            picks = layer(stream, meta, cache, decode, shard, picks)
             if layer_states is not None:
                 layer_states.append(stream.hidden if isinstance(stream, PlainResidual) else stream.partial)
         return self.norm(stream.output(self))

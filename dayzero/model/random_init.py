@@ -76,7 +76,7 @@ def random_parts(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int 
                  device="cpu") -> Iterator[tuple[str, torch.Tensor]]:
     """(checkpoint name, value) of each stored tensor of parameter `name` (experts: one per expert): fp32, or
     uint8 for MXFP4 experts (the random fp32 weight, quantized)."""
-    for part in parameter_parts(name, shape):
+    for part in parameter_parts(name, shape, cfg):
         stored = part.names[0]
         make = _mxfp4_half if stored.endswith(MXFP4_SUFFIXES) else random_tensor
         yield stored, make(stored, part.shape, cfg, seed, device)

@@ -1,23 +1,24 @@
-"""Checkpoint names of the model's parameters, and loading a HF checkpoint into the network (docs/models.md, "Weights").
+"""Loading a HF checkpoint into the network (docs/models.md, "Checkpoint loading").
 
-Parameter names equal checkpoint names except for three layouts:
-* routed experts are stacked per layer (`experts.w1 [E, I, D]`) but stored per expert (`experts.{e}.w1.weight`),
-  possibly as MXFP4 (`weight_packed` + `weight_scale`, K3's release format), which the network then holds packed
-  (`experts.w1_packed` / `experts.w1_scale`, model/expert_format.py) or dequantized;
-* dense MLPs may be stored under `block_sparse_moe.` (what transformers writes) instead of `mlp.`;
-* `A_log` is stored [1, 1, H, 1] (Kimi-Linear), [H], or zero-padded to a multiple of 128 (K3).
+The adapter of the config's `model_type` (adapters/) says which stored tensors hold each parameter: renamed, one per
+routed expert (stacked into `experts.w1 [E, I, D]`; possibly MXFP4 `weight_packed` + `weight_scale`, K3's release
+format, which the network then holds packed, model/expert_format.py, or dequantized) or a slice of a fused tensor.
+`A_log` is stored [1, 1, H, 1] (Kimi-Linear), [H], or zero-padded to a multiple of 128 (K3). Stored tensors no
+parameter asks for (multi-token-prediction layers, ...) are not read.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import torch
 
 from dayzero.errors import DayzeroError
+from dayzero.model.adapters import adapter_for
+from dayzero.model.adapters.base import EXPERT_PARAM, TensorPart
 from dayzero.model.checkpoint import CheckpointReader
 from dayzero.model.config import ModelConfig
 from dayzero.model.expert_format import with_expert_format
@@ -38,28 +39,19 @@ class Sharding(Protocol):
     def mark_reductions(self, model: torch.nn.Module) -> None: ...
 
 
-EXPERT_PARAM = re.compile(r"^(?P<base>.*\.experts)\.(?P<w>w[123])(?P<mxfp4>_packed|_scale)?$")
+log = logging.getLogger(__name__)
 # kept in fp32 whatever the model dtype: tiny, and the gates and router are precision-sensitive
 FP32_PARAMS = re.compile(r"(\.A_log|\.dt_bias|\.gate\.weight|\.gate\.e_score_correction_bias)$")
 
 
-@dataclass(frozen=True)
-class TensorPart:
-    """One stored tensor feeding a parameter: candidate checkpoint names (first present wins) and its shape."""
-
-    names: tuple[str, ...]
-    shape: tuple[int, ...]
+def parameter_parts(name: str, shape: tuple[int, ...], cfg: ModelConfig) -> list[TensorPart]:
+    """The stored tensors of parameter `name`, in stacking order (the adapter of cfg's model_type)."""
+    return adapter_for(cfg.model_type).tensor_parts(name, shape)
 
 
-def parameter_parts(name: str, shape: tuple[int, ...]) -> list[TensorPart]:
-    """The stored tensors of parameter `name`, in stacking order."""
-    expert = EXPERT_PARAM.match(name)
-    if expert:
-        base, w, suffix = expert["base"], expert["w"], expert["mxfp4"] or ""
-        return [TensorPart((f"{base}.{e}.{w}.weight{suffix}",), shape[1:]) for e in range(shape[0])]
-    if ".mlp." in name:
-        return [TensorPart((name, name.replace(".mlp.", ".block_sparse_moe.")), shape)]
-    return [TensorPart((name,), shape)]
+def checkpoint_reader(path: str | Path, cfg: ModelConfig) -> CheckpointReader:
+    """The checkpoint at `path`, its names laid out as the adapter of cfg's model_type expects."""
+    return CheckpointReader(path, adapter_for(cfg.model_type).layouts)
 
 
 def parameter_shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
@@ -95,17 +87,22 @@ def _fit_a_log(tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | N
 
 
 def _read_part(reader: CheckpointReader, part: TensorPart, param_name: str) -> torch.Tensor:
-    name = next((n for n in part.names if reader.has(n) or reader.has_mxfp4(n)), None)
-    if name is None:
+    source = next((s for s in part.sources if reader.has(s.name) or reader.has_mxfp4(s.name)), None)
+    if source is None:
         raise DayzeroError(
-            f"checkpoint {reader.directory} is missing tensor {reader.prefix + part.names[0]!r} (needed for "
+            f"checkpoint {reader.directory} is missing tensor {reader.stored(part.names[0])!r} (needed for "
             f"{param_name}); the download may be incomplete, or config.json does not match these weights")
-    tensor = reader.get(name)
-    fitted = _fit_a_log(tensor, part.shape) if name.endswith("A_log") else tensor
+    if source.index and reader.shape(source.name) != source.whole:
+        raise DayzeroError(
+            f"tensor {reader.stored(source.name)!r} in {reader.directory} has shape "
+            f"{list(reader.shape(source.name))}, but config.json implies {list(source.whole)}; config.json does not "
+            "match these weights")
+    tensor = reader.get(source.name, source.index)
+    fitted = _fit_a_log(tensor, part.shape) if source.name.endswith("A_log") else tensor
     if fitted is None or tuple(fitted.shape) != part.shape:
         raise DayzeroError(
-            f"tensor {reader.prefix + name!r} in {reader.directory} has shape {list(tensor.shape)}, but config.json "
-            f"implies {list(part.shape)}; config.json does not match these weights")
+            f"tensor {reader.stored(source.name)!r} in {reader.directory} has shape {list(tensor.shape)}, but "
+            f"config.json implies {list(part.shape)}; config.json does not match these weights")
     return fitted
 
 
@@ -114,7 +111,7 @@ def _load_parameter(reader: CheckpointReader, name: str, param: torch.Tensor, cf
         name_in_ckpt = "model.embed_tokens.weight"
         param.copy_(_read_part(reader, TensorPart((name_in_ckpt,), tuple(param.shape)), name))
         return
-    parts = parameter_parts(name, tuple(param.shape))
+    parts = parameter_parts(name, tuple(param.shape), cfg)
     if len(parts) == 1 and parts[0].shape == tuple(param.shape):
         param.copy_(_read_part(reader, parts[0], name))
         return
@@ -128,8 +125,12 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
     """Load a HF-format checkpoint directory (config.json + *.safetensors) into the reference network, or into the
     part of it that one tensor-parallel rank runs. Routed experts stored as MXFP4 stay packed unless `keep_mxfp4`
     is off (model/expert_format.py)."""
-    reader = CheckpointReader(path)
-    cfg = with_expert_format(ModelConfig.from_hf(path), reader, keep_mxfp4)
+    cfg = ModelConfig.from_hf(path)
+    reader = checkpoint_reader(path, cfg)
+    cfg = with_expert_format(cfg, reader, keep_mxfp4)
+    if cfg.num_mtp_layers:
+        log.info("%s: the checkpoint's %d multi-token-prediction layer(s) after layer %d are not loaded (dayzero "
+                 "drafts from n-grams)", path, cfg.num_mtp_layers, cfg.num_layers - 1)
     if plan is None or plan.tp == 1:
         model = build_empty(cfg, dtype, device)
         for name, param in model.named_parameters():
@@ -152,7 +153,7 @@ def _load_shard(reader: CheckpointReader, name: str, param: torch.Tensor, full_s
         _load_parameter(reader, name, whole, cfg)
         param.copy_(plan.shard(whole, param.shape))
         return
-    parts = parameter_parts(name, tuple(full_shape))
+    parts = parameter_parts(name, tuple(full_shape), cfg)
     first = plan.first_expert(param.shape[0])
     for index in range(param.shape[0]):
         param[index].copy_(plan.shard(_read_part(reader, parts[first + index], name), param[index].shape))

@@ -9,7 +9,8 @@ from dayzero.model.config import KDA, MLA, MOE, ModelConfig
 from tests.helpers import ROOT, tiny_config_dict
 
 
-@pytest.mark.parametrize("name", ["tiny-hybrid", "kimi-linear-48b-a3b", "kimi-k3.1", "h200-slice"])
+@pytest.mark.parametrize("name", ["tiny-hybrid", "kimi-linear-48b-a3b", "kimi-k3.1", "h200-slice", "deepseek-v3.2",
+                                  "deepseek-v3.2-slice", "glm-5"])
 def test_bundled_configs_parse(name):
     cfg = ModelConfig.from_hf(ROOT / "dayzero" / "configs" / name)
     assert cfg.num_layers == len(cfg.layer_kinds) == len(cfg.mlp_kinds)
@@ -73,9 +74,11 @@ def test_bad_fields_name_the_field(overrides, message):
     assert message in str(err.value)
 
 
-def test_unknown_model_type():
-    with pytest.raises(DayzeroError, match="'model_type' must be one of 'kimi_linear', 'kimi_k3'"):
+def test_unknown_model_type_names_the_supported_ones():
+    with pytest.raises(DayzeroError, match="'model_type' must be one of") as err:
         ModelConfig.from_dict({"model_type": "llama"})
+    for model_type in ("kimi_linear", "kimi_k3", "deepseek_v32", "glm_moe_dsa"):
+        assert repr(model_type) in str(err.value)
 
 
 def test_malformed_json_names_file_and_position(tmp_path):

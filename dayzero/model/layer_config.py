@@ -1,0 +1,162 @@
+"""The configs of dayzero's layer kinds: token mixers (KDA, MLA with its RoPE and optional DSA indexer) and the MoE
+feed-forward. `ModelConfig` (config.py) says which kind each layer is; an architecture adapter (adapters/) fills
+these from a HF `config.json`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dayzero.errors import DayzeroError
+
+KDA, MLA = "kda", "mla"
+DENSE, MOE = "dense", "moe"
+
+
+@dataclass(frozen=True)
+class KDAConfig:
+    num_heads: int
+    head_dim: int
+    conv_size: int = 4
+    # K3: the output gate is one full-rank g_proj instead of g_a_proj/g_b_proj
+    full_rank_output_gate: bool = False
+    # K3: g = lower_bound * sigmoid(exp(A_log) * z) instead of -exp(A_log) * softplus(z)
+    gate_lower_bound: float | None = None
+
+    def __post_init__(self):
+        if self.conv_size < 2:
+            raise DayzeroError(f"linear_attn_config.short_conv_kernel_size must be >= 2, got {self.conv_size}")
+        if self.gate_lower_bound is not None and self.gate_lower_bound >= 0:
+            raise DayzeroError(f"linear_attn_config.gate_lower_bound must be negative, got {self.gate_lower_bound}")
+
+    @property
+    def proj_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature `0.1 * mscale * ln(factor) + 1` (1 without extension)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+@dataclass(frozen=True)
+class YarnScaling:
+    """YaRN RoPE extension (`rope_scaling` of type yarn, DeepSeek's long context; docs/models.md, "RoPE").
+
+    `mscale` / `mscale_all_dim` of 0 mean "not given", as in the released configs' readers."""
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 0.0
+    mscale_all_dim: float = 0.0
+    attention_factor: float | None = None
+    truncate: bool = True
+
+    def __post_init__(self):
+        if self.factor <= 0 or self.original_max_position_embeddings < 1:
+            raise DayzeroError(f"rope_scaling: factor ({self.factor}) and original_max_position_embeddings "
+                               f"({self.original_max_position_embeddings}) must be positive")
+
+    @property
+    def cos_sin_factor(self) -> float:
+        """What cos and sin are multiplied by (so q_pe . k_pe by its square)."""
+        if self.attention_factor is not None:
+            return self.attention_factor
+        if self.mscale and self.mscale_all_dim:
+            return yarn_mscale(self.factor, self.mscale) / yarn_mscale(self.factor, self.mscale_all_dim)
+        return yarn_mscale(self.factor)
+
+    @property
+    def softmax_factor(self) -> float:
+        """What the MLA softmax scale is multiplied by (over every dim, rotated or not)."""
+        return yarn_mscale(self.factor, self.mscale_all_dim) ** 2 if self.mscale_all_dim else 1.0
+
+
+@dataclass(frozen=True)
+class MLAConfig:
+    num_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    use_nope: bool = True
+    output_gate: bool = False
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    # DeepSeek's layout: the rope dims are rotated in pairs (x0, x1), (x2, x3), ... instead of halves
+    rope_interleaved: bool = False
+    rope_scaling: YarnScaling | None = None
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_dim(self) -> int:
+        """Width of one latent KV cache row: [c_kv | k_pe]."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def softmax_scale(self) -> float:
+        scale = self.qk_head_dim ** -0.5
+        return scale if self.rope_scaling is None else scale * self.rope_scaling.softmax_factor
+
+
+@dataclass(frozen=True)
+class IndexerConfig:
+    num_heads: int
+    head_dim: int
+    topk: int
+    norm_eps: float = 1e-6
+    # DeepSeek-V3.2 / GLM-5: RoPE (the MLA's frequencies) on the first `rope_dim` dims of the index query and key;
+    # 0: none (K3.1)
+    rope_dim: int = 0
+    rope_interleaved: bool = False
+
+    def __post_init__(self):
+        if self.rope_dim > self.head_dim or self.rope_dim % 2:
+            raise DayzeroError(f"the indexer's RoPE width ({self.rope_dim}) must be even and at most index_head_dim "
+                               f"({self.head_dim})")
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    num_shared_experts: int = 0
+    num_groups: int = 1
+    topk_group: int = 1
+    renormalize: bool = True
+    scaling: float = 1.0
+    router_activation: str = "sigmoid"
+    # latent MoE (K3): experts run in a `latent_size` space entered by routed_expert_down_proj
+    latent_size: int | None = None
+    latent_norm: bool = True
+    # expert parallelism (a rank's view, export/rank_plan.py): this many ranks share the routed experts (each
+    # holds whole experts) and the shared experts' neurons
+    expert_shards: int = 1
+    # routed expert weights kept as the checkpoint stores them, MXFP4 (K3's release format; chosen at load time, see
+    # model/expert_format.py), instead of dequantized to the model dtype
+    mxfp4_experts: bool = False
+
+    @property
+    def local_experts(self) -> int:
+        return self.num_experts // self.expert_shards
+
+    @property
+    def shared_size(self) -> int:
+        return self.intermediate_size * self.num_shared_experts // self.expert_shards
+
+    def __post_init__(self):
+        if self.top_k > self.num_experts:
+            raise DayzeroError(f"num_experts_per_token ({self.top_k}) exceeds num_experts ({self.num_experts})")
+        if self.num_experts % self.num_groups:
+            raise DayzeroError(f"num_experts ({self.num_experts}) is not divisible by num_expert_group "
+                               f"({self.num_groups})")
+        if self.topk_group > self.num_groups:
+            raise DayzeroError(f"topk_group ({self.topk_group}) exceeds num_expert_group ({self.num_groups})")
