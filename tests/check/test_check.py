@@ -55,8 +55,8 @@ def test_a_weight_dayzero_reads_wrong_fails_naming_its_layer(checkpoint, tmp_pat
     monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
     get = CheckpointReader.get
 
-    def perturbed(self, name):
-        tensor = get(self, name)
+    def perturbed(self, name, index=()):
+        tensor = get(self, name, index)
         return tensor * 1.01 if name == "model.layers.1.self_attn.o_proj.weight" else tensor
 
     monkeypatch.setattr(CheckpointReader, "get", perturbed)
