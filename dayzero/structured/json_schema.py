@@ -11,7 +11,8 @@ open), enum and const of strings, numbers, booleans and null, anyOf / oneOf whos
 `definitions` (recursion included, down to the grammar's depth cap). Annotations are ignored (title, description,
 default, examples, format, which JSON Schema 2020-12 treats as an annotation, ...). Keywords that constrain values in
 ways the grammar cannot hold (multipleOf, allOf, lookaround in a pattern, ...) are refused by name, so an answer
-never claims a schema it does not follow.
+never claims a schema it does not follow. A schema is refused past MAX_NODES nodes, MAX_SCHEMA_BYTES of JSON, and
+schemas nested MAX_SCHEMA_DEPTH deep.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 import math
 
 from dayzero.errors import DayzeroError
-from dayzero.structured.json_grammar import ANY, BASE_NODES, Grammar, Node, first_bytes, json_text
+from dayzero.structured.json_grammar import ANY, BASE_NODES, MAX_DEPTH, Grammar, Node, first_bytes, json_text
 from dayzero.structured.json_pattern import Pattern, PatternError
 
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "format", "$schema", "$id", "$comment",
@@ -31,6 +32,9 @@ HANDLED = frozenset({"type", "properties", "required", "additionalProperties", "
                      "exclusiveMinimum", "exclusiveMaximum"})
 MAX_NODES = 4096
 MAX_SCHEMA_BYTES = 64 << 10
+# schemas inside one another: an answer nests at most MAX_DEPTH containers, and an optional field's
+# anyOf [X, null] wraps each in one more schema
+MAX_SCHEMA_DEPTH = 2 * MAX_DEPTH
 
 
 class SchemaError(DayzeroError):
@@ -41,7 +45,10 @@ def compile_schema(schema) -> Grammar:
     """A JSON schema whose root is an object -> its grammar (SchemaError: what is wrong or not supported)."""
     if not isinstance(schema, dict):
         raise SchemaError("the JSON schema must be an object")
-    key = json.dumps(schema, sort_keys=True)
+    try:
+        key = json.dumps(schema, sort_keys=True)
+    except RecursionError:
+        raise SchemaError(f"the JSON schema nests deeper than {MAX_SCHEMA_DEPTH} schemas; flatten it") from None
     if len(key) > MAX_SCHEMA_BYTES:
         raise SchemaError(f"the JSON schema is over {MAX_SCHEMA_BYTES} bytes")
     compiler = _Compiler(schema)
@@ -56,8 +63,20 @@ class _Compiler:
         self.root = root
         self.nodes: list[Node] = list(BASE_NODES)
         self.refs: dict[str, int] = {}
+        self.depth = 0
 
     def node(self, schema, where: str) -> int:
+        """The node of `schema`, found at `where` (a JSON pointer into the root), and of every schema inside it."""
+        if self.depth >= MAX_SCHEMA_DEPTH:
+            raise SchemaError(f"the JSON schema nests deeper than {MAX_SCHEMA_DEPTH} schemas (answers nest at most "
+                              f"{MAX_DEPTH} objects and arrays); flatten it")
+        self.depth += 1
+        try:
+            return self._node(schema, where)
+        finally:
+            self.depth -= 1
+
+    def _node(self, schema, where: str) -> int:
         if schema is True or schema == {}:
             return ANY
         if not isinstance(schema, dict):
