@@ -183,7 +183,8 @@ def http_process_main(conn: Connection, model: ServedModel, options: ServerOptio
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     remote = RemoteEngine(conn, model)
     server = OpenAIServer(None, options, template, remote=remote)
-    base, stop_http = serve_in_thread(server.app, log_level="info", sock=sock)
+    base, stop_http = serve_in_thread(server.app, log_level="info", sock=sock,
+                                      read_seconds=options.request_read_seconds)
     announce(server.model_name, base)
     remote.start()
     remote.listening()

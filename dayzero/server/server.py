@@ -45,6 +45,7 @@ from dayzero.server.request_body import parse_body
 from dayzero.server.request_error import RequestError
 from dayzero.server.request_run import RequestRun
 from dayzero.server.server_metrics import CountRequests, ServerMetrics, engine_counts
+from dayzero.server.slow_clients import READ_SECONDS
 from dayzero.server.tool_call_stream import StreamedCalls
 from dayzero.server.unexpected_errors import AnswerUnexpectedErrors, internal_error
 from dayzero.structured.tool_calls import CALL_END, SECTION_BEGIN, SECTION_END, ToolCallText, decode_keeping, marker_ids
@@ -62,6 +63,8 @@ class ServerOptions:
     api_key: str | None = None  # when set, /v1/ routes need "Authorization: Bearer <api_key>"
     drain_seconds: float = 30.0  # on Ctrl-C / SIGTERM: how long accepted requests may still run
     warm_up: bool = True  # run_server: one short request through the engine before serving (/health: 503 till then)
+    # seconds a client has to send a whole request (headers and body); a slower one is dropped (slow_clients.py)
+    request_read_seconds: float = READ_SECONDS
 
     def __post_init__(self):
         if not 0 <= self.port < 65536:
@@ -72,6 +75,8 @@ class ServerOptions:
             raise DayzeroError("--api-key must not be empty")
         if self.drain_seconds < 0:
             raise DayzeroError(f"--drain-seconds must be >= 0, got {self.drain_seconds}")
+        if not self.request_read_seconds > 0:
+            raise DayzeroError(f"--request-read-seconds must be > 0, got {self.request_read_seconds}")
 
 
 class ClientGone(Exception):
