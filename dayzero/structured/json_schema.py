@@ -113,12 +113,13 @@ class _Compiler:
         return len(self.nodes) - 1
 
     def _ref(self, ref, where: str) -> int:
-        if ref in self.refs:
-            return self.refs[ref]
         parts = ref.split("/") if isinstance(ref, str) else []
         if ref != "#" and (len(parts) != 3 or parts[0] != "#" or parts[1] not in ("$defs", "definitions")):
             raise SchemaError(f"{where}: only local references (# or #/$defs/NAME) are supported, got {ref!r}")
-        target = self.root if ref == "#" else self.root.get(parts[1], {}).get(parts[2])
+        if ref in self.refs:
+            return self.refs[ref]
+        definitions = self.root.get(parts[1]) if ref != "#" else None
+        target = self.root if ref == "#" else definitions.get(parts[2]) if isinstance(definitions, dict) else None
         if target is None:
             raise SchemaError(f"{where}: {ref} names no definition")
         # a placeholder first, so that a definition that refers to itself finds its own node
@@ -150,7 +151,7 @@ class _Compiler:
                                   maximum=_bound(schema, "maximum", where)))
         simple = {
                   "boolean": Node("choice", literals=(b"true", b"false")), "null": Node("choice", literals=(b"null",))}
-        if kind not in simple:
+        if not isinstance(kind, str) or kind not in simple:
             raise SchemaError(f"{where}: unknown type {kind!r}")
         return self._add(simple[kind])
 
@@ -170,8 +171,9 @@ class _Compiler:
     def _object(self, schema: dict, where: str) -> int:
         properties = schema.get("properties", {})
         required = schema.get("required", [])
-        if not isinstance(properties, dict) or not isinstance(required, list):
-            raise SchemaError(f"{where}: properties must be an object and required a list")
+        if not isinstance(properties, dict) or not isinstance(required, list) or not all(
+                isinstance(name, str) for name in required):
+            raise SchemaError(f"{where}: properties must be an object and required a list of names")
         missing = set(required) - set(properties)
         if missing:
             raise SchemaError(f"{where}: required names {sorted(missing)}, which properties does not define")
@@ -201,12 +203,20 @@ def _bound(schema: dict, name: str, where: str) -> tuple[float, bool] | None:
     if exclusive_name in schema:
         bounds.append((schema[exclusive_name], True))
     for value, _ in bounds:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
             raise SchemaError(f"{where}: {name} / {exclusive_name} must be finite numbers")
     if not bounds:
         return None
     tighter = max if name == "minimum" else min
     return tighter(bounds, key=lambda b: (b[0], b[1]) if name == "minimum" else (b[0], not b[1]))
+
+
+def _finite(value: float) -> bool:
+    """Finite as a double (an integer past 1.8e308 is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _count(value) -> bool:
