@@ -93,7 +93,8 @@ def _number(body: dict, name: str, default, kind: type, low: float, high: float)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not integral):
         raise RequestError(f"'{name}' must be {'an integer' if kind is int else 'a number'}, got {value!r}",
                            param=name)
-    if not math.isfinite(value) or not low <= value <= high:
+    # an integer compares exactly, however long (math.isfinite would overflow on one past 1.8e308)
+    if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
         raise RequestError(f"'{name}' must be in [{low}, {high}], got {value}", param=name)
     return kind(value)
 
@@ -134,7 +135,7 @@ def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
         raise RequestError("'logit_bias' must map token ids to biases", param="logit_bias")
     try:
         pairs = tuple((int(token), float(value)) for token, value in bias.items())
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:
         raise RequestError(f"'logit_bias' must map token ids to numbers: {err}", param="logit_bias") from err
     if any(token < 0 or not -100 <= value <= 100 for token, value in pairs):
         raise RequestError("'logit_bias' takes token ids >= 0 and biases in [-100, 100]", param="logit_bias")

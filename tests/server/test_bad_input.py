@@ -95,6 +95,12 @@ BAD_REQUESTS = {
     "schema-65-deep": (COMPLETIONS, json.dumps(greedy(prompt="x", response_format=json_format(
         nested_schema(65, "items")))), 400,
         "response_format.json_schema: the JSON schema nests deeper than 64 schemas"),
+    "integer-past-a-double": (COMPLETIONS, json.dumps(greedy(prompt="x", temperature=10**400)), 400,
+                              "'temperature' must be in [0.0, 2.0]"),
+    "bias-past-a-double": (COMPLETIONS, json.dumps(greedy(prompt="x", logit_bias={"1": 10**400})), 400,
+                           "'logit_bias' must map token ids to numbers"),
+    "schema-required-not-names": (COMPLETIONS, json.dumps(greedy(prompt="x", response_format=json_format(
+        {"type": "object", "properties": {"a": {}}, "required": [["a"]]}))), 400, "required a list of names"),
     "tool-without-name": (CHAT, json.dumps(greedy(messages=HI, tools=[{"type": "function", "function": {}}])), 400,
                           "the function needs a name"),
     "tool-name-not-text": (CHAT, json.dumps(greedy(messages=HI, tools=[{"type": "function",
