@@ -95,6 +95,7 @@ BAD_REQUESTS = {
     "schema-65-deep": (COMPLETIONS, json.dumps(greedy(prompt="x", response_format=json_format(
         nested_schema(65, "items")))), 400,
         "response_format.json_schema: the JSON schema nests deeper than 64 schemas"),
+    "over-the-body-limit": (COMPLETIONS, json.dumps(greedy(prompt="x" * (4 << 20))), 413, "over 4194304 bytes"),
     "integer-past-a-double": (COMPLETIONS, json.dumps(greedy(prompt="x", temperature=10**400)), 400,
                               "'temperature' must be in [0.0, 2.0]"),
     "bias-past-a-double": (COMPLETIONS, json.dumps(greedy(prompt="x", logit_bias={"1": 10**400})), 400,

@@ -1,6 +1,7 @@
 """`dayzero serve`'s two processes: the HTTP server in a process of its own answers with the engine's tokens (whole,
-streamed, chat), shows the engine's counts at /metrics and drains on SIGTERM; an engine failure reaches the open
-request and stops both; the HTTP process ending stops the engine and says so."""
+streamed, chat), shows the engine's counts at /metrics (the idle engine's within a second of the last cancellation)
+and drains on SIGTERM; an engine failure reaches the open request and stops both; the HTTP process ending stops the
+engine and says so."""
 
 from __future__ import annotations
 
