@@ -57,11 +57,12 @@ def file_stamp(path: Path) -> list[int]:
     return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
 
 
-def load_entry(path: Path, key: str, deep: bool) -> Entry | str:
+def load_entry(path: Path, key: str, deep: bool, record: bool = True) -> Entry | str:
     """The Entry at `path`, or why it must not load.
 
     deep=False (what get() uses): manifest, key, every file present with its manifest size, and sha256
     recomputed only for files whose stamp changed since their hash last matched. deep=True rehashes every file.
+    record=False writes nothing (the stamps of files whose hash matched anew are not kept).
     """
     manifest = _read_manifest(path, key)
     if isinstance(manifest, str):
@@ -69,7 +70,7 @@ def load_entry(path: Path, key: str, deep: bool) -> Entry | str:
     entry = _entry_from_manifest(path, manifest)
     if isinstance(entry, str):
         return entry
-    problem = _check_files(entry, deep)
+    problem = _check_files(entry, deep, record)
     return problem or entry
 
 
@@ -99,7 +100,7 @@ def _entry_from_manifest(path: Path, manifest: dict) -> Entry | str:
         return f"{MANIFEST} lacks or misspells a field: {err!r}"
 
 
-def _check_files(entry: Entry, deep: bool) -> str | None:
+def _check_files(entry: Entry, deep: bool, record: bool) -> str | None:
     stamps = read_stamps(entry.path)
     fresh = dict(stamps)
     for rel, sha in entry.files.items():
@@ -113,7 +114,7 @@ def _check_files(entry: Entry, deep: bool) -> str | None:
             if sha256_file(target) != sha:
                 return f"file {rel} does not match its sha256 (altered or corrupt)"
             fresh[rel] = stamp
-    if fresh != stamps:
+    if record and fresh != stamps:
         write_stamps(entry.path, fresh)
     return None
 

@@ -1,14 +1,17 @@
 """Garbage collection: dead builds, bad entries, stale locks, and optionally old or excess entries.
 
 Anything a live process holds the key lock for (a build, a removal) is left alone; entries go least recently
-used first (the mtime of their `last_used`, touched by every get()).
+used first (the mtime of their `last_used`, touched by every get()). Each goes once, for its first reason. A dry run
+lists what a run would remove and writes nothing: it looks at the locks without taking them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -43,8 +46,9 @@ class Removal:
 def collect(cache: CompilationCache, older_than_days: float | None = None, max_bytes: int | None = None,
             dry_run: bool = False) -> list[Removal]:
     """Remove (or with dry_run only list) what the cache no longer needs; returns what went."""
-    removed = _dead_builds(cache, dry_run) + _bad_entries(cache, dry_run)
-    keep = _ranked_entries(cache)
+    bad = _bad_entries(cache, dry_run)
+    removed = _dead_builds(cache, dry_run) + bad
+    keep = [(key, used) for key, used in _ranked_entries(cache) if cache.root / key not in {r.path for r in bad}]
     if older_than_days is not None:
         cutoff = time.time() - older_than_days * DAY_S
         old = [key for key, used in keep if used < cutoff]
@@ -74,32 +78,26 @@ def _dead_builds(cache: CompilationCache, dry_run: bool) -> list[Removal]:
         return []
     removed = []
     for path in sorted(cache.tmp_root.iterdir()):
-        lock = cache.lock(path.name.split(".")[0])
-        if not lock.try_acquire():
-            continue
-        try:
+        with _claimed(cache, path.name.split(".")[0], dry_run) as free:
+            if not free:
+                continue
             removed.append(Removal(path, "left by a build or removal that died", tree_bytes(path)))
             if not dry_run:
                 shutil.rmtree(path, ignore_errors=True)
-        finally:
-            lock.release()
     return removed
 
 
 def _bad_entries(cache: CompilationCache, dry_run: bool) -> list[Removal]:
     removed = []
     for key in cache.keys():
-        lock = cache.lock(key)
-        if not lock.try_acquire():
-            continue
-        try:
-            problem = load_entry(cache.root / key, key, deep=False)
+        with _claimed(cache, key, dry_run) as free:
+            if not free:
+                continue
+            problem = load_entry(cache.root / key, key, deep=False, record=not dry_run)
             if isinstance(problem, str):
                 removed.append(Removal(cache.root / key, f"bad entry: {problem}", tree_bytes(cache.root / key)))
                 if not dry_run:
                     cache.discard(key)
-        finally:
-            lock.release()
     return removed
 
 
@@ -123,15 +121,12 @@ def _over_size(cache: CompilationCache, ranked: list[tuple[str, float]], max_byt
 def _remove_entries(cache: CompilationCache, keys: list[str], reason: str, dry_run: bool) -> list[Removal]:
     removed = []
     for key in keys:
-        lock = cache.lock(key)
-        if not lock.try_acquire():
-            continue
-        try:
+        with _claimed(cache, key, dry_run) as free:
+            if not free:
+                continue
             removed.append(Removal(cache.root / key, reason, tree_bytes(cache.root / key)))
             if not dry_run:
                 cache.discard(key)
-        finally:
-            lock.release()
     return removed
 
 
@@ -142,11 +137,32 @@ def _stale_locks(cache: CompilationCache, dry_run: bool) -> list[Removal]:
     removed = []
     for path in sorted(cache.lock_root.glob("*.lock")):
         lock = cache.lock(path.stem)
-        if not lock.try_acquire():
-            continue
-        removed.append(Removal(path, "stale lock file", 0))
         if dry_run:
+            if not lock.is_held():
+                removed.append(Removal(path, "stale lock file", 0))
+            continue
+        if lock.try_acquire():
+            removed.append(Removal(path, "stale lock file", 0))
+            lock.release_and_unlink()
+    return removed
+
+
+@contextlib.contextmanager
+def _claimed(cache: CompilationCache, key: str, dry_run: bool) -> Iterator[bool]:
+    """Whether nobody else holds `key`'s lock. A run holds it through the block, and removes a lock file it had to
+    create for that (there was none to list as stale); a dry run only looks."""
+    lock = cache.lock(key)
+    if dry_run:
+        yield not lock.is_held()
+        return
+    existed = lock.path.exists()
+    if not lock.try_acquire():
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if existed:
             lock.release()
         else:
             lock.release_and_unlink()
-    return removed

@@ -31,6 +31,22 @@ class KeyLock:
             os.close(self._fd)
             self._fd = None
 
+    def is_held(self) -> bool:
+        """Whether some holder has the lock now. Only looks: creates no lock file and writes nothing (a free lock is
+        taken for the instant of the look)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            # closing drops the flock taken above
+            os.close(fd)
+        return False
+
     def release_and_unlink(self) -> None:
         """Remove the lock file while still holding it, so nobody locks the old inode unnoticed."""
         self.path.unlink(missing_ok=True)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from dayzero.server.chat_template import ChatTemplate
 from dayzero.server.openai_messages import ToolRequest, calls_made, chat_messages, parse_tools
-from dayzero.server.openai_protocol import GenerateRequest, RequestError, parse_chat
+from dayzero.server.openai_protocol import GenerateRequest, parse_chat
 from dayzero.server.reasoning import THINK_BEGIN, THINK_END, opens_thinking
+from dayzero.server.request_error import RequestError
 from dayzero.structured.json_schema import SchemaError, compile_schema
 from dayzero.structured.tool_call_grammar import ToolCallRules, marker_token_ids
 from dayzero.structured.tool_calls import MARKERS

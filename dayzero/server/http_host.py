@@ -59,7 +59,8 @@ def run_server(server: OpenAIServer) -> None:
     """Run a server built with engine_thread=False until its loop stops, the HTTP server on a thread of this
     process."""
     options = server.options
-    base, stop_http = serve_in_thread(server.app, options.host, options.port, log_level="info")
+    base, stop_http = serve_in_thread(server.app, options.host, options.port, log_level="info",
+                                      read_seconds=options.request_read_seconds)
     announce(server.model_name, base)
     try:
         _run_engine(server.loop, options)

@@ -76,10 +76,12 @@ class EngineBridge:
 
     def flush(self, force: bool = False) -> None:
         """Send the updates posted since the last call, with the engine's state (when any changed, or every
-        STATE_EVERY_S)."""
+        STATE_EVERY_S). A round that leaves the engine without work (its last requests finished or were cancelled)
+        changes the state, so /metrics shows the idle engine at once rather than at the next request."""
         with self._lock:
             updates, self._outbox = self._outbox, []
-        state = {"ready": self.loop.ready, "draining": self.loop.draining, "failure": self.loop.failure}
+        state = {"ready": self.loop.ready, "draining": self.loop.draining, "failure": self.loop.failure,
+                 "idle": not self.loop.engine.has_work}
         now = time.perf_counter()
         if not (updates or force or state != self._sent_state or now - self._sent_at > STATE_EVERY_S):
             return
@@ -183,7 +185,8 @@ def http_process_main(conn: Connection, model: ServedModel, options: ServerOptio
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     remote = RemoteEngine(conn, model)
     server = OpenAIServer(None, options, template, remote=remote)
-    base, stop_http = serve_in_thread(server.app, log_level="info", sock=sock)
+    base, stop_http = serve_in_thread(server.app, log_level="info", sock=sock,
+                                      read_seconds=options.request_read_seconds)
     announce(server.model_name, base)
     remote.start()
     remote.listening()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from starlette.applications import Starlette
 
 from dayzero.errors import DayzeroError
+from dayzero.server.slow_clients import READ_SECONDS, read_deadline_protocol
 
 
 def announce(model_name: str, base: str) -> None:
@@ -29,13 +30,17 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
-                    sock: socket.socket | None = None) -> tuple[str, Callable[[], None]]:
+                    sock: socket.socket | None = None,
+                    read_seconds: float = READ_SECONDS) -> tuple[str, Callable[[], None]]:
     """Serve `app` with uvicorn from a background thread, on `sock` or on a socket bound to host:port (port 0: a
-    free one) -> (base URL, a function that stops it). Raises when the address cannot be had."""
+    free one) -> (base URL, a function that stops it). A client gets `read_seconds` to send each request whole
+    (slow_clients.py). Raises when the address cannot be had."""
     import uvicorn
 
     sock = sock or listen_socket(host, port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5))
+    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5,
+                            http=read_deadline_protocol(read_seconds))
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dayzero-http", daemon=True)
     thread.start()
     while not server.started and thread.is_alive():

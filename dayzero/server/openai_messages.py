@@ -12,7 +12,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from dayzero.server.openai_protocol import RequestError, flag
+from dayzero.server.openai_protocol import flag
+from dayzero.server.request_error import RequestError
 from dayzero.structured.tool_calls import call_prefix
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -106,9 +107,13 @@ class ToolRequest:
 
 def _tool(tool, index: int) -> dict:
     function = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
-    if not isinstance(function, dict) or not FUNCTION_NAME.fullmatch(str(function.get("name"))):
-        raise RequestError(f"tools[{index}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}} with "
-                           "a name of 1-64 letters, digits, '_' or '-'", param="tools")
+    shape = f"tools[{index}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
+    if not isinstance(function, dict):
+        raise RequestError(shape, param="tools")
+    name = function.get("name")
+    if not isinstance(name, str) or not FUNCTION_NAME.fullmatch(name):
+        raise RequestError(f"{shape}: the function needs a name of 1-64 letters, digits, '_' or '-', got {name!r}",
+                           param="tools")
     if not isinstance(function.get("description", ""), str) or not isinstance(function.get("parameters", {}), dict):
         raise RequestError(f"tools[{index}].function: description must be a string, parameters a JSON schema object",
                            param="tools")

@@ -1,13 +1,14 @@
-"""The OpenAI API's request fields as dayzero reads them, and the error body it answers with.
+"""The OpenAI API's request fields as dayzero reads them.
 
 `/v1/completions` and `/v1/chat/completions` share the sampling fields; they ask for log probabilities in their own
 ways (`logprobs: n` / `logprobs: true, top_logprobs: n`). `echo` (completions) puts the prompt's text before each
 answer; with `logprobs` the prompt's tokens get theirs too, and `max_tokens: 0` then asks for nothing else (how
 evaluation harnesses score text). Fields dayzero cannot honour (suffix, ...) are refused by name rather than
-ignored, so a client never gets an answer computed differently from what it asked for. `response_format:
-{"type": "json_object"}` holds the answer to one JSON object, `{"type": "json_schema", ...}` to one that follows the
-schema (json_schema.py, token_grammar.py). `top_k`, `ignore_eos`,
-`stop_token_ids`, `repetition_penalty`, `min_p` and `min_tokens` are accepted as extensions, as in vLLM.
+ignored, and so are fields it does not know (openai_fields.py lists what each route takes), so a client never gets
+an answer computed differently from what it asked for. `response_format: {"type": "json_object"}` holds the answer
+to one JSON object, `{"type": "json_schema", ...}` to one that follows the schema (json_schema.py, token_grammar.py).
+`top_k`, `ignore_eos`, `stop_token_ids`, `repetition_penalty`, `min_p` and `min_tokens` are accepted as extensions,
+as in vLLM.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dayzero.errors import DayzeroError
 from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
 from dayzero.runtime.sampling import SamplingParams
+from dayzero.server.openai_fields import CHAT_FIELDS, COMPLETION_FIELDS, check_fields
+from dayzero.server.request_error import RequestError
 from dayzero.structured.json_schema import SchemaError, compile_schema
 from dayzero.structured.tool_call_grammar import ToolCallRules
 
@@ -26,31 +28,6 @@ MAX_STOP_STRINGS = 16
 MAX_STOP_TOKEN_IDS = 64
 # as in OpenAI's API: 16 tokens for a text completion, up to the context's end for a chat answer
 DEFAULT_MAX_TOKENS = {"max_tokens": 16, "max_completion_tokens": None}
-# chat requests read these (openai_messages.py); text completions refuse them
-CHAT_TOOL_FIELDS = ("tools", "tool_choice")
-# field -> the values that mean "not used" (anything else is refused)
-UNSUPPORTED = {
-    "echo": (None, False), "suffix": (None, ""),
-    "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none"), "best_of": (None, 1),
-    # vLLM's extensions dayzero does not take (its structured outputs: response_format)
-    "use_beam_search": (None, False), "length_penalty": (None, 1, 1.0), "guided_json": (None,),
-    "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,), "structured_outputs": (None,),
-}
-
-
-class RequestError(DayzeroError):
-    """A request the server refuses: an HTTP status and OpenAI's error body."""
-
-    TYPES = {400: "invalid_request_error", 404: "invalid_request_error", 413: "invalid_request_error",
-             503: "server_error", 500: "server_error"}
-
-    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.status, self.param, self.code = status, param, code
-
-    def body(self) -> dict:
-        return {"error": {"message": str(self), "type": self.TYPES.get(self.status, "invalid_request_error"),
-                          "param": self.param, "code": self.code}}
 
 
 @dataclass(frozen=True)
@@ -116,7 +93,8 @@ def _number(body: dict, name: str, default, kind: type, low: float, high: float)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not integral):
         raise RequestError(f"'{name}' must be {'an integer' if kind is int else 'a number'}, got {value!r}",
                            param=name)
-    if not math.isfinite(value) or not low <= value <= high:
+    # an integer compares exactly, however long (math.isfinite would overflow on one past 1.8e308)
+    if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
         raise RequestError(f"'{name}' must be in [{low}, {high}], got {value}", param=name)
     return kind(value)
 
@@ -157,17 +135,11 @@ def _logit_bias(body: dict) -> tuple[tuple[int, float], ...]:
         raise RequestError("'logit_bias' must map token ids to biases", param="logit_bias")
     try:
         pairs = tuple((int(token), float(value)) for token, value in bias.items())
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:
         raise RequestError(f"'logit_bias' must map token ids to numbers: {err}", param="logit_bias") from err
     if any(token < 0 or not -100 <= value <= 100 for token, value in pairs):
         raise RequestError("'logit_bias' takes token ids >= 0 and biases in [-100, 100]", param="logit_bias")
     return pairs
-
-
-def _refuse_unsupported(body: dict, supported: tuple[str, ...]) -> None:
-    for name, unused in UNSUPPORTED.items():
-        if name in body and name not in supported and body[name] not in unused:
-            raise RequestError(f"'{name}' is not supported by dayzero; leave it out", param=name)
 
 
 def _response_format(body: dict) -> tuple[str | None, str | None]:
@@ -223,8 +195,7 @@ def _stream_options(body: dict, stream: bool) -> bool:
 
 
 def _request(body: dict, prompts: tuple, max_tokens_field: str, logprobs: int | None,
-             supported: tuple[str, ...] = (), echo: bool = False) -> GenerateRequest:
-    _refuse_unsupported(body, supported)
+             echo: bool = False) -> GenerateRequest:
     stream = flag(body, "stream")
     sampling = _sampling(body, max_tokens_field, logprobs, echo)
     if stream and sampling.prompt_logprobs is not None:
@@ -249,18 +220,19 @@ def _prompts(prompt) -> tuple[str | tuple[int, ...], ...]:
 
 
 def parse_completion(body: dict) -> GenerateRequest:
+    check_fields(body, "/v1/completions", COMPLETION_FIELDS)
     if "prompt" not in body:
         raise RequestError("'prompt' is required", param="prompt")
     logprobs = _number(body, "logprobs", None, int, 0, MAX_TOP_LOGPROBS)
     echo = flag(body, "echo")
-    return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs, supported=("echo",), echo=echo)
+    return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs, echo=echo)
 
 
 def parse_chat(body: dict, prompt: str) -> GenerateRequest:
     """A chat request whose messages were rendered into `prompt`."""
+    check_fields(body, "/v1/chat/completions", CHAT_FIELDS)
     field_name = "max_tokens" if body.get("max_tokens") is not None else "max_completion_tokens"
     top = _number(body, "top_logprobs", None, int, 0, MAX_TOP_LOGPROBS)
     if top is not None and not flag(body, "logprobs"):
         raise RequestError("'top_logprobs' needs \"logprobs\": true", param="top_logprobs")
-    return _request(body, (prompt,), field_name, (top or 0) if flag(body, "logprobs") else None,
-                    supported=CHAT_TOOL_FIELDS)
+    return _request(body, (prompt,), field_name, (top or 0) if flag(body, "logprobs") else None)

@@ -11,9 +11,10 @@ from typing import NamedTuple
 from dayzero.runtime.detokenizer import ChoiceText
 from dayzero.runtime.engine_loop import Update, Updates
 from dayzero.runtime.logprobs import TokenLogprob
-from dayzero.server.openai_protocol import GenerateRequest, RequestError
+from dayzero.server.openai_protocol import GenerateRequest
 from dayzero.server.openai_responses import usage
 from dayzero.server.reasoning import ReasoningText
+from dayzero.server.request_error import RequestError
 from dayzero.server.tool_call_stream import StreamedCalls
 from dayzero.structured.tool_calls import ToolCall, ToolCallText
 

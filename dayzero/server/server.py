@@ -3,9 +3,10 @@ streamed as server-sent events, /v1/models, /health and /metrics (Prometheus, se
 
 The engine runs on a thread of its own or on the main thread (`EngineLoop`); each HTTP request submits one engine
 request per choice (prompts x n) and reads their tokens back on the event loop. A request is answered with an error
-before any output when it cannot run (400: a prompt too long for the engine, a bad field; 404: another model; 413: a
-body over the limit; 503: too many requests open, or the engine failed). A client that goes away has its requests
-cancelled, which frees their cache pages and state slots.
+before any output when it cannot run (400: a prompt too long for the engine, a bad field, a body that is not sound
+JSON (request_body.py); 404: another model; 413: a body over the limit; 503: too many requests open, or the engine
+failed), in OpenAI's JSON form; so is an exception no route expected (500, unexpected_errors.py). A client that goes
+away has its requests cancelled, which frees their cache pages and state slots.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -36,13 +38,19 @@ from dayzero.server.api_key import RequireApiKey
 from dayzero.server.chat_template import ChatTemplate, load_chat_template
 from dayzero.server.chat_turn import prepare_chat
 from dayzero.server.openai_messages import ToolRequest
-from dayzero.server.openai_protocol import GenerateRequest, RequestError, parse_completion
+from dayzero.server.openai_protocol import GenerateRequest, parse_completion
 from dayzero.server.openai_responses import FORMATS, Choice, chunk, response
 from dayzero.server.reasoning import THINK_END, THINK_MARKERS, ReasoningText
+from dayzero.server.request_body import parse_body
+from dayzero.server.request_error import RequestError
 from dayzero.server.request_run import RequestRun
 from dayzero.server.server_metrics import CountRequests, ServerMetrics, engine_counts
+from dayzero.server.slow_clients import READ_SECONDS
 from dayzero.server.tool_call_stream import StreamedCalls
+from dayzero.server.unexpected_errors import AnswerUnexpectedErrors, internal_error
 from dayzero.structured.tool_calls import CALL_END, SECTION_BEGIN, SECTION_END, ToolCallText, decode_keeping, marker_ids
+
+log = logging.getLogger("dayzero.server")
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,8 @@ class ServerOptions:
     api_key: str | None = None  # when set, /v1/ routes need "Authorization: Bearer <api_key>"
     drain_seconds: float = 30.0  # on Ctrl-C / SIGTERM: how long accepted requests may still run
     warm_up: bool = True  # run_server: one short request through the engine before serving (/health: 503 till then)
+    # seconds a client has to send a whole request (headers and body); a slower one is dropped (slow_clients.py)
+    request_read_seconds: float = READ_SECONDS
 
     def __post_init__(self):
         if not 0 <= self.port < 65536:
@@ -65,6 +75,8 @@ class ServerOptions:
             raise DayzeroError("--api-key must not be empty")
         if self.drain_seconds < 0:
             raise DayzeroError(f"--drain-seconds must be >= 0, got {self.drain_seconds}")
+        if not self.request_read_seconds > 0:
+            raise DayzeroError(f"--request-read-seconds must be > 0, got {self.request_read_seconds}")
 
 
 class ClientGone(Exception):
@@ -122,7 +134,8 @@ class OpenAIServer:
                   Route("/v1/completions", self.completions, methods=["POST"]),
                   Route("/v1/chat/completions", self.chat_completions, methods=["POST"])]
         handlers = {RequestError: self._error, DayzeroError: self._user_error, HTTPException: self._http_error}
-        middleware = [Middleware(CountRequests, metrics=self.metrics, routes=frozenset(r.path for r in routes))]
+        middleware = [Middleware(CountRequests, metrics=self.metrics, routes=frozenset(r.path for r in routes)),
+                      Middleware(AnswerUnexpectedErrors)]
         if options.api_key is not None:
             middleware.append(Middleware(RequireApiKey, api_key=options.api_key))
         self.app = Starlette(routes=routes, exception_handlers=handlers, middleware=middleware,
@@ -175,22 +188,22 @@ class OpenAIServer:
         return JSONResponse(RequestError(err.detail, err.status_code).body(), status_code=err.status_code)
 
     async def _body(self, request: Request) -> dict:
-        """The JSON object of the request body, refused past max_body_bytes, and of another model than ours."""
+        """The JSON object of the request body (request_body.py), refused past max_body_bytes, and of another model
+        than ours."""
         limit = self.options.max_body_bytes
         declared = request.headers.get("content-length", "0")
         if not declared.isdigit() or int(declared) > limit:
             raise RequestError(f"the request body is over {limit} bytes (--max-body-bytes)", 413)
         raw = bytearray()
-        async for piece in request.stream():
-            raw += piece
-            if len(raw) > limit:
-                raise RequestError(f"the request body is over {limit} bytes (--max-body-bytes)", 413)
         try:
-            body = json.loads(raw)
-        except ValueError as err:
-            raise RequestError(f"the request body is not valid JSON: {err}") from err
-        if not isinstance(body, dict):
-            raise RequestError("the request body must be a JSON object")
+            async for piece in request.stream():
+                raw += piece
+                if len(raw) > limit:
+                    raise RequestError(f"the request body is over {limit} bytes (--max-body-bytes)", 413)
+        except ClientDisconnect:
+            # nobody reads this answer; the status is for /metrics
+            raise RequestError("the client went away before its request body arrived", 499) from None
+        body = parse_body(bytes(raw))
         if body.get("model") not in (None, self.model_name):
             raise RequestError(f"the model {body['model']!r} is not served here; this server serves "
                                f"{self.model_name!r}", 404, "model", "model_not_found")
@@ -356,6 +369,10 @@ class OpenAIServer:
             yield "data: [DONE]\n\n"
         except ClientGone:
             return
+        # the status went out with the first event: the stream ends with an error event instead
+        except Exception as err:
+            log.exception("unexpected error in a streamed answer")
+            yield _sse(internal_error(err).body())
         finally:
             gone.cancel()
             self._end(run)

@@ -11,7 +11,8 @@ open), enum and const of strings, numbers, booleans and null, anyOf / oneOf whos
 `definitions` (recursion included, down to the grammar's depth cap). Annotations are ignored (title, description,
 default, examples, format, which JSON Schema 2020-12 treats as an annotation, ...). Keywords that constrain values in
 ways the grammar cannot hold (multipleOf, allOf, lookaround in a pattern, ...) are refused by name, so an answer
-never claims a schema it does not follow.
+never claims a schema it does not follow. A schema is refused past MAX_NODES nodes, MAX_SCHEMA_BYTES of JSON, and
+schemas nested MAX_SCHEMA_DEPTH deep.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 import math
 
 from dayzero.errors import DayzeroError
-from dayzero.structured.json_grammar import ANY, BASE_NODES, Grammar, Node, first_bytes, json_text
+from dayzero.structured.json_grammar import ANY, BASE_NODES, MAX_DEPTH, Grammar, Node, first_bytes, json_text
 from dayzero.structured.json_pattern import Pattern, PatternError
 
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "format", "$schema", "$id", "$comment",
@@ -31,6 +32,9 @@ HANDLED = frozenset({"type", "properties", "required", "additionalProperties", "
                      "exclusiveMinimum", "exclusiveMaximum"})
 MAX_NODES = 4096
 MAX_SCHEMA_BYTES = 64 << 10
+# schemas inside one another: an answer nests at most MAX_DEPTH containers, and an optional field's
+# anyOf [X, null] wraps each in one more schema
+MAX_SCHEMA_DEPTH = 2 * MAX_DEPTH
 
 
 class SchemaError(DayzeroError):
@@ -41,7 +45,10 @@ def compile_schema(schema) -> Grammar:
     """A JSON schema whose root is an object -> its grammar (SchemaError: what is wrong or not supported)."""
     if not isinstance(schema, dict):
         raise SchemaError("the JSON schema must be an object")
-    key = json.dumps(schema, sort_keys=True)
+    try:
+        key = json.dumps(schema, sort_keys=True)
+    except RecursionError:
+        raise SchemaError(f"the JSON schema nests deeper than {MAX_SCHEMA_DEPTH} schemas; flatten it") from None
     if len(key) > MAX_SCHEMA_BYTES:
         raise SchemaError(f"the JSON schema is over {MAX_SCHEMA_BYTES} bytes")
     compiler = _Compiler(schema)
@@ -56,8 +63,20 @@ class _Compiler:
         self.root = root
         self.nodes: list[Node] = list(BASE_NODES)
         self.refs: dict[str, int] = {}
+        self.depth = 0
 
     def node(self, schema, where: str) -> int:
+        """The node of `schema`, found at `where` (a JSON pointer into the root), and of every schema inside it."""
+        if self.depth >= MAX_SCHEMA_DEPTH:
+            raise SchemaError(f"the JSON schema nests deeper than {MAX_SCHEMA_DEPTH} schemas (answers nest at most "
+                              f"{MAX_DEPTH} objects and arrays); flatten it")
+        self.depth += 1
+        try:
+            return self._node(schema, where)
+        finally:
+            self.depth -= 1
+
+    def _node(self, schema, where: str) -> int:
         if schema is True or schema == {}:
             return ANY
         if not isinstance(schema, dict):
@@ -94,12 +113,13 @@ class _Compiler:
         return len(self.nodes) - 1
 
     def _ref(self, ref, where: str) -> int:
-        if ref in self.refs:
-            return self.refs[ref]
         parts = ref.split("/") if isinstance(ref, str) else []
         if ref != "#" and (len(parts) != 3 or parts[0] != "#" or parts[1] not in ("$defs", "definitions")):
             raise SchemaError(f"{where}: only local references (# or #/$defs/NAME) are supported, got {ref!r}")
-        target = self.root if ref == "#" else self.root.get(parts[1], {}).get(parts[2])
+        if ref in self.refs:
+            return self.refs[ref]
+        definitions = self.root.get(parts[1]) if ref != "#" else None
+        target = self.root if ref == "#" else definitions.get(parts[2]) if isinstance(definitions, dict) else None
         if target is None:
             raise SchemaError(f"{where}: {ref} names no definition")
         # a placeholder first, so that a definition that refers to itself finds its own node
@@ -131,7 +151,7 @@ class _Compiler:
                                   maximum=_bound(schema, "maximum", where)))
         simple = {
                   "boolean": Node("choice", literals=(b"true", b"false")), "null": Node("choice", literals=(b"null",))}
-        if kind not in simple:
+        if not isinstance(kind, str) or kind not in simple:
             raise SchemaError(f"{where}: unknown type {kind!r}")
         return self._add(simple[kind])
 
@@ -151,8 +171,9 @@ class _Compiler:
     def _object(self, schema: dict, where: str) -> int:
         properties = schema.get("properties", {})
         required = schema.get("required", [])
-        if not isinstance(properties, dict) or not isinstance(required, list):
-            raise SchemaError(f"{where}: properties must be an object and required a list")
+        if not isinstance(properties, dict) or not isinstance(required, list) or not all(
+                isinstance(name, str) for name in required):
+            raise SchemaError(f"{where}: properties must be an object and required a list of names")
         missing = set(required) - set(properties)
         if missing:
             raise SchemaError(f"{where}: required names {sorted(missing)}, which properties does not define")
@@ -182,12 +203,20 @@ def _bound(schema: dict, name: str, where: str) -> tuple[float, bool] | None:
     if exclusive_name in schema:
         bounds.append((schema[exclusive_name], True))
     for value, _ in bounds:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
             raise SchemaError(f"{where}: {name} / {exclusive_name} must be finite numbers")
     if not bounds:
         return None
     tighter = max if name == "minimum" else min
     return tighter(bounds, key=lambda b: (b[0], b[1]) if name == "minimum" else (b[0], not b[1]))
+
+
+def _finite(value: float) -> bool:
+    """Finite as a double (an integer past 1.8e308 is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _count(value) -> bool:

@@ -78,3 +78,37 @@ def test_gc_removes_unheld_lock_files_and_locks_still_work_after(tmp_path):
     assert not cache.lock(KEYS[1]).try_acquire()
     held.release()
     assert cache.remove(KEYS[1]) and cache.keys() == [KEYS[0], KEYS[2]]
+
+
+def _tree(root) -> dict:
+    """Every path under root with its size and mtime (a directory's mtime changes when a name in it does)."""
+    return {path: (path.stat().st_size, path.stat().st_mtime_ns) for path in [root, *root.rglob("*")]}
+
+
+def test_gc_dry_run_writes_nothing_and_lists_each_item_once_as_the_run_removes_it(tmp_path):
+    cache = _cache_of_three(tmp_path)
+    # an entry both bad and old, entries without lock files (a copied cache), a dead build, a lock file nobody holds
+    cache.get(KEYS[0]).file("rank0.pt2").write_bytes(b"short")
+    for key in KEYS[:2]:
+        _age(cache, key, 10)
+        (cache.lock_root / f"{key}.lock").unlink()
+    dead = cache.tmp_root / f"{'d' * 64}.999999.abcd"
+    dead.mkdir(parents=True)
+    before = _tree(tmp_path)
+    planned = cache.gc(older_than_days=5, max_bytes=0, dry_run=True)
+    assert _tree(tmp_path) == before
+    paths = [r.path for r in planned]
+    assert len(paths) == len(set(paths))
+    assert {p.name: r.reason.split(":")[0] for p, r in zip(paths, planned) if p.parent == tmp_path} == {
+        KEYS[0]: "bad entry", KEYS[1]: "not used for 5 days", KEYS[2]: "over the size limit"}
+    assert [p.name for p in paths if p.parent == cache.lock_root] == [f"{KEYS[2]}.lock"]
+    assert cache.gc(older_than_days=5, max_bytes=0) == planned
+    assert cache.keys() == [] and not dead.exists() and list(cache.lock_root.iterdir()) == []
+
+
+def test_gc_dry_run_leaves_what_a_live_holder_locks(tmp_path):
+    cache = _cache_of_three(tmp_path)
+    with cache.lock(KEYS[0]):
+        planned = cache.gc(max_bytes=0, dry_run=True)
+    assert sorted(r.path.name for r in planned if r.path.parent == tmp_path) == KEYS[1:]
+    assert f"{KEYS[0]}.lock" not in [r.path.name for r in planned]

@@ -1,13 +1,16 @@
 """`dayzero serve`'s two processes: the HTTP server in a process of its own answers with the engine's tokens (whole,
-streamed, chat), shows the engine's counts at /metrics and drains on SIGTERM; an engine failure reaches the open
-request and stops both; the HTTP process ending stops the engine and says so."""
+streamed, chat), shows the engine's counts at /metrics (the idle engine's within a second of the last cancellation)
+and drains on SIGTERM; an engine failure reaches the open request and stops both; the HTTP process ending stops the
+engine and says so."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import threading
+import time
 
 import httpx
 import pytest
@@ -75,6 +78,45 @@ def test_answers_metrics_and_drain_through_the_http_process(model, tmp_path):
     assert float(seen["metrics"]["dayzero_engine_steps_total"]) > 0
     assert float(seen["metrics"]["dayzero_running_sequences"]) == 0
     assert not llm.engine.has_work and not [p for p in multiprocessing.active_children() if p.name == "dayzero-http"]
+
+
+def gauges(base: str) -> dict[str, float]:
+    metrics = httpx.get(f"{base}/metrics").text
+    names = ("dayzero_running_sequences", "dayzero_waiting_sequences", "dayzero_free_cache_pages",
+             "dayzero_free_state_slot_groups")
+    return {name: float(value) for name, value in (line.split() for line in metrics.splitlines()
+                                                   if line.split(" ")[0] in names)}
+
+
+def poll(base: str, until, seconds: float) -> tuple[dict, float]:
+    """Scrape /metrics until `until(gauges)` holds or `seconds` pass -> (the last gauges, seconds waited)."""
+    started = time.monotonic()
+    while not until(seen := gauges(base)) and time.monotonic() - started < seconds:
+        time.sleep(0.02)
+    return seen, time.monotonic() - started
+
+
+def test_the_gauges_show_an_idle_engine_within_a_second_of_the_last_cancellation(model, tmp_path):
+    llm = make_llm(model, tmp_path)
+
+    def client(base, seen):
+        seen["idle"] = idle = gauges(base)
+        with contextlib.ExitStack() as streams, httpx.Client(base_url=base, timeout=60) as http:
+            # each stream's line reader stays referenced: dropping one closes its connection
+            readers = []
+            for prompt in ("one", "two", "three"):
+                reply = streams.enter_context(http.stream("POST", "/v1/completions", json=greedy(
+                    prompt=prompt, max_tokens=500, stream=True)))
+                readers.append(reply.iter_lines())
+                next(readers[-1])
+            seen["busy"], _ = poll(base, lambda g: g["dayzero_running_sequences"] == 3, 30)
+        # the streams' connections are closed: the server cancels their requests
+        seen["after"], seen["seconds"] = poll(base, lambda g: g == idle, 5)
+
+    seen = serve_with_client(llm, client)
+    assert seen["idle"]["dayzero_running_sequences"] == 0 and seen["busy"]["dayzero_running_sequences"] == 3
+    assert seen["busy"]["dayzero_free_state_slot_groups"] < seen["idle"]["dayzero_free_state_slot_groups"]
+    assert seen["after"] == seen["idle"] and seen["seconds"] < 1.0
 
 
 def test_an_engine_failure_reaches_the_request_and_stops_both_processes(model, tmp_path, monkeypatch):

@@ -342,6 +342,13 @@ def test_schema_masks_equal_checking_every_token(schema, value):
             assert torch.equal(table.mask(grammar, state), naive_mask(table, grammar, state)), state
 
 
+def nested(innermost: dict, levels: int, wrap) -> dict:
+    """An object schema holding `levels` schemas made by `wrap` inside one another, around `innermost`."""
+    for _ in range(levels):
+        innermost = wrap(innermost)
+    return {"type": "object", "properties": {"a": innermost}}
+
+
 @pytest.mark.parametrize("schema, says", [
     ({"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)"}}}, "lookaround"),
     ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}, "multipleOf cannot be enforced"),
@@ -357,6 +364,14 @@ def test_schema_masks_equal_checking_every_token(schema, value):
     ({"type": "object", "properties": {}, "required": ["a"]}, "which properties does not define"),
     ({"type": "object", "properties": {"a": {"type": "date"}}}, "unknown type"),
     ({"type": "object", "properties": {"a": {"const": {"k": 1}}}}, "must be strings, numbers, booleans or null"),
+    (nested({"type": "integer"}, 63, lambda inner: {"type": "array", "items": inner}), "nests deeper than 64 schemas"),
+    (nested({}, 450, lambda inner: {"type": "object", "properties": {"a": inner}}), "nests deeper than 64 schemas"),
+    ({"type": "object", "properties": {"a": {}}, "required": [["a"]]}, "required a list of names"),
+    ({"type": "object", "properties": {"a": {"type": [["string"]]}}}, "unknown type"),
+    ({"type": "object", "properties": {"a": {"type": {}}}}, "unknown type"),
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/B"}}, "$defs": []}, "names no definition"),
+    ({"type": "object", "properties": {"a": {"$ref": {"#": 1}}}}, "only local references"),
+    ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 10**400}}}, "must be finite numbers"),
 ])
 def test_schemas_it_cannot_hold_are_refused_by_what_is_wrong(schema, says):
     with pytest.raises(SchemaError, match=says):
