@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dayzero.errors import DayzeroError
-from dayzero.server.chat_template import load_chat_template
+from dayzero.llm.chat_template import load_chat_template
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{{ eos_token }}{% endfor %}"
