@@ -50,6 +50,16 @@ def _generation_defaults(checkpoint: Path, generation_config: str | Path) -> dic
     return sampling_defaults(checkpoint if generation_config == "auto" else Path(generation_config))
 
 
+def _tokenizer_files(tokenizer, checkpoint: Path) -> Path:
+    """The folder of the tokenizer files: LLM(tokenizer=FOLDER)'s, else the checkpoint's."""
+    if not isinstance(tokenizer, (str, Path)):
+        return checkpoint
+    if not Path(tokenizer).is_dir():
+        raise DayzeroError(f"tokenizer={str(tokenizer)!r} is not a folder; give the local folder of the tokenizer "
+                           "files (tokenizer.json or tiktoken.model, tokenizer_config.json)")
+    return Path(tokenizer)
+
+
 class LLM:
     def __init__(self, model: str | Path | None = None, export: ExportOptions | None = None,
                  runtime: RuntimeOptions | None = None, *, engine: StepEngine | None = None, tokenizer=None,
@@ -75,17 +85,22 @@ class LLM:
         runtime = runtime_options(runtime, args)
         self.default_sampling = _generation_defaults(self.checkpoint, generation_config)
         self._seeds = None if seed is None else random.Random(seed)
+        self._tokenizer_files = _tokenizer_files(tokenizer, self.checkpoint)
         started = time.perf_counter()
         self.step_engine = engine or load_step_engine(self.checkpoint, self.export_options)
         self.load_seconds = time.perf_counter() - started
-        tokenizer_files = Path(tokenizer) if isinstance(tokenizer, (str, Path)) else self.checkpoint
-        self._tokenizer_files = tokenizer_files
-        if tokenizer is None or isinstance(tokenizer, (str, Path)):
-            tokenizer = load_tokenizer(tokenizer_files, self.step_engine.manifest.vocab_size)
-        self.tokenizer = tokenizer
-        self.engine = LLMEngine(self.step_engine, runtime, self.tokenizer.decode,
-                                end_of_sequence_ids(self.checkpoint, self.tokenizer),
-                                getattr(self.tokenizer, "token_bytes", None))
+        try:
+            loaded = tokenizer is not None and not isinstance(tokenizer, (str, Path))
+            self.tokenizer = tokenizer if loaded else load_tokenizer(self._tokenizer_files,
+                                                                     self.step_engine.manifest.vocab_size)
+            self.engine = LLMEngine(self.step_engine, runtime, self.tokenizer.decode,
+                                    end_of_sequence_ids(self.checkpoint, self.tokenizer),
+                                    getattr(self.tokenizer, "token_bytes", None))
+        except BaseException:
+            # the rank processes of an engine loaded here end with it
+            if engine is None:
+                self.step_engine.close()
+            raise
 
     def get_tokenizer(self):
         return self.tokenizer

@@ -259,3 +259,14 @@ def test_llm_seed_makes_sampling_replay(checkpoint, llm):
             for _ in range(2)]
     assert [o.token_ids for o in runs[0]] == [o.token_ids for o in runs[1]]
     assert runs[0][0].token_ids != runs[0][1].token_ids
+
+
+def test_a_tokenizer_folder_brings_its_chat_template(checkpoint, llm, tmp_path):
+    from dayzero import LLM, SamplingParams
+
+    (tmp_path / "chat_template.jinja").write_text("{% for m in messages %}[{{ m.content }}]{% endfor %}")
+    own = LLM(checkpoint, runtime=SMALL, engine=llm.step_engine, tokenizer=str(tmp_path))
+    (out,) = own.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=1))
+    assert out.prompt == "[hi]"
+    with pytest.raises(DayzeroError, match="is not a folder"):
+        LLM(checkpoint, runtime=SMALL, engine=llm.step_engine, tokenizer=str(tmp_path / "nowhere"))
