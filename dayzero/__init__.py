@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from dayzero.errors import DayzeroError
 
-__all__ = ["LLM", "DayzeroError", "SamplingParams"]
+if TYPE_CHECKING:
+    from dayzero.llm.api import LLM
+    from dayzero.llm.outputs import CompletionOutput, RequestOutput
+    from dayzero.runtime.sampling import SamplingParams
+
+__all__ = ["LLM", "CompletionOutput", "DayzeroError", "RequestOutput", "SamplingParams"]
 __version__ = "0.1.0"
+
+# the runtime pulls in torch and the plugins: each public name loads its module only when asked for
+_LAZY = {"LLM": "dayzero.llm.api", "CompletionOutput": "dayzero.llm.outputs", "RequestOutput": "dayzero.llm.outputs",
+         "SamplingParams": "dayzero.runtime.sampling"}
 
 
 def __getattr__(name: str):
-    # the runtime pulls in torch and the plugins: load it only when asked for
-    if name == "LLM":
-        from dayzero.llm.api import LLM
-
-        return LLM
-    if name == "SamplingParams":
-        from dayzero.runtime.sampling import SamplingParams
-
-        return SamplingParams
-    raise AttributeError(f"module 'dayzero' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dayzero' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)

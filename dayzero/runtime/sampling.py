@@ -20,7 +20,7 @@ RESPONSE_FORMATS = (None, "json_object", "json_schema")
 class SamplingParams:
     max_tokens: int = 64
     temperature: float = 0.0  # 0: greedy
-    top_k: int = 0  # 0: all tokens
+    top_k: int = 0  # 0 (or vLLM's -1): all tokens
     top_p: float = 1.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
@@ -43,10 +43,15 @@ class SamplingParams:
     reasoning_opened: bool = False
     # tool calls held to the offered functions (tool_call_grammar.py), under tool_choice "auto" / "required"
     tool_calls: ToolCallRules | None = None
+    # vLLM's: answers to a prompt. The engine runs one sequence a request; its callers submit n of them (LLM.generate,
+    # the server's `n`), with seed + i for answer i where a seed is set
+    n: int = 1
 
     def __post_init__(self):
-        if self.max_tokens < 1:
-            raise DayzeroError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.max_tokens < 1 or self.n < 1:
+            raise DayzeroError(f"max_tokens and n must be >= 1, got {self.max_tokens} and {self.n}")
+        if self.top_k == -1:
+            object.__setattr__(self, "top_k", 0)
         if not (-2 <= self.presence_penalty <= 2 and -2 <= self.frequency_penalty <= 2):
             raise DayzeroError("presence_penalty and frequency_penalty must be in [-2, 2]")
         object.__setattr__(self, "logit_bias", tuple((int(t), float(b)) for t, b in dict(self.logit_bias).items()))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from dayzero.server.chat_template import ChatTemplate
+from dayzero.llm.chat_template import ChatTemplate
 from dayzero.server.openai_messages import ToolRequest, calls_made, chat_messages, parse_tools
 from dayzero.server.openai_protocol import GenerateRequest, parse_chat
 from dayzero.server.reasoning import THINK_BEGIN, THINK_END, opens_thinking

@@ -22,7 +22,7 @@ def serve(llm: LLM, options: ServerOptions) -> None:
     """Serve until Ctrl-C / SIGTERM: the engine on this (the main) thread, the HTTP server in a process of its own."""
     import multiprocessing
 
-    from dayzero.server.chat_template import load_chat_template
+    from dayzero.llm.chat_template import load_chat_template
     from dayzero.server.http_process import EngineBridge, http_process_main
     from dayzero.server.server import ServedModel
     from dayzero.server.server_metrics import engine_counts

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from dayzero.errors import DayzeroError
+from dayzero.llm.chat_template import ChatTemplate
 from dayzero.runtime.engine_loop import EngineLoop, Post, Update
 from dayzero.runtime.sampling import SamplingParams
-from dayzero.server.chat_template import ChatTemplate
 from dayzero.server.listener import announce, serve_in_thread
 from dayzero.server.server import OpenAIServer, ServedModel, ServerOptions
 

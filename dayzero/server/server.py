@@ -31,11 +31,11 @@ from starlette.routing import Route
 
 from dayzero.errors import DayzeroError
 from dayzero.llm.api import LLM
+from dayzero.llm.chat_template import ChatTemplate, load_chat_template
 from dayzero.runtime.detokenizer import ChoiceText
 from dayzero.runtime.engine_loop import EngineLoop, Update, Updates
 from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.server.api_key import RequireApiKey
-from dayzero.server.chat_template import ChatTemplate, load_chat_template
 from dayzero.server.chat_turn import prepare_chat
 from dayzero.server.openai_messages import ToolRequest
 from dayzero.server.openai_protocol import GenerateRequest, parse_completion

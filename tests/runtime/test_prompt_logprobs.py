@@ -149,4 +149,6 @@ def test_the_python_api_returns_both_kinds_of_log_probabilities(model, tmp_path)
     llm = LLM(tmp_path, runtime=RuntimeOptions(memory_bytes=64 << 20), engine=EagerEngine(model, manifest))
     out = llm.generate("hi there", SamplingParams(max_tokens=2, logprobs=1, prompt_logprobs=0))[0]
     assert len(out.logprobs) == 2 and len(out.prompt_logprobs) == len(out.prompt_token_ids)
-    assert out.prompt_logprobs[0] is None and all(e.top == () for e in out.prompt_logprobs[1:])
+    # prompt_logprobs 0: each position holds the prompt token's log probability alone
+    assert out.prompt_logprobs[0] is None and all(list(e) == [token] for e, token in zip(out.prompt_logprobs[1:],
+                                                                                         out.prompt_token_ids[1:]))

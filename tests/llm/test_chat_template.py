@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dayzero.errors import DayzeroError
-from dayzero.server.chat_template import load_chat_template
+from dayzero.llm.chat_template import load_chat_template
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{{ eos_token }}{% endfor %}"
@@ -50,3 +50,18 @@ def test_a_broken_tokenizer_config_names_the_file(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text("{not json")
     with pytest.raises(DayzeroError, match="tokenizer_config.json is not valid JSON"):
         load_chat_template(tmp_path)
+
+
+def test_without_the_generation_prompt_the_turn_is_left_closed(tmp_path):
+    assert load_chat_template(tmp_path).render(MESSAGES, add_generation_prompt=False) == "system: Be brief.\nuser: Hi\n"
+    (tmp_path / "chat_template.jinja").write_text(TEMPLATE)
+    assert load_chat_template(tmp_path).render(MESSAGES, add_generation_prompt=False) == "<|system|>Be brief.<|user|>Hi"
+
+
+def test_chat_template_kwargs_reach_the_template_and_cannot_replace_its_messages(tmp_path):
+    (tmp_path / "chat_template.jinja").write_text(
+        "{% if thinking %}<think>{% endif %}{{ messages | length }}")
+    template = load_chat_template(tmp_path)
+    assert template.render(MESSAGES, chat_template_kwargs={"thinking": True}) == "<think>2"
+    assert template.render(MESSAGES, chat_template_kwargs={"messages": []}) == "2"
+    assert template.render(MESSAGES) == "2"

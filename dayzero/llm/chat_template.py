@@ -14,8 +14,8 @@ from dayzero.errors import DayzeroError
 from dayzero.tokenizer import special_token_text, tokenizer_config
 
 
-def _plain(messages: list[dict]) -> str:
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+def _plain(messages: list[dict], add_generation_prompt: bool) -> str:
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + ("assistant:" if add_generation_prompt else "")
 
 
 def _raise(message: str):
@@ -28,18 +28,24 @@ class ChatTemplate:
     bos_token: str = ""
     eos_token: str = ""
 
-    def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
-        """tools: the functions the model may call, for templates that show them (Kimi's, ...)."""
+    def render(self, messages: list[dict], tools: list[dict] | None = None, add_generation_prompt: bool = True,
+               chat_template_kwargs: dict | None = None) -> str:
+        """tools: the functions the model may call, for templates that show them (Kimi's, ...);
+        add_generation_prompt: end with the opening of the assistant's turn; chat_template_kwargs: more variables
+        for the template (a thinking switch, ...), as transformers' apply_chat_template passes its extra kwargs."""
         if self.source is None:
-            return _plain(messages)
+            return _plain(messages, add_generation_prompt)
         from jinja2.exceptions import TemplateError
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
         try:
-            return env.from_string(self.source).render(messages=messages, tools=tools, add_generation_prompt=True,
-                                                       bos_token=self.bos_token, eos_token=self.eos_token)
+            # the named variables win over chat_template_kwargs' of the same name
+            return env.from_string(self.source).render({
+                **(chat_template_kwargs or {}), "messages": messages, "tools": tools,
+                "add_generation_prompt": add_generation_prompt, "bos_token": self.bos_token,
+                "eos_token": self.eos_token})
         except TemplateError as err:
             raise DayzeroError(f"the checkpoint's chat template failed: {err}") from err
 
