@@ -122,7 +122,7 @@ def _expert_split(tp: int, ep: int | None, enable_expert_parallel: bool) -> int:
 
 def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_parallel, dtype, kv_cache, index_cache,
               max_len, dequantize_experts, memory_mb, gpu_memory_fraction, no_cuda_graphs, prefix_caching,
-              token_budget, num_draft, max_batch):
+              token_budget, num_draft, max_batch, skip_tokenizer_init=False):
     from dayzero.export.options import ExportOptions
     from dayzero.llm.api import LLM
     from dayzero.runtime.llm_engine import RuntimeOptions
@@ -139,7 +139,7 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs,
                              token_budget=token_budget, prefix_caching=prefix_caching)
-    llm = LLM(_checkpoint(model, checkpoint), export, runtime)
+    llm = LLM(_checkpoint(model, checkpoint), export, runtime, skip_tokenizer_init=skip_tokenizer_init)
     ranks = f" x {export.ranks} ranks" if export.ranks > 1 else ""
     click.echo(f"[engine: {backend} on {device}{ranks}, loaded in {llm.load_seconds:.1f} s; "
                f"{llm.engine.capacity.describe()}]")
@@ -225,7 +225,8 @@ def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine)
     if min(batches) < 1 or prompt_tokens < 1 or output_tokens < 2:
         raise DayzeroError("--batch and --prompt-tokens must be >= 1 and --output-tokens >= 2 (one token comes from "
                            "prefill, the rest from decode steps)")
-    with _load_llm(**engine, num_draft=num_draft, max_batch=max(batches)) as llm:
+    # bench feeds token ids: a checkpoint without tokenizer files is benchmarked all the same
+    with _load_llm(**engine, num_draft=num_draft, max_batch=max(batches), skip_tokenizer_init=True) as llm:
         cfg = RankPlan(llm.export_options.tp, 0, llm.export_options.ep).local_config(
             checkpoint_config(llm.checkpoint, keep_mxfp4=not engine["dequantize_experts"]))
         ceilings = {"copy_bytes_per_s": copy_bandwidth(engine["device"]),
@@ -236,7 +237,8 @@ def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine)
                 for b in batches]
     click.echo(_table(rows))
     if json_path is not None:
-        json_path.write_text(json.dumps({**ceilings, "engine": engine, "rows": rows}, indent=2))
+        options = {name: str(value) if isinstance(value, Path) else value for name, value in engine.items()}
+        json_path.write_text(json.dumps({**ceilings, "engine": options, "rows": rows}, indent=2))
 
 
 def _bench_row(llm, cfg, run, ceilings: dict, prefill_devices: int) -> dict:

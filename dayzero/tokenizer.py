@@ -202,6 +202,20 @@ def end_of_sequence_ids(checkpoint: Path, tokenizer) -> frozenset[int]:
     return frozenset(ids | ({eos} if eos is not None else set()))
 
 
+class NoTokenizer:
+    """Stands where the tokenizer is skipped (vLLM's skip_tokenizer_init; `dayzero bench`, which feeds token ids): a
+    prompt must be token ids, and an answer is its ids without text."""
+
+    eos_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        raise DayzeroError("this LLM skips the tokenizer (skip_tokenizer_init=True): give token-id prompts, "
+                           "{\"prompt_token_ids\": [...]}")
+
+    def decode(self, ids: list[int]) -> str:
+        return ""
+
+
 def load_tokenizer(checkpoint: Path, vocab_size: int):
     """The checkpoint's own tokenizer; the byte tokenizer for a checkpoint without one and a byte-sized vocab."""
     for name, loader in TOKENIZER_FILES.items():

@@ -19,7 +19,7 @@ def captured(monkeypatch):
     """What `run` would build its LLM from, without building it."""
     seen = {}
 
-    def fake_llm(checkpoint, export, runtime):
+    def fake_llm(checkpoint, export, runtime, **kwargs):
         seen.update(checkpoint=checkpoint, export=export, runtime=runtime)
         raise _StopAfterOptions
 
@@ -95,3 +95,43 @@ def test_the_model_argument_runs_the_checkpoint(tmp_path):
 def test_version():
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0 and "0.1.0" in result.output
+
+
+def _untokenized_checkpoint(tmp_path):
+    """A random checkpoint whose vocabulary is larger than bytes and which has no tokenizer files."""
+    import json
+
+    from dayzero.paths import bundled_config
+
+    config = json.loads(bundled_config("tiny-hybrid").read_text())
+    (tmp_path / "cfg").mkdir()
+    config["text_config"]["vocab_size"] = 701
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "ckpt"
+    result = CliRunner().invoke(cli, ["init-checkpoint", str(tmp_path / "cfg"), str(out), "--dtype", "float32"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_bench_needs_no_tokenizer_and_writes_its_json(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path / "cache"))
+    checkpoint = _untokenized_checkpoint(tmp_path)
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(cli, ["bench", str(checkpoint), "--batch", "2", "--prompt-tokens", "9",
+                                      "--output-tokens", "3", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    assert written["engine"]["model"] == str(checkpoint) and written["rows"][0]["batch"] == 2
+
+
+def test_an_llm_without_tokenizer_takes_token_ids(tmp_path, monkeypatch):
+    from dayzero import LLM, SamplingParams
+
+    monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path / "cache"))
+    llm = LLM(_untokenized_checkpoint(tmp_path), skip_tokenizer_init=True, device="cpu", dtype="float32")
+    (out,) = llm.generate({"prompt_token_ids": [5, 600, 7]}, SamplingParams(temperature=0, max_tokens=3))
+    assert len(out.outputs[0].token_ids) == 3 and out.outputs[0].text == ""
+    with pytest.raises(DayzeroError, match="token-id prompts"):
+        llm.generate("text needs a tokenizer")

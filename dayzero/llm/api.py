@@ -68,12 +68,13 @@ class LLM:
                  enable_prefix_caching: bool | None = None, max_num_seqs: int | None = None,
                  max_num_batched_tokens: int | None = None, kv_cache_dtype: str | None = None,
                  seed: int | None = None, device: str | None = None, generation_config: str | Path = "auto",
-                 **vllm_kwargs):
+                 skip_tokenizer_init: bool = False, **vllm_kwargs):
         """model: the checkpoint folder (default: the embedded tiny model). tokenizer: a folder holding the
         tokenizer files (default: the checkpoint's), or a tokenizer object. engine: a loaded engine (tests,
         benchmarks) instead of the checkpoint's. The vLLM arguments left out keep export= / runtime='s values, else
-        dayzero's defaults (engine_args.py). seed: the source of the seeds of requests that set none."""
-        from dayzero.tokenizer import end_of_sequence_ids, load_tokenizer
+        dayzero's defaults (engine_args.py). seed: the source of the seeds of requests that set none.
+        skip_tokenizer_init: no tokenizer (prompts are token ids, answers carry no text)."""
+        from dayzero.tokenizer import NoTokenizer, end_of_sequence_ids, load_tokenizer
 
         refuse_unsupported(vllm_kwargs)
         self.checkpoint = Path(model) if model is not None else _default_checkpoint()
@@ -91,8 +92,11 @@ class LLM:
         self.load_seconds = time.perf_counter() - started
         try:
             loaded = tokenizer is not None and not isinstance(tokenizer, (str, Path))
-            self.tokenizer = tokenizer if loaded else load_tokenizer(self._tokenizer_files,
-                                                                     self.step_engine.manifest.vocab_size)
+            if skip_tokenizer_init:
+                self.tokenizer = NoTokenizer()
+            else:
+                self.tokenizer = tokenizer if loaded else load_tokenizer(self._tokenizer_files,
+                                                                         self.step_engine.manifest.vocab_size)
             self.engine = LLMEngine(self.step_engine, runtime, self.tokenizer.decode,
                                     end_of_sequence_ids(self.checkpoint, self.tokenizer),
                                     getattr(self.tokenizer, "token_bytes", None))

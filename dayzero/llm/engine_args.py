@@ -54,8 +54,6 @@ REFUSED: dict[str, tuple[object, str]] = {
     "revision": (None, "dayzero reads a local checkpoint folder: download the revision first and pass its path"),
     "tokenizer_revision": (None, "dayzero reads a local tokenizer folder: download it first and pass its path"),
     "download_dir": (None, "dayzero reads a local checkpoint folder: download it first and pass its path"),
-    "skip_tokenizer_init": (False, "dayzero needs the tokenizer; pass token-id prompts "
-                                   "({\"prompt_token_ids\": [...]}) to skip tokenizing"),
     "tokenizer_mode": ("auto", "dayzero loads the checkpoint's tokenizer.json or tiktoken.model"),
     "block_size": (None, "dayzero's cache page size is fixed by the engine contract"),
     "hf_overrides": (None, "edit the checkpoint's config.json (dayzero reads it as it is)"),

@@ -194,3 +194,11 @@ def test_a_fused_bank_of_another_width_names_its_shape(checkpoint, tmp_path):
     with pytest.raises(DayzeroError, match=r"gate_up_proj' .* has shape \[8, 96, 40\], but config.json implies "
                                            r"\[8, 48, 40\]"):
         load(rewritten(checkpoint, tmp_path / "c", wider), dtype=torch.float32)
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v32", "glm_moe_dsa"])
+@pytest.mark.parametrize("name", ["indexed_attention", "deepseek_sparse_attention"])
+def test_the_layer_types_mirror_of_every_transformers_release_is_read(model_type, name):
+    """Older transformers releases write deepseek_sparse_attention where newer ones write indexed_attention."""
+    cfg = ModelConfig.from_dict(deepseek_config(model_type=model_type, layer_types=[name] * 3))
+    assert cfg.layer_kinds == (MLA,) * 3

@@ -22,7 +22,8 @@ class DeepseekV32(Adapter):
     model_type = "deepseek_v32"
     # the indexer's RoPE layout (GLM-5 rotates interleaved pairs); `indexer_rope_interleave` may say otherwise
     indexer_rope_interleaved = False
-    layer_types = ("indexed_attention", "full_attention")
+    # the names transformers writes in its layer_types mirror (older releases: deepseek_sparse_attention)
+    layer_types = ("indexed_attention", "deepseek_sparse_attention", "full_attention")
 
     def describe(self, f: ConfigFields) -> dict[str, Any]:
         sections.refuse_true(f, "attention_bias", "mlp_bias")
