@@ -65,7 +65,8 @@ ENGINE_OPTIONS = [
                  "model, created if missing)."),
     click.option("--backend", type=click.Choice(["eager", "aoti"]), default="eager", show_default=True,
                  help="eager: the laid-out reference model; aoti: AOTInductor engines (compiled once, then cached)."),
-    click.option("--device", default="cpu", show_default=True),
+    click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N; auto: the GPU when torch "
+                 "sees one, else the CPU."),
     click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True,
                  help="Tensor-parallel ranks: one process each (on --device cuda, GPUs 0..tp-1)."),
     click.option("--cp", type=int, default=1, show_default=True,
@@ -75,7 +76,8 @@ ENGINE_OPTIONS = [
                  help="1: every expert's neurons split over the --tp ranks (the default); = --tp: whole experts split "
                  "over them."),
     click.option("--enable-expert-parallel", is_flag=True, help="vLLM's spelling of --ep = --tp."),
-    click.option("--dtype", type=click.Choice(list(DTYPES)), default="float32", show_default=True),
+    click.option("--dtype", type=click.Choice(["auto", *DTYPES]), default="auto", show_default=True,
+                 help="auto: the checkpoint's torch_dtype (float32 where config.json names none)."),
     click.option("--kv-cache", "--kv-cache-dtype", "kv_cache", type=click.Choice(["bf16", "fp8", "auto"]),
                  default="bf16", show_default=True, help="Latent KV cache of the MLA layers: bf16 (auto: the same; in "
                  "--dtype) or fp8 (per-128 tiles, 656 B a token a layer)."),
@@ -125,6 +127,7 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
               token_budget, num_draft, max_batch, skip_tokenizer_init=False):
     from dayzero.export.options import ExportOptions
     from dayzero.llm.api import LLM
+    from dayzero.llm.engine_args import default_device
     from dayzero.runtime.llm_engine import RuntimeOptions
 
     if backend == "aoti":
@@ -132,17 +135,21 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
 
         # before any package loads: on GPU images that need it, this restarts the command with the preload set
         reexec_with_libstdcxx()
-    export = ExportOptions(backend=backend, device=device, dtype=dtype, max_batch=max_batch, num_draft=num_draft,
+    device = default_device() if device == "auto" else device
+    # "auto" is resolved by LLM from the checkpoint's config.json
+    export = ExportOptions(backend=backend, device=device, dtype="float32" if dtype == "auto" else dtype,
+                           max_batch=max_batch, num_draft=num_draft,
                            tp=tp, cp=cp, ep=_expert_split(tp, ep, enable_expert_parallel),
                            kv_cache="bf16" if kv_cache == "auto" else kv_cache, index_cache=index_cache,
                            max_len=max_len, dequantize_experts=dequantize_experts)
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs,
                              token_budget=token_budget, prefix_caching=prefix_caching)
-    llm = LLM(_checkpoint(model, checkpoint), export, runtime, skip_tokenizer_init=skip_tokenizer_init)
+    llm = LLM(_checkpoint(model, checkpoint), export, runtime, skip_tokenizer_init=skip_tokenizer_init,
+              dtype="auto" if dtype == "auto" else None)
     ranks = f" x {export.ranks} ranks" if export.ranks > 1 else ""
-    click.echo(f"[engine: {backend} on {device}{ranks}, loaded in {llm.load_seconds:.1f} s; "
-               f"{llm.engine.capacity.describe()}]")
+    click.echo(f"[engine: {backend} on {device}{ranks} in {llm.export_options.dtype}, loaded in "
+               f"{llm.load_seconds:.1f} s; {llm.engine.capacity.describe()}]")
     return llm
 
 
@@ -189,18 +196,26 @@ def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed
               help="On Ctrl-C / SIGTERM, how long accepted requests may still run (a second signal stops at once).")
 @click.option("--no-warm-up", is_flag=True, help="Take requests at once, before a first request has compiled the "
               "kernels (by default /health answers 503 until it has).")
+@click.option("--request-read-seconds", type=float, default=30.0, show_default=True,
+              help="How long a client may take to send a request whole (headers and body); a slower one is dropped.")
 @engine_options
 def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, api_key, drain_seconds, no_warm_up,
-          **engine) -> None:
+          request_read_seconds, **engine) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models)."""
     from dayzero.server.http_host import serve as serve_http
+    from dayzero.server.listener import listen_socket
     from dayzero.server.server import ServerOptions
 
     options = ServerOptions(host=host, port=port, model_name=served_model_name, max_open=max_open,
                             max_body_bytes=max_body_bytes, api_key=api_key, drain_seconds=drain_seconds,
-                            warm_up=not no_warm_up)
-    with _load_llm(**engine, max_batch=max_batch) as llm:
-        serve_http(llm, options)
+                            warm_up=not no_warm_up, request_read_seconds=request_read_seconds)
+    # the address first: a port in use is said before minutes of loading, not after
+    sock = listen_socket(host, port)
+    try:
+        with _load_llm(**engine, max_batch=max_batch) as llm:
+            serve_http(llm, options, sock)
+    finally:
+        sock.close()
 
 
 @cli.command()
@@ -229,9 +244,10 @@ def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine)
     with _load_llm(**engine, num_draft=num_draft, max_batch=max(batches), skip_tokenizer_init=True) as llm:
         cfg = RankPlan(llm.export_options.tp, 0, llm.export_options.ep).local_config(
             checkpoint_config(llm.checkpoint, keep_mxfp4=not engine["dequantize_experts"]))
-        ceilings = {"copy_bytes_per_s": copy_bandwidth(engine["device"]),
-                    "matmul_flops_per_s": matmul_rate(engine["device"], _dtype(engine["dtype"]))}
-        click.echo(f"[on {engine['device']}: copy {ceilings['copy_bytes_per_s'] / 1e9:.1f} GB/s, {engine['dtype']} "
+        device, dtype = llm.export_options.device, llm.export_options.dtype
+        ceilings = {"copy_bytes_per_s": copy_bandwidth(device),
+                    "matmul_flops_per_s": matmul_rate(device, _dtype(dtype))}
+        click.echo(f"[on {device}: copy {ceilings['copy_bytes_per_s'] / 1e9:.1f} GB/s, {dtype} "
                    f"matmul {ceilings['matmul_flops_per_s'] / 1e12:.2f} TFLOP/s]")
         rows = [_bench_row(llm, cfg, run_engine(llm.engine, b, prompt_tokens, output_tokens), ceilings, engine["cp"])
                 for b in batches]

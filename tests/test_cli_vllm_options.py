@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
 import pytest
 from click.testing import CliRunner
 
@@ -99,8 +106,6 @@ def test_version():
 
 def _untokenized_checkpoint(tmp_path):
     """A random checkpoint whose vocabulary is larger than bytes and which has no tokenizer files."""
-    import json
-
     from dayzero.paths import bundled_config
 
     config = json.loads(bundled_config("tiny-hybrid").read_text())
@@ -114,8 +119,6 @@ def _untokenized_checkpoint(tmp_path):
 
 
 def test_bench_needs_no_tokenizer_and_writes_its_json(tmp_path, monkeypatch):
-    import json
-
     monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path / "cache"))
     checkpoint = _untokenized_checkpoint(tmp_path)
     out = tmp_path / "bench.json"
@@ -135,3 +138,35 @@ def test_an_llm_without_tokenizer_takes_token_ids(tmp_path, monkeypatch):
     assert len(out.outputs[0].token_ids) == 3 and out.outputs[0].text == ""
     with pytest.raises(DayzeroError, match="token-id prompts"):
         llm.generate("text needs a tokenizer")
+
+
+def test_serve_says_a_taken_port_before_loading_anything(tmp_path):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    started = time.monotonic()
+    try:
+        result = subprocess.run([sys.executable, "-m", "dayzero", "serve", "--host", "127.0.0.1", "--port", str(port),
+                                 "--request-read-seconds", "5"], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "DAYZERO_CACHE_DIR": str(tmp_path)})
+    finally:
+        taken.close()
+    assert result.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    # nothing was loaded: the embedded checkpoint was never written
+    assert not (tmp_path / "checkpoints").exists() and "[engine:" not in result.stdout
+    assert time.monotonic() - started < 60
+
+
+def test_the_default_dtype_is_the_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "ckpt"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["init-checkpoint", "tiny-hybrid", str(out), "--dtype", "bfloat16"]).exit_code == 0
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"}))
+    result = runner.invoke(cli, ["run", str(out), "--max-tokens", "2"])
+    assert result.exit_code == 0, result.output
+    assert "[engine: eager on cpu in bfloat16" in result.output
+    forced = runner.invoke(cli, ["run", str(out), "--max-tokens", "2", "--dtype", "float32"])
+    assert "[engine: eager on cpu in float32" in forced.output

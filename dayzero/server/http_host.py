@@ -5,6 +5,7 @@ stop it."""
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from collections.abc import Callable
 from functools import partial
@@ -18,8 +19,9 @@ from dayzero.server.listener import announce, listen_socket, serve_in_thread
 from dayzero.server.server import OpenAIServer, ServerOptions
 
 
-def serve(llm: LLM, options: ServerOptions) -> None:
-    """Serve until Ctrl-C / SIGTERM: the engine on this (the main) thread, the HTTP server in a process of its own."""
+def serve(llm: LLM, options: ServerOptions, sock: socket.socket | None = None) -> None:
+    """Serve until Ctrl-C / SIGTERM: the engine on this (the main) thread, the HTTP server in a process of its own.
+    sock: the listening socket, bound before the engine loaded (`dayzero serve`: a taken port is said at once)."""
     import multiprocessing
 
     from dayzero.llm.chat_template import load_chat_template
@@ -28,7 +30,7 @@ def serve(llm: LLM, options: ServerOptions) -> None:
     from dayzero.server.server_metrics import engine_counts
 
     leave_a_core_for_http(llm.engine.manifest.device)
-    sock = listen_socket(options.host, options.port)
+    sock = sock or listen_socket(options.host, options.port)
     context = multiprocessing.get_context("spawn")
     engine_end, http_end = context.Pipe()
     http = context.Process(target=http_process_main, name="dayzero-http", daemon=True,
