@@ -60,6 +60,16 @@ def parameter_shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
         return {name: p.shape for name, p in HybridModel(cfg).named_parameters()}
 
 
+def refuse_oversized(reader: CheckpointReader, cfg: ModelConfig) -> None:
+    """Refuse a config describing more parameters than the checkpoint's files can hold (half a byte each at the
+    least, MXFP4), before anything is allocated."""
+    num_params = sum(shape.numel() for shape in parameter_shapes(cfg).values())
+    stored = reader.stored_bytes()
+    if num_params > 2 * stored:
+        raise DayzeroError(f"config.json in {reader.directory} describes {num_params:,} parameters, but its "
+                           f"safetensors files hold {stored:,} bytes; config.json does not match these weights")
+
+
 def param_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
     expert = EXPERT_PARAM.match(name)
     if expert and expert["mxfp4"]:
@@ -128,6 +138,7 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
     cfg = ModelConfig.from_hf(path)
     reader = checkpoint_reader(path, cfg)
     cfg = with_expert_format(cfg, reader, keep_mxfp4)
+    refuse_oversized(reader, cfg)
     if cfg.num_mtp_layers:
         log.info("%s: the checkpoint's %d multi-token-prediction layer(s) after layer %d are not loaded (dayzero "
                  "drafts from n-grams)", path, cfg.num_mtp_layers, cfg.num_layers - 1)
