@@ -108,12 +108,25 @@ def _read_part(reader: CheckpointReader, part: TensorPart, param_name: str) -> t
             f"{list(reader.shape(source.name))}, but config.json implies {list(source.whole)}; config.json does not "
             "match these weights")
     tensor = reader.get(source.name, source.index)
+    _refuse_bad_values(reader, source.name, tensor, param_dtype(param_name, torch.float32).is_floating_point)
     fitted = _fit_a_log(tensor, part.shape) if source.name.endswith("A_log") else tensor
     if fitted is None or tuple(fitted.shape) != part.shape:
         raise DayzeroError(
             f"tensor {reader.stored(source.name)!r} in {reader.directory} has shape {list(tensor.shape)}, but "
             f"config.json implies {list(part.shape)}; config.json does not match these weights")
     return fitted
+
+
+def _refuse_bad_values(reader: CheckpointReader, name: str, tensor: torch.Tensor, expect_float: bool) -> None:
+    """A float parameter stored as integers, or holding NaN / inf, is a broken checkpoint: refused by name (one
+    isfinite pass over each tensor as it is read)."""
+    where = f"tensor {reader.stored(name)!r} in {reader.directory}"
+    if expect_float != tensor.dtype.is_floating_point:
+        wanted = "a float type" if expect_float else "packed MXFP4 bytes (uint8)"
+        raise DayzeroError(f"{where} is stored as {tensor.dtype}, but the model expects {wanted}; the checkpoint is "
+                           "corrupt or of another format, re-export it")
+    if expect_float and not torch.isfinite(tensor if tensor.itemsize > 1 else tensor.float()).all():
+        raise DayzeroError(f"{where} holds NaN or inf values; the checkpoint is corrupt, re-download or re-export it")
 
 
 def _load_parameter(reader: CheckpointReader, name: str, param: torch.Tensor, cfg: ModelConfig) -> None:
