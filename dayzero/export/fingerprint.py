@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import struct
 from pathlib import Path
 
 import torch
 
 from dayzero.errors import DayzeroError
+from dayzero.model.checkpoint import safetensors_header_length
 
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,11 +18,10 @@ SOURCE_ROOT = Path(__file__).resolve().parent.parent
 def _safetensors_header(path: Path) -> bytes:
     """The JSON header (names, dtypes, shapes, offsets) of a safetensors file: cheap to read, changes with the
     layout; weight values are covered by the file's size and mtime."""
+    length = safetensors_header_length(path)
     with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            raise DayzeroError(f"{path} is not a safetensors file (shorter than its header); re-download it")
-        return f.read(struct.unpack("<Q", raw)[0])
+        f.seek(8)
+        return f.read(length)
 
 
 def weight_fingerprint(checkpoint: Path) -> str:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import struct
+from pathlib import Path, PurePosixPath
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -32,13 +33,31 @@ class CheckpointReader:
         index = self.directory / INDEX_FILE
         if index.exists():
             try:
-                return dict(json.loads(index.read_text())["weight_map"])
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                files = dict(json.loads(index.read_text())["weight_map"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 raise DayzeroError(f"{index} is malformed ({err}); re-download the checkpoint's index") from None
+            for file in set(files.values()):
+                self._inside(file, index)
+            return files
         shards = sorted(self.directory.glob("*.safetensors"))
         if not shards:
             raise DayzeroError(f"no *.safetensors files in {self.directory}; is this a HF checkpoint directory?")
         return {name: shard.name for shard in shards for name in self._open(shard.name).keys()}
+
+    def _inside(self, file: object, index: Path) -> None:
+        """Refuse, before anything is opened, a shard named outside the checkpoint directory: an absolute path, a
+        `..` component, or a symlink leading out (except into the HF cache's `blobs/`, where its snapshots point)."""
+        parts = PurePosixPath(file).parts if isinstance(file, str) else ()
+        if not parts or file.startswith(("/", "\\")) or ":" in parts[0] or any(p in ("..", ".") for p in parts):
+            raise DayzeroError(f"{index} names shard {file!r}, outside {self.directory}; a checkpoint's shards are "
+                               "files in its own directory: fix or re-download the index")
+        target = (self.directory / file).resolve()
+        roots = [self.directory.resolve()]
+        if self.directory.parent.name == "snapshots":
+            roots.append((self.directory.parent.parent / "blobs").resolve())
+        if not any(target.is_relative_to(root) for root in roots):
+            raise DayzeroError(f"{index} names shard {file!r}, a link to {target} outside {self.directory}; copy "
+                               "the shard into the checkpoint directory")
 
     def _detect_layout(self, layouts: tuple[tuple[str, str], ...]) -> tuple[str, str]:
         for layout in layouts:
@@ -55,11 +74,19 @@ class CheckpointReader:
     def _open(self, file: str):
         if file not in self._handles:
             path = self.directory / file
+            safetensors_header_length(path)
             try:
                 self._handles[file] = safe_open(str(path), framework="pt", device="cpu")
             except (FileNotFoundError, SafetensorError, OSError) as err:
                 raise DayzeroError(f"cannot read {path} ({err}); the checkpoint is incomplete or corrupt") from None
         return self._handles[file]
+
+    def stored_bytes(self) -> int:
+        """The size of the checkpoint's safetensors files together."""
+        try:
+            return sum((self.directory / file).stat().st_size for file in set(self.files.values()))
+        except OSError as err:
+            raise DayzeroError(f"cannot read {err.filename} ({err.strerror}); the checkpoint is incomplete") from None
 
     def has(self, name: str) -> bool:
         return self.stored(name) in self.files
@@ -91,6 +118,22 @@ class CheckpointReader:
         except SafetensorError as err:
             raise DayzeroError(f"cannot read tensor {full!r} from {self.files[full]} ({err}); the file is corrupt") \
                 from None
+
+
+def safetensors_header_length(path: Path) -> int:
+    """The length field at the start of a safetensors file, refused (naming the file) when the file cannot hold it:
+    nothing is read or allocated for a header the file does not contain."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+        size = path.stat().st_size
+    except OSError as err:
+        raise DayzeroError(f"cannot read {path} ({err.strerror}); the checkpoint is incomplete or corrupt") from None
+    length = struct.unpack("<Q", raw)[0] if len(raw) == 8 else None
+    if length is None or length > size - 8:
+        raise DayzeroError(f"{path} is not a safetensors file: its header length field ({length}) exceeds the file "
+                           f"({size} bytes); the file is truncated or corrupt, re-download it")
+    return length
 
 
 def _renamed(name: str, layout: tuple[str, str]) -> str:

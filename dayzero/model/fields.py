@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dayzero.errors import DayzeroError
+from dayzero.model.limits import MAX_FIELD
 
 MISSING: Any = object()
 
@@ -31,16 +32,18 @@ class ConfigFields:
     def _fail(self, key: str, value: Any, wanted: str) -> DayzeroError:
         return DayzeroError(f"{self.where}: field {key!r} must be {wanted}, got {value!r}")
 
-    def int(self, name: str, default: Any = MISSING, aliases: Sequence[str] = (), minimum: int = 1) -> Any:
+    def int(self, name: str, default: Any = MISSING, aliases: Sequence[str] = (), minimum: int = 1,
+            maximum: int = MAX_FIELD) -> Any:
+        """An integer in minimum..maximum (model/limits.py: a larger one is a broken or hostile config)."""
         key, value = self._raw(name, aliases, default)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self._fail(key, value, f"an integer >= {minimum}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise self._fail(key, value, f"an integer from {minimum} to {maximum}")
         return value
 
-    def optional_int(self, name: str, aliases: Sequence[str] = ()) -> int | None:
-        return self.int(name, None, aliases)
+    def optional_int(self, name: str, aliases: Sequence[str] = (), maximum: int = MAX_FIELD) -> int | None:
+        return self.int(name, None, aliases, maximum=maximum)
 
     def float(self, name: str, default: Any = MISSING, aliases: Sequence[str] = (), positive: bool = False) -> Any:
         key, value = self._raw(name, aliases, default)

@@ -60,6 +60,16 @@ def parameter_shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
         return {name: p.shape for name, p in HybridModel(cfg).named_parameters()}
 
 
+def refuse_oversized(reader: CheckpointReader, cfg: ModelConfig) -> None:
+    """Refuse a config describing more parameters than the checkpoint's files can hold (half a byte each at the
+    least, MXFP4), before anything is allocated."""
+    num_params = sum(shape.numel() for shape in parameter_shapes(cfg).values())
+    stored = reader.stored_bytes()
+    if num_params > 2 * stored:
+        raise DayzeroError(f"config.json in {reader.directory} describes {num_params:,} parameters, but its "
+                           f"safetensors files hold {stored:,} bytes; config.json does not match these weights")
+
+
 def param_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
     expert = EXPERT_PARAM.match(name)
     if expert and expert["mxfp4"]:
@@ -98,12 +108,30 @@ def _read_part(reader: CheckpointReader, part: TensorPart, param_name: str) -> t
             f"{list(reader.shape(source.name))}, but config.json implies {list(source.whole)}; config.json does not "
             "match these weights")
     tensor = reader.get(source.name, source.index)
+    _refuse_bad_values(reader, source.name, tensor, param_dtype(param_name, torch.float32).is_floating_point)
     fitted = _fit_a_log(tensor, part.shape) if source.name.endswith("A_log") else tensor
     if fitted is None or tuple(fitted.shape) != part.shape:
         raise DayzeroError(
             f"tensor {reader.stored(source.name)!r} in {reader.directory} has shape {list(tensor.shape)}, but "
             f"config.json implies {list(part.shape)}; config.json does not match these weights")
     return fitted
+
+
+def _refuse_bad_values(reader: CheckpointReader, name: str, tensor: torch.Tensor, expect_float: bool) -> None:
+    """A float parameter stored as integers, or holding NaN / inf, is a broken checkpoint: refused by name. One
+    fp32-accumulated sum a tensor as it is read finds both (NaN and inf propagate; finite weights cannot overflow
+    it), at 2x (bf16) to 20x (fp32) the speed of `isfinite(t).all()` on the CPU."""
+    where = f"tensor {reader.stored(name)!r} in {reader.directory}"
+    if expect_float != tensor.dtype.is_floating_point:
+        wanted = "a float type" if expect_float else "packed MXFP4 bytes (uint8)"
+        raise DayzeroError(f"{where} is stored as {tensor.dtype}, but the model expects {wanted}; the checkpoint is "
+                           "corrupt or of another format, re-export it")
+    if not expect_float:
+        return
+    # fp8 has no sum of its own
+    wide = tensor if tensor.itemsize > 1 else tensor.float()
+    if not torch.isfinite(wide.sum(dtype=torch.float32)):
+        raise DayzeroError(f"{where} holds NaN or inf values; the checkpoint is corrupt, re-download or re-export it")
 
 
 def _load_parameter(reader: CheckpointReader, name: str, param: torch.Tensor, cfg: ModelConfig) -> None:
@@ -128,6 +156,7 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
     cfg = ModelConfig.from_hf(path)
     reader = checkpoint_reader(path, cfg)
     cfg = with_expert_format(cfg, reader, keep_mxfp4)
+    refuse_oversized(reader, cfg)
     if cfg.num_mtp_layers:
         log.info("%s: the checkpoint's %d multi-token-prediction layer(s) after layer %d are not loaded (dayzero "
                  "drafts from n-grams)", path, cfg.num_mtp_layers, cfg.num_layers - 1)

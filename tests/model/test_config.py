@@ -96,3 +96,17 @@ def test_config_round_trips_through_json(tmp_path):
     data = tiny_config_dict()
     (tmp_path / "config.json").write_text(json.dumps(data))
     assert ModelConfig.from_hf(tmp_path) == ModelConfig.from_dict(data)
+
+
+@pytest.mark.parametrize("field, value", [("num_hidden_layers", 10**7), ("hidden_size", 10**9), ("vocab_size", 10**10),
+                                          ("num_experts", 10**8), ("max_position_embeddings", 10**15),
+                                          ("moe_intermediate_size", 10**12)])
+def test_absurd_sizes_are_refused_by_name(field, value):
+    with pytest.raises(DayzeroError, match=rf"field '{field}' must be an integer from 1 to \d+, got {value}"):
+        ModelConfig.from_dict(tiny_config_dict(**{field: value}))
+
+
+def test_every_layer_must_be_listed():
+    with pytest.raises(DayzeroError, match=r"layers \[7, 8\] of num_hidden_layers \(8\) are in neither kda_layers "
+                                           "nor full_attn_layers"):
+        ModelConfig.from_dict(tiny_config_dict(num_hidden_layers=8))

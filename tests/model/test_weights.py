@@ -135,3 +135,67 @@ def test_bf16_checkpoint_keeps_fp32_gates(checkpoint, tmp_path):
     model = load(out, dtype=torch.bfloat16)
     ref = load(checkpoint, dtype=torch.float32)
     assert rel_err(model.lm_head.weight.float(), ref.lm_head.weight) < 1e-2
+
+
+@pytest.mark.parametrize("name", ["lm_head.weight", "model.layers.0.self_attn.q_proj.weight"])
+def test_integer_weight_is_refused_by_name(checkpoint, tmp_path, name):
+    def to_int(t):
+        t[name] = t[name].to(torch.int32)
+
+    broken = copy_checkpoint(checkpoint, tmp_path / "c", to_int)
+    with pytest.raises(DayzeroError, match=rf"'{name}' .* stored as torch.int32, but the model expects a float type"):
+        load(broken)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weight_is_refused_by_name(checkpoint, tmp_path, value):
+    def poison(t):
+        t["model.norm.weight"][5] = value
+
+    broken = copy_checkpoint(checkpoint, tmp_path / "c", poison)
+    with pytest.raises(DayzeroError, match=r"'model.norm.weight' in .* holds NaN or inf values"):
+        load(broken)
+
+
+@pytest.mark.parametrize("shard", ["../../../etc/passwd", "/etc/passwd", "sub/../../x.safetensors", "link"])
+def test_index_entry_outside_the_checkpoint_is_refused_by_name(checkpoint, tmp_path, shard, monkeypatch):
+    import shutil
+
+    broken = tmp_path / "c"
+    shutil.copytree(checkpoint, broken)
+    (broken / "link").symlink_to("/etc/passwd")
+    index = json.loads((broken / "model.safetensors.index.json").read_text())
+    index["weight_map"]["model.norm.weight"] = shard
+    (broken / "model.safetensors.index.json").write_text(json.dumps(index))
+    opened = []
+    monkeypatch.setattr("dayzero.model.checkpoint.safe_open", lambda *a, **k: opened.append(a))
+    with pytest.raises(DayzeroError, match=rf"names shard '{shard}'.* outside"):
+        load(broken)
+    assert opened == []
+
+
+def test_hf_cache_snapshot_links_into_blobs_load(checkpoint, tmp_path):
+    blobs, snapshot = tmp_path / "repo" / "blobs", tmp_path / "repo" / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for file in checkpoint.iterdir():
+        (blobs / file.name).write_bytes(file.read_bytes())
+        (snapshot / file.name).symlink_to(f"../../blobs/{file.name}")
+    assert load(snapshot, dtype=torch.float32).config.num_layers == 6
+
+
+def test_header_length_beyond_the_file_is_refused(checkpoint, tmp_path):
+    broken = copy_checkpoint(checkpoint, tmp_path / "c")
+    data = (broken / "model.safetensors").read_bytes()
+    (broken / "model.safetensors").write_bytes((1 << 62).to_bytes(8, "little") + data[8:])
+    with pytest.raises(DayzeroError, match=r"model.safetensors is not a safetensors file: its header length field "
+                                           r"\(4611686018427387904\) exceeds the file"):
+        load(broken)
+
+
+def test_config_larger_than_the_weights_is_refused_before_allocating(checkpoint, tmp_path):
+    broken = copy_checkpoint(checkpoint, tmp_path / "c")
+    (broken / "config.json").write_text(json.dumps(tiny_config_dict(hidden_size=65536, vocab_size=1 << 24)))
+    with pytest.raises(DayzeroError, match=r"describes 2,199,\d{3},\d{3},\d{3} parameters, but its safetensors files "
+                                           r"hold [\d,]+ bytes"):
+        load(broken)

@@ -27,7 +27,7 @@ class DeepseekV32(Adapter):
 
     def describe(self, f: ConfigFields) -> dict[str, Any]:
         sections.refuse_true(f, "attention_bias", "mlp_bias")
-        num_layers = f.int("num_hidden_layers")
+        num_layers = sections.num_layers(f)
         mla = sections.mla(f, use_nope=False, rope_interleaved=True)
         interleaved = f.bool("indexer_rope_interleave", self.indexer_rope_interleaved)
         if not f.has("dsa_config"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from dayzero.errors import DayzeroError
+from dayzero.model.adapters import sections
 from dayzero.model.adapters.deepseek_v32 import DeepseekV32
 from dayzero.model.fields import ConfigFields
 
@@ -34,7 +35,7 @@ class GlmMoeDsa(DeepseekV32):
     indexer_rope_interleaved = True
 
     def describe(self, f: ConfigFields) -> dict[str, Any]:
-        types = indexer_types(f, f.int("num_hidden_layers"))
+        types = indexer_types(f, sections.num_layers(f))
         if types[0] != "full":
             raise DayzeroError(f"{f.where}: layer 0 shares an earlier layer's Top-K, but none comes before it")
         shared = tuple(i for i, t in enumerate(types) if t == "shared")

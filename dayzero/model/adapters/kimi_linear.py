@@ -19,7 +19,7 @@ class KimiLinear(Adapter):
         return top.sub("text_config") or top
 
     def describe(self, f: ConfigFields) -> dict[str, Any]:
-        num_layers = f.int("num_hidden_layers")
+        num_layers = sections.num_layers(f)
         layer_kinds = sections.hybrid_layer_kinds(f, num_layers)
         return dict(
             **sections.common(f),

@@ -21,6 +21,7 @@ from dayzero.model.layer_config import (
     MoEConfig,
     YarnScaling,
 )
+from dayzero.model.limits import MAX_EXPERTS, MAX_HIDDEN_SIZE, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB_SIZE
 
 HIDDEN_ACTS = ("silu", "situ")
 
@@ -29,17 +30,22 @@ def common(f: ConfigFields) -> dict[str, Any]:
     """The fields every architecture has: sizes, norms, token ids."""
     hidden_act = f.str("hidden_act", "silu", choices=HIDDEN_ACTS)
     return dict(
-        vocab_size=f.int("vocab_size"),
-        hidden_size=f.int("hidden_size"),
+        vocab_size=f.int("vocab_size", maximum=MAX_VOCAB_SIZE),
+        hidden_size=f.int("hidden_size", maximum=MAX_HIDDEN_SIZE),
         rms_norm_eps=f.float("rms_norm_eps", 1e-5, positive=True),
         hidden_act=hidden_act,
         act_params=act_params(f, hidden_act),
         tie_word_embeddings=f.bool("tie_word_embeddings", False),
         bos_token_id=f.int("bos_token_id", None, minimum=0),
         eos_token_id=first_id(f, "eos_token_id"),
-        max_position_embeddings=f.int("max_position_embeddings", 1 << 20, aliases=("model_max_length",)),
-        num_mtp_layers=f.int("num_nextn_predict_layers", 0, minimum=0),
+        max_position_embeddings=f.int("max_position_embeddings", 1 << 20, aliases=("model_max_length",),
+                                      maximum=MAX_POSITIONS),
+        num_mtp_layers=f.int("num_nextn_predict_layers", 0, minimum=0, maximum=MAX_LAYERS),
     )
+
+
+def num_layers(f: ConfigFields) -> int:
+    return f.int("num_hidden_layers", maximum=MAX_LAYERS)
 
 
 def feed_forward(f: ConfigFields, num_layers: int) -> dict[str, Any]:
@@ -131,7 +137,15 @@ def _kinds_from_lists(lin: ConfigFields, num_layers: int) -> tuple[str, ...]:
     if stray:
         raise DayzeroError(f"{lin.where}: layers {sorted(stray)} are outside 1..num_hidden_layers ({num_layers}); "
                            "the lists are 1-indexed")
+    unlisted = sorted(every - kda_layers - full_layers)
+    if unlisted:
+        raise DayzeroError(f"{lin.where}: layers {_spelled(unlisted)} of num_hidden_layers ({num_layers}) are in "
+                           "neither kda_layers nor full_attn_layers; list every layer (1-indexed) in one of them")
     return tuple(KDA if i + 1 in kda_layers else MLA for i in range(num_layers))
+
+
+def _spelled(layers: list[int]) -> str:
+    return str(layers) if len(layers) <= 8 else f"{layers[:8]}"[:-1] + f", ... ({len(layers)} in all)]"
 
 
 def attention_layer_kinds(f: ConfigFields, num_layers: int, layer_types: tuple[str, ...]) -> tuple[str, ...]:
@@ -180,7 +194,7 @@ def rope_scaling(f: ConfigFields) -> YarnScaling | None:
                            "none (mla_use_nope)")
     return YarnScaling(
         factor=s.float("factor", positive=True),
-        original_max_position_embeddings=s.int("original_max_position_embeddings"),
+        original_max_position_embeddings=s.int("original_max_position_embeddings", maximum=MAX_POSITIONS),
         beta_fast=s.float("beta_fast", 32.0, positive=True),
         beta_slow=s.float("beta_slow", 1.0, positive=True),
         mscale=s.float("mscale", 0.0),
@@ -231,10 +245,11 @@ def moe(f: ConfigFields) -> MoEConfig:
     spelled = "moe_router_activation_func" if f.has("moe_router_activation_func") else "scoring_func"
     activation = f.str(spelled, "sigmoid", choices=("sigmoid", "softmax"))
     return MoEConfig(
-        num_experts=f.int("num_experts", aliases=("num_local_experts", "n_routed_experts")),
+        num_experts=f.int("num_experts", aliases=("num_local_experts", "n_routed_experts"), maximum=MAX_EXPERTS),
         top_k=f.int("num_experts_per_token", aliases=("num_experts_per_tok",)),
         intermediate_size=f.int("moe_intermediate_size"),
-        num_shared_experts=f.int("num_shared_experts", 0, aliases=("n_shared_experts",), minimum=0),
+        num_shared_experts=f.int("num_shared_experts", 0, aliases=("n_shared_experts",), minimum=0,
+                                 maximum=MAX_EXPERTS),
         num_groups=f.int("num_expert_group", 1, aliases=("n_group",)),
         topk_group=f.int("topk_group", 1),
         renormalize=f.bool("moe_renormalize", True, aliases=("norm_topk_prob",)),
