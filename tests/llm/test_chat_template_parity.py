@@ -57,7 +57,8 @@ KIMI_K2 = """\
     {%- if message['content'] is defined -%}{{ message['content'] }}{%- endif -%}
     <|tool_calls_section_begin|>
     {%- for tool_call in message['tool_calls'] -%}
-      <|tool_call_begin|>{{ tool_call['id'] }}<|tool_call_argument_begin|>{{ tool_call['function']['arguments'] }}<|tool_call_end|>
+      <|tool_call_begin|>{{ tool_call['id'] }}<|tool_call_argument_begin|>
+      {{- tool_call['function']['arguments'] }}<|tool_call_end|>
     {%- endfor -%}
     <|tool_calls_section_end|>
   {%- elif message['role'] == 'tool' -%}
@@ -128,7 +129,8 @@ Today Date: {{ date_string }}
 {%- endfor %}
 <|eot_id|>
 {%- for message in messages %}
-{%- if message.role == "tool" and message.content is not string %}{{ raise_exception("tool content must be text") }}{% endif %}
+{%- if message.role == "tool" and message.content is not string %}
+{{- raise_exception("tool content must be text") }}{% endif %}
 {%- if message.role == "user" and "STOP" in message.content %}{% break %}{% endif %}
 <|start_header_id|>{{ message.role }}<|end_header_id|>
 
