@@ -1,5 +1,6 @@
 """OpenAI-compatible HTTP API over the engine (`dayzero serve`): /v1/completions and /v1/chat/completions, whole or
-streamed as server-sent events, /v1/models, /health and /metrics (Prometheus, server_metrics.py).
+streamed as server-sent events, /v1/models, /health, /metrics (Prometheus, server_metrics.py), and vLLM's
+/tokenize, /detokenize and /version.
 
 The engine runs on a thread of its own or on the main thread (`EngineLoop`); each HTTP request submits one engine
 request per choice (prompts x n) and reads their tokens back on the event loop. A request is answered with an error
@@ -29,6 +30,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+import dayzero
 from dayzero.errors import DayzeroError
 from dayzero.llm.api import LLM
 from dayzero.llm.chat_template import ChatTemplate, load_chat_template
@@ -46,6 +48,7 @@ from dayzero.server.request_error import RequestError
 from dayzero.server.request_run import RequestRun
 from dayzero.server.server_metrics import CountRequests, ServerMetrics, engine_counts
 from dayzero.server.slow_clients import READ_SECONDS
+from dayzero.server.tokenize_routes import parse_detokenize, parse_tokenize
 from dayzero.server.tool_call_stream import StreamedCalls
 from dayzero.server.unexpected_errors import AnswerUnexpectedErrors, internal_error
 from dayzero.structured.tool_calls import CALL_END, SECTION_BEGIN, SECTION_END, ToolCallText, decode_keeping, marker_ids
@@ -132,7 +135,9 @@ class OpenAIServer:
         self.metrics = ServerMetrics(counts, lambda: self.num_open)
         routes = [Route("/health", self.health), Route("/v1/models", self.models), Route("/metrics", self.scrape),
                   Route("/v1/completions", self.completions, methods=["POST"]),
-                  Route("/v1/chat/completions", self.chat_completions, methods=["POST"])]
+                  Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                  Route("/tokenize", self.tokenize, methods=["POST"]),
+                  Route("/detokenize", self.detokenize, methods=["POST"]), Route("/version", self.version)]
         handlers = {RequestError: self._error, DayzeroError: self._user_error, HTTPException: self._http_error}
         middleware = [Middleware(CountRequests, metrics=self.metrics, routes=frozenset(r.path for r in routes)),
                       Middleware(AnswerUnexpectedErrors)]
@@ -166,6 +171,18 @@ class OpenAIServer:
         card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "dayzero",
                 "max_model_len": self.max_len}
         return JSONResponse({"object": "list", "data": [card]})
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": dayzero.__version__})
+
+    async def tokenize(self, request: Request) -> Response:
+        asked = parse_tokenize(await self._body(request), self.template)
+        tokens = self.tokenizer.encode(asked.text, add_special_tokens=asked.add_special_tokens)
+        return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": self.max_len})
+
+    async def detokenize(self, request: Request) -> Response:
+        tokens = parse_detokenize(await self._body(request), self.model.vocab_size)
+        return JSONResponse({"prompt": self.tokenizer.decode(tokens)})
 
     async def completions(self, request: Request) -> Response:
         body = await self._body(request)

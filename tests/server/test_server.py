@@ -573,3 +573,34 @@ def test_any_json_body_gets_an_answer_or_an_openai_error_never_a_crash(client, s
     if reply.status_code != 200:
         assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
     assert_nothing_open(server)
+
+
+def test_tokenize_detokenize_and_version_answer_in_vllms_shapes(client):
+    import dayzero
+
+    tokens = ByteTokenizer().encode("Hello")
+    reply = client.post("/tokenize", json={"model": MODEL, "prompt": "Hello"})
+    assert reply.json() == {"tokens": tokens, "count": len(tokens), "max_model_len": MAX_LEN}
+    bare = client.post("/tokenize", json={"prompt": "Hello", "add_special_tokens": False}).json()
+    assert bare["tokens"] == ByteTokenizer().encode("Hello", add_special_tokens=False)
+    chat = client.post("/tokenize", json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}).json()
+    # as /v1/chat/completions renders it (test_chat_stream_names_the_role_first_and_matches_the_whole_answer)
+    assert chat["tokens"] == ByteTokenizer().encode("user: Hi\nassistant:")
+    assert client.post("/detokenize", json={"model": MODEL, "tokens": bare["tokens"]}).json() == {"prompt": "Hello"}
+    assert client.get("/version").json() == {"version": dayzero.__version__}
+
+
+@pytest.mark.parametrize(("route", "body", "says"), [
+    ("/tokenize", {"model": MODEL}, "one of 'prompt'"),
+    ("/tokenize", {"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, "one of 'prompt'"),
+    ("/tokenize", {"prompt": ["a"]}, "'prompt' must be a string"),
+    ("/tokenize", {"prompt": "a", "max_tokens": 3}, "takes no field 'max_tokens'"),
+    ("/tokenize", {"prompt": "a", "add_special_tokens": "yes"}, "true or false"),
+    ("/tokenize", {"messages": [{"role": "nobody"}]}, "needs a role"),
+    ("/detokenize", {"tokens": "abc"}, "list of token ids"),
+    ("/detokenize", {"tokens": [1, True]}, "list of token ids"),
+    ("/detokenize", {"tokens": [10 ** 9]}, "outside the vocabulary"),
+])
+def test_bad_tokenize_and_detokenize_bodies_get_a_400(client, route, body, says):
+    reply = client.post(route, json=body)
+    assert reply.status_code == 400 and says in reply.json()["error"]["message"], reply.text
