@@ -132,7 +132,7 @@ class OpenAIServer:
         self.thinks = bool(self.think_markers) or THINK_END in (self.template.source or "")
         self.max_len = self.model.max_len
         self.num_open = 0
-        self.metrics = ServerMetrics(counts, lambda: self.num_open)
+        self.metrics = ServerMetrics(counts, lambda: self.num_open, self.model_name)
         routes = [Route("/health", self.health), Route("/v1/models", self.models), Route("/metrics", self.scrape),
                   Route("/v1/completions", self.completions, methods=["POST"]),
                   Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
@@ -343,9 +343,14 @@ class OpenAIServer:
         return self._seen(run, *update.result())
 
     def _seen(self, run: RequestRun, index: int, update: Update) -> tuple[int, Update]:
-        if update.token_ids and index not in run.answered:
-            run.answered.add(index)
-            self.metrics.first_token.observe(time.perf_counter() - run.started)
+        if update.token_ids:
+            now = time.perf_counter()
+            if index not in run.answered:
+                run.answered.add(index)
+                self.metrics.first_token_after(now - run.started)
+            else:
+                self.metrics.token_gap(now - run.last_token_at[index], len(update.token_ids))
+            run.last_token_at[index] = now
         return index, update
 
     async def _collect(self, request: Request, run: RequestRun) -> None:
@@ -408,7 +413,6 @@ class OpenAIServer:
         self.num_open -= run.num_choices
         run.ended = True
         usage_body = run.usage()
-        self.metrics.prompt_tokens.inc(usage_body["prompt_tokens"])
-        self.metrics.generation_tokens.inc(usage_body["completion_tokens"])
+        self.metrics.tokens(usage_body["prompt_tokens"], usage_body["completion_tokens"])
         if not run.is_open:
-            self.metrics.latency.observe(time.perf_counter() - run.started)
+            self.metrics.finished(time.perf_counter() - run.started, [run.reasons[i] for i in range(run.num_choices)])

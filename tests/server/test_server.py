@@ -604,3 +604,42 @@ def test_tokenize_detokenize_and_version_answer_in_vllms_shapes(client):
 def test_bad_tokenize_and_detokenize_bodies_get_a_400(client, route, body, says):
     reply = client.post(route, json=body)
     assert reply.status_code == 400 and says in reply.json()["error"]["message"], reply.text
+
+
+def test_metrics_carry_vllms_names_with_the_model_name(model, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server = make_server(model, tmp_path)
+    with TestClient(server.app) as client:
+        client.post("/v1/completions", json=greedy(prompt="abc", max_tokens=3))
+        client.post("/v1/completions", json=greedy(prompt="de", max_tokens=2, n=2, stream=True))
+        first = next(iter(greedy_generate(model, ByteTokenizer().encode("x"), 1)))
+        stopped = client.post("/v1/completions", json=greedy(prompt="x", max_tokens=50, stop_token_ids=[first]))
+        assert stopped.json()["choices"][0]["finish_reason"] == "stop"
+        text = client.get("/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def value(name: str, **labels) -> float:
+        return samples[(name, tuple(sorted({"model_name": MODEL, **labels}.items())))]
+
+    assert value("vllm:prompt_tokens_total") == 4 + 3 + 2
+    assert value("vllm:generation_tokens_total") == 3 + 2 * 2 + 1
+    assert value("vllm:time_to_first_token_seconds_count") == 4
+    # the gaps after each choice's first token: 2 + 1 + 1 + 0
+    assert value("vllm:inter_token_latency_seconds_count") == 4
+    assert value("vllm:time_per_output_token_seconds_count") == 4
+    assert value("vllm:e2e_request_latency_seconds_count") == 3
+    assert value("vllm:request_success_total", finished_reason="length") == 3
+    assert value("vllm:request_success_total", finished_reason="stop") == 1
+    assert value("vllm:num_requests_running") == 0 and value("vllm:num_requests_waiting") == 0
+    blocks = server.llm.engine.blocks
+    assert value("vllm:gpu_cache_usage_perc") == pytest.approx(1 - blocks.num_free / (blocks.num_pages - 1))
+
+
+def test_cache_usage_is_the_share_of_pages_taken():
+    from dayzero.server.server_metrics import cache_usage
+
+    assert cache_usage({"free_cache_pages": 30, "cache_pages": 40}) == pytest.approx(0.25)
+    assert cache_usage({"free_cache_pages": 0, "cache_pages": 40}) == 1
+    assert cache_usage({}) == 0  # an engine in another process that sent nothing yet
