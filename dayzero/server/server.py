@@ -46,7 +46,7 @@ from dayzero.server.reasoning import THINK_END, THINK_MARKERS, ReasoningText
 from dayzero.server.request_body import parse_body
 from dayzero.server.request_error import RequestError
 from dayzero.server.request_run import RequestRun
-from dayzero.server.server_metrics import CountRequests, ServerMetrics, engine_counts
+from dayzero.server.server_metrics import CountRequests, ServerMetrics, ThroughputLog, engine_counts
 from dayzero.server.slow_clients import READ_SECONDS
 from dayzero.server.tokenize_routes import parse_detokenize, parse_tokenize
 from dayzero.server.tool_call_stream import StreamedCalls
@@ -68,6 +68,8 @@ class ServerOptions:
     warm_up: bool = True  # run_server: one short request through the engine before serving (/health: 503 till then)
     # seconds a client has to send a whole request (headers and body); a slower one is dropped (slow_clients.py)
     request_read_seconds: float = READ_SECONDS
+    # seconds between the log lines of throughput, requests and cache use while requests run or wait (0: none)
+    stats_log_seconds: float = 10.0
 
     def __post_init__(self):
         if not 0 <= self.port < 65536:
@@ -78,6 +80,8 @@ class ServerOptions:
             raise DayzeroError("--api-key must not be empty")
         if self.drain_seconds < 0:
             raise DayzeroError(f"--drain-seconds must be >= 0, got {self.drain_seconds}")
+        if self.stats_log_seconds < 0:
+            raise DayzeroError(f"--stats-log-seconds must be >= 0, got {self.stats_log_seconds}")
         if not self.request_read_seconds > 0:
             raise DayzeroError(f"--request-read-seconds must be > 0, got {self.request_read_seconds}")
 
@@ -133,6 +137,7 @@ class OpenAIServer:
         self.max_len = self.model.max_len
         self.num_open = 0
         self.metrics = ServerMetrics(counts, lambda: self.num_open, self.model_name)
+        self.throughput = ThroughputLog(counts)
         routes = [Route("/health", self.health), Route("/v1/models", self.models), Route("/metrics", self.scrape),
                   Route("/v1/completions", self.completions, methods=["POST"]),
                   Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
@@ -151,8 +156,20 @@ class OpenAIServer:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette):
-        yield
-        self.close()
+        logging_task = asyncio.ensure_future(self._log_throughput()) if self.options.stats_log_seconds else None
+        try:
+            yield
+        finally:
+            if logging_task is not None:
+                logging_task.cancel()
+            self.close()
+
+    async def _log_throughput(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.stats_log_seconds)
+            line = self.throughput.line()
+            if line is not None:
+                log.info(line)
 
     async def health(self, request: Request) -> Response:
         if self.loop.failure is not None:
@@ -314,6 +331,7 @@ class OpenAIServer:
                 prompt, choice = divmod(index, parsed.n)
                 params = parsed.sampling.params(len(prompt_ids[prompt]), self.max_len, choice)
                 self.loop.submit(prompt_ids[prompt], params, run.engine_id(index), run.updates.poster(index))
+                self.throughput.prompt_tokens += len(prompt_ids[prompt])
                 run.accepted -= 1
             await self._accepted(run)
         except BaseException:
@@ -351,6 +369,7 @@ class OpenAIServer:
             else:
                 self.metrics.token_gap(now - run.last_token_at[index], len(update.token_ids))
             run.last_token_at[index] = now
+            self.throughput.generation_tokens += len(update.token_ids)
         return index, update
 
     async def _collect(self, request: Request, run: RequestRun) -> None:

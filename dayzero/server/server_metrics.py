@@ -8,6 +8,7 @@ alerts written for vLLM read a dayzero server unchanged."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -140,3 +141,28 @@ class CountRequests:
             await send(message)
 
         await self.app(scope, receive, counted)
+
+
+class ThroughputLog:
+    """The periodic log line: prompt and generation tokens per second over the interval, requests running and
+    waiting, KV-cache use. Tokens are counted as they are taken (prompt) and as they come (generation)."""
+
+    def __init__(self, counts: Callable[[], dict]):
+        self.counts = counts
+        self.prompt_tokens = self.generation_tokens = 0
+        self._seen = (0, 0, time.perf_counter())
+
+    def line(self) -> str | None:
+        """What the interval since the last call did; None when nothing ran, waited or moved."""
+        now = time.perf_counter()
+        prompt, generated, since = self._seen
+        self._seen = (self.prompt_tokens, self.generation_tokens, now)
+        gauges = self.counts()["gauges"]
+        running, waiting = gauges.get("running_sequences", 0), gauges.get("waiting_sequences", 0)
+        moved_prompt, moved_generated = self.prompt_tokens - prompt, self.generation_tokens - generated
+        if not (running or waiting or moved_prompt or moved_generated):
+            return None
+        seconds = max(now - since, 1e-9)
+        return (f"prompt throughput: {moved_prompt / seconds:.1f} tokens/s, generation throughput: "
+                f"{moved_generated / seconds:.1f} tokens/s, running: {running} reqs, waiting: {waiting} reqs, "
+                f"KV cache use: {100 * cache_usage(gauges):.1f}%")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 import time
@@ -529,6 +530,8 @@ def test_server_options_are_checked():
         ServerOptions(api_key=" ")
     with pytest.raises(DayzeroError, match="--drain-seconds"):
         ServerOptions(drain_seconds=-1)
+    with pytest.raises(DayzeroError, match="--stats-log-seconds"):
+        ServerOptions(stats_log_seconds=-1)
 
 
 def test_health(client):
@@ -643,3 +646,33 @@ def test_cache_usage_is_the_share_of_pages_taken():
     assert cache_usage({"free_cache_pages": 30, "cache_pages": 40}) == pytest.approx(0.25)
     assert cache_usage({"free_cache_pages": 0, "cache_pages": 40}) == 1
     assert cache_usage({}) == 0  # an engine in another process that sent nothing yet
+
+
+def test_a_periodic_line_logs_throughput_requests_and_cache_use_while_there_is_work(model, tmp_path, caplog):
+    server = make_server(model, tmp_path, stats_log_seconds=0.05)
+    caplog.set_level(logging.INFO, logger="dayzero.server")
+    with TestClient(server.app) as client:
+        time.sleep(0.2)
+        assert not [r for r in caplog.records if "throughput" in r.getMessage()]  # idle: no lines
+        assert client.post("/v1/completions", json=greedy(prompt="abc", max_tokens=20)).status_code == 200
+        deadline = time.monotonic() + 5
+        while not [r for r in caplog.records if "throughput" in r.getMessage()] and time.monotonic() < deadline:
+            time.sleep(0.02)
+    lines = [r for r in caplog.records if "throughput" in r.getMessage()]
+    assert lines and all(r.levelno == logging.INFO and r.name == "dayzero.server" for r in lines)
+    text = " ".join(r.getMessage() for r in lines)
+    generated = [float(part.split()[0]) for part in text.split("generation throughput: ")[1:]]
+    assert sum(generated) > 0 and "running:" in text and "waiting:" in text and "KV cache use:" in text
+
+
+def test_the_throughput_line_is_tokens_per_second_over_the_interval():
+    from dayzero.server.server_metrics import ThroughputLog
+
+    gauges = {"running_sequences": 0, "waiting_sequences": 0, "free_cache_pages": 40, "cache_pages": 40}
+    throughput = ThroughputLog(lambda: {"gauges": gauges, "counters": {}})
+    assert throughput.line() is None  # nothing ran, waited or moved
+    gauges.update(running_sequences=2, waiting_sequences=1, free_cache_pages=30)
+    throughput.prompt_tokens, throughput.generation_tokens = 100, 10
+    line = throughput.line()
+    assert "running: 2 reqs, waiting: 1 reqs, KV cache use: 25.0%" in line
+    assert float(line.split("prompt throughput: ")[1].split()[0]) > 0
