@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -30,7 +31,6 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-import dayzero
 from dayzero.errors import DayzeroError
 from dayzero.llm.api import LLM
 from dayzero.llm.chat_template import ChatTemplate, load_chat_template
@@ -190,7 +190,8 @@ class OpenAIServer:
         return JSONResponse({"object": "list", "data": [card]})
 
     async def version(self, request: Request) -> Response:
-        return JSONResponse({"version": dayzero.__version__})
+        # the package (loaded before any of its modules) holds the version; it sits above this floor, so it is read
+        return JSONResponse({"version": sys.modules["dayzero"].__version__})
 
     async def tokenize(self, request: Request) -> Response:
         asked = parse_tokenize(await self._body(request), self.template)
