@@ -19,6 +19,9 @@ NOT_USED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache
 COMPLETION_FIELDS = SAMPLING | EXTENSIONS | NOT_USED | {"prompt", "echo"}
 CHAT_FIELDS = SAMPLING | EXTENSIONS | NOT_USED | {"messages", "max_completion_tokens", "top_logprobs", "tools",
                                                   "tool_choice", "parallel_tool_calls"}
+# vLLM's /tokenize (a prompt, or messages rendered as /v1/chat/completions renders them) and /detokenize
+TOKENIZE_FIELDS = frozenset({"model", "prompt", "messages", "tools", "add_special_tokens", "add_generation_prompt"})
+DETOKENIZE_FIELDS = frozenset({"model", "tokens"})
 # field -> the values that mean "not used" (anything else is refused by name, where the route does not read it)
 UNSUPPORTED = {
     "echo": (None, False), "suffix": (None, ""),

@@ -42,6 +42,7 @@ class RequestRun:
     created: int = field(default_factory=lambda: int(time.time()))
     started: float = field(default_factory=time.perf_counter)
     answered: set[int] = field(default_factory=set)  # choices whose first token came
+    last_token_at: dict[int, float] = field(default_factory=dict)  # choice -> when its latest tokens came
     reasons: dict[int, str] = field(default_factory=dict)
     accepted: int = 0
     early: list[tuple[int, Update]] = field(default_factory=list)

@@ -1,5 +1,6 @@
 """OpenAI-compatible HTTP API over the engine (`dayzero serve`): /v1/completions and /v1/chat/completions, whole or
-streamed as server-sent events, /v1/models, /health and /metrics (Prometheus, server_metrics.py).
+streamed as server-sent events, /v1/models, /health, /metrics (Prometheus, server_metrics.py), and vLLM's
+/tokenize, /detokenize and /version.
 
 The engine runs on a thread of its own or on the main thread (`EngineLoop`); each HTTP request submits one engine
 request per choice (prompts x n) and reads their tokens back on the event loop. A request is answered with an error
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -44,8 +46,9 @@ from dayzero.server.reasoning import THINK_END, THINK_MARKERS, ReasoningText
 from dayzero.server.request_body import parse_body
 from dayzero.server.request_error import RequestError
 from dayzero.server.request_run import RequestRun
-from dayzero.server.server_metrics import CountRequests, ServerMetrics, engine_counts
+from dayzero.server.server_metrics import CountRequests, ServerMetrics, ThroughputLog, engine_counts
 from dayzero.server.slow_clients import READ_SECONDS
+from dayzero.server.tokenize_routes import parse_detokenize, parse_tokenize
 from dayzero.server.tool_call_stream import StreamedCalls
 from dayzero.server.unexpected_errors import AnswerUnexpectedErrors, internal_error
 from dayzero.structured.tool_calls import CALL_END, SECTION_BEGIN, SECTION_END, ToolCallText, decode_keeping, marker_ids
@@ -65,6 +68,8 @@ class ServerOptions:
     warm_up: bool = True  # run_server: one short request through the engine before serving (/health: 503 till then)
     # seconds a client has to send a whole request (headers and body); a slower one is dropped (slow_clients.py)
     request_read_seconds: float = READ_SECONDS
+    # seconds between the log lines of throughput, requests and cache use while requests run or wait (0: none)
+    stats_log_seconds: float = 10.0
 
     def __post_init__(self):
         if not 0 <= self.port < 65536:
@@ -75,6 +80,8 @@ class ServerOptions:
             raise DayzeroError("--api-key must not be empty")
         if self.drain_seconds < 0:
             raise DayzeroError(f"--drain-seconds must be >= 0, got {self.drain_seconds}")
+        if self.stats_log_seconds < 0:
+            raise DayzeroError(f"--stats-log-seconds must be >= 0, got {self.stats_log_seconds}")
         if not self.request_read_seconds > 0:
             raise DayzeroError(f"--request-read-seconds must be > 0, got {self.request_read_seconds}")
 
@@ -129,10 +136,13 @@ class OpenAIServer:
         self.thinks = bool(self.think_markers) or THINK_END in (self.template.source or "")
         self.max_len = self.model.max_len
         self.num_open = 0
-        self.metrics = ServerMetrics(counts, lambda: self.num_open)
+        self.metrics = ServerMetrics(counts, lambda: self.num_open, self.model_name)
+        self.throughput = ThroughputLog(counts)
         routes = [Route("/health", self.health), Route("/v1/models", self.models), Route("/metrics", self.scrape),
                   Route("/v1/completions", self.completions, methods=["POST"]),
-                  Route("/v1/chat/completions", self.chat_completions, methods=["POST"])]
+                  Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                  Route("/tokenize", self.tokenize, methods=["POST"]),
+                  Route("/detokenize", self.detokenize, methods=["POST"]), Route("/version", self.version)]
         handlers = {RequestError: self._error, DayzeroError: self._user_error, HTTPException: self._http_error}
         middleware = [Middleware(CountRequests, metrics=self.metrics, routes=frozenset(r.path for r in routes)),
                       Middleware(AnswerUnexpectedErrors)]
@@ -146,8 +156,20 @@ class OpenAIServer:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette):
-        yield
-        self.close()
+        logging_task = asyncio.ensure_future(self._log_throughput()) if self.options.stats_log_seconds else None
+        try:
+            yield
+        finally:
+            if logging_task is not None:
+                logging_task.cancel()
+            self.close()
+
+    async def _log_throughput(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.stats_log_seconds)
+            line = self.throughput.line()
+            if line is not None:
+                log.info(line)
 
     async def health(self, request: Request) -> Response:
         if self.loop.failure is not None:
@@ -166,6 +188,19 @@ class OpenAIServer:
         card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "dayzero",
                 "max_model_len": self.max_len}
         return JSONResponse({"object": "list", "data": [card]})
+
+    async def version(self, request: Request) -> Response:
+        # the package (loaded before any of its modules) holds the version; it sits above this floor, so it is read
+        return JSONResponse({"version": sys.modules["dayzero"].__version__})
+
+    async def tokenize(self, request: Request) -> Response:
+        asked = parse_tokenize(await self._body(request), self.template)
+        tokens = self.tokenizer.encode(asked.text, add_special_tokens=asked.add_special_tokens)
+        return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": self.max_len})
+
+    async def detokenize(self, request: Request) -> Response:
+        tokens = parse_detokenize(await self._body(request), self.model.vocab_size)
+        return JSONResponse({"prompt": self.tokenizer.decode(tokens)})
 
     async def completions(self, request: Request) -> Response:
         body = await self._body(request)
@@ -297,6 +332,7 @@ class OpenAIServer:
                 prompt, choice = divmod(index, parsed.n)
                 params = parsed.sampling.params(len(prompt_ids[prompt]), self.max_len, choice)
                 self.loop.submit(prompt_ids[prompt], params, run.engine_id(index), run.updates.poster(index))
+                self.throughput.prompt_tokens += len(prompt_ids[prompt])
                 run.accepted -= 1
             await self._accepted(run)
         except BaseException:
@@ -326,9 +362,15 @@ class OpenAIServer:
         return self._seen(run, *update.result())
 
     def _seen(self, run: RequestRun, index: int, update: Update) -> tuple[int, Update]:
-        if update.token_ids and index not in run.answered:
-            run.answered.add(index)
-            self.metrics.first_token.observe(time.perf_counter() - run.started)
+        if update.token_ids:
+            now = time.perf_counter()
+            if index not in run.answered:
+                run.answered.add(index)
+                self.metrics.first_token_after(now - run.started)
+            else:
+                self.metrics.token_gap(now - run.last_token_at[index], len(update.token_ids))
+            run.last_token_at[index] = now
+            self.throughput.generation_tokens += len(update.token_ids)
         return index, update
 
     async def _collect(self, request: Request, run: RequestRun) -> None:
@@ -391,7 +433,6 @@ class OpenAIServer:
         self.num_open -= run.num_choices
         run.ended = True
         usage_body = run.usage()
-        self.metrics.prompt_tokens.inc(usage_body["prompt_tokens"])
-        self.metrics.generation_tokens.inc(usage_body["completion_tokens"])
+        self.metrics.tokens(usage_body["prompt_tokens"], usage_body["completion_tokens"])
         if not run.is_open:
-            self.metrics.latency.observe(time.perf_counter() - run.started)
+            self.metrics.finished(time.perf_counter() - run.started, [run.reasons[i] for i in range(run.num_choices)])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 import time
@@ -529,6 +530,8 @@ def test_server_options_are_checked():
         ServerOptions(api_key=" ")
     with pytest.raises(DayzeroError, match="--drain-seconds"):
         ServerOptions(drain_seconds=-1)
+    with pytest.raises(DayzeroError, match="--stats-log-seconds"):
+        ServerOptions(stats_log_seconds=-1)
 
 
 def test_health(client):
@@ -573,3 +576,103 @@ def test_any_json_body_gets_an_answer_or_an_openai_error_never_a_crash(client, s
     if reply.status_code != 200:
         assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
     assert_nothing_open(server)
+
+
+def test_tokenize_detokenize_and_version_answer_in_vllms_shapes(client):
+    import dayzero
+
+    tokens = ByteTokenizer().encode("Hello")
+    reply = client.post("/tokenize", json={"model": MODEL, "prompt": "Hello"})
+    assert reply.json() == {"tokens": tokens, "count": len(tokens), "max_model_len": MAX_LEN}
+    bare = client.post("/tokenize", json={"prompt": "Hello", "add_special_tokens": False}).json()
+    assert bare["tokens"] == ByteTokenizer().encode("Hello", add_special_tokens=False)
+    chat = client.post("/tokenize", json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}).json()
+    # as /v1/chat/completions renders it (test_chat_stream_names_the_role_first_and_matches_the_whole_answer)
+    assert chat["tokens"] == ByteTokenizer().encode("user: Hi\nassistant:")
+    assert client.post("/detokenize", json={"model": MODEL, "tokens": bare["tokens"]}).json() == {"prompt": "Hello"}
+    assert client.get("/version").json() == {"version": dayzero.__version__}
+
+
+@pytest.mark.parametrize(("route", "body", "says"), [
+    ("/tokenize", {"model": MODEL}, "one of 'prompt'"),
+    ("/tokenize", {"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, "one of 'prompt'"),
+    ("/tokenize", {"prompt": ["a"]}, "'prompt' must be a string"),
+    ("/tokenize", {"prompt": "a", "max_tokens": 3}, "takes no field 'max_tokens'"),
+    ("/tokenize", {"prompt": "a", "add_special_tokens": "yes"}, "true or false"),
+    ("/tokenize", {"messages": [{"role": "nobody"}]}, "needs a role"),
+    ("/detokenize", {"tokens": "abc"}, "list of token ids"),
+    ("/detokenize", {"tokens": [1, True]}, "list of token ids"),
+    ("/detokenize", {"tokens": [10 ** 9]}, "outside the vocabulary"),
+])
+def test_bad_tokenize_and_detokenize_bodies_get_a_400(client, route, body, says):
+    reply = client.post(route, json=body)
+    assert reply.status_code == 400 and says in reply.json()["error"]["message"], reply.text
+
+
+def test_metrics_carry_vllms_names_with_the_model_name(model, tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server = make_server(model, tmp_path)
+    with TestClient(server.app) as client:
+        client.post("/v1/completions", json=greedy(prompt="abc", max_tokens=3))
+        client.post("/v1/completions", json=greedy(prompt="de", max_tokens=2, n=2, stream=True))
+        first = next(iter(greedy_generate(model, ByteTokenizer().encode("x"), 1)))
+        stopped = client.post("/v1/completions", json=greedy(prompt="x", max_tokens=50, stop_token_ids=[first]))
+        assert stopped.json()["choices"][0]["finish_reason"] == "stop"
+        text = client.get("/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def value(name: str, **labels) -> float:
+        return samples[(name, tuple(sorted({"model_name": MODEL, **labels}.items())))]
+
+    assert value("vllm:prompt_tokens_total") == 4 + 3 + 2
+    assert value("vllm:generation_tokens_total") == 3 + 2 * 2 + 1
+    assert value("vllm:time_to_first_token_seconds_count") == 4
+    # the gaps after each choice's first token: 2 + 1 + 1 + 0
+    assert value("vllm:inter_token_latency_seconds_count") == 4
+    assert value("vllm:time_per_output_token_seconds_count") == 4
+    assert value("vllm:e2e_request_latency_seconds_count") == 3
+    assert value("vllm:request_success_total", finished_reason="length") == 3
+    assert value("vllm:request_success_total", finished_reason="stop") == 1
+    assert value("vllm:num_requests_running") == 0 and value("vllm:num_requests_waiting") == 0
+    blocks = server.llm.engine.blocks
+    assert value("vllm:gpu_cache_usage_perc") == pytest.approx(1 - blocks.num_free / (blocks.num_pages - 1))
+
+
+def test_cache_usage_is_the_share_of_pages_taken():
+    from dayzero.server.server_metrics import cache_usage
+
+    assert cache_usage({"free_cache_pages": 30, "cache_pages": 40}) == pytest.approx(0.25)
+    assert cache_usage({"free_cache_pages": 0, "cache_pages": 40}) == 1
+    assert cache_usage({}) == 0  # an engine in another process that sent nothing yet
+
+
+def test_a_periodic_line_logs_throughput_requests_and_cache_use_while_there_is_work(model, tmp_path, caplog):
+    server = make_server(model, tmp_path, stats_log_seconds=0.05)
+    caplog.set_level(logging.INFO, logger="dayzero.server")
+    with TestClient(server.app) as client:
+        time.sleep(0.2)
+        assert not [r for r in caplog.records if "throughput" in r.getMessage()]  # idle: no lines
+        assert client.post("/v1/completions", json=greedy(prompt="abc", max_tokens=20)).status_code == 200
+        deadline = time.monotonic() + 5
+        while not [r for r in caplog.records if "throughput" in r.getMessage()] and time.monotonic() < deadline:
+            time.sleep(0.02)
+    lines = [r for r in caplog.records if "throughput" in r.getMessage()]
+    assert lines and all(r.levelno == logging.INFO and r.name == "dayzero.server" for r in lines)
+    text = " ".join(r.getMessage() for r in lines)
+    generated = [float(part.split()[0]) for part in text.split("generation throughput: ")[1:]]
+    assert sum(generated) > 0 and "running:" in text and "waiting:" in text and "KV cache use:" in text
+
+
+def test_the_throughput_line_is_tokens_per_second_over_the_interval():
+    from dayzero.server.server_metrics import ThroughputLog
+
+    gauges = {"running_sequences": 0, "waiting_sequences": 0, "free_cache_pages": 40, "cache_pages": 40}
+    throughput = ThroughputLog(lambda: {"gauges": gauges, "counters": {}})
+    assert throughput.line() is None  # nothing ran, waited or moved
+    gauges.update(running_sequences=2, waiting_sequences=1, free_cache_pages=30)
+    throughput.prompt_tokens, throughput.generation_tokens = 100, 10
+    line = throughput.line()
+    assert "running: 2 reqs, waiting: 1 reqs, KV cache use: 25.0%" in line
+    assert float(line.split("prompt throughput: ")[1].split()[0]) > 0
