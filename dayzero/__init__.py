@@ -6,6 +6,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from dayzero.errors import DayzeroError
+from dayzero.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from dayzero.llm.api import LLM
@@ -13,7 +14,6 @@ if TYPE_CHECKING:
     from dayzero.runtime.sampling import SamplingParams
 
 __all__ = ["LLM", "CompletionOutput", "DayzeroError", "RequestOutput", "SamplingParams"]
-__version__ = "0.1.0"
 
 # the runtime pulls in torch and the plugins: each public name loads its module only when asked for
 _LAZY = {"LLM": "dayzero.llm.api", "CompletionOutput": "dayzero.llm.outputs", "RequestOutput": "dayzero.llm.outputs",

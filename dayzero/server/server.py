@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from dayzero.server.tokenize_routes import parse_detokenize, parse_tokenize
 from dayzero.server.tool_call_stream import StreamedCalls
 from dayzero.server.unexpected_errors import AnswerUnexpectedErrors, internal_error
 from dayzero.structured.tool_calls import CALL_END, SECTION_BEGIN, SECTION_END, ToolCallText, decode_keeping, marker_ids
+from dayzero.version import __version__
 
 log = logging.getLogger("dayzero.server")
 
@@ -191,7 +191,7 @@ class OpenAIServer:
 
     async def version(self, request: Request) -> Response:
         # the package (loaded before any of its modules) holds the version; it sits above this floor, so it is read
-        return JSONResponse({"version": sys.modules["dayzero"].__version__})
+        return JSONResponse({"version": __version__})
 
     async def tokenize(self, request: Request) -> Response:
         asked = parse_tokenize(await self._body(request), self.template)
