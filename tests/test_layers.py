@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dayzero"
-BASE = {"errors", "paths", "tokenizer", "cache"}
+BASE = {"errors", "paths", "tokenizer", "cache", "logs"}
 # each part of the package and the parts it may import (besides itself and BASE), lowest floor first
 MAY_IMPORT = {
     "errors": set(),
     "paths": set(),
     "tokenizer": set(),
     "cache": set(),
+    "logs": set(),
     "plugins": set(),
     "contract": {"plugins"},
     "model": {"plugins", "contract"},
