@@ -16,7 +16,8 @@ ROOT = logging.getLogger("dayzero")
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is when a line is logged (a test runner may swap it between commands)."""
+    """Writes to whatever sys.stderr is when a line is logged (a test runner may swap it between commands), above
+    any bar being drawn (tqdm.write clears the bars, writes the line, redraws them)."""
 
     def __init__(self):
         super().__init__(sys.stderr)
@@ -28,6 +29,12 @@ class _StderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, _value) -> None:
         pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:
+            self.handleError(record)
 
 
 def configure(level: str) -> None:
