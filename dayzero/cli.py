@@ -11,6 +11,7 @@ import click
 import torch
 
 from dayzero.errors import DayzeroError
+from dayzero.logs import LEVELS, configure
 from dayzero.model.expert_format import DEQUANTIZE_EXPERTS_HELP
 from dayzero.paths import resolve_config
 
@@ -32,8 +33,12 @@ def _printable(text: str) -> str:
 
 @click.group()
 @click.version_option(package_name="dayzero")
-def cli() -> None:
+@click.option("--log-level", type=click.Choice(list(LEVELS)), default="info", show_default=True,
+              help="Lines from dayzero's loggers at this level and above go to stderr, timestamped; above info also "
+              "hides the progress bars.")
+def cli(log_level: str) -> None:
     """dayzero: serve a newly released hybrid-attention LLM (KDA + DSA sparse MLA + AttnRes + MoE)."""
+    configure(log_level)
 
 
 @cli.command("init-checkpoint")

@@ -92,11 +92,12 @@ def test_the_model_argument_runs_the_checkpoint(tmp_path):
     by_argument = runner.invoke(cli, ["run", str(out), "--max-tokens", "4"])
     by_option = runner.invoke(cli, ["run", "--checkpoint", str(out), "--max-tokens", "4"])
     assert by_argument.exit_code == 0, by_argument.output
-    # the generated text, without the bracketed status lines and the request ids (a counter of the process)
+    # the generated text (stdout: log lines go to stderr), without the bracketed status lines and the request ids
+    # (a counter of the process)
     def text(output):
         return [line for line in output.splitlines() if not line.startswith(("[", "--- "))]
 
-    assert text(by_argument.output) == text(by_option.output) and text(by_argument.output)
+    assert text(by_argument.stdout) == text(by_option.stdout) and text(by_argument.stdout)
 
 
 def test_version():

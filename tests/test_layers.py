@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dayzero"
-BASE = {"errors", "paths", "tokenizer", "cache", "version"}
+BASE = {"errors", "paths", "tokenizer", "cache", "version", "logs"}
 # each part of the package and the parts it may import (besides itself and BASE), lowest floor first
 MAY_IMPORT = {
     "errors": set(),
@@ -17,6 +17,7 @@ MAY_IMPORT = {
     "paths": set(),
     "tokenizer": set(),
     "cache": set(),
+    "logs": set(),
     "plugins": set(),
     "contract": {"plugins"},
     "model": {"plugins", "contract"},

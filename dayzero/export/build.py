@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +32,7 @@ from dayzero.export.rank_plan import RankPlan
 from dayzero.export.replace import check_plugin_ops
 from dayzero.export.split_engine import SplitEngine
 from dayzero.export.trace import trace_step
+from dayzero.logs import progress_bar
 from dayzero.model.collectives import unordered_collectives
 from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.hybrid import HybridModel
@@ -44,14 +45,16 @@ ENGINE_FILE = "engine.json"  # in each rank's folder
 RANK_DIR = "rank0"  # rank 0's folder (the only one of a single-rank engine)
 WEIGHTS_FILE = "weights.safetensors"
 ONNX_FILE = "decode.onnx"
+log = logging.getLogger(__name__)
 
 
 class Progress:
-    """One line per stage on stderr: name and seconds."""
+    """One info line per stage (name, then seconds) and a bar counting the stages done (dayzero/logs.py)."""
 
     def __init__(self, echo: Callable[[str], None] | None = None):
-        self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.echo = echo or log.info
         self.seconds: dict[str, float] = {}
+        self.bar = None
 
     def stage(self, name: str):
         progress = self
@@ -60,13 +63,25 @@ class Progress:
             def __enter__(self):
                 self.start = time.perf_counter()
                 progress.echo(f"[export] {name} ...")
+                progress.show(name)
 
             def __exit__(self, *exc):
                 progress.seconds[name] = time.perf_counter() - self.start
                 if exc[0] is None:
+                    progress.bar.update()
                     progress.echo(f"[export] {name} done in {progress.seconds[name]:.1f} s")
 
         return _Stage()
+
+    def show(self, name: str) -> None:
+        if self.bar is None:
+            self.bar = progress_bar(desc="export", unit="step")
+        self.bar.set_postfix_str(name)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def ingredients(checkpoint: Path, options: ExportOptions) -> dict:
@@ -180,7 +195,10 @@ def export_engine(checkpoint: str | Path, options: ExportOptions, cache: Compila
         built_at.append(time.perf_counter())
         return meta
 
-    entry = cache.get_or_build(key, build_then_mark, recipe)
+    try:
+        entry = cache.get_or_build(key, build_then_mark, recipe)
+    finally:
+        progress.close()
     # no build ran: the entry was there (or a concurrent exporter finished it while this one waited)
     if not built_at:
         progress.echo(f"[export] cache hit {key[:16]} ({entry.path})")

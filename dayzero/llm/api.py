@@ -8,8 +8,8 @@ refuses, by name, those it does not implement) as well as dayzero's own `export=
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
-import sys
 import time
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +27,7 @@ from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.sequence import Sequence
 
+log = logging.getLogger(__name__)
 # a seed drawn for a request without one, when LLM(seed=...) is set: below 2**62, so seed + choice stays in range
 SEED_RANGE = 1 << 62
 
@@ -37,7 +38,7 @@ def _default_checkpoint() -> Path:
 
     path = embedded_checkpoint()
     if not (path / "config.json").exists():
-        print(f"creating the embedded {EMBEDDED_MODEL} checkpoint at {path}", file=sys.stderr, flush=True)
+        log.info("creating the embedded %s checkpoint at %s", EMBEDDED_MODEL, path)
         write_random_checkpoint(bundled_config(EMBEDDED_MODEL), path, overwrite=True)
     return path
 

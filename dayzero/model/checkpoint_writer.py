@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from dayzero.errors import DayzeroError
+from dayzero.logs import progress_bar
 from dayzero.model.checkpoint import INDEX_FILE
 from dayzero.model.config import ModelConfig
 from dayzero.model.expert_format import with_mxfp4_experts
@@ -31,7 +32,8 @@ def checkpoint_tensors(cfg: ModelConfig, dtype: torch.dtype, seed: int) -> Itera
     `weight_scale`, K3's release format, when cfg holds them so)."""
     with torch.device("meta"):
         skeleton = HybridModel(cfg)
-    for name, param in skeleton.named_parameters():
+    params = list(skeleton.named_parameters())
+    for name, param in progress_bar(params, desc="writing checkpoint", unit="param"):
         for stored_name, value in random_parts(name, tuple(param.shape), cfg, seed):
             yield stored_name, value.to(param_dtype(name, dtype))
 

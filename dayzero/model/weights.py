@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 import torch
 
 from dayzero.errors import DayzeroError
+from dayzero.logs import progress_bar
 from dayzero.model.adapters import adapter_for
 from dayzero.model.adapters.base import EXPERT_PARAM, TensorPart
 from dayzero.model.checkpoint import CheckpointReader
@@ -147,6 +149,15 @@ def _load_parameter(reader: CheckpointReader, name: str, param: torch.Tensor, cf
         param[index].copy_(_read_part(reader, part, name))
 
 
+def _loading(model: HybridModel) -> Iterator[tuple[str, torch.nn.Parameter]]:
+    """The parameters to fill, counted on a progress bar (dayzero/logs.py)."""
+    params = list(model.named_parameters())
+    with progress_bar(params, desc="loading weights", unit="param") as bar:
+        for name, param in bar:
+            bar.set_postfix_str(name, refresh=False)
+            yield name, param
+
+
 @torch.no_grad()
 def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu",
          plan: Sharding | None = None, keep_mxfp4: bool = True) -> HybridModel:
@@ -162,12 +173,12 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
                  "drafts from n-grams)", path, cfg.num_mtp_layers, cfg.num_layers - 1)
     if plan is None or plan.tp == 1:
         model = build_empty(cfg, dtype, device)
-        for name, param in model.named_parameters():
+        for name, param in _loading(model):
             _load_parameter(reader, name, param, cfg)
         return model
     model = build_empty(plan.local_config(cfg), dtype, device)
     full_shapes = parameter_shapes(cfg)
-    for name, param in model.named_parameters():
+    for name, param in _loading(model):
         _load_shard(reader, name, param, full_shapes[name], cfg, plan)
     plan.mark_reductions(model)
     return model
