@@ -203,9 +203,11 @@ def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed
               "kernels (by default /health answers 503 until it has).")
 @click.option("--request-read-seconds", type=float, default=30.0, show_default=True,
               help="How long a client may take to send a request whole (headers and body); a slower one is dropped.")
+@click.option("--stats-log-seconds", type=float, default=10.0, show_default=True,
+              help="Log throughput, requests and cache use this often while there is work; 0: never.")
 @engine_options
 def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, api_key, drain_seconds, no_warm_up,
-          request_read_seconds, **engine) -> None:
+          request_read_seconds, stats_log_seconds, **engine) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models)."""
     from dayzero.server.http_host import serve as serve_http
     from dayzero.server.listener import listen_socket
@@ -213,7 +215,8 @@ def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, ap
 
     options = ServerOptions(host=host, port=port, model_name=served_model_name, max_open=max_open,
                             max_body_bytes=max_body_bytes, api_key=api_key, drain_seconds=drain_seconds,
-                            warm_up=not no_warm_up, request_read_seconds=request_read_seconds)
+                            warm_up=not no_warm_up, request_read_seconds=request_read_seconds,
+                            stats_log_seconds=stats_log_seconds)
     # the address first: a port in use is said before minutes of loading, not after
     sock = listen_socket(host, port)
     try:

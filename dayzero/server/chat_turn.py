@@ -36,7 +36,8 @@ def prepare_chat(body: dict, template: ChatTemplate, tool_markers: dict | None, 
     """tool_markers: the tokenizer's tool-call tokens (None: it has none); thinks: a thinking model's;
     think_markers: its reasoning markers' tokens ({}: it writes them as text)."""
     messages, tools = chat_messages(body), parse_tools(body)
-    prompt = template.render(messages, None if tools is None else list(tools.tools))
+    prompt = template.render(messages, None if tools is None else list(tools.tools), _generation_prompt(body),
+                             _template_kwargs(body))
     parsed = parse_chat(body, prompt)
     calling = tools if tools is not None and tools.choice != "none" else None
     if calling is None:
@@ -101,3 +102,20 @@ def _arguments_held_to_schema(parsed: GenerateRequest, tools: ToolRequest, promp
     response_format = "json_object" if schema is None else "json_schema"
     sampling = dataclasses.replace(parsed.sampling, response_format=response_format, json_schema=schema)
     return dataclasses.replace(parsed, prompts=(prompt,), sampling=sampling)
+
+
+def _generation_prompt(body: dict) -> bool:
+    """vLLM's add_generation_prompt (default true): end the prompt with the opening of the assistant's turn."""
+    value = body.get("add_generation_prompt", True)
+    if not isinstance(value, bool):
+        raise RequestError("'add_generation_prompt' must be true or false", param="add_generation_prompt")
+    return value
+
+
+def _template_kwargs(body: dict) -> dict | None:
+    """vLLM's chat_template_kwargs: more variables for the chat template (a thinking switch, ...)."""
+    value = body.get("chat_template_kwargs")
+    if value is not None and not (isinstance(value, dict) and all(isinstance(k, str) for k in value)):
+        raise RequestError("'chat_template_kwargs' must be an object of template variables",
+                           param="chat_template_kwargs")
+    return value

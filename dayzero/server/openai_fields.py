@@ -18,7 +18,9 @@ EXTENSIONS = frozenset({"top_k", "ignore_eos", "stop_token_ids", "repetition_pen
 NOT_USED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
 COMPLETION_FIELDS = SAMPLING | EXTENSIONS | NOT_USED | {"prompt", "echo"}
 CHAT_FIELDS = SAMPLING | EXTENSIONS | NOT_USED | {"messages", "max_completion_tokens", "top_logprobs", "tools",
-                                                  "tool_choice", "parallel_tool_calls"}
+                                                  "tool_choice", "parallel_tool_calls",
+                                                  # vLLM's chat extensions (chat_turn.py)
+                                                  "chat_template_kwargs", "add_generation_prompt"}
 # vLLM's /tokenize (a prompt, or messages rendered as /v1/chat/completions renders them) and /detokenize
 TOKENIZE_FIELDS = frozenset({"model", "prompt", "messages", "tools", "add_special_tokens", "add_generation_prompt"})
 DETOKENIZE_FIELDS = frozenset({"model", "tokens"})

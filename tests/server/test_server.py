@@ -295,6 +295,28 @@ def test_a_checkpoint_chat_template_writes_its_own_markers_so_no_bos_is_added(mo
     assert body["usage"]["prompt_tokens"] == len(b"<user>hi<assistant>")
 
 
+def test_chat_template_kwargs_and_the_generation_prompt_reach_the_template(model, tmp_path):
+    """vLLM's chat extensions: chat_template_kwargs are template variables, add_generation_prompt ends the prompt with
+    the assistant's opening (or not); a wrong type is a 400 naming the field."""
+    (tmp_path / "chat_template.jinja").write_text(
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if thinking %}<think>{% endif %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}")
+    server = make_server(model, tmp_path)
+    try:
+        with TestClient(server.app) as client:
+            def prompt_tokens(**extra):
+                return client.post("/v1/chat/completions", json=greedy(messages=HI, max_tokens=2, **extra)).json()[
+                    "usage"]["prompt_tokens"]
+
+            assert prompt_tokens() == len(b"<user>hi<assistant>")
+            assert prompt_tokens(chat_template_kwargs={"thinking": True}) == len(b"<user>hi<think><assistant>")
+            assert prompt_tokens(add_generation_prompt=False) == len(b"<user>hi")
+            bad = client.post("/v1/chat/completions", json=greedy(messages=HI, chat_template_kwargs=["thinking"]))
+    finally:
+        server.close()
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "chat_template_kwargs"
+
+
 def test_a_full_server_answers_503_until_requests_finish(server, model):
     async def ask():
         transport = httpx.ASGITransport(app=server.app)
