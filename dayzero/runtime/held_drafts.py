@@ -3,7 +3,8 @@ token the grammar refuses (or where the answer ends), and verify row i is masked
 first i draft tokens, so accepted runs are exactly what decoding token by token under the masks emits.
 
 An answer (token_grammar.JsonAnswer, tool_call_grammar.ToolCallAnswer) keeps immutable values in its fields, so a
-shallow copy walks ahead along a draft without moving the sequence's own place.
+shallow copy walks ahead along a draft without moving the sequence's own place. The sampler takes the masks as
+packed bitmasks (bitmask_along).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import copy
 
 import torch
+
+from dayzero.runtime.grammar_bitmask import pack_bitmask
 
 
 def held_draft(answer, draft: list[int]) -> list[int]:
@@ -35,6 +38,12 @@ def masked_along(answer, rows: torch.Tensor, draft: list[int]) -> torch.Tensor:
         if index < len(draft):
             walker.advance(draft[index])
     return torch.stack(masked)
+
+
+def bitmask_along(answer, draft: list[int]) -> torch.Tensor:
+    """masked_along's masks as a packed bitmask (grammar_bitmask.py): int32 [1 + len(draft), ceil(vocab / 32)]."""
+    rows = masked_along(answer, torch.zeros(1 + len(draft), answer.table.vocab_size), draft)
+    return pack_bitmask(torch.isfinite(rows))
 
 
 def _allows(answer, token: int) -> bool:
