@@ -106,18 +106,18 @@ class BatchSampler:
         if plan.bias is not None:
             with_bias(work, *plan.bias)
         if plan.counting:
-            generated = self.counts.generated.index_select(0, step["count_rows"])
+            generated = self.counts.generated[step["count_rows"]]
             if len(step["increment_rows"]):
                 generated.index_put_((step["increment_rows"], step["increment_tokens"]),
                                      torch.ones((), device=work.device), accumulate=True)
-            in_prompt = self.counts.in_prompt.index_select(0, step["count_rows"])
+            in_prompt = self.counts.in_prompt[step["count_rows"]]
             work = plan.counting.put(work, penalized_rows(plan.counting.take(work), generated, in_prompt,
                                                           plan.counting_rows))
         if len(step["ban_rows"]):
             with_bans(work, step["ban_rows"], step["ban_tokens"])
         if len(step["masked"]):
             bitmask = torch.cat([m for m in bitmasks if m is not None]).to(work.device, non_blocking=True)
-            work.index_copy_(0, step["masked"], masked(work.index_select(0, step["masked"]), bitmask))
+            work[step["masked"]] = masked(work[step["masked"]], bitmask)
         return work
 
     def _tokens(self, work: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -148,6 +148,6 @@ def _flat_rows(logits: torch.Tensor, step: dict[str, torch.Tensor]) -> torch.Ten
     if logits.dim() == 2:
         return logits
     flat = logits.reshape(-1, logits.shape[-1])
-    return flat.index_select(0, step["flat"]) if len(step["flat"]) else flat
+    return flat[step["flat"]] if len(step["flat"]) else flat
 
 

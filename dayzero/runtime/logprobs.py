@@ -22,8 +22,11 @@ def row_logprobs(logits: torch.Tensor, tokens: torch.Tensor, num_top: int) -> li
     """logits [n, vocab], tokens [n] -> [the tokens' log-probabilities [n], the num_top most likely tokens [n, num_top]
     and their log-probabilities], on the logits' device."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logprobs.gather(1, tokens[:, None])[:, 0]
+    if not num_top:
+        return [chosen, tokens.new_zeros(len(tokens), 0), logprobs.new_zeros(len(tokens), 0)]
     top = logprobs.topk(num_top, -1)
-    return [logprobs.gather(1, tokens[:, None])[:, 0], top.indices, top.values]
+    return [chosen, top.indices, top.values]
 
 
 def entries(tokens: list[int], chosen: list[float], top_ids: list[list[int]], top_logprobs: list[list[float]],

@@ -48,7 +48,8 @@ class RowSet:
         return bool(self.rows)
 
     def take(self, t: torch.Tensor) -> torch.Tensor:
-        return t if self.index is None else t.index_select(0, self.index)
+        # indexing, not index_select: the CPU's index_select of [64, 163840] rows is ~6x slower
+        return t if self.index is None else t[self.index]
 
     def put(self, t: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """t with these rows replaced by values (in place, unless the set is every row)."""

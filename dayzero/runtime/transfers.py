@@ -10,10 +10,9 @@ import torch
 def upload(columns: dict[str, list], dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
     """Named lists -> named 1-D tensors on the device, all moved in one copy."""
     flat = torch.tensor([value for values in columns.values() for value in values], dtype=dtype)
-    if device.type == "cuda":
-        flat = flat.pin_memory().to(device, non_blocking=True)
-    else:
-        flat = flat.to(device)
+    # pinned, the copy to a GPU need not wait for the kernels queued before it
+    pinned = device.type == "cuda" and len(flat)
+    flat = (flat.pin_memory() if pinned else flat).to(device, non_blocking=bool(pinned))
     return dict(zip(columns, flat.split([len(values) for values in columns.values()])))
 
 

@@ -257,3 +257,32 @@ def test_bitmask_rows_hold_greedy_and_random_rows():
             seq.seed += 1
             seq.output_ids.append(5)
         sampler = BatchSampler(vocab)
+
+
+@pytest.mark.gpu
+def test_the_cuda_sampler_chooses_what_the_cpu_one_does():
+    """The same rows on both devices: the same tokens (greedy and seeded draws, a verify step with drafts, penalties,
+    masks) and log probabilities to float rounding; the support sets of GPU-sized rows equal the reference's."""
+    vocab = 163840
+    seqs, drafts = mixed_batch(vocab)
+    seqs += [seq_with(SamplingParams(temperature=0.7, top_p=0.9, repetition_penalty=1.1, logprobs=5), seed=s)
+             for s in range(58)]
+    drafts += [[] for _ in range(58)]
+    logits = seeded(len(seqs), 4, vocab) * 4
+    bitmasks = [None] * len(seqs)
+    bitmasks[1] = pack_bitmask(seeded(1, vocab) > -0.5)
+    cpu = BatchSampler(vocab, STOP_IDS, "cpu")(logits, seqs, drafts, bitmasks)
+    cuda = BatchSampler(vocab, STOP_IDS, "cuda")(logits.cuda(), seqs, drafts, bitmasks)
+    assert [out.tokens for out in cuda] == [out.tokens for out in cpu]
+    for a, b in zip(cuda, cpu):
+        for x, y in zip(a.logprobs or [], b.logprobs or []):
+            assert x.token == y.token and x.logprob == pytest.approx(y.logprob, abs=1e-4)
+            assert [t for t, _ in x.top] == [t for t, _ in y.top]
+    params = [seq_with(SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m))
+              for t, k, p, m in [(0.7, 0, 0.9, 0.0), (1.0, 50, 0.95, 0.0), (1.3, 0, 0.5, 0.05), (0.5, 1000, 1.0, 0.1)]]
+    plan = RowPlan(params, [[] for _ in params], vocab, torch.device("cuda"))
+    rows = seeded(len(params), vocab) * 3
+    x = scaled(rows.cuda(), plan.random_rows.temperature)
+    floor = support_floor(x, plan.random_rows)
+    for row, seq, kept_floor, scaled_row in zip(rows, params, floor, x):
+        assert torch.equal((scaled_row >= kept_floor).cpu(), torch.isfinite(filtered_logits(row, seq.params)))
