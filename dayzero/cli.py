@@ -132,7 +132,7 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
               token_budget, num_draft, max_batch, skip_tokenizer_init=False):
     from dayzero.export.options import ExportOptions
     from dayzero.llm.api import LLM
-    from dayzero.llm.engine_args import default_device
+    from dayzero.export.auto_options import default_device
     from dayzero.runtime.llm_engine import RuntimeOptions
 
     if backend == "aoti":
