@@ -8,7 +8,7 @@ import torch
 
 from dayzero.plugins.mhc import reference
 from tests.helpers import rel_err
-from tests.plugins.triton_env import DEVICE, ON_GPU, gpu_only, needs_triton, poisoned, sizes
+from tests.plugins.triton_env import DEVICE, gpu_only, needs_triton, poisoned, sizes
 
 # the CPU interpreter truncates fp32 -> bf16 where the GPU rounds to nearest, hence the loose bf16 bound
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -75,8 +75,9 @@ def test_comb_is_doubly_stochastic_after_enough_sinkhorn_steps():
     assert torch.allclose(comb.sum(-1), torch.ones(5, 4), atol=1e-3)
 
 
-def _use_plan(monkeypatch, block_t: int, block_k: int, splits: int):
-    """Every projection launch cuts K into `splits` slices of block_k-column steps, block_t tokens a program."""
+def _use_plan(monkeypatch, block_t: int, block_k: int, splits: int, block_d: int, tiles: int):
+    """Every projection launch cuts K into `splits` slices of block_k-column steps, block_t tokens a program; every
+    finish program walks `tiles` tiles of block_d columns (0: all of a token's)."""
     import triton
 
     from dayzero.plugins.mhc import kernel
@@ -86,11 +87,14 @@ def _use_plan(monkeypatch, block_t: int, block_k: int, splits: int):
         return kernel.ProjectPlan(block_t, block_k, triton.cdiv(k, k_split), k_split, 4, 2)
 
     monkeypatch.setattr(kernel, "project_plan", plan)
+    monkeypatch.setattr(kernel, "finish_plan", lambda tokens, dim: kernel.RowPlan(
+        block_d, tiles or triton.cdiv(dim, block_d), 4))
 
 
-# (block_t, block_k, splits): the decode plan's slices, uneven ones (the last slice partly past K), the prefill plan's
-# 64-token blocks over all of K
-PLANS = {"decode-3-splits": (16, 16, 3), "decode-uneven": (16, 32, 2), "prefill-64": (64, 16, 1)}
+# (block_t, block_k, splits, block_d, tiles): the decode plan's slices and one tile a program, uneven slices (the
+# last partly past K) and programs of two tiles (the last program's second past D), the prefill plan's 64-token
+# blocks over all of K and one program a token
+PLANS = {"decode-3-splits": (16, 16, 3, 16, 1), "decode-uneven": (16, 32, 2, 8, 2), "prefill-64": (64, 16, 1, 16, 0)}
 
 
 @needs_triton
@@ -101,12 +105,23 @@ PLANS = {"decode-3-splits": (16, 16, 3), "decode-uneven": (16, 32, 2), "prefill-
          (8192, 4, 4096, torch.bfloat16, torch.bfloat16), (37, 3, 1000, torch.float32, torch.float32),
          (333, 2, 7168, torch.bfloat16, torch.float32)],
 ))
-@pytest.mark.parametrize("plan", [None, *PLANS] if not ON_GPU else [None])
-def test_pre_matches_reference(tokens, hc, dim, dtype, fn_dtype, plan, monkeypatch):
+def test_pre_matches_reference(tokens, hc, dim, dtype, fn_dtype):
+    _check_pre(tokens, hc, dim, dtype, fn_dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("tokens, hc, dim, dtype, fn_dtype", [(3, 3, 40, torch.float32, torch.float32),
+                                                              (2, 4, 24, torch.bfloat16, torch.bfloat16)])
+@pytest.mark.parametrize("plan", PLANS)
+def test_every_plan_keeps_the_result(tokens, hc, dim, dtype, fn_dtype, plan, monkeypatch):
+    _use_plan(monkeypatch, *PLANS[plan])
+    _check_pre(tokens, hc, dim, dtype, fn_dtype)
+
+
+def _check_pre(tokens, hc, dim, dtype, fn_dtype):
+    """Both kernels of mhc_pre, their partials and outputs poisoned, against the reference."""
     from dayzero.plugins.mhc.kernel import mhc_finish_launcher, mhc_project_launcher
 
-    if plan is not None:
-        _use_plan(monkeypatch, *PLANS[plan])
     streams = _streams(tokens, hc, dim, dtype)
     fn, base, scale = _weights(hc, dim, fn_dtype)
     mix_part, sq_part = mhc_project_launcher(streams, fn)
