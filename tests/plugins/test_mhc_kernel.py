@@ -199,3 +199,30 @@ def test_decode_projection_spreads_fn_over_the_sms(tokens):
     sms = device_info.num_sms(torch.device("cuda"), cpu_default=2)
     plan = project_plan(tokens, 4 * 4096, sms)
     assert plan.splits * triton.cdiv(tokens, plan.block_t) >= sms
+
+
+class _PreThenPost(torch.nn.Module):
+    def __init__(self, hc: int, dim: int):
+        super().__init__()
+        self.fn, self.base, self.scale = (torch.nn.Parameter(w, requires_grad=False) for w in _weights(hc, dim))
+
+    def forward(self, streams, out):
+        from dayzero.plugins import mhc
+
+        x, post, comb = mhc.mhc_pre(streams, self.fn, self.base, self.scale, NORM_EPS, HC_EPS, 20)
+        return x, mhc.mhc_post(out, streams, post, comb)
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("max_tokens", [64, 8192], ids=["decode", "prefill"])
+def test_launch_plans_keep_an_exported_token_range(max_tokens):
+    # the GPU bodies on the symbolic token count of an exported program: no guard, no narrowed range
+    from tests.export.test_symbolic_launch_plans import _plan_every_plugin_call
+
+    tokens = torch.export.Dim("T", min=1, max=max_tokens)
+    streams, out = _streams(8, 4, 64, torch.float32, device="cpu"), torch.randn(8, 64)
+    program = torch.export.export(_PreThenPost(4, 64).cpu(), (streams, out), dynamic_shapes=({0: tokens}, {0: tokens}))
+    guards, narrowed, launches, offset_tables, scratch_views = _plan_every_plugin_call(program)
+    assert guards == {} and narrowed == [] and offset_tables == [] and scratch_views == []
+    assert [name for name, _, _ in launches] == ["_mhc_project_kernel", "_mhc_finish_kernel", "_mhc_post_kernel"]
