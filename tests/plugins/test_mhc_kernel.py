@@ -226,3 +226,39 @@ def test_launch_plans_keep_an_exported_token_range(max_tokens):
     guards, narrowed, launches, offset_tables, scratch_views = _plan_every_plugin_call(program)
     assert guards == {} and narrowed == [] and offset_tables == [] and scratch_views == []
     assert [name for name, _, _ in launches] == ["_mhc_project_kernel", "_mhc_finish_kernel", "_mhc_post_kernel"]
+
+
+def _sublayer_chain(tokens: int) -> torch.Tensor:
+    """Four sublayers (the sublayer itself the identity) captured in one graph: each projection reads the streams the
+    post kernel before wrote, each finish the projection's partials, each post the finish's output."""
+    from dayzero.plugins.mhc.kernel import mhc_post_launcher, mhc_pre_launcher
+
+    torch.manual_seed(2)
+    weights = [_weights(4, 4096, torch.bfloat16) for _ in range(4)]
+    start = _streams(tokens, 4, 4096, torch.bfloat16)
+    streams = [start.clone()]
+
+    def step():
+        del streams[1:]
+        for fn, base, scale in weights:
+            x, post, comb = mhc_pre_launcher(streams[-1], fn, base, scale, NORM_EPS, HC_EPS, 20)
+            streams.append(mhc_post_launcher(x, streams[-1], post, comb))
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    torch.cuda.synchronize()
+    return torch.stack(streams)
+
+
+@pytest.mark.parametrize("tokens", [pytest.param(t, marks=gpu_only, id=f"T{t}") for t in (1, 64)])
+def test_sublayer_chain_with_pdl_matches_plain_launches(tokens, monkeypatch):
+    from dayzero.plugins import dependent_launch
+
+    monkeypatch.setattr(dependent_launch, "pdl_mode", lambda like, latency_bound: dependent_launch.EARLY)
+    with_pdl = _sublayer_chain(tokens)
+    monkeypatch.setattr(dependent_launch, "pdl_mode", lambda like, latency_bound: dependent_launch.OFF)
+    assert torch.equal(with_pdl, _sublayer_chain(tokens))
