@@ -8,7 +8,7 @@ import torch
 
 from dayzero.plugins.mhc import reference
 from tests.helpers import rel_err
-from tests.plugins.triton_env import DEVICE, gpu_only, needs_triton, poisoned, sizes
+from tests.plugins.triton_env import DEVICE, ON_GPU, gpu_only, needs_triton, poisoned, sizes
 
 # the CPU interpreter truncates fp32 -> bf16 where the GPU rounds to nearest, hence the loose bf16 bound
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -262,3 +262,18 @@ def test_sublayer_chain_with_pdl_matches_plain_launches(tokens, monkeypatch):
     with_pdl = _sublayer_chain(tokens)
     monkeypatch.setattr(dependent_launch, "pdl_mode", lambda like, latency_bound: dependent_launch.OFF)
     assert torch.equal(with_pdl, _sublayer_chain(tokens))
+
+
+@pytest.mark.skipif(ON_GPU, reason="the ONNX export runs on the CPU machine")
+def test_onnx_translations_emit_dayzero_nodes():
+    pytest.importorskip("onnxscript")
+    from dayzero.plugins.registry import ONNX_TRANSLATIONS
+
+    streams = _streams(3, 4, 24, torch.float32, device="cpu")
+    program = torch.onnx.export(_PreThenPost(4, 24).cpu().eval(), (streams, torch.randn(3, 24)), dynamo=True,
+                                verbose=False, optimize=False, custom_translation_table=ONNX_TRANSLATIONS)
+    nodes = {node.op_type: node for node in program.model.graph if node.domain == "dayzero"}
+    assert set(nodes) == {"MhcPre", "MhcPost"}
+    assert len(nodes["MhcPre"].inputs) == 4 and len(nodes["MhcPre"].outputs) == 3
+    assert nodes["MhcPre"].attributes["sinkhorn_iters"].value == 20
+    assert len(nodes["MhcPost"].inputs) == 4 and len(nodes["MhcPost"].outputs) == 1
