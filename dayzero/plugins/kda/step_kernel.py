@@ -15,9 +15,30 @@ def l2_normalize(x):
 
 
 @triton.jit
-def kda_token(S, q, k, v, g, beta):
-    """One gated delta-rule step: S [K, BV], q (scaled) / k / g [K], v [BV], beta scalar -> (S, o [BV])."""
-    S = S * tl.exp(g)[:, None]
+def gate_offsets(h, ok, K: tl.constexpr, PER_HEAD_GATE: tl.constexpr):
+    """Where head h's gate sits in a token's gate row: K channels, or one value per head."""
+    if PER_HEAD_GATE:
+        where = h
+    else:
+        where = h * K + ok
+    return where
+
+
+@triton.jit
+def state_decay(g, PER_HEAD_GATE: tl.constexpr):
+    """exp(g) shaped to scale a [K, BV] state tile: a per-channel gate [K] as [K, 1], a per-head one as a scalar."""
+    if PER_HEAD_GATE:
+        decay = tl.exp(g)
+    else:
+        decay = tl.exp(g)[:, None]
+    return decay
+
+
+@triton.jit
+def kda_token(S, q, k, v, decay, beta):
+    """One gated delta-rule step: S [K, BV], q (scaled) / k [K], v [BV], decay (`state_decay`), beta scalar
+    -> (S, o [BV])."""
+    S = S * decay
     delta = beta * (v - tl.sum(S * k[:, None], axis=0))
     S = S + k[:, None] * delta[None, :]
     return S, tl.sum(S * q[:, None], axis=0)
