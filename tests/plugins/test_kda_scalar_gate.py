@@ -66,6 +66,19 @@ def test_chunk_strong_per_head_decay(decay_scale):
     assert rel_err(s.cpu(), ref_s) < (1e-5 if not ON_GPU else 5e-3)
 
 
+def test_chunk_unwritten_intermediates_never_reach_the_output(monkeypatch):
+    """Every intermediate buffer starts as NaN: the per-head decay and chunk-decay buffers are read only where
+    written."""
+    real_empty = torch.empty
+
+    def nan_empty(*shape, **kwargs):
+        out = real_empty(*shape, **kwargs)
+        return out.fill_(float("nan")) if out.is_floating_point() else out
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    test_chunk_matches_reference((70, 5), 1, 3, 16, 16, True, torch.float32)
+
+
 def test_chunk_op_wrapper_takes_batched_grouped_inputs():
     """The reference-signature wrapper over the registered op: [B, T, ..] inputs, no varlen, zero initial state."""
     from dayzero.plugins.kda import chunk_kda
