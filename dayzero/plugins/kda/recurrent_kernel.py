@@ -127,14 +127,14 @@ def _recurrent_kda_pool_kernel(
 
 
 @triton.jit
-def _short_conv(weights, h0, h1, h2, x):
+def short_conv_row(weights, h0, h1, h2, x):
     """Pre-activation conv output of one group's channels from its taps, a right-aligned window and the new row."""
     w0, w1, w2, w3 = weights
     return w0 * h0 + w1 * h1 + w2 * h2 + w3 * x
 
 
 @triton.jit
-def _silu_rounded(pre, dtype: tl.constexpr):
+def silu_rounded(pre, dtype: tl.constexpr):
     """SiLU rounded to the projections' dtype, as the unfused path stores the conv output."""
     return activate(pre, 1).to(dtype).to(tl.float32)
 
@@ -199,14 +199,15 @@ def _fused_kda_decode_kernel(
         b_beta = tl.sigmoid(n_beta.to(tl.float32))
         if t + 1 < L:
             n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, token + 1, h, ok, ov, C, H, K)
-        b_q = _silu_rounded(_short_conv(taps_q, q0, q1, q2, xq), dtype)
-        b_k = _silu_rounded(_short_conv(taps_k, k0, k1, k2, xk), dtype)
-        b_v = _silu_rounded(_short_conv(taps_v, v0, v1, v2, xv), dtype)
+        b_q = silu_rounded(short_conv_row(taps_q, q0, q1, q2, xq), dtype)
+        b_k = silu_rounded(short_conv_row(taps_k, k0, k1, k2, xk), dtype)
+        b_v = silu_rounded(short_conv_row(taps_v, v0, v1, v2, xv), dtype)
         q0, q1, q2 = q1, q2, xq
         k0, k1, k2 = k1, k2, xk
         v0, v1, v2 = v1, v2, xv
         b_g = gate_decay(z_t, rate, lower_bound, USE_LOWER_BOUND)
-        S, b_o = kda_token_split(S, l2_normalize(b_q) * scale, l2_normalize(b_k), b_v, b_g, b_beta)
+        S, b_o = kda_token_split(S, l2_normalize(b_q) * scale, l2_normalize(b_k), b_v, tl.exp(b_g)[None, :, None],
+                                 b_beta)
         tl.store(o + token * C + h * K + ov, b_o.to(o.dtype.element_ty))
         slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
@@ -221,7 +222,7 @@ def _is_pow2_at_least_16(n: int) -> bool:
     return n >= 16 and n & (n - 1) == 0
 
 
-def _check_pool(state: torch.Tensor, state_slots: torch.Tensor, num_accepted: torch.Tensor, shape: tuple) -> None:
+def check_pool(state: torch.Tensor, state_slots: torch.Tensor, num_accepted: torch.Tensor, shape: tuple) -> None:
     batch, length, heads, dim_k, dim_v = shape
     assert state.dtype == torch.float32 and state.is_contiguous(), "the state pool must be contiguous fp32"
     assert state.shape[1:] == (heads, dim_k, dim_v), f"state {tuple(state.shape)} vs [S, {heads}, {dim_k}, {dim_v}]"
@@ -276,7 +277,7 @@ def recurrent_kda_pool_launcher(
     H96)."""
     batch, length, key_heads, dim_k = k.shape
     heads, dim_v = v.shape[2:]
-    _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
+    check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
     assert heads % key_heads == 0, f"value heads ({heads}) must be a multiple of key heads ({key_heads})"
     strides = [_token_strides(x, h, dim) for x, h, dim in ((q, key_heads, dim_k), (k, key_heads, dim_k),
                                                             (v, heads, dim_v))]
@@ -312,7 +313,7 @@ def fused_kda_decode_launcher(
     inside the program the state tile is blocked as [K/BV, K, BV]. PDL as in recurrent_kda_pool_launcher."""
     batch, length, heads, dim = z.shape
     width = conv_weight.shape[-1]
-    _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
+    check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
     channels = heads * dim
     assert qkv.shape == (batch, length, 3, channels), f"qkv {tuple(qkv.shape)} vs [B, L, 3, {channels}]"
     assert conv_weight.shape == (3, channels, width), f"conv_weight {tuple(conv_weight.shape)}"

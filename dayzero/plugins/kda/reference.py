@@ -36,7 +36,8 @@ def kda_gate(z: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor | None 
 
 
 def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
-    """Gated DeltaNet's log-space per-head decay g = -exp(A_log) * softplus(a + dt_bias): a [..., H] -> fp32 [..., H]."""
+    """Gated DeltaNet's log-space per-head decay g = -exp(A_log) * softplus(a + dt_bias): a [..., H] -> fp32
+    [..., H]."""
     return -A_log.float().exp() * torch.nn.functional.softplus(a.float() + dt_bias.float())
 
 

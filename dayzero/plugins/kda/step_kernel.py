@@ -1,5 +1,5 @@
-"""One KDA token on a state tile held in registers: the gated delta-rule step both decode pool kernels take
-(recurrent_kernel.py, pipelined_pool_kernel.py)."""
+"""One KDA token on a state tile held in registers: the gated delta-rule step the decode kernels take
+(recurrent_kernel.py, pipelined_pool_kernel.py, gdn_decode_kernel.py)."""
 
 from __future__ import annotations
 
@@ -45,9 +45,11 @@ def kda_token(S, q, k, v, decay, beta):
 
 
 @triton.jit
-def kda_token_split(S, q, k, v, g, beta):
-    """`kda_token` on a state held as [NV, K, BV] (V split in NV blocks of BV): q / k / g [K], v [NV, BV]."""
-    S = S * tl.exp(g)[None, :, None]
+def kda_token_split(S, q, k, v, decay, beta):
+    """`kda_token` on a state held as [NV, K, BV] (V split in NV blocks of BV): q / k [K], v [NV, BV], decay
+    broadcastable to [NV, K, BV] (a per-channel gate's [1, K, 1], per-block gates' [NV, 1, 1]), beta a scalar or
+    [NV, 1]."""
+    S = S * decay
     delta = beta * (v - tl.sum(S * k[None, :, None], axis=1))
     S = S + k[None, :, None] * delta[:, None, :]
     return S, tl.sum(S * q[None, :, None], axis=1)
