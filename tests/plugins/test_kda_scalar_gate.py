@@ -299,13 +299,14 @@ def _gdn_steps(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
 
     torch.manual_seed(1)
     steps, num_slots = 4, 2 * batch
-    inputs = [gdn_decode_inputs(batch, 1, 16, 32, 128, 128, 4, torch.bfloat16, num_slots) for _ in range(steps)]
-    pools = {name: inputs[0][name].cuda() for name in ("conv_state", "state")}
+    inputs = {name: x.cuda() for name, x in gdn_decode_inputs(batch, steps, 16, 32, 128, 128, 4, torch.bfloat16,
+                                                                 num_slots).items()}
+    pools = {name: inputs[name] for name in ("conv_state", "state")}
     start = {name: x.clone() for name, x in pools.items()}
     slots = torch.randperm(num_slots)[:batch].to(torch.int32).view(batch, 1).cuda()
     accepted = torch.ones(batch, dtype=torch.int32, device="cuda")
-    params = {name: inputs[0][name].cuda() for name in ("conv_weight", "A_log", "dt_bias")}
-    per_step = [{name: step[name].cuda() for name in ("qkv", "a", "b")} for step in inputs]
+    params = {name: inputs[name] for name in ("conv_weight", "A_log", "dt_bias")}
+    per_step = [{name: inputs[name][:, t:t + 1].contiguous() for name in ("qkv", "a", "b")} for t in range(steps)]
     out = torch.empty(steps, batch, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
 
     def step():
