@@ -4,7 +4,8 @@ Each row (row_plan.py) gets its request's logit adjustments (logit_adjustments.p
 the drafts before the row counted, stop ids banned before min_tokens) and its grammar mask (a packed bitmask,
 grammar_bitmask.py); greedy rows then take the argmax, random rows a draw (token_draw.py) at a uniform keyed by the
 request's seed and the row's output position (seeded_uniform.py), so a request's tokens depend on nothing else in the
-batch. The tokens, and the log probabilities asked for, come back to the host in one copy.
+batch. The tokens, and the log probabilities asked for, come back to the host in one copy; `sample` starts it and
+keeps the tokens on the device (a step that overlaps the host feeds them to the next one), `collect` reads it.
 
 A verify step's rows are sampled like any others, and acceptance (spec_decode.accepted_run) keeps the drafts equal to
 the tokens sampled at their positions. For a point-mass draft that is the rejection rule: a draft is kept with its
@@ -25,7 +26,7 @@ from dayzero.runtime.seeded_uniform import seeded_uniform
 from dayzero.runtime.sequence import Sequence
 from dayzero.runtime.token_counts import TokenCounts
 from dayzero.runtime.token_draw import draw_tokens
-from dayzero.runtime.transfers import download, upload
+from dayzero.runtime.transfers import Download, upload
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,15 @@ class SampledRows:
 
     tokens: list[int]
     logprobs: list[TokenLogprob] | None
+
+
+@dataclass(frozen=True)
+class DrawnRows:
+    """A step's tokens on the device (one a row of its plan) and their copy to the host under way."""
+
+    tokens: torch.Tensor  # int64 [rows]
+    plan: RowPlan
+    copy: Download
 
 
 class BatchSampler:
@@ -49,9 +59,17 @@ class BatchSampler:
         """logits [B, vocab], or [B, width, vocab] for a verify step (row i of sequence b after its last token and
         drafts[b][:i], rows past 1 + len(drafts[b]) unused); bitmasks: per sequence None or its grammar's int32
         [1 + len(drafts[b]), ceil(vocab / 32)]."""
+        return self.collect(self.sample(logits, seqs, drafts, bitmasks))
+
+    def sample(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None = None,
+               bitmasks: list[torch.Tensor | None] | None = None) -> DrawnRows:
+        """The rows' tokens, left on the device, with their copy to the host (and the log probabilities') started.
+        A sequence's rows pick its output tokens len(output_ids) + num_pending onwards."""
         plan, step, rows = self._prepare(logits, seqs, drafts, bitmasks)
-        work = self._adjusted(rows, plan, step, bitmasks)
-        return self._results(rows, self._tokens(work, plan, step), plan)
+        tokens = self._tokens(self._adjusted(rows, plan, step, bitmasks), plan, step)
+        asked = plan.logprobs
+        parts = [tokens, *(row_logprobs(asked.take(rows), asked.take(tokens), max(plan.num_top)) if asked else [])]
+        return DrawnRows(tokens, plan, Download(parts))
 
     def adjusted_logits(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None = None,
                         bitmasks: list[torch.Tensor | None] | None = None) -> torch.Tensor:
@@ -84,7 +102,7 @@ class BatchSampler:
                 for token in self._banned(seq, r, plan)]
         masked_rows = [r for b in range(len(seqs)) if bitmasks and bitmasks[b] is not None for r in plan.rows_of(b)]
         return upload({
-            "positions": [len(seqs[plan.owners[r]].output_ids) + plan.offsets[r] for r in plan.random.rows],
+            "positions": [_emitted(seqs[plan.owners[r]]) + plan.offsets[r] for r in plan.random.rows],
             "count_rows": [counting[plan.owners[r]] for r in plan.counting.rows],
             "increment_rows": [j for j, _ in increments], "increment_tokens": [t for _, t in increments],
             "ban_rows": [r for r, _ in bans], "ban_tokens": [t for _, t in bans], "masked": masked_rows,
@@ -93,7 +111,7 @@ class BatchSampler:
 
     def _banned(self, seq: Sequence, row: int, plan: RowPlan) -> list[int]:
         """Before min_tokens no stop id may be the row's token."""
-        if len(seq.output_ids) + plan.offsets[row] >= seq.params.min_tokens:
+        if _emitted(seq) + plan.offsets[row] >= seq.params.min_tokens:
             return []
         return sorted(set(seq.params.stop_token_ids) | (set() if seq.params.ignore_eos else set(self.stop_ids)))
 
@@ -131,16 +149,21 @@ class BatchSampler:
         tokens.index_copy_(0, plan.greedy.index, plan.greedy.take(work).argmax(-1))
         return tokens.index_copy_(0, plan.random.index, drawn)
 
-    def _results(self, rows: torch.Tensor, tokens: torch.Tensor, plan: RowPlan) -> list[SampledRows]:
-        """Tokens and log probabilities to the host in one copy, split by sequence."""
-        asked = plan.logprobs
-        parts = [tokens, *(row_logprobs(asked.take(rows), asked.take(tokens), max(plan.num_top)) if asked else [])]
-        host = [part.tolist() for part in download(parts)]
+    @staticmethod
+    def collect(drawn: DrawnRows) -> list[SampledRows]:
+        """The drawn tokens and log probabilities on the host (waits for their copy), split by sequence."""
+        plan, asked = drawn.plan, drawn.plan.logprobs
+        host = [part.tolist() for part in drawn.copy.wait()]
         logprobs = dict(zip(asked.rows, entries([host[0][r] for r in asked.rows], *host[1:], plan.num_top))) \
             if asked else {}
         return [SampledRows([host[0][r] for r in plan.rows_of(b)],
                             [logprobs[r] for r in plan.rows_of(b)] if seq.params.logprobs is not None else None)
                 for b, seq in enumerate(plan.seqs)]
+
+
+def _emitted(seq: Sequence) -> int:
+    """Output tokens drawn before this step's: those on the host and those still on the device."""
+    return len(seq.output_ids) + seq.num_pending
 
 
 def _flat_rows(logits: torch.Tensor, step: dict[str, torch.Tensor]) -> torch.Tensor:
