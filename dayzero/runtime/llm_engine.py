@@ -75,6 +75,7 @@ class StepStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0  # drafts the model agreed with
     steps: int = 0
+    overlapped: int = 0  # decode steps launched before the host read the previous one's tokens
     preemptions: int = 0
     first_token_at: dict = field(default_factory=dict)
 
@@ -206,6 +207,7 @@ class LLMEngine:
         previous = self._in_flight
         step = self.scheduler.schedule_ahead(self._overlaps)
         self._in_flight = None if step is None else self._launch(step, previous)
+        self.stats.overlapped += step is not None
         finished = self._finish(previous)
         if self._in_flight is not None:
             self._name_snapshots(self._in_flight)
