@@ -63,7 +63,7 @@ def decode_inputs(seqs: list[Sequence], drafts: list[list[int]], width: int, pag
     input_ids = longs["ids"].view(len(seqs), width)
     if chained:
         # every position of a chained row without drafts holds its last token
-        input_ids[longs["chained"]] = drawn[longs["chained_from"]][:, None]
+        input_ids.index_copy_(0, longs["chained"], drawn[longs["chained_from"]][:, None].expand(-1, width))
     return input_ids, _meta(longs, ints, len(seqs))
 
 

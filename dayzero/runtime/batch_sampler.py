@@ -62,10 +62,12 @@ class BatchSampler:
         return self.collect(self.sample(logits, seqs, drafts, bitmasks))
 
     def sample(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None = None,
-               bitmasks: list[torch.Tensor | None] | None = None) -> DrawnRows:
+               bitmasks: list[torch.Tensor | None] | None = None, drawn: torch.Tensor | None = None,
+               drawn_rows: list[int | None] | None = None) -> DrawnRows:
         """The rows' tokens, left on the device, with their copy to the host (and the log probabilities') started.
-        A sequence's rows pick its output tokens len(output_ids) + num_pending onwards."""
-        plan, step, rows = self._prepare(logits, seqs, drafts, bitmasks)
+        A sequence's rows pick its output tokens len(output_ids) + num_pending onwards; drawn, drawn_rows: where
+        sequence b's last output token is still on the device, drawn[drawn_rows[b]] (the penalties count it)."""
+        plan, step, rows = self._prepare(logits, seqs, drafts, bitmasks, drawn, drawn_rows)
         tokens = self._tokens(self._adjusted(rows, plan, step, bitmasks), plan, step)
         asked = plan.logprobs
         parts = [tokens, *(row_logprobs(asked.take(rows), asked.take(tokens), max(plan.num_top)) if asked else [])]
@@ -78,10 +80,12 @@ class BatchSampler:
         return self._adjusted(rows, plan, step, bitmasks)
 
     def _prepare(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None,
-                 bitmasks: list | None) -> tuple[RowPlan, dict[str, torch.Tensor], torch.Tensor]:
+                 bitmasks: list | None, drawn: torch.Tensor | None = None, drawn_rows: list[int | None] | None = None
+                 ) -> tuple[RowPlan, dict[str, torch.Tensor], torch.Tensor]:
         drafts = drafts if drafts is not None else [[] for _ in seqs]
         plan = self._plan_for(seqs, drafts)
-        step = self._step_inputs(plan, drafts, bitmasks, logits.shape[1] if logits.dim() == 3 else 1)
+        step = self._step_inputs(plan, drafts, bitmasks, logits.shape[1] if logits.dim() == 3 else 1, drawn,
+                                 drawn_rows or [None] * len(seqs))
         return plan, step, _flat_rows(logits, step)
 
     def _plan_for(self, seqs: list[Sequence], drafts: list[list[int]]) -> RowPlan:
@@ -89,13 +93,14 @@ class BatchSampler:
             self._plan = RowPlan(seqs, drafts, self.vocab_size, self.device)
         return self._plan
 
-    def _step_inputs(self, plan: RowPlan, drafts: list[list[int]], bitmasks: list | None,
-                     width: int) -> dict[str, torch.Tensor]:
+    def _step_inputs(self, plan: RowPlan, drafts: list[list[int]], bitmasks: list | None, width: int,
+                     drawn: torch.Tensor | None, drawn_rows: list[int | None]) -> dict[str, torch.Tensor]:
         """What changes every step, in one copy: the random rows' positions, the counting rows' count rows and the
         drafts they count, stop-id bans, the masked rows and the real rows of a padded verify step."""
         seqs = plan.seqs
         counting = {b: None for b in (plan.owners[r] for r in plan.counting.rows)}
-        counting = dict(zip(counting, self.counts.rows_of([seqs[b] for b in counting])))
+        counting = dict(zip(counting, self.counts.rows_of([seqs[b] for b in counting], drawn,
+                                                          [drawn_rows[b] for b in counting])))
         increments = [(j, token) for j, r in enumerate(plan.counting.rows)
                       for token in drafts[plan.owners[r]][: plan.offsets[r]]]
         bans = [(r, token) for b, seq in enumerate(seqs) for r in plan.rows_of(b)

@@ -23,7 +23,6 @@ from dayzero.runtime.in_flight import InFlight
 from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.prefix_cache import PrefixCache
 from dayzero.runtime.prompt_logprobs import prompt_targets, record_prompt_logprobs, wants_prompt_logprobs
-from dayzero.runtime.row_plan import counts_tokens
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
@@ -56,7 +55,7 @@ class RuntimeOptions:
     # slot groups kept for snapshots beyond the running sequences' (default: one a sequence of the batch)
     snapshot_groups: int | None = None
     # launch each decode step before the previous one's tokens reach the host (in_flight.py), where the step allows:
-    # no drafts, no answer held to a grammar, no counting penalties
+    # no drafts, no answer held to a grammar
     overlap: bool = True
 
     def __post_init__(self):
@@ -215,8 +214,8 @@ class LLMEngine:
 
     def _overlaps(self, seq: Sequence) -> bool:
         """Whether seq's next decode step may be launched before the host reads its last token: not where the host
-        needs it first (drafts, an answer's grammar state) or where penalties count it."""
-        return self.overlap and seq.json_answer is None and not counts_tokens(seq.params)
+        needs it first (drafts, an answer's grammar state)."""
+        return self.overlap and seq.json_answer is None
 
     def _prefill(self, step: ScheduledStep) -> list[Sequence]:
         input_ids, meta = prefill_inputs(step, self.manifest.page_size, self.capacity.slots_per_seq, self.max_pages,
@@ -263,12 +262,13 @@ class LLMEngine:
         drawn and start for the host. A sequence whose last token `previous` drew is fed it from there."""
         drafts = [self._draft(seq, count - 1) for seq, count in zip(step.seqs, step.num_new)]
         drawn = None if previous is None else previous.drawn.tokens
+        drawn_rows = None if previous is None else previous.drawn_rows(step.seqs)
         input_ids, meta = decode_inputs(step.seqs, drafts, 1 + self.manifest.num_draft, self.manifest.page_size,
                                         self.capacity.slots_per_seq, self.max_pages, self.manifest.device, drawn,
-                                        None if previous is None else previous.drawn_rows(step.seqs))
+                                        drawn_rows)
         logits = self.decode(input_ids, meta)
-        flight = InFlight(step.seqs, drafts, [seq.num_cached for seq in step.seqs],
-                          self.sampler.sample(logits, step.seqs, drafts, self._bitmasks(step.seqs, drafts)), [])
+        sampled = self.sampler.sample(logits, step.seqs, drafts, self._bitmasks(step.seqs, drafts), drawn, drawn_rows)
+        flight = InFlight(step.seqs, drafts, [seq.num_cached for seq in step.seqs], sampled, [])
         for seq, draft in zip(step.seqs, drafts):
             # the last token enters the cache whatever is accepted; the drawn token is the host's to read
             seq.num_cached += 1

@@ -6,10 +6,12 @@ reach the host, and the host waits once a step."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
 import pytest
+import torch
 
 from dayzero.contract import PAGE, SLOT
 from dayzero.model.caches import CacheFormat
@@ -18,6 +20,7 @@ from dayzero.runtime import transfers
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.sequence import Sequence
+from dayzero.tokenizer import ByteTokenizer
 from tests.helpers import layer_pattern, random_model, tiny_config_dict
 
 MAX_BATCH = 4
@@ -60,13 +63,14 @@ def random_mix(seed: int, sampled: bool = False, shared_prefixes: bool = False, 
         if shared_prefixes:
             prompt = rng.choice(bases) + prompt[: rng.randrange(1, 8)]
         kind = rng.randrange(4)
+        max_tokens = rng.choice([1, 2, rng.randrange(3, 16)])
         params = SamplingParams(
-            max_tokens=rng.choice([1, 2, rng.randrange(3, 16)]),
+            max_tokens=max_tokens,
             stop_token_ids=tuple(rng.sample(range(256), 12)) if kind == 1 else (),
             stop=("q", "xy") if kind == 2 else (),
             temperature=0.9 if sampled else 0.0, top_p=rng.choice([1.0, 0.8]) if sampled else 1.0,
             seed=rng.randrange(2**32) if sampled else None, logprobs=2 if kind == 3 else None,
-            min_tokens=2 if sampled and kind == 1 else 0)
+            min_tokens=min(2, max_tokens) if sampled and kind == 1 else 0, frequency_penalty=rng.choice([0.0, 0.0, 0.7]))
         mix.arrivals.setdefault(rng.randrange(12), []).append((number, prompt, params))
         if rng.random() < 0.15:
             mix.cancels.setdefault(rng.randrange(2, 14), []).append(number)
@@ -228,13 +232,31 @@ def test_a_sequence_stopped_in_flight_runs_one_dropped_step(model):
     assert_all_returned(engine)
 
 
-def test_steps_holding_counting_penalties_do_not_overlap(model):
-    engine = runtime(model, True)
-    engine.add_request([1, 2, 3], SamplingParams(max_tokens=6, presence_penalty=0.5))
-    engine.add_request([4, 5], SamplingParams(max_tokens=6))
-    while engine.has_work:
-        engine.step()
-    assert engine.stats.overlapped == 0
+def test_penalties_count_the_tokens_still_on_the_device(model):
+    """Counting penalties see each step's token before the host reads it (counted from the step's token tensor)."""
+    mix = Mix()
+    for number, params in enumerate([SamplingParams(max_tokens=12, presence_penalty=1.5),
+                                     SamplingParams(max_tokens=12, frequency_penalty=2.0, repetition_penalty=1.3),
+                                     SamplingParams(max_tokens=12, repetition_penalty=2.0, temperature=0.8, seed=5),
+                                     SamplingParams(max_tokens=12)]):
+        mix.arrivals.setdefault(number // 2, []).append((number, [4, 4, 4, 9, number], params))
+    overlapped = compare(model, mix)
+    assert overlapped.stats.overlapped >= 8
+
+
+def test_a_json_answer_keeps_its_steps_synchronous(model):
+    answers = []
+    for overlap in (False, True):
+        engine = runtime(model, overlap)
+        engine.token_bytes = ByteTokenizer().token_bytes
+        closing = tuple((ord(c), 4.0) for c in '"}')
+        seq = engine.add_request([256, *b"JSON:"], SamplingParams(max_tokens=40, logit_bias=closing,
+                                                                  response_format="json_object"))
+        while engine.has_work:
+            engine.step()
+        assert engine.stats.overlapped == 0
+        answers.append((seq.output_ids, seq.finish_reason))
+    assert answers[0] == answers[1]
 
 
 def test_a_cancelled_request_in_flight_drops_its_token(model):
@@ -258,14 +280,37 @@ def test_a_cancelled_request_in_flight_drops_its_token(model):
     assert_all_returned(engine)
 
 
+def cuda_runtime(overlap: bool) -> LLMEngine:
+    model = random_model(tiny_config_dict(num_hidden_layers=2, linear_attn_config=layer_pattern("km"))).to("cuda")
+    manifest = eager_manifest(model, CacheFormat(), max_batch=MAX_BATCH, max_len=512)
+    return LLMEngine(EagerEngine(model, manifest), RuntimeOptions(memory_bytes=64 << 20, overlap=overlap),
+                     detokenize=letters)
+
+
 @pytest.mark.gpu
-def test_greedy_outputs_with_cuda_graphs_are_those_without_overlap(model):
-    cuda_model = model.to("cuda")
-    outputs = []
-    for overlap in (False, True):
-        manifest = eager_manifest(cuda_model, CacheFormat(), max_batch=MAX_BATCH, max_len=512)
-        engine = LLMEngine(EagerEngine(cuda_model, manifest), RuntimeOptions(memory_bytes=64 << 20, overlap=overlap))
-        outputs.append({n: s.output_ids for n, s in serve(engine, random_mix(3)).items()})
-        assert (engine.stats.overlapped > 0) == overlap
-    assert outputs[0] == outputs[1]
-    model.to("cpu")
+def test_greedy_and_seeded_outputs_with_cuda_graphs_are_those_without_overlap():
+    for mix in (random_mix(3), random_mix(103, sampled=True)):
+        synced, overlapped = cuda_runtime(False), cuda_runtime(True)
+        assert_same_outputs(serve(synced, mix), serve(overlapped, mix))
+        assert overlapped.stats.overlapped > 0
+        assert_all_returned(overlapped)
+
+
+@pytest.mark.gpu
+def test_an_overlapped_step_waits_for_the_device_once(monkeypatch):
+    """In a steady overlapped run no call synchronizes with the device implicitly (torch's sync debug mode raises on
+    any: a blocking copy, a .item(), a stream sync); the one wait a step is the event of the tokens' copy."""
+    engine = cuda_runtime(True)
+    for number, params in enumerate([SamplingParams(), SamplingParams(temperature=1.0, top_p=0.9, seed=1),
+                                     SamplingParams(presence_penalty=0.5, logprobs=3), SamplingParams(min_tokens=3)]):
+        engine.add_request([5, 6, 7, number], dataclasses.replace(params, max_tokens=30, ignore_eos=True))
+    while engine.stats.overlapped < 3:
+        engine.step()
+    recorder = Recorder(engine, monkeypatch)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(8):
+            engine.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert " ".join(recorder.events) == " ".join(["decode read"] * 8)
