@@ -6,14 +6,26 @@ from __future__ import annotations
 
 import torch
 
+# the tensors upload returns start at multiples of this many bytes into their copy: compiled engines (AOTInductor)
+# specialize their Triton kernels on 16-byte aligned input pointers
+ALIGN_BYTES = 16
+
 
 def upload(columns: dict[str, list], dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
-    """Named lists -> named 1-D tensors on the device, all moved in one copy."""
-    flat = torch.tensor([value for values in columns.values() for value in values], dtype=dtype)
+    """Named lists -> named 1-D tensors on the device, all moved in one copy (each 16-byte aligned)."""
+    align = ALIGN_BYTES // dtype.itemsize
+    # each column, then its padding
+    sizes, values = [], []
+    for column in columns.values():
+        pad = -len(column) % align
+        sizes += [len(column), pad]
+        values += column
+        values += [0] * pad
+    flat = torch.tensor(values, dtype=dtype)
     # pinned, the copy to a GPU need not wait for the kernels queued before it
     pinned = device.type == "cuda" and len(flat)
     flat = (flat.pin_memory() if pinned else flat).to(device, non_blocking=bool(pinned))
-    return dict(zip(columns, flat.split([len(values) for values in columns.values()])))
+    return dict(zip(columns, flat.split(sizes)[::2]))
 
 
 class Download:
