@@ -123,7 +123,7 @@ class BatchSampler:
     def _tokens(self, work: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
         if not plan.random:
             return work.argmax(-1)
-        uniform = seeded_uniform(plan.random_rows.seeds, step["positions"])
+        uniform = seeded_uniform(plan.random_rows.seed_keys, step["positions"])
         drawn = draw_tokens(plan.random.take(work), plan.random_rows, uniform)
         if not plan.greedy:
             return drawn

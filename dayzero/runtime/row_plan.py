@@ -15,7 +15,7 @@ import torch
 
 from dayzero.runtime.penalties import adjusts_logits
 from dayzero.runtime.sampling import SamplingParams
-from dayzero.runtime.seeded_uniform import seed_words
+from dayzero.runtime.seeded_uniform import seed_keys, seed_words
 from dayzero.runtime.sequence import Sequence
 from dayzero.runtime.transfers import upload
 
@@ -64,7 +64,7 @@ class RandomRows:
     top_k: torch.Tensor  # int64 [n], at most the vocabulary; 0: no bound
     top_p: torch.Tensor  # float32 [n]
     log_min_p: torch.Tensor  # float32 [n]: log(min_p), -inf for 0
-    seeds: torch.Tensor  # int64 [n, 2] (seeded_uniform.seed_words)
+    seed_keys: torch.Tensor  # int64 [n] (seeded_uniform.seed_keys)
     max_top_k: int
     any_top_p: bool
     any_min_p: bool
@@ -110,7 +110,8 @@ class RowPlan:
         self.bias = (ints["bias_rows"], ints["bias_tokens"], floats["bias_values"]) if bias else None
         self.num_top = [params[r].logprobs for r in sets["logprobs"]]
         self.random_rows = RandomRows(
-            floats["temperature"], ints["top_k"], floats["top_p"], floats["log_min_p"], ints["seeds"].view(-1, 2),
+            floats["temperature"], ints["top_k"], floats["top_p"], floats["log_min_p"],
+            seed_keys(ints["seeds"].view(-1, 2)),
             max((min(p.top_k, vocab_size) for p in random), default=0), any(p.top_p < 1 for p in random),
             any(p.min_p > 0 for p in random))
         self.counting_rows = CountingRows(

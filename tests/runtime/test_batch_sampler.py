@@ -18,7 +18,7 @@ from dayzero.runtime.grammar_bitmask import pack_bitmask, unpack_bitmask
 from dayzero.runtime.penalties import penalized
 from dayzero.runtime.row_plan import RowPlan
 from dayzero.runtime.sampling import SamplingParams, filtered_logits, token_probs
-from dayzero.runtime.seeded_uniform import seed_words, seeded_uniform
+from dayzero.runtime.seeded_uniform import seed_keys, seed_words, seeded_uniform
 from dayzero.runtime.sequence import Sequence, Status
 from dayzero.runtime.token_draw import scaled, support_floor
 
@@ -205,7 +205,7 @@ def test_an_unseeded_request_gets_its_own_seed():
 def test_seeded_uniforms_are_uniform_and_differ_by_seed_and_position():
     seeds = torch.tensor([seed_words(s) for s in (0, 1, -1, 2**64 + 1, 2**40)])
     assert seed_words(2**64 + 1) == seed_words(1) and seed_words(-1) == (2**32 - 1, 2**32 - 1)
-    grid = seeded_uniform(seeds.repeat_interleave(4000, 0), torch.arange(4000).repeat(5)).view(5, 4000)
+    grid = seeded_uniform(seed_keys(seeds).repeat_interleave(4000), torch.arange(4000).repeat(5)).view(5, 4000)
     assert torch.equal(grid[1], grid[3])
     assert ((grid > 0) & (grid < 1)).all()
     for row in grid[[0, 1, 2, 4]]:
