@@ -106,19 +106,20 @@ class BatchSampler:
         if plan.bias is not None:
             with_bias(work, *plan.bias)
         if plan.counting:
-            generated = self.counts.generated[step["count_rows"]]
-            if len(step["increment_rows"]):
-                generated.index_put_((step["increment_rows"], step["increment_tokens"]),
-                                     torch.ones((), device=work.device), accumulate=True)
-            in_prompt = self.counts.in_prompt[step["count_rows"]]
-            work = plan.counting.put(work, penalized_rows(plan.counting.take(work), generated, in_prompt,
-                                                          plan.counting_rows))
+            work = plan.counting.put(work, self._penalized(plan.counting.take(work), plan, step))
         if len(step["ban_rows"]):
             with_bans(work, step["ban_rows"], step["ban_tokens"])
         if len(step["masked"]):
             bitmask = torch.cat([m for m in bitmasks if m is not None]).to(work.device, non_blocking=True)
             work[step["masked"]] = masked(work[step["masked"]], bitmask)
         return work
+
+    def _penalized(self, x: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The counting rows' logits with their penalties, each row counting the drafts before it."""
+        generated = self.counts.generated[step["count_rows"]]
+        if len(step["increment_rows"]):
+            generated.index_put_((step["increment_rows"], step["increment_tokens"]), x.new_ones(()), accumulate=True)
+        return penalized_rows(x, generated, self.counts.in_prompt[step["count_rows"]], plan.counting_rows)
 
     def _tokens(self, work: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
         if not plan.random:
@@ -136,8 +137,8 @@ class BatchSampler:
         asked = plan.logprobs
         parts = [tokens, *(row_logprobs(asked.take(rows), asked.take(tokens), max(plan.num_top)) if asked else [])]
         host = [part.tolist() for part in download(parts)]
-        logprobs = dict(zip(asked.rows, entries([host[0][r] for r in asked.rows], *host[1:], plan.num_top))) \
-            if asked else {}
+        chosen = [host[0][r] for r in asked.rows]
+        logprobs = dict(zip(asked.rows, entries(chosen, *host[1:], plan.num_top) if asked else []))
         return [SampledRows([host[0][r] for r in plan.rows_of(b)],
                             [logprobs[r] for r in plan.rows_of(b)] if seq.params.logprobs is not None else None)
                 for b, seq in enumerate(plan.seqs)]
