@@ -150,8 +150,8 @@ class BatchSampler:
         asked = plan.logprobs
         parts = [tokens, *(row_logprobs(asked.take(rows), asked.take(tokens), max(plan.num_top)) if asked else [])]
         host = [part.tolist() for part in download(parts)]
-        chosen = [host[0][r] for r in asked.rows]
-        logprobs = dict(zip(asked.rows, entries(chosen, *host[1:], plan.num_top) if asked else []))
+        asked_tokens = [host[0][r] for r in asked.rows]
+        logprobs = dict(zip(asked.rows, entries(asked_tokens, *host[1:], plan.num_top) if asked else []))
         return [SampledRows([host[0][r] for r in plan.rows_of(b)],
                             [logprobs[r] for r in plan.rows_of(b)] if seq.params.logprobs is not None else None)
                 for b, seq in enumerate(plan.seqs)]
