@@ -36,9 +36,10 @@ def letters(ids: list[int]) -> str:
     return "".join(chr(ord("a") + t % 26) for t in ids)
 
 
-def runtime(model, overlap: bool, num_pages: int = 40, prefix_caching: bool = False) -> LLMEngine:
-    manifest = eager_manifest(model, CacheFormat(), max_batch=MAX_BATCH, max_len=512)
-    groups = MAX_BATCH + 1 + (MAX_BATCH if prefix_caching else 0)
+def runtime(model, overlap: bool, num_pages: int = 40, prefix_caching: bool = False,
+            max_batch: int = MAX_BATCH) -> LLMEngine:
+    manifest = eager_manifest(model, CacheFormat(), max_batch=max_batch, max_len=512)
+    groups = max_batch + 1 + (max_batch if prefix_caching else 0)
     budget = groups * manifest.unit_bytes(SLOT) + num_pages * manifest.unit_bytes(PAGE)
     options = RuntimeOptions(token_budget=48, memory_bytes=budget, overlap=overlap, prefix_caching=prefix_caching,
                              snapshot_every=64)
@@ -70,7 +71,8 @@ def random_mix(seed: int, sampled: bool = False, shared_prefixes: bool = False, 
             stop=("q", "xy") if kind == 2 else (),
             temperature=0.9 if sampled else 0.0, top_p=rng.choice([1.0, 0.8]) if sampled else 1.0,
             seed=rng.randrange(2**32) if sampled else None, logprobs=2 if kind == 3 else None,
-            min_tokens=min(2, max_tokens) if sampled and kind == 1 else 0, frequency_penalty=rng.choice([0.0, 0.0, 0.7]))
+            min_tokens=min(2, max_tokens) if sampled and kind == 1 else 0,
+            frequency_penalty=rng.choice([0.0, 0.0, 0.7]))
         mix.arrivals.setdefault(rng.randrange(12), []).append((number, prompt, params))
         if rng.random() < 0.15:
             mix.cancels.setdefault(rng.randrange(2, 14), []).append(number)
@@ -134,6 +136,17 @@ def test_greedy_outputs_are_those_without_overlap(model, seed):
 @pytest.mark.parametrize("seed", range(2))
 def test_seeded_sampled_outputs_are_those_without_overlap(model, seed):
     compare(model, random_mix(100 + seed, sampled=True))
+
+
+def test_a_batch_the_sampler_takes_in_several_passes_matches(model):
+    # the CPU sampler takes 8 sequences a pass: the next step's inputs come from the rows of every pass
+    mix = Mix()
+    for number in range(11):
+        params = SamplingParams(max_tokens=10, temperature=0.8 if number % 2 else 0.0, seed=number,
+                                presence_penalty=0.5 if number % 3 else 0.0, logprobs=1 if number % 4 else None)
+        mix.arrivals.setdefault(0, []).append((number, [number, 3, number + 1], params))
+    overlapped = compare(model, mix, max_batch=12)
+    assert overlapped.stats.overlapped >= 8
 
 
 def test_preemption_under_a_small_cache_matches(model):
