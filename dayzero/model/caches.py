@@ -1,8 +1,8 @@
 """Allocation and sizing of the per-layer caches in the layouts of docs/ops.md ("Cache layouts").
 
-MLA layers keep paged caches (latent KV and, with a DSA indexer, index keys) whose size grows per token; KDA
-layers keep a fixed state (+ conv window) per sequence slot. Formats: latent KV plain (model dtype) or FP8
-records, index keys plain or MXFP8 (dayzero/plugins/paged_cache/formats.py).
+MLA layers keep paged caches (latent KV and, with a DSA indexer, index keys) whose size grows per token; KDA and
+gated DeltaNet layers keep a fixed state (+ conv window) per sequence slot. Formats: latent KV plain (model dtype) or
+FP8 records, index keys plain or MXFP8 (dayzero/plugins/paged_cache/formats.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dayzero.model.config import KDA, ModelConfig
+from dayzero.model.config import GDN, KDA, ModelConfig
 from dayzero.model.step import KDACache, MLACache
 from dayzero.plugins.paged_cache import formats
 
@@ -29,7 +29,8 @@ PLAIN_CACHE = CacheFormat()
 
 @dataclass(frozen=True)
 class CacheBytes:
-    """Capacity planning: bytes per cached token (all MLA layers) and per sequence slot (all KDA layers)."""
+    """Capacity planning: bytes per cached token (all MLA layers) and per sequence slot (all KDA and gated DeltaNet
+    layers)."""
 
     per_token_latent: int
     per_token_index: int
@@ -65,7 +66,13 @@ def cache_bytes(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat = PLAIN_C
         kda = cfg.kda
         state = kda.num_heads * kda.head_dim * kda.head_dim * 4
         conv = 3 * (kda.conv_size - 1) * kda.proj_dim * _element_size(dtype)
-    return CacheBytes(latent * num_mla, index * num_indexers, state * num_kda, conv * num_kda)
+    state, conv = state * num_kda, conv * num_kda
+    num_gdn = cfg.layer_kinds.count(GDN)
+    if num_gdn:
+        gdn = cfg.gdn
+        state += num_gdn * gdn.num_value_heads * gdn.key_head_dim * gdn.value_head_dim * 4
+        conv += num_gdn * (gdn.conv_size - 1) * gdn.conv_dim * _element_size(dtype)
+    return CacheBytes(latent * num_mla, index * num_indexers, state, conv)
 
 
 def allocate_caches(
@@ -73,7 +80,7 @@ def allocate_caches(
     fmt: CacheFormat = PLAIN_CACHE,
 ) -> list[LayerCache]:
     """One cache per layer: `num_pages` pages of latent KV (+ index keys) per MLA layer, `num_slots` state slots
-    per KDA layer. Fresh slots are zero, which is the state of an empty sequence."""
+    per KDA or gated DeltaNet layer. Fresh slots are zero, which is the state of an empty sequence."""
     return [_layer_cache(cfg, layer, num_pages, num_slots, dtype, device, fmt) for layer in range(cfg.num_layers)]
 
 
@@ -84,6 +91,8 @@ def _layer_cache(cfg: ModelConfig, layer: int, num_pages, num_slots, dtype, devi
             state=torch.zeros(num_slots, kda.num_heads, kda.head_dim, kda.head_dim, dtype=torch.float32, device=device),
             conv=torch.zeros(num_slots, 3, kda.conv_size - 1, kda.proj_dim, dtype=dtype, device=device),
         )
+    if cfg.layer_kinds[layer] == GDN:
+        return _gdn_cache(cfg, num_slots, dtype, device)
     mla = cfg.mla
     latent_shape = formats.latent_cache_shape(num_pages, mla.kv_lora_rank, mla.qk_rope_head_dim, fmt.kv_fp8)
     latent = torch.zeros(latent_shape, dtype=torch.uint8 if fmt.kv_fp8 else dtype, device=device)
@@ -92,3 +101,12 @@ def _layer_cache(cfg: ModelConfig, layer: int, num_pages, num_slots, dtype, devi
         index_shape = formats.index_cache_shape(num_pages, cfg.indexer.head_dim, fmt.index_mxfp8)
         index_k = torch.zeros(index_shape, dtype=torch.uint8 if fmt.index_mxfp8 else dtype, device=device)
     return MLACache(latent_kv=latent, index_k=index_k)
+
+
+def _gdn_cache(cfg: ModelConfig, num_slots: int, dtype: torch.dtype, device) -> KDACache:
+    gdn = cfg.gdn
+    return KDACache(
+        state=torch.zeros(num_slots, gdn.num_value_heads, gdn.key_head_dim, gdn.value_head_dim, dtype=torch.float32,
+                          device=device),
+        conv=torch.zeros(num_slots, 1, gdn.conv_size - 1, gdn.conv_dim, dtype=dtype, device=device),
+    )

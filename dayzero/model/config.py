@@ -15,9 +15,11 @@ from dayzero.model.adapters import adapter_for
 from dayzero.model.fields import ConfigFields
 from dayzero.model.layer_config import (
     DENSE,
+    GDN,
     KDA,
     MLA,
     MOE,
+    GDNConfig,
     IndexerConfig,
     KDAConfig,
     MLAConfig,
@@ -25,8 +27,8 @@ from dayzero.model.layer_config import (
     YarnScaling,
 )
 
-__all__ = ["DENSE", "KDA", "MLA", "MOE", "IndexerConfig", "KDAConfig", "MLAConfig", "ModelConfig", "MoEConfig",
-           "YarnScaling"]
+__all__ = ["DENSE", "GDN", "KDA", "MLA", "MOE", "GDNConfig", "IndexerConfig", "KDAConfig", "MLAConfig", "ModelConfig",
+           "MoEConfig", "YarnScaling"]
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,18 @@ class ModelConfig:
     # MLA layers without an indexer of their own that attend over the Top-K of the closest earlier layer with one
     # (GLM's IndexShare)
     index_shared_layers: tuple[int, ...] = ()
+    # gated DeltaNet layers (Qwen3-Next)
+    gdn: GDNConfig | None = None
+    # the decoder's RMSNorms scale by (1 + weight) (Qwen3-Next), not by weight
+    zero_centered_norm: bool = False
 
     def __post_init__(self):
         if len(self.layer_kinds) != len(self.mlp_kinds):
             raise DayzeroError("layer_types and mlp_layer_types must have one entry per layer")
         if KDA in self.layer_kinds and self.kda is None:
             raise DayzeroError("config has KDA layers but no linear_attn_config")
+        if GDN in self.layer_kinds and self.gdn is None:
+            raise DayzeroError("config has gated DeltaNet layers but no linear_num_key_heads / linear_* fields")
         if MLA in self.layer_kinds and self.mla is None:
             raise DayzeroError("config has full-attention layers but no MLA fields (kv_lora_rank, ...)")
         if MOE in self.mlp_kinds and self.moe is None:

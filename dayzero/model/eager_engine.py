@@ -9,13 +9,14 @@ import torch
 
 from dayzero.contract import PAGE, SLOT, CacheTensorSpec, EngineManifest, ScoredRows, StepEngine, StepMeta
 from dayzero.model.caches import CacheFormat, LayerCache, allocate_caches
-from dayzero.model.config import KDA, ModelConfig
+from dayzero.model.config import GDN, KDA, ModelConfig
 from dayzero.model.hybrid import HybridModel
 from dayzero.model.step import KDACache, MLACache
 
 
 def cache_tensor_specs(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat) -> tuple[CacheTensorSpec, ...]:
-    """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) per page, KDA (state, conv) per slot."""
+    """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) per page, KDA and gated DeltaNet
+    (state, conv) per slot."""
     specs = []
     for layer, cache in enumerate(allocate_caches(cfg, 1, 1, dtype, "meta", fmt)):
         unit = SLOT if isinstance(cache, KDACache) else PAGE
@@ -35,7 +36,7 @@ def layer_caches(model: HybridModel, flat: list[torch.Tensor]) -> list[LayerCach
     """Regroup the flat cache list into the model's per-layer cache objects (views, no copies)."""
     caches, i = [], 0
     for layer, kind in enumerate(model.config.layer_kinds):
-        if kind == KDA:
+        if kind in (KDA, GDN):
             caches.append(KDACache(state=flat[i], conv=flat[i + 1]))
             i += 2
         elif model.config.owns_indexer(layer):

@@ -12,25 +12,33 @@ def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
+    """RMSNorm(x) * weight, or * (1 + weight) when `zero_centered` (Qwen3-Next stores the weight's offset from 1)."""
+
+    def __init__(self, dim: int, eps: float, zero_centered: bool = False):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim), requires_grad=False)
         self.eps = eps
+        self.zero_centered = zero_centered
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (_rms(x, self.eps) * self.weight.float()).to(x.dtype)
+        scale = self.weight.float() + 1.0 if self.zero_centered else self.weight.float()
+        return (_rms(x, self.eps) * scale).to(x.dtype)
+
+
+GATES = {"sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu}
 
 
 class GatedRMSNorm(nn.Module):
-    """RMSNorm(o) * weight * sigmoid(gate): the KDA output norm, per head."""
+    """RMSNorm(o) * weight * act(gate), per head: the KDA output norm (sigmoid), the gated DeltaNet one (SiLU)."""
 
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float, gate: str = "sigmoid"):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
         self.eps = eps
+        self.gate = GATES[gate]
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        return (_rms(x, self.eps) * self.weight.float() * torch.sigmoid(gate.float())).to(x.dtype)
+        return (_rms(x, self.eps) * self.weight.float() * self.gate(gate.float())).to(x.dtype)
 
 
 class LayerNorm(nn.Module):

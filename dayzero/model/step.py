@@ -21,6 +21,9 @@ class MLACache:
 
 @dataclass
 class KDACache:
+    """A recurrent layer's slots: KDA, or gated DeltaNet (H value heads; one conv group of its q, k, v side by side,
+    conv [S, 1, W-1, 2*Hk*K + H*V])."""
+
     state: torch.Tensor  # [S, H, K, V] fp32
     conv: torch.Tensor  # [S, 3, W-1, H*K] pre-conv rows of q, k, v
 

@@ -1,0 +1,135 @@
+"""Gated DeltaNet layer (Qwen3-Next's linear attention; docs/models.md, "Gated DeltaNet"): the checkpoint's fused
+input projections, one short conv over q, k and v side by side, a scalar decay per value head, the delta-rule
+recurrence on the KDA ops with key heads shared by groups of value heads, and the SiLU-gated output norm."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dayzero.contract import StepMeta
+from dayzero.model import kda_context
+from dayzero.model.config import GDNConfig
+from dayzero.model.kda import ConvWeight
+from dayzero.model.norm import GatedRMSNorm, linear
+from dayzero.model.step import KDACache
+from dayzero.model.zigzag import ContextShard
+from dayzero.plugins import kda as kda_ops
+from dayzero.plugins import short_conv
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, hidden_size: int, cfg: GDNConfig, rms_norm_eps: float):
+        super().__init__()
+        self.cfg = cfg
+        self.in_proj_qkvz = linear(hidden_size, 2 * cfg.key_dim + 2 * cfg.value_dim)
+        self.in_proj_ba = linear(hidden_size, 2 * cfg.num_value_heads)
+        self.conv1d = ConvWeight(cfg.conv_dim, cfg.conv_size)
+        self.A_log = nn.Parameter(torch.zeros(cfg.num_value_heads), requires_grad=False)
+        self.dt_bias = nn.Parameter(torch.zeros(cfg.num_value_heads), requires_grad=False)
+        self.norm = GatedRMSNorm(cfg.value_head_dim, rms_norm_eps, gate="silu")
+        self.out_proj = linear(cfg.value_dim, hidden_size)
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """x [T, D] -> pre-conv q|k|v [T, 1, conv_dim], the output gate z [T, Hv, V], b and a [T, Hv].
+
+        The checkpoint groups the rows of both projections by key head: per key head, q, k, then the v and z of its
+        value heads (in_proj_qkvz), b then a of its value heads (in_proj_ba)."""
+        cfg, tokens = self.cfg, x.shape[0]
+        per_key = cfg.heads_per_key
+        q, k, v, z = self.in_proj_qkvz(x).view(tokens, cfg.num_key_heads, -1).split(
+            [cfg.key_head_dim, cfg.key_head_dim, per_key * cfg.value_head_dim, per_key * cfg.value_head_dim], dim=-1)
+        b, a = self.in_proj_ba(x).view(tokens, cfg.num_key_heads, -1).split([per_key, per_key], dim=-1)
+        qkv = torch.cat([t.reshape(tokens, -1) for t in (q, k, v)], dim=-1)[:, None]
+        z = z.reshape(tokens, cfg.num_value_heads, cfg.value_head_dim)
+        return qkv, z, b.reshape(tokens, -1), a.reshape(tokens, -1)
+
+    def _gates(self, b: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """b, a [..., Hv] -> the log-space decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b), fp32."""
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        return g, torch.sigmoid(b.float())
+
+    def _heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Conv outputs [..., conv_dim] -> q, k [..., Hk, K], v [..., Hv, V]."""
+        cfg, lead = self.cfg, qkv.shape[:-1]
+        q, k, v = qkv.split([cfg.key_dim, cfg.key_dim, cfg.value_dim], dim=-1)
+        return (q.reshape(*lead, cfg.num_key_heads, cfg.key_head_dim),
+                k.reshape(*lead, cfg.num_key_heads, cfg.key_head_dim),
+                v.reshape(*lead, cfg.num_value_heads, cfg.value_head_dim))
+
+    def _per_value_head(self, q: torch.Tensor, k: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Issue 44, until the KDA ops take one gate value per head and key heads shared by value heads: each key
+        head repeated over its value heads, the gate [..., Hv] broadcast over the key channels [..., Hv, K]."""
+        per_key = self.cfg.heads_per_key
+        q, k = (t.repeat_interleave(per_key, dim=-2) for t in (q, k))
+        return q, k, g[..., None].expand(*g.shape, self.cfg.key_head_dim).contiguous()
+
+    def _conv_weight(self) -> torch.Tensor:
+        return self.conv1d.weight[:, 0][None]  # [1, conv_dim, W]
+
+    def _recurrence_inputs(self, y: torch.Tensor, b: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Conv outputs [T, 1, conv_dim] -> q, k, v [1, T, Hv, *], g [1, T, Hv, K] and beta [1, T, Hv]."""
+        q, k, v = self._heads(y[:, 0])
+        g, beta = self._gates(b, a)
+        q, k, g = self._per_value_head(q, k, g)
+        return q[None], k[None], v[None], g[None], beta[None]
+
+    def _prefill(self, qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, meta: StepMeta,
+                 cache: KDACache) -> torch.Tensor:
+        """Varlen prefill: the conv from each sequence's window, the chunked recurrence from its state slot."""
+        slots = meta.state_slots[:, 0]
+        y = short_conv.short_conv_prefill(qkv, self._conv_weight(), cache.conv, meta.cu_seqlens, slots)
+        q, k, v, g, beta = self._recurrence_inputs(y, b, a)
+        slots = slots.long()
+        o, final = kda_ops.chunk_kda(q, k, v, g, beta, initial_state=cache.state[slots], output_final_state=True,
+                                     use_qk_l2norm_in_kernel=True, cu_seqlens=meta.cu_seqlens)
+        cache.state.index_copy_(0, slots, final)
+        return o[0]
+
+    def _prefill_across_ranks(self, qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, meta: StepMeta,
+                              cache: KDACache, shard: ContextShard) -> torch.Tensor:
+        """Context-parallel prefill of this rank's chunks (kda_context.py), as KDAttention's."""
+        segments, real = meta.cu_seqlens.shape[0] - 1, shard.cells.numel()
+        windows, exit_window = kda_context.entry_windows(
+            kda_context.segment_tails(qkv, meta.cu_seqlens, real, self.cfg.conv_size - 1),
+            shard.chunk_lengths, cache.conv[shard.seq_slots].transpose(1, 2), shard)
+        pool = torch.cat([windows, windows.new_zeros(segments - real, *windows.shape[1:])]).transpose(1, 2)
+        y = short_conv.short_conv_prefill(qkv, self._conv_weight(), pool.contiguous(), meta.cu_seqlens,
+                                          torch.arange(segments, dtype=torch.int32, device=qkv.device))
+        q, k, v, g, beta = self._recurrence_inputs(y, b, a)
+        M, B = kda_ops.kda_summary(k, v, g, beta, use_qk_l2norm_in_kernel=True, cu_seqlens=meta.cu_seqlens)
+        states, exit_state = kda_context.entry_states(M[:real], B[:real], cache.state[shard.seq_slots], shard)
+        initial = torch.cat([states, states.new_zeros(segments - real, *states.shape[1:])])
+        o, _ = kda_ops.chunk_kda(q, k, v, g, beta, initial_state=initial, use_qk_l2norm_in_kernel=True,
+                                 cu_seqlens=meta.cu_seqlens)
+        cache.state.index_copy_(0, shard.seq_slots, exit_state.to(cache.state.dtype))
+        cache.conv.index_copy_(0, shard.seq_slots, exit_window.transpose(1, 2).to(cache.conv.dtype))
+        return o[0]
+
+    def _decode(self, qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, meta: StepMeta,
+                cache: KDACache) -> torch.Tensor:
+        """Decode / verify over the slot pools: 1 + num_draft tokens a sequence."""
+        batch = meta.state_slots.shape[0]
+        per_seq = (batch, qkv.shape[0] // batch)
+        y = short_conv.short_conv_decode(qkv.view(*per_seq, *qkv.shape[1:]), self._conv_weight(), cache.conv,
+                                         meta.state_slots, meta.num_accepted)
+        q, k, v = self._heads(y[:, :, 0])
+        g, beta = self._gates(b.view(*per_seq, -1), a.view(*per_seq, -1))
+        q, k, g = self._per_value_head(q, k, g)
+        o = kda_ops.recurrent_kda_pool(q, k, v, g, beta, cache.state, meta.state_slots, meta.num_accepted,
+                                       use_qk_l2norm_in_kernel=True)
+        return o.flatten(0, 1)
+
+    def forward(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool,
+                shard: ContextShard | None = None) -> torch.Tensor:
+        """x [T, D] -> [T, D]; updates the layer's state and conv slots in place. `shard`: this rank's part of a
+        context-parallel prefill."""
+        qkv, z, b, a = self._project(x)
+        if decode:
+            o = self._decode(qkv, b, a, meta, cache)
+        elif shard is not None:
+            o = self._prefill_across_ranks(qkv, b, a, meta, cache, shard)
+        else:
+            o = self._prefill(qkv, b, a, meta, cache)
+        return self.out_proj(self.norm(o, z).flatten(1))
