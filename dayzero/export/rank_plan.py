@@ -59,6 +59,11 @@ class RankPlan:
         """The config of the network this rank runs (its share of heads and neurons)."""
         if self.tp == 1:
             return cfg
+        if cfg.gdn is not None:
+            # its one short conv runs over q, k and v side by side: a contiguous share of its channels is not a
+            # share of the heads
+            raise DayzeroError(f"--tp {self.tp}: dayzero runs gated DeltaNet layers (Qwen3-Next) whole on each rank; "
+                               "use --tp 1")
         uneven = {name: size for name, size in self.split_sizes(cfg).items() if size % self.tp}
         if uneven:
             listed = ", ".join(f"{name} = {size}" for name, size in uneven.items())

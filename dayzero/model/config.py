@@ -16,10 +16,12 @@ from dayzero.model.fields import ConfigFields
 from dayzero.model.layer_config import (
     DENSE,
     GDN,
+    GQA,
     KDA,
     MLA,
     MOE,
     GDNConfig,
+    GQAConfig,
     IndexerConfig,
     KDAConfig,
     MLAConfig,
@@ -27,15 +29,15 @@ from dayzero.model.layer_config import (
     YarnScaling,
 )
 
-__all__ = ["DENSE", "GDN", "KDA", "MLA", "MOE", "GDNConfig", "IndexerConfig", "KDAConfig", "MLAConfig", "ModelConfig",
-           "MoEConfig", "YarnScaling"]
+__all__ = ["DENSE", "GDN", "GQA", "KDA", "MLA", "MOE", "GDNConfig", "GQAConfig", "IndexerConfig", "KDAConfig",
+           "MLAConfig", "ModelConfig", "MoEConfig", "YarnScaling"]
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Per layer: the token mixer (`layer_kinds`: KDA or MLA; MLA with the DSA `indexer` when there is one), the
-    residual (plain, or block attention residuals with `attn_res_block_size`) and the feed-forward (`mlp_kinds`:
-    dense, or MoE routed as `moe` says); then the shapes of each kind."""
+    """Per layer: the token mixer (`layer_kinds`: KDA, gated DeltaNet, MLA or GQA; MLA with the DSA `indexer` when
+    there is one), the residual (plain, or block attention residuals with `attn_res_block_size`) and the feed-forward
+    (`mlp_kinds`: dense, or MoE routed as `moe` says); then the shapes of each kind."""
 
     model_type: str
     vocab_size: int
@@ -60,6 +62,8 @@ class ModelConfig:
     # MLA layers without an indexer of their own that attend over the Top-K of the closest earlier layer with one
     # (GLM's IndexShare)
     index_shared_layers: tuple[int, ...] = ()
+    # the gated grouped-query attention layers' shapes (Qwen3-Next's full attention)
+    gqa: GQAConfig | None = None
     # gated DeltaNet layers (Qwen3-Next)
     gdn: GDNConfig | None = None
     # the decoder's RMSNorms scale by (1 + weight) (Qwen3-Next), not by weight
@@ -74,6 +78,8 @@ class ModelConfig:
             raise DayzeroError("config has gated DeltaNet layers but no linear_num_key_heads / linear_* fields")
         if MLA in self.layer_kinds and self.mla is None:
             raise DayzeroError("config has full-attention layers but no MLA fields (kv_lora_rank, ...)")
+        if GQA in self.layer_kinds and self.gqa is None:
+            raise DayzeroError("config has gated-attention layers but no GQA fields (num_key_value_heads, head_dim)")
         if MOE in self.mlp_kinds and self.moe is None:
             raise DayzeroError("config has MoE layers but no num_experts")
         for layer in self.index_shared_layers:

@@ -12,20 +12,33 @@ def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm(x) * weight, or * (1 + weight) when `zero_centered` (Qwen3-Next stores the weight's offset from 1)."""
-
-    def __init__(self, dim: int, eps: float, zero_centered: bool = False):
+    def __init__(self, dim: int, eps: float):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim), requires_grad=False)
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
         self.eps = eps
-        self.zero_centered = zero_centered
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scale = self.weight.float() + 1.0 if self.zero_centered else self.weight.float()
-        return (_rms(x, self.eps) * scale).to(x.dtype)
+        return (_rms(x, self.eps) * self.weight.float()).to(x.dtype)
 
 
 GATES = {"sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu}
+
+
+class ZeroCenteredRMSNorm(nn.Module):
+    """RMSNorm whose stored weight is the offset from 1: x * rsqrt(mean(x^2) + eps) * (1 + weight) (Qwen3-Next)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (_rms(x, self.eps) * (1.0 + self.weight.float())).to(x.dtype)
+
+
+def rms_norm(dim: int, eps: float, zero_centered: bool = False) -> nn.Module:
+    """The decoder's RMSNorm: scaling by weight, or by (1 + weight) where the config says so."""
+    return ZeroCenteredRMSNorm(dim, eps) if zero_centered else RMSNorm(dim, eps)
 
 
 class GatedRMSNorm(nn.Module):

@@ -19,11 +19,11 @@ from dayzero.model.adapters import sections
 from dayzero.model.adapters.base import Adapter
 from dayzero.model.adapters.deepseek_v32 import DeepseekV32
 from dayzero.model.fields import ConfigFields
-from dayzero.model.layer_config import DENSE, GDN, MOE, GDNConfig, MoEConfig
+from dayzero.model.layer_config import DENSE, GDN, GQA, MOE, GDNConfig, GQAConfig, MoEConfig
 from dayzero.model.limits import MAX_EXPERTS
 
 GDN_PARAM = re.compile(r"\.self_attn\.(?=(in_proj_qkvz|in_proj_ba|conv1d|A_log|dt_bias|norm|out_proj)\b)")
-LAYER_TYPES = {"linear_attention": GDN}
+LAYER_TYPES = {"linear_attention": GDN, "full_attention": GQA}
 
 
 def layer_kinds(f: ConfigFields, num_layers: int) -> tuple[str, ...]:
@@ -71,6 +71,37 @@ def gdn(f: ConfigFields) -> GDNConfig:
     )
 
 
+def rotary_factor(f: ConfigFields) -> float:
+    """`partial_rotary_factor`, or `rope_parameters.partial_rotary_factor` (as transformers writes it); 0.25 unsaid."""
+    params = f.sub("rope_parameters")
+    if params is not None and params.has("partial_rotary_factor"):
+        return params.float("partial_rotary_factor", positive=True)
+    return f.float("partial_rotary_factor", 0.25, positive=True)
+
+
+def refuse_rope_scaling(f: ConfigFields) -> None:
+    for name in ("rope_scaling", "rope_parameters"):
+        s = f.sub(name)
+        kind = None if s is None else s.data.get("type", s.data.get("rope_type", "default"))
+        if kind not in (None, "default"):
+            raise DayzeroError(f"{s.where}: RoPE type {kind!r} is not supported for qwen3_next; dayzero applies its "
+                               "plain RoPE")
+
+
+def gqa(f: ConfigFields) -> GQAConfig:
+    refuse_rope_scaling(f)
+    heads = f.int("num_attention_heads")
+    head_dim = f.int("head_dim", None) or f.int("hidden_size") // heads
+    return GQAConfig(
+        num_heads=heads,
+        num_kv_heads=f.int("num_key_value_heads", heads),
+        head_dim=head_dim,
+        rotary_dim=int(head_dim * rotary_factor(f)),
+        rope_theta=sections.rope_theta(f),
+        norm_eps=f.float("rms_norm_eps", 1e-6, positive=True),
+    )
+
+
 class Qwen3Next(Adapter):
     model_type = "qwen3_next"
 
@@ -88,6 +119,7 @@ class Qwen3Next(Adapter):
             mla=None,
             indexer=None,
             gdn=gdn(f) if GDN in kinds else None,
+            gqa=gqa(f) if GQA in kinds else None,
             zero_centered_norm=True,
         )
 
