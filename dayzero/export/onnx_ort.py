@@ -46,6 +46,14 @@ def _fused_kda_decode(qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logi
     return o, conv_state, state
 
 
+@kernel("fused_gdn_decode")
+def _fused_gdn_decode(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted, *, scale):
+    conv_state, state = conv_state.clone(), state.clone()
+    o = ops.fused_gdn_decode(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted,
+                             scale)
+    return o, conv_state, state
+
+
 @kernel("recurrent_kda_pool")
 def _recurrent_kda_pool(q, k, v, g, beta, state, state_slots, num_accepted, *, scale, use_qk_l2norm):
     state = state.clone()
