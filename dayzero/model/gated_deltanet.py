@@ -1,11 +1,11 @@
 """Gated DeltaNet layer (Qwen3-Next's linear attention; docs/models.md, "Gated DeltaNet"): the checkpoint's fused
-input projections, one short conv over q, k and v side by side, a scalar decay per value head, the delta-rule
-recurrence on the KDA ops with key heads shared by groups of value heads, and the SiLU-gated output norm."""
+input projections, one short conv over q, k and v side by side, a decay per value head, the delta-rule recurrence
+on the KDA ops (one gate value a head, key heads shared by groups of value heads), and the SiLU-gated output
+norm."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dayzero.contract import StepMeta
@@ -45,11 +45,6 @@ class GatedDeltaNet(nn.Module):
         z = z.reshape(tokens, cfg.num_value_heads, cfg.value_head_dim)
         return qkv, z, b.reshape(tokens, -1), a.reshape(tokens, -1)
 
-    def _gates(self, b: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """b, a [..., Hv] -> the log-space decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b), fp32."""
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
-        return g, torch.sigmoid(b.float())
-
     def _heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Conv outputs [..., conv_dim] -> q, k [..., Hk, K], v [..., Hv, V]."""
         cfg, lead = self.cfg, qkv.shape[:-1]
@@ -58,22 +53,15 @@ class GatedDeltaNet(nn.Module):
                 k.reshape(*lead, cfg.num_key_heads, cfg.key_head_dim),
                 v.reshape(*lead, cfg.num_value_heads, cfg.value_head_dim))
 
-    def _per_value_head(self, q: torch.Tensor, k: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Issue 44, until the KDA ops take one gate value per head and key heads shared by value heads: each key
-        head repeated over its value heads, the gate [..., Hv] broadcast over the key channels [..., Hv, K]."""
-        per_key = self.cfg.heads_per_key
-        q, k = (t.repeat_interleave(per_key, dim=-2) for t in (q, k))
-        return q, k, g[..., None].expand(*g.shape, self.cfg.key_head_dim).contiguous()
-
     def _conv_weight(self) -> torch.Tensor:
         return self.conv1d.weight[:, 0][None]  # [1, conv_dim, W]
 
     def _recurrence_inputs(self, y: torch.Tensor, b: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Conv outputs [T, 1, conv_dim] -> q, k, v [1, T, Hv, *], g [1, T, Hv, K] and beta [1, T, Hv]."""
+        """Conv outputs [T, 1, conv_dim] -> q, k [1, T, Hk, K], v [1, T, Hv, V], the log-space decay g and beta
+        [1, T, Hv] (batch of one)."""
         q, k, v = self._heads(y[:, 0])
-        g, beta = self._gates(b, a)
-        q, k, g = self._per_value_head(q, k, g)
-        return q[None], k[None], v[None], g[None], beta[None]
+        g = kda_ops.gdn_gate(a, self.A_log, self.dt_bias)
+        return q[None], k[None], v[None], g[None], torch.sigmoid(b.float())[None]
 
     def _prefill(self, qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, meta: StepMeta,
                  cache: KDACache) -> torch.Tensor:
@@ -109,16 +97,13 @@ class GatedDeltaNet(nn.Module):
 
     def _decode(self, qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, meta: StepMeta,
                 cache: KDACache) -> torch.Tensor:
-        """Decode / verify over the slot pools: 1 + num_draft tokens a sequence."""
+        """One fused step per token (conv update, SiLU, L2 norms, gate, beta, recurrence) over the slot pools: 1 +
+        num_draft tokens a sequence."""
         batch = meta.state_slots.shape[0]
         per_seq = (batch, qkv.shape[0] // batch)
-        y = short_conv.short_conv_decode(qkv.view(*per_seq, *qkv.shape[1:]), self._conv_weight(), cache.conv,
-                                         meta.state_slots, meta.num_accepted)
-        q, k, v = self._heads(y[:, :, 0])
-        g, beta = self._gates(b.view(*per_seq, -1), a.view(*per_seq, -1))
-        q, k, g = self._per_value_head(q, k, g)
-        o = kda_ops.recurrent_kda_pool(q, k, v, g, beta, cache.state, meta.state_slots, meta.num_accepted,
-                                       use_qk_l2norm_in_kernel=True)
+        o = kda_ops.fused_gdn_decode(qkv.view(*per_seq, -1), self._conv_weight(), cache.conv, a.view(*per_seq, -1),
+                                     self.A_log, self.dt_bias, b.view(*per_seq, -1), cache.state, meta.state_slots,
+                                     meta.num_accepted)
         return o.flatten(0, 1)
 
     def forward(self, x: torch.Tensor, meta: StepMeta, cache: KDACache, decode: bool,

@@ -89,9 +89,9 @@ def _kda(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
 
 def _gdn(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     recurrence = "chunk_kda + kda_summary" if cp > 1 else "chunk_kda"
-    return (Piece("short conv", "short_conv_prefill", "short_conv_decode"),
-            _same("gate", "torch (per-head decay)"),
-            Piece("delta rule", recurrence, "recurrent_kda_pool"))
+    return (Piece("short conv", "short_conv_prefill", "fused_gdn_decode"),
+            Piece("gate", "torch (gdn_gate)", "fused_gdn_decode"),
+            Piece("delta rule", recurrence, "fused_gdn_decode"))
 
 
 def _mla(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
