@@ -31,19 +31,34 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(cfg.value_head_dim, rms_norm_eps, gate="silu")
         self.out_proj = linear(cfg.value_dim, hidden_size)
 
-    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """x [T, D] -> pre-conv q|k|v [T, 1, conv_dim], the output gate z [T, Hv, V], b and a [T, Hv].
+    def _by_kind(self, qkvz: torch.Tensor, ba: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Outputs (or row indices) of in_proj_qkvz [..., 2*Hk*K + 2*Hv*V] and in_proj_ba [..., 2*Hv] -> q, k, v, z,
+        b, a [..., n], each over all its heads in order. The checkpoint groups both projections' rows by key head:
+        per key head, q, k, then the v and z of its value heads; b then a of its value heads."""
+        cfg = self.cfg
+        per_key, width = cfg.heads_per_key, cfg.heads_per_key * cfg.value_head_dim
+        parts = (*qkvz.unflatten(-1, (cfg.num_key_heads, -1)).split(
+            [cfg.key_head_dim, cfg.key_head_dim, width, width], dim=-1),
+            *ba.unflatten(-1, (cfg.num_key_heads, -1)).split([per_key, per_key], dim=-1))
+        return tuple(part.flatten(-2) for part in parts)
 
-        The checkpoint groups the rows of both projections by key head: per key head, q, k, then the v and z of its
-        value heads (in_proj_qkvz), b then a of its value heads (in_proj_ba)."""
-        cfg, tokens = self.cfg, x.shape[0]
-        per_key = cfg.heads_per_key
-        q, k, v, z = self.in_proj_qkvz(x).view(tokens, cfg.num_key_heads, -1).split(
-            [cfg.key_head_dim, cfg.key_head_dim, per_key * cfg.value_head_dim, per_key * cfg.value_head_dim], dim=-1)
-        b, a = self.in_proj_ba(x).view(tokens, cfg.num_key_heads, -1).split([per_key, per_key], dim=-1)
-        qkv = torch.cat([t.reshape(tokens, -1) for t in (q, k, v)], dim=-1)[:, None]
-        z = z.reshape(tokens, cfg.num_value_heads, cfg.value_head_dim)
-        return qkv, z, b.reshape(tokens, -1), a.reshape(tokens, -1)
+    def input_rows(self) -> torch.Tensor:
+        """The rows of [in_proj_qkvz; in_proj_ba] in the order q, k, v, z, b, a (export/layout.py fuses the two
+        into one GEMM `in_proj` so)."""
+        qkvz_rows = self.in_proj_qkvz.out_features
+        return torch.cat(self._by_kind(torch.arange(qkvz_rows), torch.arange(self.in_proj_ba.out_features) + qkvz_rows))
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """x [T, D] -> pre-conv q|k|v [T, 1, conv_dim], the output gate z [T, Hv, V], b and a [T, Hv]."""
+        cfg = self.cfg
+        fused = getattr(self, "in_proj", None)
+        if fused is None:
+            q, k, v, z, b, a = self._by_kind(self.in_proj_qkvz(x), self.in_proj_ba(x))
+            qkv = torch.cat([q, k, v], dim=-1)
+        else:
+            qkv, z, b, a = fused(x).split([cfg.conv_dim, cfg.value_dim, cfg.num_value_heads, cfg.num_value_heads],
+                                          dim=-1)
+        return qkv[:, None], z.unflatten(-1, (cfg.num_value_heads, cfg.value_head_dim)), b, a
 
     def _heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Conv outputs [..., conv_dim] -> q, k [..., Hk, K], v [..., Hv, V]."""

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dayzero.contract import PAGE, SLOT
+from dayzero.export.layout import lay_out
 from dayzero.model import load
 from dayzero.model.caches import CacheFormat
 from dayzero.model.config import DENSE, GDN, GQA, MOE
@@ -16,6 +17,7 @@ from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from tests.helpers import rel_err
 from tests.model.qwen3_next_checkpoints import VOCAB, expected_logits, write_checkpoint
+from tests.model.test_cache_consistency import decode_logits
 from tests.model.test_hf_parity_dsa import NEW_TOKENS, HalfRightProposer
 
 MAX_BATCH = 2
@@ -47,6 +49,18 @@ def transformers_tokens(hf, prompt: list[int]) -> list[int]:
         out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False,
                           eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt) :].tolist()
+
+
+def test_the_export_layout_keeps_the_logits(checkpoint):
+    """One GEMM for both input projections, its rows regrouped by kind: the same logits, prefill and decode."""
+    directory, hf = checkpoint
+    ids = torch.randint(0, VOCAB, (2, 70))
+    model = load(directory, dtype=torch.float32)
+    assert lay_out(model)["gdn_fused_input_projection"] == 3
+    assert not hasattr(model.model.layers[0].self_attn, "in_proj_qkvz")
+    expected = expected_logits(hf, ids)
+    assert rel_err(model.logits(ids), expected) < 1e-4
+    assert rel_err(decode_logits(model, ids, prefix=66), expected[:, 65:]) < 1e-4
 
 
 def runtime(model, num_draft: int, prefix_caching: bool) -> LLMEngine:
