@@ -277,6 +277,21 @@ def test_fakes_match_the_triton_bodies():
         assert described(op.dayzero_impls["cuda"](*args)) == described(fake), op
 
 
+def test_onnx_runtime_kernel_returns_updated_copies_of_the_pools():
+    """The ONNX Runtime (CPU) kernel of the fused_gdn_decode node: the reference's output and pools, inputs kept."""
+    from dayzero.export import onnx_ort
+
+    inputs = gdn_decode_inputs(2, 2, 1, 2, 8, 4, 4, torch.float32, 5)
+    slots, accepted = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32), torch.tensor([2, 1], dtype=torch.int32)
+    pools = ("conv_state", "state")
+    original, expected = ({name: inputs[name].clone() for name in pools} for _ in range(2))
+    o, conv_state, state = onnx_ort.KERNELS["fused_gdn_decode"](*inputs.values(), slots, accepted, scale=0.3)
+    o_ref = R.fused_gdn_decode_reference(**{**inputs, **expected}, state_slots=slots, num_accepted=accepted, scale=0.3)
+    assert torch.equal(o, o_ref)
+    assert torch.equal(state, expected["state"]) and torch.equal(conv_state, expected["conv_state"])
+    assert all(torch.equal(inputs[name], original[name]) for name in pools)
+
+
 def test_fused_gdn_decode_onnx_emits_one_dayzero_node():
     pytest.importorskip("onnxscript")
     building = pytest.importorskip("torch.onnx._internal.exporter._building")
