@@ -16,5 +16,5 @@ def checkpoint(tmp_path_factory):
 
 
 def test_context_parallel_ranks_match_one_rank(checkpoint, tmp_path):
-    # the 3-token prompts leave chunks shorter than the conv window
+    # the 3-token prompt leaves chunks shorter than the conv window
     _compare_with_one_rank(checkpoint, tmp_path, 2, [37, 70, 3], "bf16", "cpu", 1e-5)
