@@ -1,6 +1,7 @@
 """Parity with transformers for Qwen3-Next (`qwen3_next`; the checkpoint: qwen3_next_checkpoints.py): dayzero's
-reference model gives transformers' fp32 logits, and the runtime's greedy tokens (chunked prefill; speculation; a
-prompt that reuses another's cached prefix) equal transformers' greedy `generate`."""
+reference model gives transformers' fp32 logits, also laid out for export and through verify steps (on the GPU: the
+Triton kernels), and the runtime's greedy tokens (chunked prefill; speculation; a prompt that reuses another's cached
+prefix) equal transformers' greedy `generate`."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from dayzero.model import load
 from dayzero.model.caches import CacheFormat
 from dayzero.model.config import DENSE, GDN, GQA, MOE
 from dayzero.model.eager_engine import EagerEngine, eager_manifest
+from dayzero.model.step import contiguous_meta
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from tests.helpers import rel_err
 from tests.model.qwen3_next_checkpoints import VOCAB, expected_logits, write_checkpoint
-from tests.model.test_cache_consistency import decode_logits
 from tests.model.test_hf_parity_dsa import NEW_TOKENS, HalfRightProposer
+from tests.plugins.triton_env import gpu_only
 
 MAX_BATCH = 2
 
@@ -49,18 +51,6 @@ def transformers_tokens(hf, prompt: list[int]) -> list[int]:
         out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False,
                           eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt) :].tolist()
-
-
-def test_the_export_layout_keeps_the_logits(checkpoint):
-    """One GEMM for both input projections, its rows regrouped by kind: the same logits, prefill and decode."""
-    directory, hf = checkpoint
-    ids = torch.randint(0, VOCAB, (2, 70))
-    model = load(directory, dtype=torch.float32)
-    assert lay_out(model)["gdn_fused_input_projection"] == 3
-    assert not hasattr(model.model.layers[0].self_attn, "in_proj_qkvz")
-    expected = expected_logits(hf, ids)
-    assert rel_err(model.logits(ids), expected) < 1e-4
-    assert rel_err(decode_logits(model, ids, prefix=66), expected[:, 65:]) < 1e-4
 
 
 def runtime(model, num_draft: int, prefix_caching: bool) -> LLMEngine:
@@ -101,3 +91,36 @@ def test_runtime_greedy_tokens_equal_transformers_generate(checkpoint, num_draft
         assert 0 < engine.stats.accepted_tokens < engine.stats.drafted_tokens
     if prefix_caching:
         assert engine.prefix_cache.hit_tokens == 64
+
+
+def verified_logits(model, ids: torch.Tensor, prefix: int) -> torch.Tensor:
+    """Logits of positions prefix-1 .. T-1 on the model's device: prefill ids[:, :prefix], then verify steps of 2
+    tokens (T - prefix even), each accepting both, so the next starts from the state after the second."""
+    batch, length = ids.shape
+    pages = -(-length // 64)
+    caches = model.allocate_caches(batch * pages, 2 * batch)
+    ids = ids.to(model.device)
+    with torch.inference_mode():
+        meta = contiguous_meta([0] * batch, [prefix] * batch, pages, slots_per_seq=2, device=model.device)
+        out = [model.prefill(ids[:, :prefix].flatten(), meta, caches)[:, None]]
+        for start in range(prefix, length, 2):
+            meta = contiguous_meta([start] * batch, [2] * batch, pages, slots_per_seq=2, decode=True,
+                                   device=model.device)
+            meta.num_accepted.fill_(1 if start == prefix else 2)
+            out.append(model.decode(ids[:, start : start + 2], meta, caches))
+    return torch.cat(out, dim=1).cpu()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu_only)])
+def test_laid_out_prefill_and_verify_steps_give_transformers_logits(checkpoint, device):
+    """As the engines run it (export layout): the reference ops on the CPU; the Triton kernels (chunked prefill,
+    fused decode / verify step) in fp32 on the GPU, where tf32 dots bound the error."""
+    directory, hf = checkpoint
+    ids = torch.randint(0, VOCAB, (2, 100))
+    model = load(directory, dtype=torch.float32, device=device)
+    # one GEMM for both input projections of each gated DeltaNet layer, its rows regrouped by kind
+    assert lay_out(model)["gdn_fused_input_projection"] == 3
+    assert not hasattr(model.model.layers[0].self_attn, "in_proj_qkvz")
+    expected, tolerance = expected_logits(hf, ids), 1e-4 if device == "cpu" else 2e-2
+    assert rel_err(model.logits(ids).cpu(), expected) < tolerance
+    assert rel_err(verified_logits(model, ids, prefix=70), expected[:, 69:]) < tolerance
