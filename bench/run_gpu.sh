@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.." || exit 1
 OUT="${OUT:-bench/results}"
 mkdir -p "$OUT"
 KERNELS="attnres kda_prefill kda_decode gated_deltanet sparse_mla indexer quant moe"
-MODEL="dsa_accuracy runtime prefix_cache server spec_decode export"
+MODEL="dsa_accuracy runtime prefix_cache server spec_decode export qwen3_next_slice"
 MULTI="tp cp"
 
 if ls .whl/*.whl >/dev/null 2>&1; then
