@@ -10,6 +10,7 @@ from torch import nn
 
 from dayzero.contract import StepMeta
 from dayzero.model import kda_context
+from dayzero.model.collectives import reduce_partial
 from dayzero.model.config import GDNConfig
 from dayzero.model.kda import ConvWeight
 from dayzero.model.norm import GatedRMSNorm, linear
@@ -25,11 +26,13 @@ class GatedDeltaNet(nn.Module):
         self.cfg = cfg
         self.in_proj_qkvz = linear(hidden_size, 2 * cfg.key_dim + 2 * cfg.value_dim)
         self.in_proj_ba = linear(hidden_size, 2 * cfg.num_value_heads)
-        self.conv1d = ConvWeight(cfg.conv_dim, cfg.conv_size)
+        self.conv1d = ConvWeight(cfg.conv_dim, cfg.conv_size, segments=(cfg.key_dim, cfg.key_dim, cfg.value_dim))
         self.A_log = nn.Parameter(torch.zeros(cfg.num_value_heads), requires_grad=False)
         self.dt_bias = nn.Parameter(torch.zeros(cfg.num_value_heads), requires_grad=False)
         self.norm = GatedRMSNorm(cfg.value_head_dim, rms_norm_eps, gate="silu")
         self.out_proj = linear(cfg.value_dim, hidden_size)
+        # set on a rank that holds some of the key heads (and their value heads): its output is a partial sum
+        self.tp_group: str | None = None
 
     def _by_kind(self, qkvz: torch.Tensor, ba: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Outputs (or row indices) of in_proj_qkvz [..., 2*Hk*K + 2*Hv*V] and in_proj_ba [..., 2*Hv] -> q, k, v, z,
@@ -132,4 +135,4 @@ class GatedDeltaNet(nn.Module):
             o = self._prefill_across_ranks(qkv, b, a, meta, cache, shard)
         else:
             o = self._prefill(qkv, b, a, meta, cache)
-        return self.out_proj(self.norm(o, z).flatten(1))
+        return reduce_partial(self.out_proj(self.norm(o, z).flatten(1)), self.tp_group)

@@ -1,6 +1,6 @@
 """The Qwen3-Next adapter (`qwen3_next`): the released config's layer kinds and shapes, the fields that place gated
-DeltaNet / gated-attention and dense / MoE layers, what is refused, transformers' fused expert banks, and dayzero's own
-random checkpoints of the architecture."""
+DeltaNet / gated-attention and dense / MoE layers, what is refused, a tensor-parallel rank's share, transformers' fused
+expert banks, and dayzero's own random checkpoints of the architecture."""
 
 from __future__ import annotations
 
@@ -80,10 +80,14 @@ def test_what_dayzero_cannot_run_is_refused(overrides, message):
         ModelConfig.from_dict(qwen3_next_config(**overrides))
 
 
-def test_tensor_parallelism_is_refused_by_name():
+def test_tensor_parallel_shares_are_whole_heads():
     cfg = ModelConfig.from_dict(qwen3_next_config())
-    with pytest.raises(DayzeroError, match="--tp 2: dayzero runs gated DeltaNet layers"):
-        RankPlan(2, 0).local_config(cfg)
+    local = RankPlan(2, 0).local_config(cfg)
+    assert (local.gdn.num_key_heads, local.gdn.num_value_heads, local.gqa.num_heads, local.gqa.num_kv_heads) == (
+        1, 3, 2, 1)
+    assert (local.moe.intermediate_size, local.moe.shared_size) == (20, 28)
+    with pytest.raises(DayzeroError, match=r"--tp 4 does not divide this model \(.*linear_num_key_heads = 2"):
+        RankPlan(4, 0).local_config(cfg)
 
 
 def fuse_experts(tensors: dict) -> None:
