@@ -10,6 +10,7 @@ from dayzero.model.gated_attention import GatedAttention
 from dayzero.model.layer_config import GQAConfig
 from dayzero.model.step import GQACache, contiguous_meta
 from dayzero.plugins.gqa import kv_cache_shape
+from dayzero.plugins.registry import PLUGIN_OPS
 from tests.helpers import rel_err
 from tests.hf_checkpoints import transformers
 
@@ -62,8 +63,24 @@ def run_steps(mixer: GatedAttention, xs: list[torch.Tensor], cache: GQACache) ->
     return [torch.cat(o) for o in outs]
 
 
-@pytest.mark.parametrize("fp8, tolerance", [(False, 1e-5), (True, 5e-2)], ids=["fp32-cache", "fp8-cache"])
-def test_prefill_chunked_prefill_and_decode_match_qwen3_next_attention(fp8, tolerance):
+@pytest.fixture
+def gqa_ops(request):
+    """The GQA ops on the CPU as registered (their reference), or dispatched to their Triton bodies (interpreter)."""
+    if request.param == "triton":
+        pytest.importorskip("triton")
+    ops = [PLUGIN_OPS[name] for name in ("write_kv", "gqa_prefill_paged", "gqa_decode_paged")]
+    for op in ops:
+        op.register_kernel("cpu", op.dayzero_impls["cuda" if request.param == "triton" else "cpu"])
+    yield request.param
+    for op in ops:
+        op.register_kernel("cpu", op.dayzero_impls["cpu"])
+
+
+# the Triton bodies on the plain cache (the FP8 reads are held against the reference in tests/plugins)
+@pytest.mark.parametrize("gqa_ops, fp8, tolerance", [("reference", False, 1e-5), ("reference", True, 5e-2),
+                                                     ("triton", False, 1e-5)],
+                         ids=["reference-fp32-cache", "reference-fp8-cache", "triton-fp32-cache"], indirect=["gqa_ops"])
+def test_prefill_chunked_prefill_and_decode_match_qwen3_next_attention(gqa_ops, fp8, tolerance):
     attention, rotary = hf_attention()
     mixer = GatedAttention(HIDDEN, CFG)
     mixer.load_state_dict(attention.state_dict())
