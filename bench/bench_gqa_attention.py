@@ -43,8 +43,8 @@ BATCH, CONTEXT = 64, 32768
 DECODE_CASES = [("bf16", 1), ("fp8", 1), ("bf16", 4)]
 PREFILL_CASES = [(1, 8192), (4, 2048)]
 # (block_n, num_stages, num_warps, splits or None for the plan's)
-TILE_SWEEP = [(64, 3, 4, None), (64, 2, 4, None), (64, 4, 4, None), (64, 3, 8, None), (32, 3, 4, None),
-              (128, 2, 8, None), (64, 3, 4, 1), (64, 3, 4, 8), (64, 3, 4, 16)]
+TILE_SWEEP = [(64, 2, 4, None), (64, 3, 4, None), (64, 2, 8, None), (32, 3, 4, None), (32, 4, 4, None),
+              (128, 2, 8, None), (64, 2, 4, 1), (64, 2, 4, 8), (64, 2, 4, 16)]
 CHECKED_SEQS = 4
 
 

@@ -100,10 +100,14 @@ def _gqa_attention_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
     table_row = block_table + seq.to(tl.int64) * stride_bt
+    # each block's pages are fetched one block ahead, so the pipelined K / V loads do not wait on them
+    page_next = tl.load(table_row + (lo + tl.arange(0, BLOCK_N)) // PAGE, mask=lo + tl.arange(0, BLOCK_N) < hi,
+                        other=0)
     for start in range(lo, hi, BLOCK_N):
         n = start + tl.arange(0, BLOCK_N)
         n_ok = n < hi
-        page = tl.load(table_row + n // PAGE, mask=n_ok, other=0)
+        page = page_next
+        page_next = tl.load(table_row + (n + BLOCK_N) // PAGE, mask=n + BLOCK_N < hi, other=0)
         k = _load_rows(cache, page, 0, kv_head, n % PAGE, n_ok, num_kv_heads, dtype, D, D_PAD, PAGE, FP8)
         v = _load_rows(cache, page, 1, kv_head, n % PAGE, n_ok, num_kv_heads, dtype, D, D_PAD, PAGE, FP8)
         s = _mma(q_rows, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], tl.float32), PRECISION, UPCAST)

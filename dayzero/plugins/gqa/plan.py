@@ -45,17 +45,18 @@ def prefill_tiles(group: int, head_dim: int, q_dtype: torch.dtype) -> TileConfig
     """Tiles of a prefill; fp32 queries (exact dots, CPU tests) take small ones."""
     if q_dtype == torch.float32:
         return TileConfig(tokens=max(1, 16 // group), block_n=16, num_warps=4, num_stages=1)
-    rows = WIDE_PREFILL_ROWS if head_dim > WIDE_HEAD else PREFILL_ROWS
-    return TileConfig(tokens=max(1, rows // group), block_n=64, num_warps=8 if head_dim > WIDE_HEAD else 4,
-                      num_stages=2)
+    if head_dim > WIDE_HEAD:
+        # 32-key blocks keep two stages of K and V (64 KB in bf16 at D = 256) beside the q tile in shared memory
+        return TileConfig(tokens=max(1, WIDE_PREFILL_ROWS // group), block_n=32, num_warps=8, num_stages=2)
+    return TileConfig(tokens=max(1, PREFILL_ROWS // group), block_n=64, num_warps=4, num_stages=2)
 
 
 def decode_tiles(width: int, head_dim: int, q_dtype: torch.dtype) -> TileConfig:
     """Tiles of a decode step: one program per (sequence, KV head, split) holds all `width` tokens of its row."""
     if q_dtype == torch.float32:
         return TileConfig(tokens=width, block_n=16, num_warps=4, num_stages=1)
-    # one 64-token page a key block; three stages of K and V fit in shared memory up to D = 256 (192 KB in bf16)
-    return TileConfig(tokens=width, block_n=64, num_warps=4, num_stages=3 if head_dim <= 256 else 2)
+    # one 64-token page a key block; K and V of a block take 64 KB in bf16 at D = 256: three stages up to D = 128
+    return TileConfig(tokens=width, block_n=64, num_warps=4, num_stages=3 if head_dim <= 128 else 2)
 
 
 def num_splits(num_programs, num_keys, block_n: int, device: torch.device, traced: int = 1) -> int:
