@@ -124,6 +124,16 @@ def _attnres_mix_blocks_norm(query, rms_weight, norm_weight, blocks, partial=Non
     return ops.attnres_mix_blocks_norm(query, blocks, num_blocks, partial, rms_weight, eps, norm_weight, norm_eps)
 
 
+@kernel("MhcPre")
+def _mhc_pre(streams, fn, base, scale, *, norm_eps, hc_eps, sinkhorn_iters):
+    return ops.mhc_pre(streams, fn, base, scale, norm_eps, hc_eps, sinkhorn_iters)
+
+
+@kernel("MhcPost")
+def _mhc_post(out, residual, post, comb):
+    return (ops.mhc_post(out, residual, post, comb),)
+
+
 @kernel("MoeRoute")
 def _moe_route(logits, correction_bias=None, *, top_k, num_groups, topk_group, renormalize, scaling, activation,
                has_correction_bias):
