@@ -2,9 +2,9 @@
 outputs are summed.
 
 A rank holds a contiguous 1/tp of the KDA heads, of the gated DeltaNet key heads (with the value heads they serve),
-of the MLA heads, of the gated-attention query and key-value heads, of the dense MLP's and of every routed and shared
-expert's intermediate dim; with expert parallelism (ep = tp) it holds 1/tp of the routed experts whole instead of
-a slice of each. Each such sublayer ends in one all-reduce. Everything else (embeddings, the LM head,
+of the MLA heads, of the GQA query and KV heads (and so of the GQA K/V cache), of the dense MLP's and of every routed
+and shared expert's intermediate dim; with expert parallelism (ep = tp) it holds 1/tp of the routed experts whole
+instead of a slice of each. Each such sublayer ends in one all-reduce. Everything else (embeddings, the LM head,
 norms, AttnRes mixes, the router, the low-rank and latent projections, the MLA latent cache and the DSA indexer) is
 whole on every rank: every rank computes the same Top-K and writes the same latent rows.
 """

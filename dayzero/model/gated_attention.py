@@ -1,4 +1,5 @@
-"""Gated grouped-query attention over a paged K/V cache (Qwen3-Next's full-attention layers; docs/models.md).
+"""Gated grouped-query attention over a paged K/V cache: Qwen3-Next's full-attention layers (the ops: docs/ops.md,
+"Grouped-query attention").
 
 q_proj emits per head [query | gate] (with `output_gate`); query and key are RMS-normed per head, rotated on their
 first `rotary_dim` dims (halves together), the step's keys and values written into the cache, and the attention

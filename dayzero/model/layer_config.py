@@ -149,7 +149,7 @@ class MLAConfig:
 class GQAConfig:
     """Grouped-query attention with per-head q / k RMSNorms, RoPE on the first `rotary_dim` dims (halves rotated
     together) and, with `output_gate`, a sigmoid gate per output element that q_proj emits beside each head's query
-    (Qwen3-Next's full-attention layers; docs/models.md)."""
+    (Qwen3-Next's full-attention layers; docs/ops.md, "Grouped-query attention")."""
 
     num_heads: int
     num_kv_heads: int

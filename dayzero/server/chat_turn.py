@@ -32,13 +32,14 @@ class ChatTurn:
 
 
 def prepare_chat(body: dict, template: ChatTemplate, tool_markers: dict | None, thinks: bool,
-                 think_markers: dict) -> ChatTurn:
+                 think_markers: dict, sampling_defaults: dict | None = None) -> ChatTurn:
     """tool_markers: the tokenizer's tool-call tokens (None: it has none); thinks: a thinking model's;
-    think_markers: its reasoning markers' tokens ({}: it writes them as text)."""
+    think_markers: its reasoning markers' tokens ({}: it writes them as text); sampling_defaults: the checkpoint's
+    (openai_protocol.with_defaults)."""
     messages, tools = chat_messages(body), parse_tools(body)
     prompt = template.render(messages, None if tools is None else list(tools.tools), _generation_prompt(body),
                              _template_kwargs(body))
-    parsed = parse_chat(body, prompt)
+    parsed = parse_chat(body, prompt, sampling_defaults)
     calling = tools if tools is not None and tools.choice != "none" else None
     if calling is None:
         thinking = opens_thinking(prompt) if thinks else None

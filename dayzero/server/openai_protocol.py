@@ -219,8 +219,18 @@ def _prompts(prompt) -> tuple[str | tuple[int, ...], ...]:
                        param="prompt")
 
 
-def parse_completion(body: dict) -> GenerateRequest:
+def with_defaults(body: dict, defaults: dict) -> dict:
+    """The request with its unset sampling fields taken from the checkpoint's defaults (SamplingParams names, from
+    generation_config.json), as vLLM's server does; a chat request's answer length is either of its two fields."""
+    unset = {name: value for name, value in defaults.items() if body.get(name) is None}
+    if unset.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
+        del unset["max_tokens"]
+    return {**body, **unset}
+
+
+def parse_completion(body: dict, defaults: dict | None = None) -> GenerateRequest:
     check_fields(body, "/v1/completions", COMPLETION_FIELDS)
+    body = with_defaults(body, defaults or {})
     if "prompt" not in body:
         raise RequestError("'prompt' is required", param="prompt")
     logprobs = _number(body, "logprobs", None, int, 0, MAX_TOP_LOGPROBS)
@@ -228,9 +238,10 @@ def parse_completion(body: dict) -> GenerateRequest:
     return _request(body, _prompts(body["prompt"]), "max_tokens", logprobs, echo=echo)
 
 
-def parse_chat(body: dict, prompt: str) -> GenerateRequest:
-    """A chat request whose messages were rendered into `prompt`."""
+def parse_chat(body: dict, prompt: str, defaults: dict | None = None) -> GenerateRequest:
+    """A chat request whose messages were rendered into `prompt`; defaults: as parse_completion's."""
     check_fields(body, "/v1/chat/completions", CHAT_FIELDS)
+    body = with_defaults(body, defaults or {})
     field_name = "max_tokens" if body.get("max_tokens") is not None else "max_completion_tokens"
     top = _number(body, "top_logprobs", None, int, 0, MAX_TOP_LOGPROBS)
     if top is not None and not flag(body, "logprobs"):

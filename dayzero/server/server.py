@@ -18,7 +18,7 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -108,11 +108,13 @@ class ServedModel:
     tokenizer: object
     max_len: int
     vocab_size: int
+    # the checkpoint's sampling defaults (generation_config.json, as LLM reads it): a request's unset fields take them
+    sampling_defaults: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, llm: LLM) -> ServedModel:
         manifest = llm.engine.manifest
-        return cls(llm.checkpoint, llm.tokenizer, manifest.max_len, manifest.vocab_size)
+        return cls(llm.checkpoint, llm.tokenizer, manifest.max_len, manifest.vocab_size, dict(llm.default_sampling))
 
 
 class OpenAIServer:
@@ -204,11 +206,12 @@ class OpenAIServer:
 
     async def completions(self, request: Request) -> Response:
         body = await self._body(request)
-        return await self._generate(request, "completion", parse_completion(body))
+        return await self._generate(request, "completion", parse_completion(body, self.model.sampling_defaults))
 
     async def chat_completions(self, request: Request) -> Response:
         body = await self._body(request)
-        turn = prepare_chat(body, self.template, self.tool_markers, self.thinks, self.think_markers)
+        turn = prepare_chat(body, self.template, self.tool_markers, self.thinks, self.think_markers,
+                            self.model.sampling_defaults)
         # a checkpoint's template writes the BOS and turn markers itself; the plain transcript has none
         return await self._generate(request, "chat", turn.parsed, add_special_tokens=self.template.source is None,
                                     tools=turn.tools, forced=turn.forced, thinking=turn.thinking)

@@ -236,6 +236,32 @@ def test_generation_config_vllm_keeps_dayzero_defaults(checkpoint, llm):
     assert own.get_default_sampling_params() == SamplingParams()
 
 
+def test_http_requests_take_the_generation_config_defaults(llm):
+    from starlette.testclient import TestClient
+
+    from dayzero import SamplingParams
+    from dayzero.server.openai_protocol import parse_chat, parse_completion
+    from dayzero.server.server import OpenAIServer, ServedModel, ServerOptions
+
+    defaults = ServedModel.of(llm).sampling_defaults
+    assert defaults == {"max_tokens": 5, "temperature": 0.0, "top_k": 50}
+    unset = parse_completion({"prompt": "p"}, defaults).sampling
+    assert (unset.max_tokens, unset.temperature, unset.top_k) == (5, 0.0, 50)
+    asked = parse_completion({"prompt": "p", "temperature": 0.7, "top_k": None, "max_tokens": 3}, defaults).sampling
+    assert (asked.max_tokens, asked.temperature, asked.top_k) == (3, 0.7, 50)
+    chat = parse_chat({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 9}, "p",
+                      defaults).sampling
+    assert (chat.max_tokens, chat.temperature) == (9, 0.0)
+    server = OpenAIServer(llm, ServerOptions(warm_up=False))
+    try:
+        with TestClient(server.app) as client:
+            reply = client.post("/v1/completions", json={"prompt": "a"}).json()
+    finally:
+        server.close()
+    greedy = llm.generate("a", SamplingParams(temperature=0, max_tokens=5))[0].outputs[0]
+    assert reply["usage"]["completion_tokens"] == len(greedy.token_ids) and reply["choices"][0]["text"] == greedy.text
+
+
 @pytest.mark.parametrize("call", ["generate", "chat"])
 def test_lora_requests_are_refused(llm, call):
     with pytest.raises(DayzeroError, match="LoRA"):

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dayzero.errors import DayzeroError
 from dayzero.model.gated_attention import GatedAttention
 from dayzero.model.layer_config import GQAConfig
 from dayzero.model.step import GQACache, contiguous_meta
 from dayzero.plugins.gqa import kv_cache_shape
+from dayzero.plugins.registry import PLUGIN_OPS
 from tests.helpers import rel_err
 from tests.hf_checkpoints import transformers
 
@@ -62,8 +64,24 @@ def run_steps(mixer: GatedAttention, xs: list[torch.Tensor], cache: GQACache) ->
     return [torch.cat(o) for o in outs]
 
 
-@pytest.mark.parametrize("fp8, tolerance", [(False, 1e-5), (True, 5e-2)], ids=["fp32-cache", "fp8-cache"])
-def test_prefill_chunked_prefill_and_decode_match_qwen3_next_attention(fp8, tolerance):
+@pytest.fixture
+def gqa_ops(request):
+    """The GQA ops on the CPU as registered (their reference), or dispatched to their Triton bodies (interpreter)."""
+    if request.param == "triton":
+        pytest.importorskip("triton")
+    ops = [PLUGIN_OPS[name] for name in ("write_kv", "gqa_prefill_paged", "gqa_decode_paged")]
+    for op in ops:
+        op.register_kernel("cpu", op.dayzero_impls["cuda" if request.param == "triton" else "cpu"])
+    yield request.param
+    for op in ops:
+        op.register_kernel("cpu", op.dayzero_impls["cpu"])
+
+
+# the Triton bodies on the plain cache (the FP8 reads are held against the reference in tests/plugins)
+@pytest.mark.parametrize("gqa_ops, fp8, tolerance", [("reference", False, 1e-5), ("reference", True, 5e-2),
+                                                     ("triton", False, 1e-5)],
+                         ids=["reference-fp32-cache", "reference-fp8-cache", "triton-fp32-cache"], indirect=["gqa_ops"])
+def test_prefill_chunked_prefill_and_decode_match_qwen3_next_attention(gqa_ops, fp8, tolerance):
     attention, rotary = hf_attention()
     mixer = GatedAttention(HIDDEN, CFG)
     mixer.load_state_dict(attention.state_dict())
@@ -77,8 +95,6 @@ def test_prefill_chunked_prefill_and_decode_match_qwen3_next_attention(fp8, tole
 
 
 def test_config_refuses_heads_that_do_not_group():
-    from dayzero.errors import DayzeroError
-
     with pytest.raises(DayzeroError, match="multiple"):
         GQAConfig(num_heads=6, num_kv_heads=4, head_dim=64, rotary_dim=16)
     with pytest.raises(DayzeroError, match="rotary"):
@@ -123,3 +139,31 @@ def test_an_engine_of_gqa_layers_prefills_and_decodes_from_the_manifests_caches(
     engine.prefill(ids[:, :5].flatten(), contiguous_meta([0, 0], [5, 5], 3), caches)
     logits = engine.decode(ids[:, 5:], contiguous_meta([5, 5], [2, 2], 3, slots_per_seq=2, decode=True), caches)
     assert torch.allclose(logits, model.logits(ids)[:, 5:], rtol=1e-4, atol=1e-4)
+
+
+def test_tensor_parallel_ranks_sum_to_the_whole_layer():
+    """Each rank holds whole query heads (with their gates) and whole KV heads: its partial outputs add up."""
+    from dayzero.export.rank_plan import RankPlan
+
+    cfg, tp = gqa_model_config(), 2
+    whole = GatedAttention(HIDDEN, CFG)
+    for p in whole.parameters():
+        p.copy_(torch.randn_like(p) * 0.2)
+    x = torch.randn(9, HIDDEN)
+    meta = contiguous_meta([0], [9], 1)
+
+    def run(module: GatedAttention) -> torch.Tensor:
+        shape = kv_cache_shape(1, module.cfg.num_kv_heads, CFG.head_dim, False)
+        with torch.no_grad():
+            return module(x, meta, GQACache(kv=torch.zeros(shape)), decode=False)
+
+    partials = []
+    for rank in range(tp):
+        plan = RankPlan(tp, rank)
+        local = GatedAttention(HIDDEN, plan.local_config(cfg).gqa)
+        for name, p in local.named_parameters():
+            p.copy_(plan.shard(whole.get_parameter(name), p.shape))
+        partials.append(run(local))
+    assert rel_err(sum(partials), run(whole)) < 1e-5
+    with pytest.raises(DayzeroError, match="num_key_value_heads = 2"):
+        RankPlan(4, 0).local_config(cfg)

@@ -1,6 +1,6 @@
 """`dayzero inspect` on the bundled Qwen3-Next config: test_inspect.py's agreements (weights with `dayzero plan`, decode
-bytes with the bench floor, prefill work, one mixer and one feed-forward a layer), and the gated DeltaNet layers'
-per-sequence state and ops."""
+bytes with the bench floor, prefill work, one mixer and one feed-forward a layer, registered ops), and the gated
+DeltaNet layers' per-sequence state and ops."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dayzero.perf.layer_caches import SEQUENCE
 from dayzero.plugins.registry import PLUGIN_OPS
 from tests.perf.test_inspect import (  # noqa: F401 (collected here, on this module's case)
     bundled,
+    test_bundled_configs_are_served_by_registered_ops,
     test_decode_bytes_agree_with_the_bench_floor,
     test_every_layer_has_one_mixer_and_one_feed_forward,
     test_prefill_work_agrees_with_the_bench_model,

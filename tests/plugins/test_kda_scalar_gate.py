@@ -292,6 +292,48 @@ def test_onnx_runtime_kernel_returns_updated_copies_of_the_pools():
     assert all(torch.equal(inputs[name], original[name]) for name in pools)
 
 
+def _gdn_steps(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four fused gated DeltaNet decode steps of the same rows on one pool, captured in a CUDA graph."""
+    from dayzero.plugins.kda.gdn_decode_kernel import fused_gdn_decode_launcher
+    from tests.plugins.test_dependent_launch import _graph_of
+
+    torch.manual_seed(1)
+    steps, num_slots = 4, 2 * batch
+    inputs = {name: x.cuda() for name, x in gdn_decode_inputs(batch, steps, 16, 32, 128, 128, 4, torch.bfloat16,
+                                                                 num_slots).items()}
+    pools = {name: inputs[name] for name in ("conv_state", "state")}
+    start = {name: x.clone() for name, x in pools.items()}
+    slots = torch.randperm(num_slots)[:batch].to(torch.int32).view(batch, 1).cuda()
+    accepted = torch.ones(batch, dtype=torch.int32, device="cuda")
+    params = {name: inputs[name] for name in ("conv_weight", "A_log", "dt_bias")}
+    per_step = [{name: inputs[name][:, t:t + 1].contiguous() for name in ("qkv", "a", "b")} for t in range(steps)]
+    out = torch.empty(steps, batch, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        for t in range(steps):
+            fused_gdn_decode_launcher(**per_step[t], **params, **pools, state_slots=slots, num_accepted=accepted,
+                                      out=out[t])
+
+    graph = _graph_of(step)
+    for name, x in pools.items():
+        x.copy_(start[name])
+    graph.replay()
+    torch.cuda.synchronize()
+    return out, pools["state"]
+
+
+@pytest.mark.parametrize("batch", [pytest.param(b, marks=gpu_only) for b in (1, 64)])
+def test_fused_gdn_decode_steps_with_pdl_match_plain_launches(batch, monkeypatch):
+    from dayzero.plugins import dependent_launch
+    from tests.plugins.test_dependent_launch import _pdl_taken
+
+    _pdl_taken(monkeypatch, dependent_launch.EARLY)
+    with_pdl = _gdn_steps(batch)
+    _pdl_taken(monkeypatch, dependent_launch.OFF)
+    without = _gdn_steps(batch)
+    assert torch.equal(with_pdl[0], without[0]) and torch.equal(with_pdl[1], without[1])
+
+
 def test_fused_gdn_decode_onnx_emits_one_dayzero_node():
     pytest.importorskip("onnxscript")
     building = pytest.importorskip("torch.onnx._internal.exporter._building")

@@ -14,6 +14,12 @@ from dayzero.plugins.gqa import cache_layout, reference
 from dayzero.plugins.onnx_node import dayzero_node
 from dayzero.plugins.registry import onnx_translation, plugin_op
 
+KERNEL_Q_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _unit_last_stride(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
 
 def _write_kv_fake(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     return None
@@ -32,21 +38,39 @@ def _decode_fake(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Ten
 @plugin_op("write_kv", cpu=cache_layout.write_kv, fake=_write_kv_fake, mutates_args=("cache",))
 def write_kv(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """cache <- k, v [T, Hkv, D] at slot_mapping [T] (-1 skipped); FP8 with per-(token, head) scales for uint8."""
-    cache_layout.write_kv(cache, k, v, slot_mapping)
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.gqa.write_kernel import write_kv_launcher
+
+    write_kv_launcher(cache, _unit_last_stride(k), _unit_last_stride(v), slot_mapping, launch=wrap_triton)
 
 
 @plugin_op("gqa_prefill_paged", cpu=reference.gqa_prefill_paged, fake=_prefill_fake)
 def gqa_prefill_paged(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
                       positions: torch.Tensor, sm_scale: float) -> torch.Tensor:
     """q [T, Hq, D] -> o [T, Hq, D]: token t over the positions 0..positions[t] of its sequence."""
-    return reference.gqa_prefill_paged(q, kv_cache, block_table, cu_seqlens, positions, sm_scale)
+    if q.dtype not in KERNEL_Q_DTYPES:
+        return reference.gqa_prefill_paged(q, kv_cache, block_table, cu_seqlens, positions, sm_scale)
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.gqa.kernel import gqa_prefill_launcher
+
+    return gqa_prefill_launcher(_unit_last_stride(q), kv_cache, block_table.contiguous(), cu_seqlens, positions,
+                                sm_scale, launch=wrap_triton)
 
 
 @plugin_op("gqa_decode_paged", cpu=reference.gqa_decode_paged, fake=_decode_fake)
 def gqa_decode_paged(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor,
                      sm_scale: float) -> torch.Tensor:
     """q [B, L, Hq, D], positions [B, L] -> o [B, L, Hq, D]."""
-    return reference.gqa_decode_paged(q, kv_cache, block_table, positions, sm_scale)
+    if q.dtype not in KERNEL_Q_DTYPES:
+        return reference.gqa_decode_paged(q, kv_cache, block_table, positions, sm_scale)
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.gqa.kernel import gqa_decode_launcher
+
+    return gqa_decode_launcher(_unit_last_stride(q), kv_cache, block_table.contiguous(), positions, sm_scale,
+                               launch=wrap_triton)
 
 
 @onnx_translation(write_kv)

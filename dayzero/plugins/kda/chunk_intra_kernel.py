@@ -152,9 +152,11 @@ def column_grid_pairs_kernel(
             kk = load_rows(k, t, valid, hk, HK, K, kc)
             kj = _keys(k, start, eos, hk, HK, K, kc, j)
             if PER_HEAD_GATE:
-                # the decay is one factor a (row, column) pair: applied once after the loop
-                acc_kk += dot(kk, tl.trans(kj))
-                acc_qk += dot(qq, tl.trans(kj))
+                # the decay is one factor a (row, column) pair, applied once after the loop; the operands go back to
+                # their stored dtype (exact: they were loaded from it) for the faster bf16 MMA
+                key = tl.trans(kj).to(k.dtype.element_ty)
+                acc_kk += dot(kk.to(k.dtype.element_ty), key)
+                acc_qk += dot(qq.to(q.dtype.element_ty), key)
             else:
                 G = load_rows(g_cum, t, valid, h, H, K, kc)
                 Gj, g_last = _key_gates(g_cum, start, eos, h, H, K, kc, j)
