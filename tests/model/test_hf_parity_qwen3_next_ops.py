@@ -1,5 +1,6 @@
 """Parity with transformers for Qwen3-Next through the plugin ops: every op dispatched on the CPU to its Triton body
-(interpreter) gives transformers' fp32 logits (the checkpoint: qwen3_next_checkpoints.py)."""
+(interpreter) gives transformers' fp32 logits, from a prefill and the verify steps after it (the checkpoint:
+qwen3_next_checkpoints.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dayzero.model import load
 from tests.helpers import rel_err
 from tests.model.qwen3_next_checkpoints import VOCAB, expected_logits, write_checkpoint
 from tests.model.test_hf_parity_dsa_ops import triton_bodies_on_cpu  # noqa: F401 (a fixture)
+from tests.model.test_hf_parity_qwen3_next import verified_logits
 from tests.plugins.triton_env import ON_GPU, needs_triton
 
 pytestmark = [needs_triton, pytest.mark.skipif(ON_GPU, reason="the interpreter run is the CPU check")]
@@ -25,7 +27,7 @@ def checkpoint(tmp_path_factory):
 
 def test_plugin_ops_logits_match_transformers(checkpoint, triton_bodies_on_cpu):  # noqa: F811
     directory, hf = checkpoint
-    # past one chunk of the chunked recurrence
+    # a prefill past one chunk of the chunked recurrence, then two verify steps of 2 tokens
     ids = torch.randint(0, VOCAB, (1, 70))
-    got = load(directory, dtype=torch.float32).logits(ids)
-    assert rel_err(got, expected_logits(hf, ids)) < 1e-4
+    got = verified_logits(load(directory, dtype=torch.float32), ids, prefix=66)
+    assert rel_err(got, expected_logits(hf, ids)[:, 65:]) < 1e-4
