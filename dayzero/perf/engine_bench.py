@@ -75,7 +75,7 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def _prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+def random_prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
     return [torch.randint(0, min(vocab, 256), (length,), generator=gen).tolist() for _ in range(batch)]
 
@@ -83,8 +83,8 @@ def _prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
 def run_engine(engine: LLMEngine, batch: int, prompt_tokens: int, output_tokens: int, seed: int = 0) -> EngineRun:
     """One timed run (after a short untimed one of the same batch: first-call allocations, compiles, graphs)."""
     vocab = engine.manifest.vocab_size
-    _generate(engine, _prompts(batch, prompt_tokens, vocab, seed + 1), 2)
-    return _generate(engine, _prompts(batch, prompt_tokens, vocab, seed), output_tokens)
+    _generate(engine, random_prompts(batch, prompt_tokens, vocab, seed + 1), 2)
+    return _generate(engine, random_prompts(batch, prompt_tokens, vocab, seed), output_tokens)
 
 
 def _generate(engine: LLMEngine, prompts: list[list[int]], output_tokens: int) -> EngineRun:
