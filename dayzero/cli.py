@@ -243,11 +243,12 @@ def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, ap
 @cli.command()
 @click.option("--batch", "batches", type=int, multiple=True,
               help="Requests run together; repeat for several runs (default: 1, 16 and 64).")
-@click.option("--prompt-tokens", type=int, default=512, show_default=True)
+@click.option("--prompt-tokens", "prompts", type=int, multiple=True,
+              help="Tokens of each prompt; repeat for runs of each length at each batch (default: 512).")
 @click.option("--output-tokens", type=int, default=64, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the rows (and profiles) to this JSON file.")
-@click.option("--profile", is_flag=True, help="Also profile decode steps of each batch (torch.profiler): time per op "
+              help="Also write the rows (and profiles) to this JSON file, rewritten after each run.")
+@click.option("--profile", is_flag=True, help="Also profile decode steps of each run (torch.profiler): time per op "
               "kind (KDA, indexer, MLA, AttnRes, MoE routing and experts, GEMMs, norms, elementwise, reductions, "
               "sampling, host gaps) against that kind's share of the floor.")
 @click.option("--profile-steps", type=int, default=16, show_default=True, help="Decode steps each profile covers.")
@@ -255,17 +256,15 @@ def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, ap
               "such as dayzero/configs/kimi-linear-48b-a3b) and make random weights in device memory, layer by layer: "
               "no checkpoint is read or written. Eager engine, one device.")
 @engine_options
-def bench(batches, prompt_tokens, output_tokens, json_path, profile, profile_steps, random_weights, num_draft,
+def bench(batches, prompts, output_tokens, json_path, profile, profile_steps, random_weights, num_draft,
           **engine) -> None:
     """Prefill and decode throughput of the engine through the runtime: prefill against the device's measured matmul
     rate, each decode step against the least memory traffic it must move (weights, KDA states, caches) at the
     measured copy bandwidth."""
-    import json
-
     from dayzero.perf.engine_bench import copy_bandwidth, matmul_rate, run_engine
 
-    batches = batches or (1, 16, 64)
-    if min(batches) < 1 or prompt_tokens < 1 or output_tokens < 2 or profile_steps < 1:
+    batches, prompts = batches or (1, 16, 64), prompts or (512,)
+    if min(batches) < 1 or min(prompts) < 1 or output_tokens < 2 or profile_steps < 1:
         raise DayzeroError("--batch, --prompt-tokens and --profile-steps must be >= 1 and --output-tokens >= 2 (one "
                            "token comes from prefill, the rest from decode steps)")
     # bench feeds token ids: a checkpoint without tokenizer files is benchmarked all the same
@@ -278,19 +277,26 @@ def bench(batches, prompt_tokens, output_tokens, json_path, profile, profile_ste
         click.echo(f"[on {device}: copy {ceilings['copy_bytes_per_s'] / 1e9:.1f} GB/s, {dtype} "
                    f"matmul {ceilings['matmul_flops_per_s'] / 1e12:.2f} TFLOP/s]")
         rows, profiles = [], []
-        for b in batches:
-            rows.append(_bench_row(llm, cfg, run_engine(llm.engine, b, prompt_tokens, output_tokens), ceilings,
-                                   engine["cp"]))
-            if profile:
-                profiles.append(_profile(llm, cfg, b, prompt_tokens, profile_steps, ceilings))
-    click.echo(_table(rows))
-    for found in profiles:
-        click.echo("\n" + found.table())
-    if json_path is not None:
-        options = {name: str(value) if isinstance(value, Path) else value for name, value in engine.items()}
-        extra = {"profiles": [p.to_json() for p in profiles]} if profile else {}
-        json_path.write_text(json.dumps({**ceilings, "engine": {**options, "random_weights": random_weights},
-                                         "rows": rows, **extra}, indent=2))
+        for length in prompts:
+            for b in batches:
+                run = run_engine(llm.engine, b, length, output_tokens, profile_steps=profile_steps if profile else 0)
+                rows.append(_bench_row(llm, cfg, run, ceilings, engine["cp"]))
+                click.echo(_table(rows[-1:]))
+                if profile:
+                    profiles.append(_profile(llm, cfg, run, ceilings))
+                    click.echo(profiles[-1].table())
+                if json_path is not None:
+                    _write_bench(json_path, ceilings, engine, random_weights, rows, profiles if profile else None)
+    click.echo("\n" + _table(rows))
+
+
+def _write_bench(path: Path, ceilings: dict, engine: dict, random_weights: bool, rows: list, profiles) -> None:
+    import json
+
+    options = {name: str(value) if isinstance(value, Path) else value for name, value in engine.items()}
+    extra = {} if profiles is None else {"profiles": [p.to_json() for p in profiles]}
+    path.write_text(json.dumps({**ceilings, "engine": {**options, "random_weights": random_weights}, "rows": rows,
+                                **extra}, indent=2))
 
 
 def _bench_config(llm, engine: dict, random_weights: bool):
@@ -305,10 +311,11 @@ def _bench_config(llm, engine: dict, random_weights: bool):
         checkpoint_config(llm.checkpoint, keep_mxfp4=not engine["dequantize_experts"]))
 
 
-def _profile(llm, cfg, batch: int, prompt_tokens: int, steps: int, ceilings: dict):
-    from dayzero.perf.decode_profile import profile_decode
+def _profile(llm, cfg, run, ceilings: dict):
+    from dayzero.perf.decode_profile import decode_profile
 
-    return profile_decode(llm.engine, cfg, batch, prompt_tokens, ceilings["copy_bytes_per_s"], steps)
+    return decode_profile(cfg, llm.engine.manifest, run.batch, run.prompt_tokens, run.profile,
+                          ceilings["copy_bytes_per_s"])
 
 
 def _bench_row(llm, cfg, run, ceilings: dict, prefill_devices: int) -> dict:

@@ -1,10 +1,10 @@
 """`dayzero bench --profile`: where a decode step of the engine goes, by op kind, against each kind's share of the
 decode floor.
 
-B requests of random prompt tokens are prefilled, decoded a few warm-up steps (CUDA graphs of the batch captured),
-then N decode steps run under torch.profiler (device kernels on a GPU, host ops on a CPU). step_trace.py splits
-their wall time by op kind and host gaps; floor_kinds.py splits the floor the same way, at the device's copy rate.
-The profiler adds its own host work to a step: the step here is slower than the unprofiled run's.
+The bench's untimed run (engine_bench.run_engine) prefills its B requests, decodes WARM_STEPS steps (CUDA graphs of
+the batch captured), then N decode steps under torch.profiler (device kernels on a GPU, host ops on a CPU).
+step_trace.py splits their wall time by op kind and host gaps; floor_kinds.py splits the floor the same way, at the
+device's copy rate. The profiler adds host work of its own: a profiled step is slower than the timed run's.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from pathlib import Path
 
 import torch
 
+from dayzero.contract import EngineManifest
 from dayzero.model.config import ModelConfig
-from dayzero.perf.engine_bench import random_prompts
 from dayzero.perf.floor_kinds import floor_bytes_by_kind
 from dayzero.perf.op_kinds import HOST_GAPS, KINDS, label
 from dayzero.perf.step_trace import MODEL, STEP, KindTimes, kind_times, read_trace
 from dayzero.runtime.llm_engine import LLMEngine
-from dayzero.runtime.sampling import SamplingParams
 
 PROFILE_STEPS = 16
 WARM_STEPS = 2
@@ -56,33 +55,30 @@ class DecodeProfile:
         busy = "GPU busy" if self.on_device else "host ops"
         head = (f"profile, batch {self.batch} ({self.steps} decode steps, context {self.context}): step "
                 f"{self.step_ms:.3f} ms, {busy} {self.busy_ms:.3f} ms")
-        lines = [head, f"{'':20} {'ms':>8} {'of step':>8} {'launches':>9} {'floor ms':>9} {'floor/ms':>9}"]
+        lines = [head, f"{'':20} {'ms':>8} {'of step':>8} {'launches':>9} {'floor ms':>9} {'floor/time':>10}"]
         for r in self.rows:
             ratio = f"{r.floor_ms / r.ms:.2f}" if r.ms > 0 and r.floor_ms > 0 else "-"
             lines.append(f"{label(r.kind):20} {r.ms:8.3f} {r.ms / self.step_ms:8.1%} {r.launches:9.1f} "
-                         f"{r.floor_ms:9.3f} {ratio:>9}")
+                         f"{r.floor_ms:9.3f} {ratio:>10}")
         return "\n".join(lines)
 
 
-def profile_decode(engine: LLMEngine, cfg: ModelConfig, batch: int, prompt_tokens: int, copy_bytes_per_s: float,
-                   steps: int = PROFILE_STEPS, seed: int = 0) -> DecodeProfile:
-    """Profile `steps` decode steps of `batch` sequences after prompts of `prompt_tokens` tokens; cfg: the network one
-    rank runs (decode_traffic.py)."""
-    seqs = [engine.add_request(p, SamplingParams(max_tokens=1 + WARM_STEPS + steps, ignore_eos=True))
-            for p in random_prompts(batch, prompt_tokens, engine.manifest.vocab_size, seed + 2)]
-    while any(not s.output_ids for s in seqs):
-        engine.step()
-    for _ in range(WARM_STEPS):
-        engine.step()
-    context = prompt_tokens + WARM_STEPS + (steps + 1) // 2
-    times = _traced_steps(engine, steps)
-    while engine.has_work:
-        engine.step()
-    floor = floor_bytes_by_kind(cfg, engine.manifest, batch, context)
-    return _profile(batch, context, times, {k: 1e3 * b / copy_bytes_per_s for k, b in floor.items()})
+def decode_profile(cfg: ModelConfig, manifest: EngineManifest, batch: int, prompt_tokens: int, times: KindTimes,
+                   copy_bytes_per_s: float) -> DecodeProfile:
+    """The profile of `times` (engine_bench.run_engine's profiled steps after prompts of `prompt_tokens` tokens) with
+    each kind's share of the floor; cfg: the network one rank runs (decode_traffic.py)."""
+    context = prompt_tokens + WARM_STEPS + (times.steps + 1) // 2
+    floor = floor_bytes_by_kind(cfg, manifest, batch, context)
+    floor_ms = {kind: 1e3 * nbytes / copy_bytes_per_s for kind, nbytes in floor.items()}
+    per_step = 1e-3 / times.steps
+    rows = [KindRow(k, times.us.get(k, 0.0) * per_step, times.launches.get(k, 0) / times.steps, floor_ms.get(k, 0.0))
+            for k in KINDS if k != HOST_GAPS and (k in times.us or k in times.launches or floor_ms.get(k))]
+    step_ms, busy_ms = times.window_us * per_step, times.busy_us * per_step
+    rows.append(KindRow(HOST_GAPS, step_ms - busy_ms, 0.0, 0.0))
+    return DecodeProfile(batch, context, times.steps, step_ms, busy_ms, times.on_device, tuple(rows))
 
 
-def _traced_steps(engine: LLMEngine, steps: int) -> KindTimes:
+def traced_steps(engine: LLMEngine, steps: int) -> KindTimes:
     """`steps` engine steps under the profiler, each in a STEP range, the model's forward in a MODEL range."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -115,12 +111,3 @@ def _in_range(fn, name: str):
             return fn(*args, **kwargs)
 
     return call
-
-
-def _profile(batch: int, context: int, times: KindTimes, floor_ms: dict[str, float]) -> DecodeProfile:
-    per_step = 1e-3 / times.steps
-    rows = [KindRow(k, times.us.get(k, 0.0) * per_step, times.launches.get(k, 0) / times.steps, floor_ms.get(k, 0.0))
-            for k in KINDS if k != HOST_GAPS and (k in times.us or k in times.launches or floor_ms.get(k))]
-    step_ms, busy_ms = times.window_us * per_step, times.busy_us * per_step
-    rows.append(KindRow(HOST_GAPS, step_ms - busy_ms, 0.0, 0.0))
-    return DecodeProfile(batch, context, times.steps, step_ms, busy_ms, times.on_device, tuple(rows))

@@ -6,8 +6,9 @@ from click.testing import CliRunner
 from dayzero.cli import cli
 from dayzero.export.options import ExportOptions
 from dayzero.model.config import ModelConfig
-from dayzero.perf.decode_profile import profile_decode
+from dayzero.perf.decode_profile import decode_profile
 from dayzero.perf.decode_traffic import decode_traffic
+from dayzero.perf.engine_bench import run_engine
 from dayzero.perf.op_kinds import (
     ATTNRES,
     CACHE_WRITES,
@@ -32,32 +33,36 @@ def test_a_step_splits_into_the_tiny_models_kinds_and_host_gaps():
     engine = LLMEngine(random_engine(TINY_CONFIG, ExportOptions(backend="eager", device="cpu", max_batch=2)),
                        RuntimeOptions(memory_bytes=32 << 20))
     cfg = ModelConfig.from_hf(TINY_CONFIG)
-    found = profile_decode(engine, cfg, batch=2, prompt_tokens=6, copy_bytes_per_s=1e9, steps=2)
+    run = run_engine(engine, batch=2, prompt_tokens=6, output_tokens=3, profile_steps=2)
+    found = decode_profile(cfg, engine.manifest, 2, 6, run.profile, copy_bytes_per_s=1e9)
     ms = {row.kind: row.ms for row in found.rows}
     assert TINY_KINDS <= {kind for kind, t in ms.items() if t > 0}
     assert sum(t for kind, t in ms.items() if kind != HOST_GAPS) == pytest.approx(found.busy_ms)
     assert found.busy_ms <= found.step_ms and sum(ms.values()) == pytest.approx(found.step_ms)
     floor = decode_traffic(cfg, engine.manifest, 2, found.context).seconds(1e9) * 1e3
     assert sum(row.floor_ms for row in found.rows) == pytest.approx(floor)
-    assert not engine.has_work and found.steps == 2 and not found.on_device
+    assert found.steps == 2 and not found.on_device and found.context > 6
+    # the timed run after the profiled one is whole
+    assert not engine.has_work and run.decode_tokens == 2 * 2 and run.batch == 2
 
 
 def test_bench_profiles_a_config_with_random_weights(tmp_path, monkeypatch):
     monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "bench.json"
     config = ROOT / "dayzero" / "configs" / "tiny-hybrid"
-    result = CliRunner().invoke(cli, ["bench", str(config), "--random-weights", "--device", "cpu", "--batch", "2",
-                                      "--prompt-tokens", "6", "--output-tokens", "3", "--profile", "--profile-steps",
-                                      "2", "--json", str(out)], catch_exceptions=False)
+    args = ["bench", str(config), "--random-weights", "--device", "cpu", "--batch", "2", "--prompt-tokens", "6",
+            "--prompt-tokens", "9", "--output-tokens", "2", "--profile", "--profile-steps", "2", "--json", str(out)]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "random weights made" in result.output and "profile, batch 2" in result.output
     assert "host gaps" in result.output and "MoE expert GEMMs" in result.output
     report = json.loads(out.read_text())
     assert report["engine"]["random_weights"] and report["rows"][0]["decode tok/s"] > 0
-    (profile,) = report["profiles"]
-    kinds = profile["kinds"]
-    assert TINY_KINDS <= {kind for kind, row in kinds.items() if row["ms"] > 0}
-    assert sum(row["ms"] for kind, row in kinds.items() if kind != HOST_GAPS) <= profile["step ms"] + 1e-3
+    assert [(r["prompt"], r["batch"]) for r in report["rows"]] == [(6, 2), (9, 2)]
+    for profile in report["profiles"]:
+        kinds = profile["kinds"]
+        assert TINY_KINDS <= {kind for kind, row in kinds.items() if row["ms"] > 0}
+        assert sum(row["ms"] for kind, row in kinds.items() if kind != HOST_GAPS) <= profile["step ms"] + 1e-3
     # nothing written: no checkpoint, no export
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.safetensors"))
 
