@@ -48,12 +48,24 @@ def _fill(param: torch.Tensor, name: str, cfg: ModelConfig, seed: int) -> None:
         (param if value.shape == param.shape else param[index]).copy_(value)
 
 
-def random_engine(config: str | Path, options: ExportOptions, seed: int = 0) -> EagerEngine:
-    """The eager engine `options` describe (one rank), for the config.json at `config` (or the folder holding one)."""
+def first_layers(cfg: ModelConfig, num_layers: int | None) -> ModelConfig:
+    """`cfg` cut to its first `num_layers` layers (None: all of them), as a slice of a model is benchmarked."""
+    if num_layers is None:
+        return cfg
+    if not 1 <= num_layers <= cfg.num_layers:
+        raise DayzeroError(f"--num-layers must be in [1, {cfg.num_layers}] for this config, got {num_layers}")
+    return dataclasses.replace(cfg, layer_kinds=cfg.layer_kinds[:num_layers], mlp_kinds=cfg.mlp_kinds[:num_layers],
+                               index_shared_layers=tuple(i for i in cfg.index_shared_layers if i < num_layers))
+
+
+def random_engine(config: str | Path, options: ExportOptions, seed: int = 0,
+                  num_layers: int | None = None) -> EagerEngine:
+    """The eager engine `options` describe (one rank), for the config.json at `config` (or the folder holding one),
+    cut to its first `num_layers` layers."""
     if options.backend != "eager" or options.ranks > 1:
         raise DayzeroError("--random-weights builds one eager engine on one device: use --backend eager without --tp "
                            "or --cp")
-    cfg = ModelConfig.from_hf(config)
+    cfg = first_layers(ModelConfig.from_hf(config), num_layers)
     model = random_model(cfg, getattr(torch, options.dtype), options.device, seed)
     lay_out(model)
     try:

@@ -20,9 +20,9 @@ from dayzero.perf.op_kinds import SAMPLING, cpu_op_kind, kernel_kind
 
 STEP, MODEL = "dayzero.step", "dayzero.model"
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-HOST_OP = "cpu_op"
-# ranges and ops: what a device event's correlation id never points to
-HOST_CATEGORIES = frozenset({HOST_OP, "user_annotation", "python_function"})
+HOST_OP, HOST_RANGE = "cpu_op", "user_annotation"
+# ranges and ops (and a range's copy on the device's timeline): what a device event's correlation never points to
+HOST_CATEGORIES = frozenset({HOST_OP, HOST_RANGE, "gpu_user_annotation", "python_function"})
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,11 @@ class _Ranges:
 
 def kind_times(events: list[TraceEvent]) -> KindTimes:
     """Split the profiled steps of a trace by op kind (raises ValueError for a trace with no `dayzero.step` range)."""
-    steps = sorted((e for e in events if e.name == STEP), key=lambda e: e.start)
+    steps = sorted((e for e in events if e.name == STEP and e.category == HOST_RANGE), key=lambda e: e.start)
     if not steps:
         raise ValueError(f"the trace has no {STEP!r} range: no profiled decode step")
     window = (steps[0].start, steps[-1].end)
-    model = _Ranges([e for e in events if e.name == MODEL])
+    model = _Ranges([e for e in events if e.name == MODEL and e.category == HOST_RANGE])
     device = [e for e in events if e.category in DEVICE_CATEGORIES]
     if device:
         us, launches = _device_times(device, _launch_times(events), window, model)

@@ -51,13 +51,15 @@ def test_bench_profiles_a_config_with_random_weights(tmp_path, monkeypatch):
     out = tmp_path / "bench.json"
     config = ROOT / "dayzero" / "configs" / "tiny-hybrid"
     args = ["bench", str(config), "--random-weights", "--device", "cpu", "--batch", "2", "--prompt-tokens", "6",
-            "--prompt-tokens", "9", "--output-tokens", "2", "--profile", "--profile-steps", "2", "--json", str(out)]
+            "--prompt-tokens", "9", "--output-tokens", "2", "--profile", "--profile-steps", "2", "--json", str(out),
+            "--num-layers", "5"]
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "random weights made" in result.output and "profile, batch 2" in result.output
     assert "host gaps" in result.output and "MoE expert GEMMs" in result.output
     report = json.loads(out.read_text())
-    assert report["engine"]["random_weights"] and report["rows"][0]["decode tok/s"] > 0
+    assert report["engine"]["random_weights"] and report["engine"]["num_layers"] == 5
+    assert report["rows"][0]["decode tok/s"] > 0
     assert [(r["prompt"], r["batch"]) for r in report["rows"]] == [(6, 2), (9, 2)]
     for profile in report["profiles"]:
         kinds = profile["kinds"]
@@ -67,7 +69,9 @@ def test_bench_profiles_a_config_with_random_weights(tmp_path, monkeypatch):
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.safetensors"))
 
 
-def test_random_weights_need_a_config(tmp_path, monkeypatch):
+def test_random_weights_need_a_config_and_only_they_take_a_layer_count(tmp_path, monkeypatch):
     monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
     result = CliRunner().invoke(cli, ["bench", "--random-weights", "--device", "cpu"])
     assert result.exit_code != 0 and "give MODEL" in str(result.exception)
+    result = CliRunner().invoke(cli, ["bench", "--num-layers", "2", "--device", "cpu"])
+    assert result.exit_code != 0 and "--num-layers cuts the config" in str(result.exception)

@@ -37,3 +37,14 @@ def test_the_engine_is_laid_out_and_decodes_finite_logits():
 def test_one_eager_rank_only(options):
     with pytest.raises(DayzeroError, match="one eager engine"):
         random_engine(TINY_CONFIG, options)
+
+
+def test_a_slice_keeps_the_configs_first_layers():
+    options = ExportOptions(backend="eager", device="cpu", dtype="float32", max_batch=1)
+    whole = ModelConfig.from_hf(TINY_CONFIG)
+    engine = random_engine(TINY_CONFIG, options, num_layers=3)
+    cfg = engine.model.config
+    assert cfg.layer_kinds == whole.layer_kinds[:3] and cfg.mlp_kinds == whole.mlp_kinds[:3]
+    assert len(engine.model.model.layers) == 3 and {s.layer for s in engine.manifest.cache_tensors} == {0, 1, 2}
+    with pytest.raises(DayzeroError, match="--num-layers"):
+        random_engine(TINY_CONFIG, options, num_layers=whole.num_layers + 1)

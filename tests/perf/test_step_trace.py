@@ -31,6 +31,8 @@ def test_device_work_is_split_by_kind_and_by_whether_the_model_launched_it():
         _launch(135, 4, "cuLaunchKernelEx", "cuda_driver"), _kernel("void at::native::reduce_kernel<512>", 170, 5, 4),
         # an input copy overlapping a kernel counts once
         _launch(105, 5, "cudaMemcpyAsync"), TraceEvent("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 160, 10, 8, 5),
+        # the ranges' copies on the device's timeline are no steps
+        TraceEvent(STEP, "gpu_user_annotation", 20, 150, 7), TraceEvent(MODEL, "gpu_user_annotation", 20, 45, 7),
         # device work launched before the profiled steps is left out
         _launch(-20, 6), _kernel("void at::native::vectorized_elementwise_kernel<4>", -10, 15, 6),
     ]
