@@ -11,7 +11,8 @@ before, go into the JSON), all within --budget-s seconds; a run of some --parts 
 of the same setup in --out:
 * dayzero: the `dayzero bench` path (eager engine, CUDA-graph decode; an 8192-token prefill budget): decode tokens/s
   and step time at batch 1 / 16 / 64 after 512-token prompts against the decode floor (`dayzero.perf.decode_traffic`
-  at the measured copy rate), time to first token of 512 / 2048 / 8192-token prompts, the logits of a fixed prompt;
+  at the measured copy rate) and `dayzero bench --profile`'s split of a step by op kind, time to first token of 512 /
+  2048 / 8192-token prompts, the logits of a fixed prompt;
 * reference_fp32: transformers in float32 with TF32 off, the whole slice alone on the GPU (4 bytes a parameter: 55 GB
   at 8 layers), the logits both bf16 runs are held against: random weights at full width are chaotic, so dayzero's
   error reads against transformers' own bf16 error;
@@ -43,6 +44,7 @@ from bench.common import RESULTS, parser, print_tables, rel_err, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN_BUDGET = 8192
+PROFILE_STEPS = 16  # decode steps of dayzero's untimed run under torch.profiler (`dayzero bench --profile`)
 # part -> the most seconds it may take of the budget
 PART_SECONDS = {"write": 120, "dayzero": 150, "reference_fp32": 90, "transformers": 170, "h200_slice": 150}
 SMOKE_CONFIG = dict(vocab_size=300, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=4,
@@ -167,6 +169,7 @@ def dayzero_part(s: Setup, record: Record) -> None:
     from dayzero.export.options import ExportOptions
     from dayzero.llm.api import LLM
     from dayzero.model.config import ModelConfig
+    from dayzero.perf.decode_profile import decode_profile
     from dayzero.perf.decode_traffic import decode_traffic
     from dayzero.perf.engine_bench import copy_bandwidth, run_engine
     from dayzero.runtime.llm_engine import RuntimeOptions
@@ -179,11 +182,14 @@ def dayzero_part(s: Setup, record: Record) -> None:
         torch.save(llm.step_engine.model.logits(ids)[0].float().cpu(), s.logits_file("dayzero"))
         record.put("copy_bytes_per_s", copy_bandwidth(s.device))
         for batch in s.dayzero_batches:
-            run = run_engine(engine, batch, s.prompt, s.output_tokens)
+            run = run_engine(engine, batch, s.prompt, s.output_tokens, profile_steps=PROFILE_STEPS)
             floor = decode_traffic(cfg, engine.manifest, batch, s.prompt + s.output_tokens // 2)
             record.append("decode", {"batch": batch, "tokens_per_s": run.decode_tokens_per_s, "step_ms": run.step_ms,
                                      "floor_ms": 1e3 * floor.seconds(record["copy_bytes_per_s"]),
                                      "prefill_ms": 1e3 * run.prefill_s})
+            profile = decode_profile(cfg, engine.manifest, batch, s.prompt, run.profile, record["copy_bytes_per_s"])
+            print(profile.table(), flush=True)
+            record.append("profiles", profile.to_json())
         for length in s.ttft_prompts:
             record.append("ttft", {"prompt": length, "ms": 1e3 * run_engine(engine, 1, length, 2).ttft_p50_s})
 
@@ -392,7 +398,24 @@ def tables(results: dict, s: Setup) -> dict:
                                    "decode tok/s": "decode tok/s", "step ms": "step ms", "floor ms": "floor ms",
                                    "floor / step": "floor / step"}},
     }
+    found["profile"] = _profile_table(dz.get("profiles", []))
     return {name: table for name, table in found.items() if table["rows"]}
+
+
+def _profile_table(profiles: list[dict]) -> dict:
+    """dayzero's decode step by op kind (`dayzero bench --profile`), ms a step and the kind's floor share, by batch."""
+    from dayzero.perf.op_kinds import KINDS, label
+
+    columns, rows = {"kind": "op kind"}, {kind: {"kind": label(kind)} for kind in KINDS}
+    for p in profiles:
+        b = p["batch"]
+        columns.update({f"ms_{b}": f"ms, batch {b}", f"floor_{b}": f"floor ms, batch {b}"})
+        for kind, row in p["kinds"].items():
+            rows[kind].update({f"ms_{b}": row["ms"], f"floor_{b}": row["floor ms"]})
+    shown = max((p["batch"] for p in profiles), default=None)
+    return {"title": f"dayzero decode step by op kind ({PROFILE_STEPS} profiled steps)", "columns": columns,
+            "rows": [row for row in rows.values() if len(row) > 1],
+            "plot": {"x": "kind", "y": [f"ms_{shown}", f"floor_{shown}"], "ylabel": f"ms a step, batch {shown}"}}
 
 
 def _software() -> dict:

@@ -26,7 +26,7 @@ ELEMENTWISE, REDUCTIONS, OTHER, SAMPLING, HOST_GAPS = "elementwise", "reductions
 LABELS = {
     KDA: "KDA", INDEXER: "DSA indexer", MLA: "MLA attention", CACHE_WRITES: "cache writes", ATTNRES: "AttnRes",
     MOE_ROUTING: "MoE routing", MOE_EXPERTS: "MoE expert GEMMs", GEMM: "GEMM (projections)", NORMS: "norms",
-    ELEMENTWISE: "elementwise", REDUCTIONS: "reductions", OTHER: "other kernels", SAMPLING: "sampling",
+    ELEMENTWISE: "elementwise", REDUCTIONS: "reductions", OTHER: "other kernels", SAMPLING: "sampling, inputs",
     HOST_GAPS: "host gaps",
 }
 KINDS = tuple(LABELS)
