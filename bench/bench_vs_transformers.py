@@ -200,8 +200,14 @@ def _load_transformers(s: Setup, dtype: torch.dtype):
     start = time.perf_counter()
     if s.device == "cpu":
         model = AutoModelForCausalLM.from_pretrained(s.checkpoint, dtype=dtype)
-    else:
+        return model.eval(), time.perf_counter() - start
+    try:
         model = AutoModelForCausalLM.from_pretrained(s.checkpoint, dtype=dtype, device_map=s.device)
+    except (ImportError, ValueError) as error:
+        # device_map asks for accelerate where transformers still needs it: the model is moved after loading instead
+        if "accelerate" not in str(error):
+            raise
+        model = AutoModelForCausalLM.from_pretrained(s.checkpoint, dtype=dtype).to(s.device)
     return model.eval(), time.perf_counter() - start
 
 
