@@ -133,9 +133,9 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
               token_budget, num_draft, max_batch, skip_tokenizer_init=False, random_weights=False, num_layers=None):
     """random_weights: the engine of the checkpoint's config.json (its first num_layers layers) with random weights
     made on the device."""
+    from dayzero.export.auto_options import checkpoint_dtype, default_device
     from dayzero.export.options import ExportOptions
     from dayzero.llm.api import LLM
-    from dayzero.llm.engine_args import checkpoint_dtype, default_device
     from dayzero.runtime.llm_engine import RuntimeOptions
 
     if backend == "aoti":

@@ -46,6 +46,14 @@ def _fused_kda_decode(qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logi
     return o, conv_state, state
 
 
+@kernel("fused_gdn_decode")
+def _fused_gdn_decode(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted, *, scale):
+    conv_state, state = conv_state.clone(), state.clone()
+    o = ops.fused_gdn_decode(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted,
+                             scale)
+    return o, conv_state, state
+
+
 @kernel("recurrent_kda_pool")
 def _recurrent_kda_pool(q, k, v, g, beta, state, state_slots, num_accepted, *, scale, use_qk_l2norm):
     state = state.clone()
@@ -72,6 +80,13 @@ kernel("WriteLatent")(_cache_write(ops.write_latent))
 kernel("WriteIndexKeys")(_cache_write(ops.write_index_keys))
 
 
+@kernel("WriteKv")
+def _write_kv(cache, k, v, slot_mapping):
+    cache = cache.clone()
+    ops.write_kv(cache, k, v, slot_mapping)
+    return (cache,)
+
+
 @kernel("Mxfp8Quantize")
 def _mxfp8_quantize(x, *, block):
     q, scales = ops.mxfp8_quantize(x, block)
@@ -95,6 +110,16 @@ def _dense_mla_paged(q, latent_cache, block_table, cu_seqlens, positions, *, sm_
     return ops.dense_mla_paged(q, latent_cache, block_table, cu_seqlens, positions, sm_scale, v_dim)
 
 
+@kernel("GqaPrefillPaged")
+def _gqa_prefill_paged(q, kv_cache, block_table, cu_seqlens, positions, *, sm_scale):
+    return (ops.gqa_prefill_paged(q, kv_cache, block_table, cu_seqlens, positions, sm_scale),)
+
+
+@kernel("GqaDecodePaged")
+def _gqa_decode_paged(q, kv_cache, block_table, positions, *, sm_scale):
+    return (ops.gqa_decode_paged(q, kv_cache, block_table, positions, sm_scale),)
+
+
 @kernel("AttnresMix")
 def _attnres_mix(query, rms_weight, *sources, eps):
     return (ops.attnres_mix(query, list(sources), rms_weight, eps),)
@@ -114,6 +139,16 @@ def _attnres_mix_blocks(query, rms_weight, blocks, partial=None, *, num_blocks, 
 def _attnres_mix_blocks_norm(query, rms_weight, norm_weight, blocks, partial=None, *, num_blocks, has_partial, eps,
                              norm_eps):
     return ops.attnres_mix_blocks_norm(query, blocks, num_blocks, partial, rms_weight, eps, norm_weight, norm_eps)
+
+
+@kernel("MhcPre")
+def _mhc_pre(streams, fn, base, scale, *, norm_eps, hc_eps, sinkhorn_iters):
+    return ops.mhc_pre(streams, fn, base, scale, norm_eps, hc_eps, sinkhorn_iters)
+
+
+@kernel("MhcPost")
+def _mhc_post(out, residual, post, comb):
+    return (ops.mhc_post(out, residual, post, comb),)
 
 
 @kernel("MoeRoute")

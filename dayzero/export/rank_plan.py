@@ -1,11 +1,12 @@
 """The rank plan of tensor parallelism: which heads, neurons and experts a rank holds, and where its partial
 outputs are summed.
 
-A rank holds a contiguous 1/tp of the KDA heads, of the MLA heads, of the dense MLP's and of every routed and shared
-expert's intermediate dim; with expert parallelism (ep = tp) it holds 1/tp of the routed experts whole instead of
-a slice of each. Each such sublayer ends in one all-reduce. Everything else (embeddings, the LM head,
-norms, AttnRes mixes, the router, the low-rank and latent projections, the MLA latent cache and the DSA indexer) is
-whole on every rank: every rank computes the same Top-K and writes the same latent rows.
+A rank holds a contiguous 1/tp of the KDA heads, of the MLA heads, of the GQA query and KV heads (and so of the
+GQA K/V cache), of the dense MLP's and of every routed and shared expert's intermediate dim; with expert
+parallelism (ep = tp) it holds 1/tp of the routed experts whole instead of a slice of each. Each such sublayer ends
+in one all-reduce. Everything else (embeddings, the LM head, norms, AttnRes mixes, the router, the low-rank and
+latent projections, the MLA latent cache and the DSA indexer) is whole on every rank: every rank computes the same
+Top-K and writes the same latent rows.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class RankPlan:
             sizes["linear_attn_config.num_heads"] = cfg.kda.num_heads
         if cfg.mla is not None:
             sizes["num_attention_heads"] = cfg.mla.num_heads
+        if cfg.gqa is not None:
+            sizes["num_key_value_heads"] = cfg.gqa.num_kv_heads
         if cfg.moe is not None and self.ep == 1:
             sizes["moe_intermediate_size"] = cfg.moe.intermediate_size
         elif cfg.moe is not None:
@@ -69,6 +72,9 @@ class RankPlan:
             share["kda"] = dataclasses.replace(cfg.kda, num_heads=cfg.kda.num_heads // self.tp)
         if cfg.mla is not None:
             share["mla"] = dataclasses.replace(cfg.mla, num_heads=cfg.mla.num_heads // self.tp)
+        if cfg.gqa is not None:
+            share["gqa"] = dataclasses.replace(cfg.gqa, num_heads=cfg.gqa.num_heads // self.tp,
+                                               num_kv_heads=cfg.gqa.num_kv_heads // self.tp)
         if cfg.moe is not None and self.ep == 1:
             share["moe"] = dataclasses.replace(cfg.moe, intermediate_size=cfg.moe.intermediate_size // self.tp)
         elif cfg.moe is not None:
@@ -95,6 +101,7 @@ class RankPlan:
 
     def mark_reductions(self, model: nn.Module) -> None:
         """Point every sublayer whose output is a partial sum at the group (shared experts: their MoE reduces)."""
+        from dayzero.model.gated_attention import GatedAttention
         from dayzero.model.kda import KDAttention
         from dayzero.model.mla import MLAttention
         from dayzero.model.mlp import GatedMLP
@@ -104,7 +111,7 @@ class RankPlan:
             return
         shared = {id(m.shared_experts) for m in model.modules() if isinstance(m, MoE) and hasattr(m, "shared_experts")}
         for module in model.modules():
-            if isinstance(module, KDAttention | MLAttention | MoE) or (
+            if isinstance(module, KDAttention | MLAttention | GatedAttention | MoE) or (
                     isinstance(module, GatedMLP) and id(module) not in shared):
                 module.tp_group = self.group
             if isinstance(module, MoE) and self.ep > 1:

@@ -1,4 +1,4 @@
-"""One decoder layer: token mixer (KDA or MLA) and feed-forward (dense MLP or MoE), each pre-normed."""
+"""One decoder layer: token mixer (KDA, MLA or gated GQA) and feed-forward (dense MLP or MoE), each pre-normed."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from dayzero.contract import StepMeta
-from dayzero.model.config import DENSE, KDA, ModelConfig
+from dayzero.model.config import DENSE, GQA, KDA, ModelConfig
+from dayzero.model.gated_attention import GatedAttention
 from dayzero.model.kda import KDAttention
 from dayzero.model.mla import MLAttention
 from dayzero.model.mlp import GatedMLP
@@ -26,6 +27,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(D, eps)
         if self.kind == KDA:
             self.self_attn = KDAttention(D, cfg.kda, eps)
+        elif self.kind == GQA:
+            self.self_attn = GatedAttention(D, cfg.gqa)
         else:
             self.self_attn = MLAttention(D, cfg.mla, cfg.indexer, shares_picks=index in cfg.index_shared_layers)
         if cfg.mlp_kinds[index] == DENSE:
@@ -44,7 +47,7 @@ class DecoderLayer(nn.Module):
         """Adds the layer's token mixer and feed-forward to the stream; -> the latest DSA Top-K picks (this layer's,
         or `picks` passed on), which a later layer may share."""
         x = self.input_layernorm(stream.attn_input(self))
-        if self.kind == KDA:
+        if self.kind in (KDA, GQA):
             out = self.self_attn(x, meta, cache, decode, shard)
         else:
             out, picks = self.self_attn(x, meta, cache, decode, shard, picks)

@@ -15,9 +15,11 @@ from dayzero.model.adapters import adapter_for
 from dayzero.model.fields import ConfigFields
 from dayzero.model.layer_config import (
     DENSE,
+    GQA,
     KDA,
     MLA,
     MOE,
+    GQAConfig,
     IndexerConfig,
     KDAConfig,
     MLAConfig,
@@ -25,13 +27,13 @@ from dayzero.model.layer_config import (
     YarnScaling,
 )
 
-__all__ = ["DENSE", "KDA", "MLA", "MOE", "IndexerConfig", "KDAConfig", "MLAConfig", "ModelConfig", "MoEConfig",
-           "YarnScaling"]
+__all__ = ["DENSE", "GQA", "KDA", "MLA", "MOE", "GQAConfig", "IndexerConfig", "KDAConfig", "MLAConfig", "ModelConfig",
+           "MoEConfig", "YarnScaling"]
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Per layer: the token mixer (`layer_kinds`: KDA or MLA; MLA with the DSA `indexer` when there is one), the
+    """Per layer: the token mixer (`layer_kinds`: KDA, MLA or GQA; MLA with the DSA `indexer` when there is one), the
     residual (plain, or block attention residuals with `attn_res_block_size`) and the feed-forward (`mlp_kinds`:
     dense, or MoE routed as `moe` says); then the shapes of each kind."""
 
@@ -58,6 +60,8 @@ class ModelConfig:
     # MLA layers without an indexer of their own that attend over the Top-K of the closest earlier layer with one
     # (GLM's IndexShare)
     index_shared_layers: tuple[int, ...] = ()
+    # the gated grouped-query attention layers' shapes (Qwen3-Next's full attention)
+    gqa: GQAConfig | None = None
 
     def __post_init__(self):
         if len(self.layer_kinds) != len(self.mlp_kinds):
@@ -66,6 +70,8 @@ class ModelConfig:
             raise DayzeroError("config has KDA layers but no linear_attn_config")
         if MLA in self.layer_kinds and self.mla is None:
             raise DayzeroError("config has full-attention layers but no MLA fields (kv_lora_rank, ...)")
+        if GQA in self.layer_kinds and self.gqa is None:
+            raise DayzeroError("config has gated-attention layers but no GQA fields (num_key_value_heads, head_dim)")
         if MOE in self.mlp_kinds and self.moe is None:
             raise DayzeroError("config has MoE layers but no num_experts")
         for layer in self.index_shared_layers:

@@ -9,13 +9,14 @@ import torch
 
 from dayzero.contract import PAGE, SLOT, CacheTensorSpec, EngineManifest, ScoredRows, StepEngine, StepMeta
 from dayzero.model.caches import CacheFormat, LayerCache, allocate_caches
-from dayzero.model.config import KDA, ModelConfig
+from dayzero.model.config import GQA, KDA, ModelConfig
 from dayzero.model.hybrid import HybridModel
-from dayzero.model.step import KDACache, MLACache
+from dayzero.model.step import GQACache, KDACache, MLACache
 
 
 def cache_tensor_specs(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat) -> tuple[CacheTensorSpec, ...]:
-    """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) per page, KDA (state, conv) per slot."""
+    """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) and GQA (kv) per page, KDA (state,
+    conv) per slot."""
     specs = []
     for layer, cache in enumerate(allocate_caches(cfg, 1, 1, dtype, "meta", fmt)):
         unit = SLOT if isinstance(cache, KDACache) else PAGE
@@ -28,6 +29,8 @@ def cache_tensor_specs(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat) -
 def _named_tensors(cache: LayerCache) -> list[tuple[str, torch.Tensor]]:
     if isinstance(cache, KDACache):
         return [("state", cache.state), ("conv", cache.conv)]
+    if isinstance(cache, GQACache):
+        return [("kv", cache.kv)]
     return [(name, t) for name, t in (("latent_kv", cache.latent_kv), ("index_k", cache.index_k)) if t is not None]
 
 
@@ -38,6 +41,9 @@ def layer_caches(model: HybridModel, flat: list[torch.Tensor]) -> list[LayerCach
         if kind == KDA:
             caches.append(KDACache(state=flat[i], conv=flat[i + 1]))
             i += 2
+        elif kind == GQA:
+            caches.append(GQACache(kv=flat[i]))
+            i += 1
         elif model.config.owns_indexer(layer):
             caches.append(MLACache(latent_kv=flat[i], index_k=flat[i + 1]))
             i += 2

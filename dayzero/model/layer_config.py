@@ -1,6 +1,6 @@
-"""The configs of dayzero's layer kinds: token mixers (KDA, MLA with its RoPE and optional DSA indexer) and the MoE
-feed-forward. `ModelConfig` (config.py) says which kind each layer is; an architecture adapter (adapters/) fills
-these from a HF `config.json`.
+"""The configs of dayzero's layer kinds: token mixers (KDA, MLA with its RoPE and optional DSA indexer, gated GQA)
+and the MoE feed-forward. `ModelConfig` (config.py) says which kind each layer is; an architecture adapter
+(adapters/) fills these from a HF `config.json`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from dayzero.errors import DayzeroError
 
 KDA, MLA = "kda", "mla"
+GQA = "gqa"
 DENSE, MOE = "dense", "moe"
 
 
@@ -104,6 +105,35 @@ class MLAConfig:
     def softmax_scale(self) -> float:
         scale = self.qk_head_dim ** -0.5
         return scale if self.rope_scaling is None else scale * self.rope_scaling.softmax_factor
+
+
+@dataclass(frozen=True)
+class GQAConfig:
+    """Grouped-query attention with per-head q / k RMSNorms, RoPE on the first `rotary_dim` dims (halves rotated
+    together) and, with `output_gate`, a sigmoid gate per output element that q_proj emits beside each head's query
+    (Qwen3-Next's full-attention layers; docs/ops.md, "Grouped-query attention")."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    rope_theta: float = 10000.0
+    output_gate: bool = True
+    # the norms' stored weight w scales by (1 + w) (Qwen3-Next)
+    zero_centered_norm: bool = True
+    norm_eps: float = 1e-6
+
+    def __post_init__(self):
+        if min(self.num_heads, self.num_kv_heads, self.head_dim) < 1 or self.num_heads % self.num_kv_heads:
+            raise DayzeroError(f"num_attention_heads ({self.num_heads}) must be a positive multiple of "
+                               f"num_key_value_heads ({self.num_kv_heads}), head_dim ({self.head_dim}) positive")
+        if not 0 < self.rotary_dim <= self.head_dim or self.rotary_dim % 2:
+            raise DayzeroError(f"the rotary width ({self.rotary_dim} = head_dim * partial_rotary_factor) must be even "
+                               f"and within head_dim ({self.head_dim})")
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.head_dim ** -0.5
 
 
 @dataclass(frozen=True)

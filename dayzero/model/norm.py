@@ -21,6 +21,18 @@ class RMSNorm(nn.Module):
         return (_rms(x, self.eps) * self.weight.float()).to(x.dtype)
 
 
+class ZeroCenteredRMSNorm(nn.Module):
+    """RMSNorm whose stored weight is the offset from 1: x * rsqrt(mean(x^2) + eps) * (1 + weight) (Qwen3-Next)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim), requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (_rms(x, self.eps) * (1.0 + self.weight.float())).to(x.dtype)
+
+
 class GatedRMSNorm(nn.Module):
     """RMSNorm(o) * weight * sigmoid(gate): the KDA output norm, per head."""
 

@@ -25,7 +25,12 @@ class KDACache:
     conv: torch.Tensor  # [S, 3, W-1, H*K] pre-conv rows of q, k, v
 
 
-for _cls in (MLACache, KDACache):
+@dataclass
+class GQACache:
+    kv: torch.Tensor  # [P, 2, Hkv, PAGE_SIZE, D], or FP8 uint8 [P, 2, Hkv, PAGE_SIZE * (D + 1)] (plugins/gqa)
+
+
+for _cls in (MLACache, KDACache, GQACache):
     pytree.register_dataclass(_cls)
 
 

@@ -6,7 +6,8 @@ Per step of B sequences, each with C tokens in the cache:
   layer's routed experts, the ones B tokens reach, estimated as E (1 - (1 - k/E)^B) distinct experts under uniform
   routing (a skewed router reaches fewer);
 * KDA layers: each sequence's state slot (recurrent state + conv windows) read once and written 1 + num_draft times;
-* MLA layers: each sequence's C latent rows; with a DSA indexer, its C index keys and min(C, topk) latent rows.
+* MLA layers: each sequence's C latent rows; with a DSA indexer, its C index keys and min(C, topk) latent rows;
+* GQA layers: each sequence's C K and V rows (every KV head).
 Activations and logits are left out: at decode batch sizes they are small next to these.
 """
 
@@ -73,7 +74,8 @@ def state_bytes_by_layer(manifest: EngineManifest, batch: int) -> dict[int, int]
 
 
 def cache_bytes_by_tensor(cfg: ModelConfig, manifest: EngineManifest, context: int) -> dict[tuple[int, str], float]:
-    """Per (MLA layer, paged tensor): the bytes one sequence with `context` cached tokens reads in a decode step."""
+    """Per (MLA / GQA layer, paged tensor): the bytes one sequence with `context` cached tokens reads in a decode step
+    (without a DSA indexer: every row of its paged tensors)."""
     per_token: dict[int, dict[str, float]] = {}
     for spec in manifest.cache_tensors:
         if spec.unit != SLOT:
@@ -88,7 +90,7 @@ def cache_bytes_by_tensor(cfg: ModelConfig, manifest: EngineManifest, context: i
 
 
 def cache_bytes_by_layer(cfg: ModelConfig, manifest: EngineManifest, context: int) -> dict[int, float]:
-    """Per MLA layer: the paged-cache bytes one sequence with `context` cached tokens reads in a decode step."""
+    """Per MLA / GQA layer: the paged-cache bytes one sequence with `context` cached tokens reads in a decode step."""
     by_layer: dict[int, float] = {}
     for (layer, _), nbytes in cache_bytes_by_tensor(cfg, manifest, context).items():
         by_layer[layer] = by_layer.get(layer, 0.0) + nbytes
