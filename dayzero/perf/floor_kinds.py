@@ -8,10 +8,10 @@ import torch
 from dayzero.contract import EngineManifest
 from dayzero.model.config import ModelConfig
 from dayzero.perf.decode_traffic import cache_bytes_by_tensor, state_bytes_by_layer, weight_bytes_by_name
-from dayzero.perf.op_kinds import INDEXER, KDA, MLA, param_kind
+from dayzero.perf.op_kinds import GQA, INDEXER, KDA, MLA, param_kind
 
 # paged cache tensor -> the kind that reads it in a decode step
-CACHE_KINDS = {"index_k": INDEXER, "latent_kv": MLA}
+CACHE_KINDS = {"index_k": INDEXER, "latent_kv": MLA, "kv": GQA}
 
 
 def floor_bytes_by_kind(cfg: ModelConfig, manifest: EngineManifest, batch: int, context: int) -> dict[str, float]:

@@ -9,8 +9,9 @@ that says which kind each kernel, profiled op and parameter belongs to.
 * Device work launched outside the model's forward (input copies, the argmax, the sampler) is "sampling"; the step's
   wall time with no device work running is "host gaps" (decode_profile.py decides both, not names).
 * Floor bytes follow the same kinds: routed experts to the expert GEMMs, the router's score bias to routing, KDA gate
-  and conv weights and KDA states to KDA, index keys to the indexer, latent rows to MLA attention, norm and AttnRes
-  weights to their kinds, every other weight to GEMM (decode_profile.py adds the caches and states).
+  and conv weights and KDA states to KDA, index keys to the indexer, latent rows to MLA attention, K/V rows to GQA
+  attention, norm, AttnRes and mHC weights to their kinds, every other weight to GEMM (floor_kinds.py adds the caches
+  and states).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import importlib
 import pkgutil
 import re
 
-KDA, INDEXER, MLA, CACHE_WRITES, ATTNRES = "kda", "indexer", "mla", "cache_writes", "attnres"
+KDA, INDEXER, MLA, GQA, CACHE_WRITES = "kda", "indexer", "mla", "gqa", "cache_writes"
+ATTNRES, MHC = "attnres", "mhc"
 MOE_ROUTING, MOE_EXPERTS, GEMM, NORMS = "moe_routing", "moe_experts", "gemm", "norms"
 ELEMENTWISE, REDUCTIONS, OTHER, SAMPLING, HOST_GAPS = "elementwise", "reductions", "other", "sampling", "host_gaps"
 LABELS = {
-    KDA: "KDA", INDEXER: "DSA indexer", MLA: "MLA attention", CACHE_WRITES: "cache writes", ATTNRES: "AttnRes",
+    KDA: "KDA", INDEXER: "DSA indexer", MLA: "MLA attention", GQA: "GQA attention", CACHE_WRITES: "cache writes",
+    ATTNRES: "AttnRes", MHC: "mHC",
     MOE_ROUTING: "MoE routing", MOE_EXPERTS: "MoE expert GEMMs", GEMM: "GEMM (projections)", NORMS: "norms",
     ELEMENTWISE: "elementwise", REDUCTIONS: "reductions", OTHER: "other kernels", SAMPLING: "sampling, inputs",
     HOST_GAPS: "host gaps",
@@ -33,14 +36,14 @@ KINDS = tuple(LABELS)
 
 PLUGINS = "dayzero.plugins"
 # plugin package -> kind of its kernels and ops (quant: the MXFP8 quantizer of the indexer's decode query)
-PACKAGE_KINDS = {"kda": KDA, "short_conv": KDA, "indexer": INDEXER, "quant": INDEXER, "sparse_mla": MLA,
-                 "paged_cache": CACHE_WRITES, "attnres": ATTNRES, "moe": MOE_EXPERTS}
+PACKAGE_KINDS = {"kda": KDA, "short_conv": KDA, "indexer": INDEXER, "quant": INDEXER, "sparse_mla": MLA, "gqa": GQA,
+                 "paged_cache": CACHE_WRITES, "attnres": ATTNRES, "mhc": MHC, "moe": MOE_EXPERTS}
 # a kernel module of a package whose kernels are not all of the package's kind
 MODULE_KINDS = {"moe.route_kernel": MOE_ROUTING, "moe.permute_kernel": MOE_ROUTING,
-                "moe.router_gemm_kernel": MOE_ROUTING}
+                "moe.router_gemm_kernel": MOE_ROUTING, "gqa.write_kernel": CACHE_WRITES}
 # a registered op not of its package's kind
 OP_KINDS = {"moe_route": MOE_ROUTING, "moe_permute": MOE_ROUTING, "moe_unpermute": MOE_ROUTING,
-            "moe_router_logits": MOE_ROUTING}
+            "moe_router_logits": MOE_ROUTING, "write_kv": CACHE_WRITES}
 
 # ATen / cuBLAS / Inductor names, first match wins: GPU kernel names and CPU op names (aten::...) alike
 NAME_PATTERNS = (
@@ -61,6 +64,7 @@ PARAM_PATTERNS = (
     (MOE_EXPERTS, r"\.block_sparse_moe\.experts\."),
     (MOE_ROUTING, r"\.e_score_correction_bias$"),
     (ATTNRES, r"_res_(norm|proj)\."),
+    (MHC, r"_hc\.(fn|base|scale)$"),
     (KDA, r"\.(A_log|dt_bias)$|_conv1d\."),
     (NORMS, r"norm\.(weight|bias)$"),
 )
@@ -133,8 +137,12 @@ def _triton_function(value):
 
 @functools.cache
 def plugin_op_modules() -> dict[str, str]:
-    """Registered op name -> the module of its implementation."""
-    import dayzero.plugins  # noqa: F401 - registers the ops
+    """Registered op name -> the module of its implementation, over every plugin package (importing one registers
+    its ops)."""
     from dayzero.plugins.registry import PLUGIN_OPS
 
+    package = importlib.import_module(PLUGINS)
+    for info in pkgutil.iter_modules(package.__path__, PLUGINS + "."):
+        if info.ispkg:
+            importlib.import_module(info.name)
     return {name: op.dayzero_impls["cuda"].__module__ for name, op in PLUGIN_OPS.items()}

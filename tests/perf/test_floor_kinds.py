@@ -6,7 +6,19 @@ from dayzero.model.config import ModelConfig
 from dayzero.model.eager_engine import config_manifest
 from dayzero.perf.decode_traffic import decode_traffic
 from dayzero.perf.floor_kinds import floor_bytes_by_kind
-from dayzero.perf.op_kinds import ATTNRES, ELEMENTWISE, GEMM, INDEXER, KDA, KINDS, MLA, MOE_EXPERTS, MOE_ROUTING, NORMS
+from dayzero.perf.op_kinds import (
+    ATTNRES,
+    ELEMENTWISE,
+    GEMM,
+    GQA,
+    INDEXER,
+    KDA,
+    KINDS,
+    MLA,
+    MOE_EXPERTS,
+    MOE_ROUTING,
+    NORMS,
+)
 from tests.helpers import TINY_CONFIG
 
 
@@ -31,6 +43,16 @@ def test_caches_and_states_grow_their_own_kinds():
     # KDA: its gate and conv weights once, a state slot a sequence
     weights = _kda_weights(cfg)
     assert floor_bytes_by_kind(cfg, manifest, 3, 4)[KDA] - weights == pytest.approx(3 * (short[KDA] - weights))
+
+
+def test_gqa_layers_read_their_kv_rows_as_gqa_attention():
+    from tests.model.test_gated_attention import gqa_model_config
+
+    cfg = gqa_model_config()
+    manifest = config_manifest(cfg, torch.bfloat16, CacheFormat(kv_fp8=True), max_batch=4)
+    by_kind = floor_bytes_by_kind(cfg, manifest, 2, 300)
+    assert sum(by_kind.values()) == pytest.approx(decode_traffic(cfg, manifest, 2, 300).total_bytes)
+    assert by_kind[GQA] == pytest.approx(decode_traffic(cfg, manifest, 2, 300).cache_bytes)
 
 
 def _kda_weights(cfg) -> float:

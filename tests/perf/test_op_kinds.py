@@ -10,9 +10,11 @@ from dayzero.perf.op_kinds import (
     CACHE_WRITES,
     ELEMENTWISE,
     GEMM,
+    GQA,
     INDEXER,
     KDA,
     KINDS,
+    MHC,
     MLA,
     MOE_EXPERTS,
     MOE_ROUTING,
@@ -22,8 +24,8 @@ from dayzero.perf.op_kinds import (
     cpu_op_kind,
     kernel_kind,
     param_kind,
+    plugin_op_modules,
 )
-from dayzero.plugins.registry import PLUGIN_OPS
 from tests.helpers import TINY_CONFIG
 
 
@@ -32,12 +34,12 @@ def test_every_plugin_package_and_named_module_has_a_kind():
     assert packages == set(op_kinds.PACKAGE_KINDS)
     for module in op_kinds.MODULE_KINDS:
         importlib.import_module(f"{op_kinds.PLUGINS}.{module}")
-    assert set(op_kinds.OP_KINDS) <= set(PLUGIN_OPS)
+    assert set(op_kinds.OP_KINDS) <= set(plugin_op_modules())
     assert set(op_kinds.PACKAGE_KINDS.values()) | set(op_kinds.MODULE_KINDS.values()) <= set(KINDS)
 
 
 def test_every_registered_op_has_its_plugins_kind():
-    kinds = {name: cpu_op_kind(f"dayzero::{name}") for name in PLUGIN_OPS}
+    kinds = {name: cpu_op_kind(f"dayzero::{name}") for name in plugin_op_modules()}
     assert OTHER not in kinds.values()
     assert kinds["fused_kda_decode"] == KDA and kinds["short_conv_decode"] == KDA
     assert kinds["index_topk_paged"] == INDEXER and kinds["mxfp8_quantize"] == INDEXER
@@ -46,6 +48,8 @@ def test_every_registered_op_has_its_plugins_kind():
     assert kinds["attnres_mix"] == ATTNRES
     assert {kinds[op] for op in ("moe_route", "moe_permute", "moe_unpermute", "moe_router_logits")} == {MOE_ROUTING}
     assert kinds["moe_grouped_mlp"] == MOE_EXPERTS and kinds["moe_gated_activation"] == MOE_EXPERTS
+    assert kinds["gqa_decode_paged"] == GQA and kinds["write_kv"] == CACHE_WRITES
+    assert kinds["mhc_pre"] == MHC and kinds["mhc_post"] == MHC
 
 
 @pytest.mark.parametrize("name, kind", [
@@ -54,7 +58,7 @@ def test_every_registered_op_has_its_plugins_kind():
     ("_sparse_mla_decode_kernel", MLA), ("_combine_splits_kernel", MLA), ("_write_fp8_latent_kernel", CACHE_WRITES),
     ("_attnres_mix_kernel", ATTNRES), ("_route_kernel", MOE_ROUTING), ("_permute_rows_kernel", MOE_ROUTING),
     ("_unpermute_kernel", MOE_ROUTING), ("_grouped_gemm_kernel", MOE_EXPERTS),
-    ("_gated_activation_kernel", MOE_EXPERTS),
+    ("_gated_activation_kernel", MOE_EXPERTS), ("_gqa_attention_kernel", GQA), ("_write_kv_kernel", CACHE_WRITES),
 ])
 def test_triton_kernels_take_their_modules_kind(name, kind):
     assert kernel_kind(name) == kind
@@ -105,3 +109,5 @@ def test_parameters_go_to_the_work_that_reads_them():
     assert kinds["model.layers.2.self_attn.indexer.k_norm.bias"] == NORMS
     assert kinds["model.layers.2.input_layernorm.weight"] == NORMS and kinds["model.norm.weight"] == NORMS
     assert set(kinds.values()) <= set(KINDS)
+    assert param_kind("model.layers.3.attn_hc.fn") == MHC and param_kind("model.layers.3.ffn_hc.base") == MHC
+    assert param_kind("model.layers.3.self_attn.q_norm.weight") == NORMS
