@@ -54,9 +54,14 @@ def weight_read_share(cfg: ModelConfig, name: str, shape: torch.Size, num_tokens
     return 1.0
 
 
+def weight_bytes_by_name(cfg: ModelConfig, dtype: torch.dtype, num_tokens: int) -> dict[str, float]:
+    """Per parameter: the bytes of it a decode step of `num_tokens` tokens reads."""
+    return {name: parameter_bytes(name, shape, dtype) * weight_read_share(cfg, name, shape, num_tokens)
+            for name, shape in parameter_shapes(cfg).items()}
+
+
 def weight_bytes(cfg: ModelConfig, dtype: torch.dtype, num_tokens: int) -> float:
-    return sum(parameter_bytes(name, shape, dtype) * weight_read_share(cfg, name, shape, num_tokens)
-               for name, shape in parameter_shapes(cfg).items())
+    return sum(weight_bytes_by_name(cfg, dtype, num_tokens).values())
 
 
 def state_bytes_by_layer(manifest: EngineManifest, batch: int) -> dict[int, int]:
@@ -68,19 +73,27 @@ def state_bytes_by_layer(manifest: EngineManifest, batch: int) -> dict[int, int]
     return by_layer
 
 
-def cache_bytes_by_layer(cfg: ModelConfig, manifest: EngineManifest, context: int) -> dict[int, float]:
-    """Per MLA / GQA layer: the paged-cache bytes one sequence with `context` cached tokens reads in a decode step
+def cache_bytes_by_tensor(cfg: ModelConfig, manifest: EngineManifest, context: int) -> dict[tuple[int, str], float]:
+    """Per (MLA / GQA layer, paged tensor): the bytes one sequence with `context` cached tokens reads in a decode step
     (without a DSA indexer: every row of its paged tensors)."""
     per_token: dict[int, dict[str, float]] = {}
     for spec in manifest.cache_tensors:
         if spec.unit != SLOT:
             per_token.setdefault(spec.layer, {})[spec.name] = spec.unit_bytes / manifest.page_size
-    by_layer = {}
+    by_tensor = {}
     for layer, row in per_token.items():
-        if "index_k" in row:
-            by_layer[layer] = context * row["index_k"] + min(context, cfg.indexer.topk) * row["latent_kv"]
-        else:
-            by_layer[layer] = context * sum(row.values())
+        # with a DSA indexer every index key is read, and only the selected latent rows
+        latent_rows = min(context, cfg.indexer.topk) if "index_k" in row else context
+        for name, nbytes in row.items():
+            by_tensor[layer, name] = nbytes * (latent_rows if name == "latent_kv" else context)
+    return by_tensor
+
+
+def cache_bytes_by_layer(cfg: ModelConfig, manifest: EngineManifest, context: int) -> dict[int, float]:
+    """Per MLA / GQA layer: the paged-cache bytes one sequence with `context` cached tokens reads in a decode step."""
+    by_layer: dict[int, float] = {}
+    for (layer, _), nbytes in cache_bytes_by_tensor(cfg, manifest, context).items():
+        by_layer[layer] = by_layer.get(layer, 0.0) + nbytes
     return by_layer
 
 
