@@ -27,8 +27,10 @@ from pathlib import Path
 import torch
 
 from bench.common import commit, parser, print_tables, write_result
-from dayzero.structured.json_schema import compile_schema
-from dayzero.structured.token_grammar import JsonAnswer, TokenTable
+from dayzero.structured.held_answer import HeldAnswer, fill_rows, refused_tokens
+from dayzero.structured.json_answer import json_answer
+from dayzero.structured.json_schema import checked_schema
+from dayzero.structured.vocabulary import Vocabulary
 
 BATCHES = (1, 64)
 SCHEMA = {
@@ -83,42 +85,46 @@ def longest_match_tokens(text: bytes, pieces: list[bytes]) -> list[int]:
     return tokens
 
 
-class HandwrittenEngine:
-    """The hand-written grammar engine (dayzero/structured/ json_grammar + token_grammar): a bool mask a sequence,
-    searched over the vocabulary's trie and kept by grammar state."""
+class XgrammarEngine:
+    """dayzero/structured/ on xgrammar: a compiled vocabulary, a grammar compiled a schema, a matcher an answer; the
+    batch's masks filled at once into one bitmask (xgrammar's threads), as a batched sampler takes them."""
 
-    name = "handwritten"
+    name = "xgrammar"
 
     def __init__(self, pieces: list[bytes]):
-        self.table = TokenTable(lambda t: pieces[t] if t < len(pieces) else None, len(pieces))
+        self.vocabulary = Vocabulary(lambda t: pieces[t] if t < len(pieces) else None, len(pieces), ())
+        self.bitmask = torch.empty(max(BATCHES), (len(pieces) + 31) // 32, dtype=torch.int32)
 
     def compile(self, schema: dict):
-        # a grammar and vocabulary with nothing kept from an earlier walk
-        self.table._masks.clear()
-        self.table._unsafe_walks.clear()
-        return compile_schema(schema)
-
-    def answer(self, grammar):
-        return JsonAnswer(self.table, grammar)
-
-    def masks(self, answers: list) -> list[torch.Tensor]:
-        return [self.table.mask(answer.grammar, answer.state) for answer in answers]
+        # nothing kept from an earlier compile
+        self.vocabulary.compiler.clear_cache()
+        return self.vocabulary.compile(json_answer(checked_schema(schema)))
 
     @staticmethod
-    def apply(masks: list[torch.Tensor], logits: torch.Tensor) -> None:
-        for index, allowed in enumerate(masks):
-            logits[index].masked_fill(~allowed, float("-inf"))
+    def answer(grammar) -> HeldAnswer:
+        return HeldAnswer(grammar)
+
+    def masks(self, answers: list[HeldAnswer]) -> torch.Tensor:
+        if len(answers) == 1:
+            answers[0].fill(self.bitmask)
+        else:
+            fill_rows(answers, self.bitmask)
+        return self.bitmask[:len(answers)]
 
     @staticmethod
-    def advance(answer, token: int) -> None:
+    def apply(bitmask: torch.Tensor, logits: torch.Tensor) -> None:
+        logits.masked_fill(refused_tokens(bitmask, logits.shape[-1], logits.device), float("-inf"))
+
+    @staticmethod
+    def advance(answer: HeldAnswer, token: int) -> None:
         answer.advance(token)
 
     @staticmethod
-    def done(answer) -> bool:
+    def done(answer: HeldAnswer) -> bool:
         return answer.done
 
 
-ENGINE = HandwrittenEngine
+ENGINE = XgrammarEngine
 
 
 def walk(engine, grammar, tokens: list[int], batch: int, logits: torch.Tensor) -> tuple[float, float]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from dayzero.structured.held_answer import HeldAnswer, allowed_tokens
+from dayzero.structured.held_answer import HeldAnswer, refused_tokens
 
 
 def held_draft(answer: HeldAnswer, draft: list[int]) -> list[int]:
@@ -37,4 +37,4 @@ def masked_along(answer: HeldAnswer, rows: torch.Tensor, draft: list[int]) -> to
             break
         taken += 1
     answer.rollback(taken)
-    return rows.masked_fill(~allowed_tokens(bitmask, rows.shape[-1], rows.device), float("-inf"))
+    return rows.masked_fill(refused_tokens(bitmask, rows.shape[-1], rows.device), float("-inf"))

@@ -9,6 +9,9 @@ ends (`ends_with`); the mask then allows only the end-of-sequence ids.
 
 from __future__ import annotations
 
+import functools
+import os
+
 import numpy as np
 import torch
 import xgrammar as xgr
@@ -16,6 +19,8 @@ import xgrammar as xgr
 from dayzero.errors import DayzeroError
 
 BITS = torch.arange(32, dtype=torch.int32)
+# threads filling a batch's masks at once (fill_rows)
+FILL_THREADS = min(8, os.cpu_count() or 1)
 
 
 class HeldAnswer:
@@ -39,8 +44,7 @@ class HeldAnswer:
     def mask(self, rows: torch.Tensor) -> torch.Tensor:
         """rows [n, vocab] (the next token's logits) -> the same with every token the grammar refuses at -inf."""
         self.fill(self._bitmask)
-        allowed = allowed_tokens(self._bitmask, self.vocab_size, rows.device)
-        return rows.masked_fill(~allowed, float("-inf"))
+        return rows.masked_fill(refused_tokens(self._bitmask, self.vocab_size, rows.device), float("-inf"))
 
     def take(self, token: int) -> bool:
         """Move on by `token` where the grammar allows it -> whether it did."""
@@ -60,11 +64,22 @@ class HeldAnswer:
             del self.tokens[-count:]
 
 
-def allowed_tokens(bitmask: torch.Tensor, vocab_size: int, device: torch.device) -> torch.Tensor:
-    """xgrammar's bitmask int32 [n, ceil(vocab / 32)] (bit i of word j: token 32 j + i) -> bool [n, vocab] on
-    `device`: unpacked on the host for a CPU, packed across (32x fewer bytes) and unpacked there for a GPU."""
+def refused_tokens(bitmask: torch.Tensor, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """xgrammar's bitmask int32 [n, ceil(vocab / 32)] (bit i of word j: token 32 j + i allowed) -> bool [n, vocab] on
+    `device`, True where a token is refused: unpacked on the host for a CPU, packed across (32x fewer bytes) and
+    unpacked there for a GPU."""
     if device.type == "cpu":
-        bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
+        bits = np.unpackbits(np.invert(bitmask.numpy()).view(np.uint8), axis=-1, bitorder="little")
         return torch.from_numpy(bits[:, :vocab_size].view(np.bool_))
     packed = bitmask.to(device)
-    return ((packed.unsqueeze(-1) >> BITS.to(device)) & 1).bool().flatten(1)[:, :vocab_size]
+    return ((packed.unsqueeze(-1) >> BITS.to(device)) & 1).flatten(1)[:, :vocab_size] == 0
+
+
+def fill_rows(answers: list[HeldAnswer], bitmask: torch.Tensor) -> None:
+    """bitmask[i] <- the tokens answers[i] allows next: a batch's masks filled at once, on xgrammar's threads."""
+    _batch_matcher().batch_fill_next_token_bitmask([answer.matcher for answer in answers], bitmask)
+
+
+@functools.cache
+def _batch_matcher() -> xgr.BatchGrammarMatcher:
+    return xgr.BatchGrammarMatcher(max_threads=FILL_THREADS)

@@ -8,10 +8,11 @@ minLength / maxLength of strings (in characters), pattern (matched whole, as if 
 or word boundary), minimum / maximum / exclusiveMinimum / exclusiveMaximum, enum and const of strings, numbers,
 booleans and null, anyOf (any members), oneOf whose members are of different types (so that exactly one holds), and
 local `$ref`s to the root or to `$defs` / `definitions`, recursion included. A string held to a length or a pattern
-is written without escapes, a bounded number without an exponent and to at most 6 decimals. Annotations are left to the answer: title, description, default, examples, and format,
-which JSON Schema 2020-12 counts among them (held, an email or a date would trap a model that does not write one in
-its string). Keywords that constrain values in ways not held (multipleOf, allOf, not, uniqueItems, ...) are refused
-by name. A schema is refused past MAX_SCHEMA_BYTES of JSON and schemas nested MAX_SCHEMA_DEPTH deep.
+is written without escapes, a bounded number without an exponent and to at most 6 decimals. Annotations are left to
+the answer: title, description, default, examples, and format, which JSON Schema 2020-12 counts among them (held, an
+email or a date would trap a model that does not write one in its string). Keywords that constrain values in ways
+not held (multipleOf, allOf, not, uniqueItems, ...) are refused by name. A schema is refused past MAX_SCHEMA_BYTES of
+JSON and schemas nested MAX_SCHEMA_DEPTH deep.
 """
 
 from __future__ import annotations
