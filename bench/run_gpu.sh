@@ -35,7 +35,7 @@ for arg in "${@:-kernels}"; do
     kernels) names+=($KERNELS) ;;
     model) names+=($MODEL) ;;
     multi) names+=($MULTI) ;;
-    all) names+=($KERNELS $MODEL $MULTI json_masks) ;;
+    all) names+=($KERNELS $MODEL $MULTI structured_host) ;;
     *) names+=("$arg") ;;
   esac
 done

@@ -65,14 +65,22 @@ class HeldAnswer:
 
 
 def refused_tokens(bitmask: torch.Tensor, vocab_size: int, device: torch.device) -> torch.Tensor:
-    """xgrammar's bitmask int32 [n, ceil(vocab / 32)] (bit i of word j: token 32 j + i allowed) -> bool [n, vocab] on
-    `device`, True where a token is refused: unpacked on the host for a CPU, packed across (32x fewer bytes) and
-    unpacked there for a GPU."""
+    """xgrammar's bitmask int32 [n, ceil(vocab / 32)] on the host (bit i of word j: token 32 j + i allowed) -> bool
+    [n, vocab] on `device`, True where a token is refused: unpacked on the host for a CPU, sent packed (32x fewer
+    bytes) and unpacked there for a GPU."""
     if device.type == "cpu":
-        bits = np.unpackbits(np.invert(bitmask.numpy()).view(np.uint8), axis=-1, bitorder="little")
-        return torch.from_numpy(bits[:, :vocab_size].view(np.bool_))
-    packed = bitmask.to(device)
-    return ((packed.unsqueeze(-1) >> BITS.to(device)) & 1).flatten(1)[:, :vocab_size] == 0
+        return refused_on_host(bitmask, vocab_size)
+    return refused_unpacked(bitmask.to(device), vocab_size)
+
+
+def refused_on_host(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    bits = np.unpackbits(np.invert(bitmask.numpy()).view(np.uint8), axis=-1, bitorder="little")
+    return torch.from_numpy(bits[:, :vocab_size].view(np.bool_))
+
+
+def refused_unpacked(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """refused_on_host in torch ops, where the bitmask lies."""
+    return ((bitmask.unsqueeze(-1) >> BITS.to(bitmask.device)) & 1).flatten(1)[:, :vocab_size] == 0
 
 
 def fill_rows(answers: list[HeldAnswer], bitmask: torch.Tensor) -> None:
