@@ -8,11 +8,17 @@ template did not open the reasoning, the first token may open it or start the JS
 
 from __future__ import annotations
 
+import functools
 import json
 
-from dayzero.structured.json_schema import MAX_WHITESPACE
+import xgrammar as xgr
+
+from dayzero.structured.json_schema import CACHED_SCHEMAS, MAX_WHITESPACE
 
 ANY_OBJECT = {"type": "object"}
+# a character of a length-bounded string as xgrammar's EBNF writes it, and as JSON takes it
+BOUNDED_STRING_CHARACTER = r'(([^\"\\\r\n]))'
+STRING_CHARACTER = r'(([^\0-\x1f\"\\]))'
 
 
 def json_answer(schema: str | None, reasoning: tuple[int, int] | None = None, opened: bool = False) -> dict:
@@ -29,8 +35,15 @@ def json_answer(schema: str | None, reasoning: tuple[int, int] | None = None, op
 
 def json_value(schema: str | None) -> dict:
     """A JSON value following `schema` (checked JSON text; None: any JSON object)."""
-    return {"type": "json_schema", "json_schema": ANY_OBJECT if schema is None else json.loads(schema),
-            "max_whitespace_cnt": MAX_WHITESPACE}
+    return {"type": "grammar", "grammar": json_grammar(schema or json.dumps(ANY_OBJECT))}
+
+
+@functools.lru_cache(maxsize=CACHED_SCHEMAS)
+def json_grammar(schema: str) -> str:
+    """xgrammar's EBNF of a checked schema, its length-bounded strings refusing raw control characters as JSON does
+    (xgrammar's own refuse only CR and LF there)."""
+    ebnf = str(xgr.Grammar.from_json_schema(schema, max_whitespace_cnt=MAX_WHITESPACE))
+    return ebnf.replace(BOUNDED_STRING_CHARACTER, STRING_CHARACTER)
 
 
 def structural_tag(grammar: dict) -> dict:

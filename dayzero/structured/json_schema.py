@@ -4,15 +4,16 @@ follow.
 
 Taken: type (one or a list), properties + required (keys in the schema's order, each at most once, an optional one
 may be left out; other keys only where additionalProperties gives them a schema), items + minItems / maxItems,
-minLength / maxLength of strings (in characters), pattern (matched whole, as if anchored; no lookaround, backreference
-or word boundary), minimum / maximum / exclusiveMinimum / exclusiveMaximum, enum and const of strings, numbers,
-booleans and null, anyOf (any members), oneOf whose members are of different types (so that exactly one holds), and
-local `$ref`s to the root or to `$defs` / `definitions`, recursion included. A string held to a length or a pattern
-is written without escapes, a bounded number without an exponent and to at most 6 decimals. Annotations are left to
-the answer: title, description, default, examples, and format, which JSON Schema 2020-12 counts among them (held, an
-email or a date would trap a model that does not write one in its string). Keywords that constrain values in ways
-not held (multipleOf, allOf, not, uniqueItems, ...) are refused by name. A schema is refused past MAX_SCHEMA_BYTES of
-JSON and schemas nested MAX_SCHEMA_DEPTH deep.
+minLength / maxLength of strings (in characters), pattern (matched whole, as if anchored; no lookaround,
+backreference or word boundary; not beside a length bound, which xgrammar would drop), minimum / maximum /
+exclusiveMinimum / exclusiveMaximum, enum and const of strings, numbers, booleans and null, anyOf (any members),
+oneOf whose members are of different types (so that exactly one holds), and local `$ref`s to the root or to `$defs` /
+`definitions`, recursion included. A string held to a length or a pattern is written without escapes, a bounded
+number without an exponent and to at most 6 decimals. Annotations are left to the answer: title, description,
+default, examples, and format, which JSON Schema 2020-12 counts among them (held, an email or a date would trap a
+model that does not write one in its string). Keywords that constrain values in ways not held (multipleOf, allOf,
+not, uniqueItems, ...) are refused by name. A schema is refused past MAX_SCHEMA_BYTES of JSON and schemas nested
+MAX_SCHEMA_DEPTH deep.
 """
 
 from __future__ import annotations
@@ -224,6 +225,9 @@ def _check_values(schema: dict, where: str) -> None:
     pattern = schema.get("pattern")
     if "pattern" in schema and not isinstance(pattern, str):
         raise SchemaError(f"{where}: pattern must be a string (an ECMA-262 regular expression)")
+    if pattern is not None and ("minLength" in schema or "maxLength" in schema):
+        raise SchemaError(f"{where}: a pattern with minLength / maxLength cannot be held together (xgrammar holds the "
+                          "pattern alone); bound the length in the pattern ({{m,n}}) or leave one out")
     if isinstance(pattern, str) and LOOKAROUND.search(pattern):
         raise SchemaError(f"{where}: pattern {pattern!r} holds a lookaround, which dayzero cannot enforce; leave "
                           "pattern out (or check it after the answer)")
