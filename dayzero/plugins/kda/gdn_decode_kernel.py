@@ -90,7 +90,7 @@ def _block_inputs(qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, sta
 
 
 @triton.jit
-def _zero_rows(o, b, L, hk, ov, H: tl.constexpr, V: tl.constexpr, G: tl.constexpr, BV: tl.constexpr):
+def _zero_group_rows(o, b, L, hk, ov, H: tl.constexpr, V: tl.constexpr, G: tl.constexpr, BV: tl.constexpr):
     """A padding row's output: zero for its L tokens and the key head's G * V value columns."""
     for t in range(L):
         for j in range(G * V // BV):
@@ -125,7 +125,7 @@ def _fused_gdn_decode_kernel(
     slots = state_slots + b * L
     first, start = slot_row(slots, num_accepted, b, L)
     if first < 0:
-        _zero_rows(o, b, L, hk, ov, H, V, G, BV)
+        _zero_group_rows(o, b, L, hk, ov, H, V, G, BV)
         return
     window = conv_state + start * (W - 1) * C
     start_wq = load_short_window(window, C, q_ch, W)
