@@ -3,14 +3,16 @@ token the grammar refuses (or where the answer ends), and verify row i is masked
 first i draft tokens, so accepted runs are exactly what decoding token by token under the masks emits.
 
 The answer (structured.held_answer.HeldAnswer) walks ahead along the draft and takes the draft back after, so the
-sequence's own place does not move.
+sequence's own place does not move. The sampler takes the masks as packed bitmasks in xgrammar's layout
+(grammar_bitmask.py), which the answer fills as they are.
 """
 
 from __future__ import annotations
 
 import torch
 
-from dayzero.structured.held_answer import HeldAnswer, refused_tokens
+from dayzero.runtime.grammar_bitmask import bitmask_width
+from dayzero.structured.held_answer import HeldAnswer
 
 
 def held_draft(answer: HeldAnswer, draft: list[int]) -> list[int]:
@@ -24,12 +26,12 @@ def held_draft(answer: HeldAnswer, draft: list[int]) -> list[int]:
     return kept
 
 
-def masked_along(answer: HeldAnswer, rows: torch.Tensor, draft: list[int]) -> torch.Tensor:
-    """rows [1 + len(draft), vocab] of [x0, *draft] -> row i masked by the answer's place after draft[:i]; rows past
-    the answer's end are left as they are (nothing they pick is emitted)."""
-    bitmask = torch.full((len(rows), (answer.vocab_size + 31) // 32), -1, dtype=torch.int32)
+def bitmask_along(answer: HeldAnswer, draft: list[int]) -> torch.Tensor:
+    """int32 [1 + len(draft), ceil(vocab / 32)]: row i the answer's mask after draft[:i]; rows past the answer's end
+    allow everything (nothing they pick is emitted)."""
+    bitmask = torch.full((1 + len(draft), bitmask_width(answer.vocab_size)), -1, dtype=torch.int32)
     taken = 0
-    for index in range(len(rows)):
+    for index in range(len(bitmask)):
         if answer.done:
             break
         answer.fill(bitmask, index)
@@ -37,4 +39,4 @@ def masked_along(answer: HeldAnswer, rows: torch.Tensor, draft: list[int]) -> to
             break
         taken += 1
     answer.rollback(taken)
-    return rows.masked_fill(refused_tokens(bitmask, rows.shape[-1], rows.device), float("-inf"))
+    return bitmask

@@ -12,19 +12,19 @@ import torch
 from dayzero.contract import StepEngine, allocate_flat_caches, slot_tensors
 from dayzero.errors import DayzeroError
 from dayzero.runtime.batch import decode_inputs, prefill_inputs
+from dayzero.runtime.batch_sampler import BatchSampler
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
-from dayzero.runtime.held_drafts import held_draft, masked_along
-from dayzero.runtime.logprobs import token_logprob
-from dayzero.runtime.penalties import adjusts_logits, penalized
+from dayzero.runtime.held_drafts import bitmask_along, held_draft
+from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.prefix_cache import PrefixCache
 from dayzero.runtime.prompt_logprobs import prompt_targets, record_prompt_logprobs, wants_prompt_logprobs
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
-from dayzero.runtime.spec_decode import PROPOSERS, accept, greedy_run
+from dayzero.runtime.spec_decode import PROPOSERS, accepted_run
 from dayzero.runtime.state_pool import StatePool
 from dayzero.structured.held_answer import HeldAnswer
 from dayzero.structured.json_answer import json_answer
@@ -76,18 +76,6 @@ class StepStats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
-def _plain_greedy(params: SamplingParams) -> bool:
-    """Greedy with no logit adjustments or format: the token is the row's argmax."""
-    return (params.method == "greedy" and not adjusts_logits(params) and params.response_format is None
-            and params.tool_calls is None)
-
-
-def _adjusted(seq: Sequence, rows: torch.Tensor, draft: list[int], stop_ids: frozenset[int]) -> torch.Tensor:
-    """A sequence's logits rows with its penalties and biases, and masked to its held answer along the draft."""
-    rows = penalized(rows, seq.prompt_ids, seq.output_ids, draft, seq.params, stop_ids)
-    return rows if seq.json_answer is None else masked_along(seq.json_answer, rows, draft)
-
-
 def _first_bad_token(prompt_ids: list, vocab: int):
     return next((t for t in prompt_ids if not (type(t) is int and 0 <= t < vocab)), None)
 
@@ -118,6 +106,7 @@ class LLMEngine:
         self.decode = decode_runner(engine, self.caches, self.max_batch, self.max_pages,
                                     options.cuda_graphs and engine.graph_capturable)
         self.detokenize, self.stop_ids = detokenize, stop_ids
+        self.sampler = BatchSampler(manifest.vocab_size, stop_ids, manifest.device)
         self.token_bytes = token_bytes
         self._vocabulary: Vocabulary | None = None
         self.stats = StepStats()
@@ -203,21 +192,25 @@ class LLMEngine:
         else:
             logits = self.step_engine.prefill(input_ids, meta, self.caches)
         self.stats.prefill_tokens += sum(step.num_new)
-        finished = []
-        # every row's argmax in one device sync, rather than one a greedy sequence
-        for seq, count, row, best in zip(step.seqs, step.num_new, logits, logits.argmax(-1).tolist()):
+        for seq, count in zip(step.seqs, step.num_new):
             seq.num_cached += count
             if self.prefix_cache:
                 self.prefix_cache.remember(seq)
-            # a chunk that did not reach the prompt's last token samples nothing
-            if not seq.num_uncached and self._emit(seq, [self._sample(seq, row, best)], row[None]):
-                finished.append(seq)
-        return finished
+        # a chunk that did not reach the prompt's last token samples nothing
+        done = [i for i, seq in enumerate(step.seqs) if not seq.num_uncached]
+        if not done:
+            return []
+        seqs = [step.seqs[i] for i in done]
+        rows = logits if len(done) == len(step.seqs) else logits[torch.tensor(done, device=logits.device)]
+        sampled = self.sampler(rows, seqs, bitmasks=self._bitmasks(seqs, [[] for _ in seqs]))
+        return [seq for seq, out in zip(seqs, sampled) if self._emit(seq, out.tokens, out.logprobs)]
 
-    def _sample(self, seq: Sequence, row: torch.Tensor, argmax: int) -> int:
-        if _plain_greedy(seq.params):
-            return argmax
-        return seq.sampler(_adjusted(seq, row[None], [], self.stop_ids)[0])
+    def _bitmasks(self, seqs: list[Sequence], drafts: list[list[int]]) -> list[torch.Tensor | None] | None:
+        """Each held answer's masks along its draft, for the sampler (None: no answer in the batch is held)."""
+        if all(seq.json_answer is None for seq in seqs):
+            return None
+        return [None if seq.json_answer is None else bitmask_along(seq.json_answer, draft)
+                for seq, draft in zip(seqs, drafts)]
 
     def _decode(self, step: ScheduledStep) -> list[Sequence]:
         """Verify each sequence's drafts (none without speculation) and keep the accepted run."""
@@ -225,14 +218,14 @@ class LLMEngine:
         input_ids, meta = decode_inputs(step.seqs, drafts, 1 + self.manifest.num_draft, self.manifest.page_size,
                                         self.capacity.slots_per_seq, self.max_pages, self.manifest.device)
         logits = self.decode(input_ids, meta)
+        sampled = self.sampler(logits, step.seqs, drafts, self._bitmasks(step.seqs, drafts))
         finished = []
-        # every verify row's argmax in one device sync, rather than one a greedy sequence
-        for seq, draft, rows, best in zip(step.seqs, drafts, logits, logits.argmax(-1).tolist()):
+        for seq, draft, out in zip(step.seqs, drafts, sampled):
             before = seq.num_cached
-            tokens = self._verify(seq, draft, rows, best)
+            tokens = self._verify(seq, draft, out.tokens)
             if self.prefix_cache:
                 self.prefix_cache.remember_decoded(seq, before)
-            if self._emit(seq, tokens, rows):
+            if self._emit(seq, tokens, out.logprobs):
                 finished.append(seq)
         return finished
 
@@ -243,13 +236,10 @@ class LLMEngine:
         draft = self.propose(seq.token_ids, num_draft)
         return draft if seq.json_answer is None else held_draft(seq.json_answer, draft)
 
-    def _verify(self, seq: Sequence, draft: list[int], rows: torch.Tensor, argmax: list[int]) -> list[int]:
-        """The tokens seq's verify rows [width, vocab] (argmax: each row's) emit; its cache length and entry slot move
-        past the run."""
-        if _plain_greedy(seq.params):
-            tokens = greedy_run(argmax, draft)
-        else:
-            tokens = accept(_adjusted(seq, rows[: 1 + len(draft)], draft, self.stop_ids), draft, seq.sampler)
+    def _verify(self, seq: Sequence, draft: list[int], samples: list[int]) -> list[int]:
+        """The tokens seq's verify rows emit (samples: each row's token); its cache length and entry slot move past the
+        run."""
+        tokens = accepted_run(samples, draft)
         # the last token and the accepted drafts entered the cache; the model's own next token did not yet
         seq.num_cached += len(tokens)
         seq.num_accepted = len(tokens)
@@ -258,15 +248,15 @@ class LLMEngine:
         self.stats.decode_tokens += len(tokens)
         return tokens
 
-    def _emit(self, seq: Sequence, tokens: list[int], rows: torch.Tensor) -> bool:
-        """Append tokens (token i drawn from logits rows[i]) until one finishes the sequence (the rest are dropped);
-        -> whether it finished."""
-        for token, row in zip(tokens, rows):
+    def _emit(self, seq: Sequence, tokens: list[int], logprobs: list[TokenLogprob] | None) -> bool:
+        """Append tokens (logprobs: theirs, when asked) until one finishes the sequence (the rest are dropped); ->
+        whether it finished."""
+        for index, token in enumerate(tokens):
             seq.output_ids.append(token)
             if seq.json_answer is not None:
                 seq.json_answer.advance(token)
             if seq.logprobs is not None:
-                seq.logprobs.append(token_logprob(row, token, seq.params.logprobs))
+                seq.logprobs.append(logprobs[index])
             self.stats.first_token_at.setdefault(seq.request_id, time.perf_counter())
             reason = self._finish_reason(seq)
             if reason:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import enum
 import itertools
+import secrets
 from dataclasses import dataclass, field
 
 from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.logprobs import TokenLogprob
-from dayzero.runtime.sampling import Sampler, SamplingParams
+from dayzero.runtime.sampling import SamplingParams
 
 _ids = itertools.count()
 
@@ -45,9 +46,12 @@ class Sequence:
     json_answer: object | None = None
     # the prefix cache's hashes of the sequence's leading pages, computed once (prefix_cache.page_keys)
     page_keys: list[bytes] = field(default_factory=list)
+    # the key of the request's random draws (seeded_uniform.py): params.seed, or one drawn at admission
+    seed: int | None = None
 
     def __post_init__(self):
-        self.sampler = Sampler(self.params)
+        if self.seed is None:
+            self.seed = self.params.seed if self.params.seed is not None else secrets.randbits(64)
         if self.params.logprobs is not None and self.logprobs is None:
             self.logprobs = []
         if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:
