@@ -1,0 +1,186 @@
+"""The mHC reference against transformers' GLM-5.3-Flash hyper-connection, and the fused Triton kernels against the
+reference (interpreter on CPU, native on the GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dayzero.plugins.mhc import reference
+from tests.helpers import rel_err
+from tests.plugins.triton_env import DEVICE, ON_GPU, gpu_only, needs_triton, poisoned, sizes
+
+# the CPU interpreter truncates fp32 -> bf16 where the GPU rounds to nearest, hence the loose bf16 bound
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+NORM_EPS, HC_EPS = 1e-5, 1e-6
+
+
+def _weights(hc: int, dim: int, fn_dtype=torch.float32, device=DEVICE):
+    """fn, base, scale of one hyper-connection: large enough that pre / post / comb are far from uniform."""
+    m = (2 + hc) * hc
+    fn = (torch.randn(m, hc * dim, device=device) * 2 / (hc * dim) ** 0.5).to(fn_dtype)
+    return fn, torch.randn(m, device=device), torch.rand(3, device=device) + 0.5
+
+
+def _streams(tokens: int, hc: int, dim: int, dtype, device=DEVICE) -> torch.Tensor:
+    # streams of different scales and offsets
+    scales = torch.arange(1, hc + 1, device=device, dtype=torch.float32)[:, None]
+    return (torch.randn(tokens, hc, dim, device=device) * scales + 0.1 * scales).to(dtype)
+
+
+def _glm5_hyper_connection(hc: int, dim: int, iters: int):
+    glm5 = pytest.importorskip("transformers.models.glm5_next.modeling_glm5_next")
+    config = pytest.importorskip("transformers.models.glm5_next.configuration_glm5_next").Glm5NextTextConfig(
+        hc_mult=hc, hidden_size=dim, hc_sinkhorn_iters=iters, rms_norm_eps=NORM_EPS, hc_eps=HC_EPS)
+    module = glm5.Glm5NextTextHyperConnection(config)
+    fn, base, scale = _weights(hc, dim, device="cpu")
+    with torch.no_grad():
+        module.fn.copy_(fn)
+        module.base.copy_(base)
+        module.scale.copy_(scale)
+    return module, glm5
+
+
+def _transformers_post(post, comb, out, residual):
+    """Glm5NextTextDecoderLayer's step after each sublayer (transformers inlines it in the layer's forward)."""
+    dtype = residual.dtype
+    return post.to(dtype).unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.to(dtype).transpose(-1, -2), residual)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_matches_transformers_hyper_connection(dtype):
+    module, _ = _glm5_hyper_connection(hc=3, dim=40, iters=5)
+    streams = _streams(10, 3, 40, dtype, device="cpu")
+    with torch.no_grad():
+        post, comb, collapsed = module(streams.view(2, 5, 3, 40))
+    got = reference.mhc_pre(streams, module.fn, module.base, module.scale, NORM_EPS, HC_EPS, 5)
+    assert rel_err(got[0], collapsed.view(10, 40)) < TOLERANCE[dtype]
+    assert rel_err(got[1], post.view(10, 3)) < 1e-5 and rel_err(got[2], comb.view(10, 3, 3)) < 1e-5
+    out = torch.randn(10, 40).to(dtype)
+    expected = _transformers_post(post.view(10, 3), comb.view(10, 3, 3), out, streams)
+    assert rel_err(reference.mhc_post(out, streams, got[1], got[2]), expected) < TOLERANCE[dtype]
+
+
+def test_reference_head_is_transformers_mean_of_the_streams():
+    _, glm5 = _glm5_hyper_connection(hc=3, dim=40, iters=5)
+    streams = _streams(2, 3, 40, torch.float32, device="cpu")
+    assert rel_err(reference.mhc_head(streams), glm5.Glm5NextTextHyperHead()(streams.unsqueeze(0))[0]) < 1e-6
+
+
+def test_comb_is_doubly_stochastic_after_enough_sinkhorn_steps():
+    fn, base, scale = _weights(4, 24, device="cpu")
+    _, _, comb = reference.mhc_coefficients(_streams(5, 4, 24, torch.float32, "cpu"), fn, base, scale, NORM_EPS,
+                                            HC_EPS, 20)
+    assert torch.allclose(comb.sum(-2), torch.ones(5, 4), atol=1e-5)
+    assert torch.allclose(comb.sum(-1), torch.ones(5, 4), atol=1e-3)
+
+
+def _use_plan(monkeypatch, block_t: int, block_k: int, splits: int):
+    """Every projection launch cuts K into `splits` slices of block_k-column steps, block_t tokens a program."""
+    import triton
+
+    from dayzero.plugins.mhc import kernel
+
+    def plan(tokens, k, sms):
+        k_split = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
+        return kernel.ProjectPlan(block_t, block_k, triton.cdiv(k, k_split), k_split, 4, 2)
+
+    monkeypatch.setattr(kernel, "project_plan", plan)
+
+
+# (block_t, block_k, splits): the decode plan's slices, uneven ones (the last slice partly past K), the prefill plan's
+# 64-token blocks over all of K
+PLANS = {"decode-3-splits": (16, 16, 3), "decode-uneven": (16, 32, 2), "prefill-64": (64, 16, 1)}
+
+
+@needs_triton
+@pytest.mark.parametrize("tokens, hc, dim, dtype, fn_dtype", sizes(
+    cpu=[(1, 4, 24, torch.bfloat16, torch.bfloat16), (3, 3, 40, torch.float32, torch.float32),
+         (37, 2, 20, torch.bfloat16, torch.float32)],
+    gpu=[(1, 4, 4096, torch.bfloat16, torch.bfloat16), (64, 4, 4096, torch.bfloat16, torch.float32),
+         (8192, 4, 4096, torch.bfloat16, torch.bfloat16), (37, 3, 1000, torch.float32, torch.float32),
+         (333, 2, 7168, torch.bfloat16, torch.float32)],
+))
+@pytest.mark.parametrize("plan", [None, *PLANS] if not ON_GPU else [None])
+def test_pre_matches_reference(tokens, hc, dim, dtype, fn_dtype, plan, monkeypatch):
+    from dayzero.plugins.mhc.kernel import mhc_finish_launcher, mhc_project_launcher
+
+    if plan is not None:
+        _use_plan(monkeypatch, *PLANS[plan])
+    streams = _streams(tokens, hc, dim, dtype)
+    fn, base, scale = _weights(hc, dim, fn_dtype)
+    mix_part, sq_part = mhc_project_launcher(streams, fn)
+    got_parts = mhc_project_launcher(streams, fn, mix_part=torch.full_like(mix_part, float("nan")),
+                                     sq_part=torch.full_like(sq_part, float("nan")))
+    outputs = poisoned(tokens, dim, dtype=dtype), poisoned(tokens, hc), poisoned(tokens, hc, hc)
+    got = mhc_finish_launcher(*got_parts, streams, base, scale, NORM_EPS, HC_EPS, 7, *outputs)
+    assert all(g is o for g, o in zip(got, outputs))
+    collapsed, post, comb = reference.mhc_pre(streams, fn, base, scale, NORM_EPS, HC_EPS, 7)
+    assert rel_err(got[0], collapsed) < TOLERANCE[dtype]
+    assert rel_err(got[1], post) < 1e-5 and rel_err(got[2], comb) < 1e-5
+
+
+@needs_triton
+@pytest.mark.parametrize("tokens, hc, dim, dtype", sizes(
+    cpu=[(1, 4, 24, torch.bfloat16), (3, 3, 40, torch.float32), (37, 2, 20, torch.bfloat16),
+         (5, 4, 600, torch.float32)],
+    gpu=[(1, 4, 4096, torch.bfloat16), (64, 4, 4096, torch.bfloat16), (8192, 4, 4096, torch.bfloat16),
+         (37, 3, 1000, torch.float32)],
+))
+def test_post_matches_reference(tokens, hc, dim, dtype):
+    from dayzero.plugins.mhc.kernel import mhc_post_launcher
+
+    residual = _streams(tokens, hc, dim, dtype)
+    fn, base, scale = _weights(hc, dim)
+    _, post, comb = reference.mhc_pre(residual, fn, base, scale, NORM_EPS, HC_EPS, 7)
+    out = torch.randn(tokens, dim, device=DEVICE).to(dtype)
+    streams = poisoned(tokens, hc, dim, dtype=dtype)
+    assert mhc_post_launcher(out, residual, post, comb, streams) is streams
+    assert rel_err(streams, reference.mhc_post(out, residual, post, comb)) < TOLERANCE[dtype]
+
+
+@needs_triton
+def test_zero_tokens_launch_nothing():
+    from dayzero.plugins.mhc.kernel import mhc_post_launcher, mhc_pre_launcher
+
+    streams = torch.empty(0, 4, 24, device=DEVICE)
+    fn, base, scale = _weights(4, 24)
+    collapsed, post, comb = mhc_pre_launcher(streams, fn, base, scale, NORM_EPS, HC_EPS, 3)
+    assert collapsed.shape == (0, 24) and post.shape == (0, 4) and comb.shape == (0, 4, 4)
+    assert mhc_post_launcher(collapsed, streams, post, comb).shape == (0, 4, 24)
+
+
+@needs_triton
+def test_ops_triton_bodies_match_their_fakes_and_the_cpu_reference():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from dayzero.plugins import mhc
+
+    streams = _streams(5, 3, 40, torch.bfloat16)
+    fn, base, scale = _weights(3, 40, torch.bfloat16)
+    args = (streams, fn, base, scale, NORM_EPS, HC_EPS, 4)
+    body = mhc.mhc_pre.dayzero_impls["cuda"](*args)
+    post_args = (body[0], streams, body[1], body[2])
+    post_body = mhc.mhc_post.dayzero_impls["cuda"](*post_args)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fakes = mhc.mhc_pre.dayzero_impls["fake"](*(mode.from_tensor(a) if torch.is_tensor(a) else a for a in args))
+        post_fake = mhc.mhc_post.dayzero_impls["fake"](*(mode.from_tensor(a) for a in post_args))
+    for real, fake in zip([*body, post_body], [*fakes, post_fake]):
+        assert (real.shape, real.stride(), real.dtype) == (fake.shape, fake.stride(), fake.dtype)
+    cpu = [t.cpu() if torch.is_tensor(t) else t for t in args]
+    expected = torch.ops.dayzero.mhc_pre(*cpu)
+    assert all(rel_err(b.cpu(), e) < TOLERANCE[torch.bfloat16] for b, e in zip(body, expected))
+    expected_post = torch.ops.dayzero.mhc_post(*(t.cpu() for t in post_args))
+    assert rel_err(post_body.cpu(), expected_post) < TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("tokens", [pytest.param(t, marks=gpu_only, id=f"T{t}") for t in (1, 64)])
+def test_decode_projection_spreads_fn_over_the_sms(tokens):
+    import triton
+
+    from dayzero.plugins import device as device_info
+    from dayzero.plugins.mhc.kernel import project_plan
+
+    sms = device_info.num_sms(torch.device("cuda"), cpu_default=2)
+    plan = project_plan(tokens, 4 * 4096, sms)
+    assert plan.splits * triton.cdiv(tokens, plan.block_t) >= sms
