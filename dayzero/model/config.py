@@ -18,6 +18,7 @@ from dayzero.model.layer_config import (
     KDA,
     MLA,
     MOE,
+    HyperConnectionConfig,
     IndexerConfig,
     KDAConfig,
     MLAConfig,
@@ -25,8 +26,8 @@ from dayzero.model.layer_config import (
     YarnScaling,
 )
 
-__all__ = ["DENSE", "KDA", "MLA", "MOE", "IndexerConfig", "KDAConfig", "MLAConfig", "ModelConfig", "MoEConfig",
-           "YarnScaling"]
+__all__ = ["DENSE", "KDA", "MLA", "MOE", "HyperConnectionConfig", "IndexerConfig", "KDAConfig", "MLAConfig",
+           "ModelConfig", "MoEConfig", "YarnScaling"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ class ModelConfig:
     # MLA layers without an indexer of their own that attend over the Top-K of the closest earlier layer with one
     # (GLM's IndexShare)
     index_shared_layers: tuple[int, ...] = ()
+    # hyper-connections (GLM-5.3) in place of the residual add
+    hyper_connections: HyperConnectionConfig | None = None
+    # parts of the checkpoint dayzero does not run (a multimodal checkpoint's vision tower), one line each, said in
+    # the load log and by `dayzero inspect`
+    ignored_parts: tuple[str, ...] = ()
 
     def __post_init__(self):
         if len(self.layer_kinds) != len(self.mlp_kinds):
@@ -66,6 +72,8 @@ class ModelConfig:
             raise DayzeroError("config has KDA layers but no linear_attn_config")
         if MLA in self.layer_kinds and self.mla is None:
             raise DayzeroError("config has full-attention layers but no MLA fields (kv_lora_rank, ...)")
+        if self.hyper_connections is not None and self.attn_res_block_size is not None:
+            raise DayzeroError("config has both hyper-connections (hc_mult) and attention residuals")
         if MOE in self.mlp_kinds and self.moe is None:
             raise DayzeroError("config has MoE layers but no num_experts")
         for layer in self.index_shared_layers:
@@ -101,4 +109,5 @@ class ModelConfig:
         """Read a parsed config.json through the adapter of its `model_type`."""
         top = ConfigFields(data, where)
         adapter = adapter_for(top.str("model_type"), where)
-        return cls(model_type=adapter.model_type, **adapter.describe(adapter.text_fields(top)))
+        return cls(model_type=adapter.model_type, **adapter.describe(adapter.text_fields(top)),
+                   ignored_parts=adapter.ignored_parts(top))

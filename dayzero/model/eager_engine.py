@@ -15,11 +15,12 @@ from dayzero.model.step import KDACache, MLACache
 
 
 def cache_tensor_specs(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat) -> tuple[CacheTensorSpec, ...]:
-    """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) per page, KDA (state, conv) per slot."""
+    """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) per page and a pooled indexer's
+    index_window per slot, KDA (state, conv) per slot."""
     specs = []
     for layer, cache in enumerate(allocate_caches(cfg, 1, 1, dtype, "meta", fmt)):
-        unit = SLOT if isinstance(cache, KDACache) else PAGE
         for name, tensor in _named_tensors(cache):
+            unit = SLOT if isinstance(cache, KDACache) or name == "index_window" else PAGE
             stored = str(tensor.dtype).removeprefix("torch.")
             specs.append(CacheTensorSpec(layer, name, unit, tuple(tensor.shape[1:]), stored))
     return tuple(specs)
@@ -28,7 +29,8 @@ def cache_tensor_specs(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat) -
 def _named_tensors(cache: LayerCache) -> list[tuple[str, torch.Tensor]]:
     if isinstance(cache, KDACache):
         return [("state", cache.state), ("conv", cache.conv)]
-    return [(name, t) for name, t in (("latent_kv", cache.latent_kv), ("index_k", cache.index_k)) if t is not None]
+    return [(name, t) for name, t in (("latent_kv", cache.latent_kv), ("index_k", cache.index_k),
+                                      ("index_window", cache.index_window)) if t is not None]
 
 
 def layer_caches(model: HybridModel, flat: list[torch.Tensor]) -> list[LayerCache]:
@@ -38,6 +40,9 @@ def layer_caches(model: HybridModel, flat: list[torch.Tensor]) -> list[LayerCach
         if kind == KDA:
             caches.append(KDACache(state=flat[i], conv=flat[i + 1]))
             i += 2
+        elif model.config.owns_indexer(layer) and model.config.indexer.pooled:
+            caches.append(MLACache(latent_kv=flat[i], index_k=flat[i + 1], index_window=flat[i + 2]))
+            i += 3
         elif model.config.owns_indexer(layer):
             caches.append(MLACache(latent_kv=flat[i], index_k=flat[i + 1]))
             i += 2
