@@ -30,7 +30,7 @@ PLAIN_CACHE = CacheFormat()
 @dataclass(frozen=True)
 class CacheBytes:
     """Capacity planning: bytes per cached token (all MLA layers) and per sequence slot (all KDA layers, and the
-    pooled indexers' windows); pooled index keys count their page's rows over its 64 tokens, rounded up."""
+    pooled indexers' windows); pooled index keys count their page's rows over its 64 tokens, rounded down."""
 
     per_token_latent: int
     per_token_index: int
@@ -62,7 +62,7 @@ def cache_bytes(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat = PLAIN_C
         if cfg.indexer is not None:
             dim, kpool = cfg.indexer.head_dim, cfg.indexer.kpool
             index = formats.mxfp8_row_bytes(dim) if fmt.index_mxfp8 else dim * _element_size(dtype)
-            index = -(-index * formats.pooled_rows_per_page(kpool) // PAGE_SIZE)
+            index = index * formats.pooled_rows_per_page(kpool) // PAGE_SIZE
             window = (kpool - 1) * 2 * dim * _element_size(dtype)
     if num_kda:
         kda = cfg.kda

@@ -119,8 +119,8 @@ class Glm5Next(DeepseekV32):
     def ignored_parts(self, top: ConfigFields) -> tuple[str, ...]:
         if not top.has("vision_config"):
             return ()
-        return ("the vision tower (vision_config, model.visual.*) is not loaded: dayzero serves the language model, "
-                "text in and text out",)
+        return ("vision tower (vision_config, model.visual.*): not loaded; dayzero serves the language model (text in, "
+                "text out)",)
 
     def describe(self, f: ConfigFields) -> dict[str, Any]:
         sections.refuse_true(f, "attention_bias")

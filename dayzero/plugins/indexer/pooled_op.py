@@ -1,6 +1,6 @@
 """`torch.ops.dayzero.write_pooled_index_keys_prefill` / `_decode` and `pooled_index_topk_paged`: the pooled index
 cache's write (pools completed by the step's tokens, and each sequence's window of pending rows) and the indexer
-over pooled pages (pooled_reference.py). Their CUDA bodies run the reference."""
+over pooled pages (pooled_reference.py). The reference serves every device (one function registered for both)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,28 @@ from dayzero.plugins.onnx_node import dayzero_node
 from dayzero.plugins.registry import onnx_translation, plugin_op
 
 
-def _write_prefill_fake(index_cache, window, rows, ape, slot_mapping, positions, cu_seqlens, slots):
-    return None
+def _write_prefill(index_cache: torch.Tensor, window: torch.Tensor, rows: torch.Tensor, ape: torch.Tensor,
+                   slot_mapping: torch.Tensor, positions: torch.Tensor, cu_seqlens: torch.Tensor,
+                   slots: torch.Tensor) -> None:
+    reference.write_pooled_index_keys_prefill(index_cache, window, rows, ape, slot_mapping, positions, cu_seqlens,
+                                              slots)
 
 
-def _write_decode_fake(index_cache, window, rows, ape, slot_mapping, positions, state_slots, num_accepted):
+def _write_decode(index_cache: torch.Tensor, window: torch.Tensor, rows: torch.Tensor, ape: torch.Tensor,
+                  slot_mapping: torch.Tensor, positions: torch.Tensor, state_slots: torch.Tensor,
+                  num_accepted: torch.Tensor) -> None:
+    reference.write_pooled_index_keys_decode(index_cache, window, rows, ape, slot_mapping, positions, state_slots,
+                                             num_accepted)
+
+
+def _topk(q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
+          cu_seqlens: torch.Tensor, positions: torch.Tensor, topk: int, kpool: int, scale: float | None = None,
+          q_scales: torch.Tensor | None = None) -> torch.Tensor:
+    return reference.pooled_index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, topk, kpool,
+                                             scale, q_scales)
+
+
+def _write_fake(index_cache, window, rows, ape, slot_mapping, positions, bounds, slots, *rest):
     return None
 
 
@@ -23,30 +40,11 @@ def _topk_fake(q, w, index_cache, block_table, cu_seqlens, positions, topk, kpoo
     return q.new_empty((q.shape[0], topk + kpool - 1), dtype=torch.int32)
 
 
-@plugin_op("write_pooled_index_keys_prefill", cpu=reference.write_pooled_index_keys_prefill,
-           fake=_write_prefill_fake, mutates_args=("index_cache", "window"))
-def write_pooled_index_keys_prefill(index_cache: torch.Tensor, window: torch.Tensor, rows: torch.Tensor,
-                                    ape: torch.Tensor, slot_mapping: torch.Tensor, positions: torch.Tensor,
-                                    cu_seqlens: torch.Tensor, slots: torch.Tensor) -> None:
-    reference.write_pooled_index_keys_prefill(index_cache, window, rows, ape, slot_mapping, positions, cu_seqlens,
-                                              slots)
-
-
-@plugin_op("write_pooled_index_keys_decode", cpu=reference.write_pooled_index_keys_decode,
-           fake=_write_decode_fake, mutates_args=("index_cache", "window"))
-def write_pooled_index_keys_decode(index_cache: torch.Tensor, window: torch.Tensor, rows: torch.Tensor,
-                                   ape: torch.Tensor, slot_mapping: torch.Tensor, positions: torch.Tensor,
-                                   state_slots: torch.Tensor, num_accepted: torch.Tensor) -> None:
-    reference.write_pooled_index_keys_decode(index_cache, window, rows, ape, slot_mapping, positions, state_slots,
-                                             num_accepted)
-
-
-@plugin_op("pooled_index_topk_paged", cpu=reference.pooled_index_topk_paged, fake=_topk_fake)
-def pooled_index_topk_paged(q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
-                            cu_seqlens: torch.Tensor, positions: torch.Tensor, topk: int, kpool: int,
-                            scale: float | None = None, q_scales: torch.Tensor | None = None) -> torch.Tensor:
-    return reference.pooled_index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, topk, kpool,
-                                             scale, q_scales)
+write_pooled_index_keys_prefill = plugin_op("write_pooled_index_keys_prefill", cpu=_write_prefill, fake=_write_fake,
+                                            mutates_args=("index_cache", "window"))(_write_prefill)
+write_pooled_index_keys_decode = plugin_op("write_pooled_index_keys_decode", cpu=_write_decode, fake=_write_fake,
+                                           mutates_args=("index_cache", "window"))(_write_decode)
+pooled_index_topk_paged = plugin_op("pooled_index_topk_paged", cpu=_topk, fake=_topk_fake)(_topk)
 
 
 @onnx_translation(write_pooled_index_keys_prefill)
