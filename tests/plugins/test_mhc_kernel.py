@@ -75,8 +75,9 @@ def test_comb_is_doubly_stochastic_after_enough_sinkhorn_steps():
     assert torch.allclose(comb.sum(-1), torch.ones(5, 4), atol=1e-3)
 
 
-def _use_plan(monkeypatch, block_t: int, block_k: int, splits: int):
-    """Every projection launch cuts K into `splits` slices of block_k-column steps, block_t tokens a program."""
+def _use_plan(monkeypatch, block_t: int, block_k: int, splits: int, block_d: int, tiles: int):
+    """Every projection launch cuts K into `splits` slices of block_k-column steps, block_t tokens a program; every
+    finish program walks `tiles` tiles of block_d columns (0: all of a token's)."""
     import triton
 
     from dayzero.plugins.mhc import kernel
@@ -86,11 +87,14 @@ def _use_plan(monkeypatch, block_t: int, block_k: int, splits: int):
         return kernel.ProjectPlan(block_t, block_k, triton.cdiv(k, k_split), k_split, 4, 2)
 
     monkeypatch.setattr(kernel, "project_plan", plan)
+    monkeypatch.setattr(kernel, "finish_plan", lambda tokens, dim: kernel.RowPlan(
+        block_d, tiles or triton.cdiv(dim, block_d), 4))
 
 
-# (block_t, block_k, splits): the decode plan's slices, uneven ones (the last slice partly past K), the prefill plan's
-# 64-token blocks over all of K
-PLANS = {"decode-3-splits": (16, 16, 3), "decode-uneven": (16, 32, 2), "prefill-64": (64, 16, 1)}
+# (block_t, block_k, splits, block_d, tiles): the decode plan's slices and one tile a program, uneven slices (the
+# last partly past K) and programs of two tiles (the last program's second past D), the prefill plan's 64-token
+# blocks over all of K and one program a token
+PLANS = {"decode-3-splits": (16, 16, 3, 16, 1), "decode-uneven": (16, 32, 2, 8, 2), "prefill-64": (64, 16, 1, 16, 0)}
 
 
 @needs_triton
@@ -101,12 +105,23 @@ PLANS = {"decode-3-splits": (16, 16, 3), "decode-uneven": (16, 32, 2), "prefill-
          (8192, 4, 4096, torch.bfloat16, torch.bfloat16), (37, 3, 1000, torch.float32, torch.float32),
          (333, 2, 7168, torch.bfloat16, torch.float32)],
 ))
-@pytest.mark.parametrize("plan", [None, *PLANS] if not ON_GPU else [None])
-def test_pre_matches_reference(tokens, hc, dim, dtype, fn_dtype, plan, monkeypatch):
+def test_pre_matches_reference(tokens, hc, dim, dtype, fn_dtype):
+    _check_pre(tokens, hc, dim, dtype, fn_dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("tokens, hc, dim, dtype, fn_dtype", [(3, 3, 40, torch.float32, torch.float32),
+                                                              (2, 4, 24, torch.bfloat16, torch.bfloat16)])
+@pytest.mark.parametrize("plan", PLANS)
+def test_every_plan_keeps_the_result(tokens, hc, dim, dtype, fn_dtype, plan, monkeypatch):
+    _use_plan(monkeypatch, *PLANS[plan])
+    _check_pre(tokens, hc, dim, dtype, fn_dtype)
+
+
+def _check_pre(tokens, hc, dim, dtype, fn_dtype):
+    """Both kernels of mhc_pre, their partials and outputs poisoned, against the reference."""
     from dayzero.plugins.mhc.kernel import mhc_finish_launcher, mhc_project_launcher
 
-    if plan is not None:
-        _use_plan(monkeypatch, *PLANS[plan])
     streams = _streams(tokens, hc, dim, dtype)
     fn, base, scale = _weights(hc, dim, fn_dtype)
     mix_part, sq_part = mhc_project_launcher(streams, fn)
@@ -184,3 +199,81 @@ def test_decode_projection_spreads_fn_over_the_sms(tokens):
     sms = device_info.num_sms(torch.device("cuda"), cpu_default=2)
     plan = project_plan(tokens, 4 * 4096, sms)
     assert plan.splits * triton.cdiv(tokens, plan.block_t) >= sms
+
+
+class _PreThenPost(torch.nn.Module):
+    def __init__(self, hc: int, dim: int):
+        super().__init__()
+        self.fn, self.base, self.scale = (torch.nn.Parameter(w, requires_grad=False) for w in _weights(hc, dim))
+
+    def forward(self, streams, out):
+        from dayzero.plugins import mhc
+
+        x, post, comb = mhc.mhc_pre(streams, self.fn, self.base, self.scale, NORM_EPS, HC_EPS, 20)
+        return x, mhc.mhc_post(out, streams, post, comb)
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize("max_tokens", [64, 8192], ids=["decode", "prefill"])
+def test_launch_plans_keep_an_exported_token_range(max_tokens):
+    # the GPU bodies on the symbolic token count of an exported program: no guard, no narrowed range
+    from tests.export.test_symbolic_launch_plans import _plan_every_plugin_call
+
+    tokens = torch.export.Dim("T", min=1, max=max_tokens)
+    streams, out = _streams(8, 4, 64, torch.float32, device="cpu"), torch.randn(8, 64)
+    program = torch.export.export(_PreThenPost(4, 64).cpu(), (streams, out), dynamic_shapes=({0: tokens}, {0: tokens}))
+    guards, narrowed, launches, offset_tables, scratch_views = _plan_every_plugin_call(program)
+    assert guards == {} and narrowed == [] and offset_tables == [] and scratch_views == []
+    assert [name for name, _, _ in launches] == ["_mhc_project_kernel", "_mhc_finish_kernel", "_mhc_post_kernel"]
+
+
+def _sublayer_chain(tokens: int) -> torch.Tensor:
+    """Four sublayers (the sublayer itself the identity) captured in one graph: each projection reads the streams the
+    post kernel before wrote, each finish the projection's partials, each post the finish's output."""
+    from dayzero.plugins.mhc.kernel import mhc_post_launcher, mhc_pre_launcher
+
+    torch.manual_seed(2)
+    weights = [_weights(4, 4096, torch.bfloat16) for _ in range(4)]
+    start = _streams(tokens, 4, 4096, torch.bfloat16)
+    streams = [start.clone()]
+
+    def step():
+        del streams[1:]
+        for fn, base, scale in weights:
+            x, post, comb = mhc_pre_launcher(streams[-1], fn, base, scale, NORM_EPS, HC_EPS, 20)
+            streams.append(mhc_post_launcher(x, streams[-1], post, comb))
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    torch.cuda.synchronize()
+    return torch.stack(streams)
+
+
+@pytest.mark.parametrize("tokens", [pytest.param(t, marks=gpu_only, id=f"T{t}") for t in (1, 64)])
+def test_sublayer_chain_with_pdl_matches_plain_launches(tokens, monkeypatch):
+    from dayzero.plugins import dependent_launch
+
+    monkeypatch.setattr(dependent_launch, "pdl_mode", lambda like, latency_bound: dependent_launch.EARLY)
+    with_pdl = _sublayer_chain(tokens)
+    monkeypatch.setattr(dependent_launch, "pdl_mode", lambda like, latency_bound: dependent_launch.OFF)
+    assert torch.equal(with_pdl, _sublayer_chain(tokens))
+
+
+@pytest.mark.skipif(ON_GPU, reason="the ONNX export runs on the CPU machine")
+def test_onnx_translations_emit_dayzero_nodes():
+    pytest.importorskip("onnxscript")
+    from dayzero.plugins.registry import ONNX_TRANSLATIONS
+
+    streams = _streams(3, 4, 24, torch.float32, device="cpu")
+    program = torch.onnx.export(_PreThenPost(4, 24).cpu().eval(), (streams, torch.randn(3, 24)), dynamo=True,
+                                verbose=False, optimize=False, custom_translation_table=ONNX_TRANSLATIONS)
+    nodes = {node.op_type: node for node in program.model.graph if node.domain == "dayzero"}
+    assert set(nodes) == {"MhcPre", "MhcPost"}
+    assert len(nodes["MhcPre"].inputs) == 4 and len(nodes["MhcPre"].outputs) == 3
+    assert nodes["MhcPre"].attributes["sinkhorn_iters"].value == 20
+    assert len(nodes["MhcPost"].inputs) == 4 and len(nodes["MhcPost"].outputs) == 1

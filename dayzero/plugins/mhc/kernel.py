@@ -4,10 +4,10 @@ streams (`mhc_pre`, two kernels) and the streams after the sublayer (`mhc_post`,
 mhc_pre. _mhc_project_kernel multiplies the flattened streams [T, K = HC * D] by fn [M, K] and sums their squares,
 K cut into `splits` slices whose partial results it writes ([splits, T, MP], [splits, T]): at decode sizes the
 slices spread the read of fn (M x K, larger than the tokens' streams) over the SMs; at prefill sizes each program
-takes a block of 64 tokens, so that fn is read once per block. _mhc_finish_kernel, one program per token and column
-tile, adds the token's partials, turns them into pre / post / comb (sigmoids, softmax, Sinkhorn: a few hundred flops
-on [HC, HC], recomputed by each of the token's programs rather than passed through memory) and collapses its tile of
-the streams, whose loads it issues first.
+takes a block of 64 tokens, so that fn is read once per block. _mhc_finish_kernel adds a token's partials, turns them
+into pre / post / comb (sigmoids, softmax, Sinkhorn on [HC, HC]) and collapses the token's streams: at decode sizes
+one program per column tile (each recomputes the token's coefficients rather than waiting for them through memory),
+at prefill sizes one program per token.
 mhc_post. _mhc_post_kernel, one program per token and column tile: new x_j = post_j * o + sum_i comb[i, j] x_i.
 """
 
@@ -121,29 +121,44 @@ def _coefficients(pre_w, post_w, comb_w, squares, base, scale, K, norm_eps, hc_e
 
 
 @triton.jit
+def _load_tile(x, t, tile, D: tl.constexpr, HC: tl.constexpr, HCP: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Column tile `tile` of token t's streams: [HCP, BLOCK_D], zero past HC and D."""
+    i = tl.arange(0, HCP)
+    cols = tile * BLOCK_D + tl.arange(0, BLOCK_D)
+    return tl.load(x + (t * HC + i[:, None]) * D + cols[None, :], mask=(i[:, None] < HC) & (cols[None, :] < D),
+                   other=0.0)
+
+
+@triton.jit
+def _store_collapsed(collapsed, pre, xs, t, tile, D: tl.constexpr, BLOCK_D: tl.constexpr):
+    cols = tile * BLOCK_D + tl.arange(0, BLOCK_D)
+    out = tl.sum(pre[:, None] * xs.to(tl.float32), axis=0)
+    tl.store(collapsed + t * D + cols, out.to(collapsed.dtype.element_ty), mask=cols < D)
+
+
+@triton.jit
 def _mhc_finish_kernel(
     mix_part, sq_part, base, scale, x, collapsed, post, comb, T, K, num_splits, norm_eps, hc_eps,
     D: tl.constexpr, HC: tl.constexpr, HCP: tl.constexpr, SP: tl.constexpr, MP: tl.constexpr,
-    BLOCK_D: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
+    BLOCK_D: tl.constexpr, TILES: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
     t = tl.program_id(0).to(tl.int64)
-    tile = tl.program_id(1)
+    first = tl.program_id(1) * TILES
     i = tl.arange(0, HCP)
     i_mask = i < HC
-    cols = tile * BLOCK_D + tl.arange(0, BLOCK_D)
-    c_mask = cols < D
-    # the streams' tile is loaded first: its bytes are in flight while the coefficients are computed
-    xs = tl.load(x + (t * HC + i[:, None]) * D + cols[None, :], mask=i_mask[:, None] & c_mask[None, :], other=0.0)
+    # the first tile of the streams is loaded first: its bytes are in flight while the coefficients are computed
+    xs = _load_tile(x, t, first, D, HC, HCP, BLOCK_D)
     pre_w, post_w, comb_w, squares = _token_partials(mix_part, sq_part, t, T, num_splits, HC, HCP, SP, MP)
     # AOTInductor passes Python floats as fp64 scalars: keep the math in fp32
     pre, post_c, comb_c = _coefficients(pre_w, post_w, comb_w, squares, base, scale, K,
                                         tl.cast(norm_eps, tl.float32), tl.cast(hc_eps, tl.float32), HC, HCP, ITERS)
-    if tile == 0:
+    if first == 0:
         tl.store(post + t * HC + i, post_c, mask=i_mask)
         tl.store(comb + (t * HC + i[:, None]) * HC + i[None, :], comb_c, mask=i_mask[:, None] & i_mask[None, :])
-    out = tl.sum(pre[:, None] * xs.to(tl.float32), axis=0)
-    tl.store(collapsed + t * D + cols, out.to(collapsed.dtype.element_ty), mask=c_mask)
+    _store_collapsed(collapsed, pre, xs, t, first, D, BLOCK_D)
+    for tile in range(first + 1, tl.minimum(first + TILES, tl.cdiv(D, BLOCK_D))):
+        _store_collapsed(collapsed, pre, _load_tile(x, t, tile, D, HC, HCP, BLOCK_D), t, tile, D, BLOCK_D)
 
 
 @triton.jit
@@ -185,9 +200,10 @@ class ProjectPlan:
 
 @dataclass(frozen=True)
 class RowPlan:
-    """The finish and post kernels' launch: one program per token and tile of `block_d` columns."""
+    """The finish and post kernels' launch: per token, programs of `tiles` tiles of `block_d` columns each."""
 
     block_d: int
+    tiles: int
     num_warps: int
 
 
@@ -213,11 +229,21 @@ def project_plan(tokens, k: int, sms: int) -> ProjectPlan:
     return ProjectPlan(block_t, block_k, triton.cdiv(k, k_split), k_split, 4, num_stages)
 
 
-def row_plan(tokens, dim: int) -> RowPlan:
-    """Decode: tiles of 512 columns (8 programs a token at D 4096, 4 elements a thread and row); prefill: 2048,
-    8 warps (8 a thread and row)."""
+def finish_plan(tokens, dim: int) -> RowPlan:
+    """Decode: one program per tile of 256 columns (16 a token at D 4096), one warp, so that the Sinkhorn steps'
+    reductions stay within the warp (no shared-memory round trip between warps on the step's latency path). Prefill:
+    one program per token over all its tiles of 1024 columns, 4 warps: the coefficients computed once a token."""
+    if is_decode(tokens):
+        return RowPlan(min(256, triton.next_power_of_2(dim)), 1, 1)
+    block_d = min(1024, triton.next_power_of_2(dim))
+    return RowPlan(block_d, triton.cdiv(dim, block_d), 4)
+
+
+def post_plan(tokens, dim: int) -> RowPlan:
+    """One program per tile: decode 512 columns (8 programs a token at D 4096, 4 elements a thread and row); prefill
+    2048, 8 warps (8 a thread and row)."""
     block_d, num_warps = (512, 4) if is_decode(tokens) else (2048, 8)
-    return RowPlan(min(block_d, triton.next_power_of_2(dim)), num_warps)
+    return RowPlan(min(block_d, triton.next_power_of_2(dim)), 1, num_warps)
 
 
 def _check_streams(streams: torch.Tensor) -> tuple[int, int, int]:
@@ -289,12 +315,13 @@ def mhc_finish_launcher(
     comb = _output(comb, (tokens, hc, hc), torch.float32, streams)
     if statically_known_true(tokens == 0):
         return collapsed, post, comb
-    plan = row_plan(tokens, dim)
+    plan = finish_plan(tokens, dim)
     pdl, options = _pdl(streams, tokens)
-    _launcher(_mhc_finish_kernel, launch)[(tokens, triton.cdiv(dim, plan.block_d))](
+    grid = (tokens, triton.cdiv(triton.cdiv(dim, plan.block_d), plan.tiles))
+    _launcher(_mhc_finish_kernel, launch)[grid](
         mix_part, sq_part, base, scale, streams, collapsed, post, comb, tokens, hc * dim, num_splits, norm_eps,
         hc_eps, dim, hc, triton.next_power_of_2(hc), triton.next_power_of_2(num_splits), mp, plan.block_d,
-        sinkhorn_iters, pdl, num_warps=plan.num_warps, **options)
+        plan.tiles, sinkhorn_iters, pdl, num_warps=plan.num_warps, **options)
     return collapsed, post, comb
 
 
@@ -321,7 +348,7 @@ def mhc_post_launcher(
     streams = _output(streams, residual.shape, residual.dtype, residual)
     if statically_known_true(tokens == 0):
         return streams
-    plan = row_plan(tokens, dim)
+    plan = post_plan(tokens, dim)
     pdl, options = _pdl(residual, tokens)
     _launcher(_mhc_post_kernel, launch)[(tokens, triton.cdiv(dim, plan.block_d))](
         out, residual, post, comb, streams, dim, hc, triton.next_power_of_2(hc), plan.block_d, pdl,
