@@ -130,9 +130,9 @@ def _expert_split(tp: int, ep: int | None, enable_expert_parallel: bool) -> int:
 def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_parallel, dtype, kv_cache, index_cache,
               max_len, dequantize_experts, memory_mb, gpu_memory_fraction, no_cuda_graphs, prefix_caching,
               token_budget, num_draft, max_batch, skip_tokenizer_init=False):
+    from dayzero.export.auto_options import default_device
     from dayzero.export.options import ExportOptions
     from dayzero.llm.api import LLM
-    from dayzero.llm.engine_args import default_device
     from dayzero.runtime.llm_engine import RuntimeOptions
 
     if backend == "aoti":

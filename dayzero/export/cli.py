@@ -24,13 +24,20 @@ from dayzero.model.expert_format import DEQUANTIZE_EXPERTS_HELP
 @click.option("--tp", type=int, default=1, show_default=True)
 @click.option("--cp", type=int, default=1, show_default=True)
 @click.option("--ep", type=int, default=1, show_default=True)
-@click.option("--device", default="cpu", show_default=True)
-@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True)
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda, cuda:N; auto: the GPU when torch sees "
+              "one, else the CPU.")
+@click.option("--dtype", type=click.Choice(["auto", *DTYPES]), default="auto", show_default=True,
+              help="auto: the checkpoint's torch_dtype (float32 where config.json names none).")
 @click.option("--dequantize-experts", is_flag=True, help=DEQUANTIZE_EXPERTS_HELP)
 def export(checkpoint: Path, **options) -> None:
     """Trace, lay out and compile CHECKPOINT's step functions into engines stored in the compilation cache."""
+    from dayzero.export.auto_options import checkpoint_dtype, default_device
     from dayzero.export.build import export_engine
 
+    if options["device"] == "auto":
+        options["device"] = default_device()
+    if options["dtype"] == "auto":
+        options["dtype"] = checkpoint_dtype(checkpoint)
     start = time.perf_counter()
     entry, hit = export_engine(checkpoint, ExportOptions(**options))
     click.echo(f"{'cache hit' if hit else 'built'} {entry.key[:16]} in {time.perf_counter() - start:.1f} s: "

@@ -46,6 +46,14 @@ def _fused_kda_decode(qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logi
     return o, conv_state, state
 
 
+@kernel("fused_gdn_decode")
+def _fused_gdn_decode(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted, *, scale):
+    conv_state, state = conv_state.clone(), state.clone()
+    o = ops.fused_gdn_decode(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted,
+                             scale)
+    return o, conv_state, state
+
+
 @kernel("recurrent_kda_pool")
 def _recurrent_kda_pool(q, k, v, g, beta, state, state_slots, num_accepted, *, scale, use_qk_l2norm):
     state = state.clone()
@@ -114,6 +122,16 @@ def _attnres_mix_blocks(query, rms_weight, blocks, partial=None, *, num_blocks, 
 def _attnres_mix_blocks_norm(query, rms_weight, norm_weight, blocks, partial=None, *, num_blocks, has_partial, eps,
                              norm_eps):
     return ops.attnres_mix_blocks_norm(query, blocks, num_blocks, partial, rms_weight, eps, norm_weight, norm_eps)
+
+
+@kernel("MhcPre")
+def _mhc_pre(streams, fn, base, scale, *, norm_eps, hc_eps, sinkhorn_iters):
+    return ops.mhc_pre(streams, fn, base, scale, norm_eps, hc_eps, sinkhorn_iters)
+
+
+@kernel("MhcPost")
+def _mhc_post(out, residual, post, comb):
+    return (ops.mhc_post(out, residual, post, comb),)
 
 
 @kernel("MoeRoute")

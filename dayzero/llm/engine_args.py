@@ -8,19 +8,14 @@ the eager backend, on the GPU when torch sees one (else the CPU), in the checkpo
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from dayzero.errors import DayzeroError
-from dayzero.export.options import DTYPES, KV_CACHES, ExportOptions
+from dayzero.export.auto_options import checkpoint_dtype, default_device, dtype_name
+from dayzero.export.options import KV_CACHES, ExportOptions
 from dayzero.runtime.llm_engine import RuntimeOptions
 
-# vLLM's dtype names (and torch's) -> dayzero's
-DTYPE_NAMES = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32",
-               "float32": "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 # vLLM's kv_cache_dtype -> dayzero's latent-cache format ("auto": unquantized, in the model's dtype; dayzero's FP8
 # cache holds e4m3)
 KV_CACHE_NAMES = {"auto": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", **{name: name for name in KV_CACHES}}
@@ -76,40 +71,13 @@ def refuse_unsupported(kwargs: dict) -> None:
             raise DayzeroError(f"LLM({name}={value!r}) is not supported: {REFUSED[name][1]}")
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def checkpoint_dtype(checkpoint: Path) -> str:
-    """config.json's torch_dtype (or dtype), at its top or in its text_config; float32 when it names none."""
-    config_file = Path(checkpoint) / "config.json"
-    if not config_file.is_file():
-        return "float32"
-    try:
-        data = json.loads(config_file.read_text())
-    except json.JSONDecodeError as err:
-        raise DayzeroError(f"{config_file} is not valid JSON ({err}); fix or re-download it") from err
-    for fields in (data, data.get("text_config") or {}):
-        for key in ("torch_dtype", "dtype"):
-            if fields.get(key) is not None:
-                return _dtype_name(fields[key], f"{config_file}'s {key}")
-    return "float32"
-
-
-def _dtype_name(value, where: str) -> str:
-    name = DTYPE_NAMES.get(value)
-    if name is None:
-        raise DayzeroError(f"{where} is {value!r}; dayzero runs auto, {', '.join(DTYPES)} (or half, float)")
-    return name
-
-
 def export_options(checkpoint: Path, export: ExportOptions | None, args: dict) -> ExportOptions:
     """args: vLLM's arguments by name (None: not given). dtype "auto": the checkpoint's."""
     base = export or ExportOptions(backend="eager", device=default_device(), dtype=checkpoint_dtype(checkpoint))
     fields = _given(EXPORT_ARGS, args)
     dtype = args.get("dtype")
     if dtype is not None:
-        fields["dtype"] = checkpoint_dtype(checkpoint) if dtype == "auto" else _dtype_name(dtype, "dtype")
+        fields["dtype"] = checkpoint_dtype(checkpoint) if dtype == "auto" else dtype_name(dtype, "dtype")
     cache = args.get("kv_cache_dtype")
     if cache is not None:
         if cache not in KV_CACHE_NAMES:

@@ -69,3 +69,20 @@ def test_reexec_only_on_cuda_linux_without_the_preload():
     env = preload.preload_environment({"LD_PRELOAD": "/x/libfoo.so"})
     assert env["LD_PRELOAD"].split(":") == [str(preload.SYSTEM_LIBSTDCXX), "/x/libfoo.so"]
     assert env[preload.NO_REEXEC] == "1" and not preload.needs_reexec(env, cuda=True)
+
+
+def test_device_and_dtype_default_to_auto(checkpoint, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from dayzero.export import build
+    from dayzero.export.auto_options import default_device
+
+    bf16 = tmp_path / "bf16"
+    shutil.copytree(checkpoint, bf16)
+    config = json.loads((bf16 / "config.json").read_text())
+    (bf16 / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"}))
+    asked = []
+    monkeypatch.setattr(build, "export_engine", lambda path, options: asked.append(options))
+    CliRunner().invoke(cli, ["export", str(bf16), "--backend", "eager"])
+    assert (asked[0].device, asked[0].dtype) == (default_device(), "bfloat16")

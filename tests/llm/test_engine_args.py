@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from dayzero.errors import DayzeroError
+from dayzero.export.auto_options import checkpoint_dtype
 from dayzero.export.options import ExportOptions
 from dayzero.llm import engine_args
-from dayzero.llm.engine_args import checkpoint_dtype, export_options, refuse_unsupported, runtime_options
+from dayzero.llm.engine_args import export_options, refuse_unsupported, runtime_options
 from dayzero.runtime.llm_engine import RuntimeOptions
 
 

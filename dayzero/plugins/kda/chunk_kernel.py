@@ -36,7 +36,7 @@ WY_BLOCK = 32
 def _state_kernel(
     w, u, qg, kt, a, decay, o, h0, ht, cu_seqlens, chunk_offsets,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
-    HAS_INITIAL: tl.constexpr, STORE_FINAL: tl.constexpr,
+    HAS_INITIAL: tl.constexpr, STORE_FINAL: tl.constexpr, PER_HEAD_GATE: tl.constexpr,
 ):
     n = tl.program_id(0)
     h = tl.program_id(1)
@@ -62,13 +62,16 @@ def _state_kernel(
         Kt_T = tl.load(kt + (t[None, :] * H + h) * K + ks[:, None], mask=valid[None, :], other=0.0)
         A = load_lower(a, t, valid, h, H, rows)
         U = tl.load(u + (t[:, None] * H + h) * V + vs[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-        dk = tl.load(decay + ((first + c) * H + h) * K + ks)
+        if PER_HEAD_GATE:
+            dk = tl.load(decay + (first + c) * H + h)
+        else:
+            dk = tl.load(decay + ((first + c) * H + h) * K + ks)[:, None]
         S_lo = S.to(W.dtype)
         v_new = U - dot(W, S_lo)
         v_lo = v_new.to(W.dtype)
         out = dot(Qg, S_lo) + dot(A, v_lo)
         tl.store(o + (t[:, None] * H + h) * V + vs[None, :], out.to(o.dtype.element_ty), mask=valid[:, None])
-        S = S * dk[:, None] + dot(Kt_T, v_lo)
+        S = S * dk + dot(Kt_T, v_lo)
     if STORE_FINAL:
         tl.store(ht + state_offs, S)
 
@@ -82,34 +85,37 @@ class ChunkTerms:
     qg: torch.Tensor  # [T, H, K]
     kt: torch.Tensor  # [T, H, K]
     a: torch.Tensor  # [T, H, BT] Aqk
-    decay: torch.Tensor  # [max_chunks, H, K] fp32
+    decay: torch.Tensor  # [max_chunks, H, K] fp32 ([max_chunks, H] for a per-head gate)
     offsets: torch.Tensor  # [N] first chunk id of each sequence
     bounds: torch.Tensor  # [chunks, 2] first token and sequence end of each chunk (chunk_common.chunk_tables)
 
 
 def intra_chunk(q, k, v, g, beta, scale: float, cu_seqlens, use_qk_l2norm: bool, launch=None) -> ChunkTerms:
     """The intra-chunk kernels: gate cumsum, pair terms with the triangular solve, WY products (a program per K or V
-    tile, chunk and head)."""
-    T, H, K = k.shape
-    V = v.shape[-1]
+    tile, chunk and value head)."""
+    T, HK, K = k.shape
+    H, V = v.shape[1:]
+    gate_width = g.shape[2:]  # (K,) per channel, () per head
     launch = launch or _direct
     chunks = T // CHUNK + cu_seqlens.shape[0] - 1
     work_dtype = torch.bfloat16 if q.dtype == torch.bfloat16 else torch.float32
     empty = lambda *shape, dtype=work_dtype: torch.empty(*shape, device=q.device, dtype=dtype)  # noqa: E731
     offsets, bounds = chunk_tables(cu_seqlens, chunks, launch)
     terms = ChunkTerms(w=empty(T, H, K), u=empty(T, H, V), qg=empty(T, H, K), kt=empty(T, H, K),
-                       a=empty(T, H, CHUNK), decay=empty(chunks, H, K, dtype=torch.float32), offsets=offsets,
-                       bounds=bounds)
+                       a=empty(T, H, CHUNK), decay=empty(chunks, H, *gate_width, dtype=torch.float32),
+                       offsets=offsets, bounds=bounds)
     x = empty(T, H, CHUNK)
     q_inv, k_inv = empty(T, H, dtype=torch.float32), empty(T, H, dtype=torch.float32)
-    g_cum = empty(T, H, K, dtype=torch.float32)
-    launch(gate_cumsum_kernel)[(K // min(K, 32), chunks, H)](g, g_cum, terms.bounds, H=H, K=K, BK=min(K, 32),
-                                                             num_warps=4)
+    g_cum = empty(T, H, *gate_width, dtype=torch.float32)
+    per_head = not gate_width
+    gate_tiles = 1 if per_head else K // min(K, 32)
+    launch(gate_cumsum_kernel)[(gate_tiles, chunks, H)](g, g_cum, terms.bounds, H=H, K=K, BK=min(K, 32),
+                                                        PER_HEAD_GATE=per_head, num_warps=4)
     pair_terms(q, k, g_cum, beta, scale, terms.bounds, use_qk_l2norm, x, terms.a, q_inv, k_inv, launch)
     block_k, block_v = min(K, WY_BLOCK), min(V, WY_BLOCK)
     launch(wy_kernel)[(K // block_k + V // block_v, chunks, H)](
         q, k, v, g_cum, beta, x, q_inv, k_inv, terms.bounds, terms.w, terms.u, terms.qg, terms.kt, terms.decay, scale,
-        H=H, K=K, V=V, BK=block_k, BV=block_v, num_warps=4,
+        H=H, HK=HK, K=K, V=V, BK=block_k, BV=block_v, PER_HEAD_GATE=per_head, num_warps=4,
     )
     return terms
 
@@ -124,7 +130,7 @@ def chunk_states(terms: ChunkTerms, o: torch.Tensor, initial_state, final, cu_se
     (launch or _direct)(_state_kernel)[(cu_seqlens.shape[0] - 1, H, V // block_v)](
         terms.w, terms.u, terms.qg, terms.kt, terms.a, terms.decay, o, h0, final, cu_seqlens, terms.offsets,
         H=H, K=K, V=V, BV=block_v, HAS_INITIAL=h0 is not None, STORE_FINAL=final is not None,
-        num_warps=4, num_stages=2 if terms.w.dtype == torch.bfloat16 else 1,
+        PER_HEAD_GATE=terms.decay.dim() == 2, num_warps=4, num_stages=2 if terms.w.dtype == torch.bfloat16 else 1,
     )
 
 
@@ -144,15 +150,18 @@ def chunk_kda_launcher(
     initial_state: torch.Tensor | None, cu_seqlens: torch.Tensor, use_qk_l2norm: bool, output_final_state: bool,
     launch=None, out: torch.Tensor | None = None, final_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Varlen chunked KDA: q, k, g [T, H, K], v [T, H, V], beta [T, H] (token-major, contiguous), cu_seqlens [N+1]
-    int32 on the device; g in fp32 log space. Returns (o [T, H, V] in v's dtype, final states [N, H, K, V] fp32),
-    written into `out` / `final_out` when given."""
-    T, H, K = k.shape
-    V = v.shape[-1]
+    """Varlen chunked KDA: q, k [T, Hk, K], v [T, H, V], g [T, H, K] (per channel) or [T, H] (per head), beta
+    [T, H] (token-major, contiguous), cu_seqlens [N+1] int32 on the device; g in fp32 log space; value head h reads
+    key head h // (H // Hk). Returns (o [T, H, V] in v's dtype, final states [N, H, K, V] fp32), written into `out` /
+    `final_out` when given."""
+    T, HK, K = k.shape
+    H, V = v.shape[1:]
     N = cu_seqlens.shape[0] - 1
     for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
         assert x.is_contiguous() and x.shape[0] == T, f"{name} must be contiguous [T, ...], got {tuple(x.shape)}"
-    assert g.dtype == torch.float32 and q.shape == k.shape == g.shape and beta.shape == (T, H)
+    assert g.dtype == torch.float32 and q.shape == k.shape and beta.shape == (T, H)
+    assert g.shape in ((T, H, K), (T, H)), f"g must be [T, {H}, {K}] or [T, {H}], got {tuple(g.shape)}"
+    assert H % HK == 0, f"value heads ({H}) must be a multiple of key heads ({HK})"
     assert K in (16, 32, 64, 128, 256) and V in (16, 32, 64, 128, 256), "K and V must be powers of two in 16..256"
     terms = intra_chunk(q, k, v, g, beta, scale, cu_seqlens, use_qk_l2norm, launch)
     o = torch.empty(T, H, V, device=q.device, dtype=v.dtype) if out is None else out

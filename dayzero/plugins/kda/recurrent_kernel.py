@@ -19,7 +19,7 @@ from dayzero.plugins import device as device_info
 from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 from dayzero.plugins.kda.limits import MAX_STEP_TOKENS
 from dayzero.plugins.kda.pipelined_pool_kernel import pipelined_kda_pool_kernel
-from dayzero.plugins.kda.step_kernel import kda_token, kda_token_split, l2_normalize
+from dayzero.plugins.kda.step_kernel import gate_offsets, kda_token, kda_token_split, l2_normalize, state_decay
 from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
 
 # tokens a row may step through in one call (1 + draft tokens): a row's slots are read as one vector of this width
@@ -68,21 +68,22 @@ def _zero_rows(o, first, L, row_stride, cols, WIDTH: tl.constexpr):
 
 
 @triton.jit
-def _token_vectors(q, k, g, v, beta, b, t, h, ok, ov, q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st,
-                   K: tl.constexpr, V: tl.constexpr):
-    """Token t of row b, head h: its q, k, g [K], v [BV] and beta, as stored (converted where used)."""
+def _token_vectors(q, k, g, v, beta, b, t, h, hk, ok, ov, q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb,
+                   beta_st, K: tl.constexpr, V: tl.constexpr, PER_HEAD_GATE: tl.constexpr):
+    """Token t of row b, value head h (key head hk): its q, k [K], g ([K] or a scalar), v [BV] and beta, as stored
+    (converted where used)."""
     row = b.to(tl.int64)
-    return (tl.load(q + row * q_sb + t * q_st + h * K + ok), tl.load(k + row * k_sb + t * k_st + h * K + ok),
-            tl.load(g + row * g_sb + t * g_st + h * K + ok), tl.load(v + row * v_sb + t * v_st + h * V + ov),
-            tl.load(beta + row * beta_sb + t * beta_st + h))
+    return (tl.load(q + row * q_sb + t * q_st + hk * K + ok), tl.load(k + row * k_sb + t * k_st + hk * K + ok),
+            tl.load(g + row * g_sb + t * g_st + gate_offsets(h, ok, K, PER_HEAD_GATE)),
+            tl.load(v + row * v_sb + t * v_st + h * V + ov), tl.load(beta + row * beta_sb + t * beta_st + h))
 
 
 @triton.jit(do_not_specialize=["L"])
 def _recurrent_kda_pool_kernel(
     q, k, v, g, beta, o, state, state_slots, num_accepted, scale, L,
     q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st,
-    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, USE_QK_L2NORM: tl.constexpr,
-    PDL: tl.constexpr,
+    H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+    USE_QK_L2NORM: tl.constexpr, PER_HEAD_GATE: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
     # the V blocks of one head are neighbours in launch order, so the programs that run together read whole state
@@ -90,13 +91,14 @@ def _recurrent_kda_pool_kernel(
     bh = tl.program_id(0) // (V // BV)
     b = bh // H
     h = bh % H
+    hk = h // (H // HK)
     ok = tl.arange(0, K)
     ov = tl.program_id(0) % (V // BV) * BV + tl.arange(0, BV)
     strides = (q_sb, q_st, k_sb, k_st, v_sb, v_st, g_sb, g_st, beta_sb, beta_st)
     # the token's vectors do not depend on the slots: loaded first (and the next token's before a step), they
     # arrive with the state. Each one's layout change passes a barrier, so loads issued between uses would wait in a
     # chain of round trips, one per vector (q, k, g, v, beta one after another).
-    n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, 0, h, ok, ov, *strides, K, V)
+    n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, 0, h, hk, ok, ov, *strides, K, V, PER_HEAD_GATE)
     slots = state_slots + b * L
     first, start = slot_row(slots, num_accepted, b, L)
     if first < 0:
@@ -112,11 +114,12 @@ def _recurrent_kda_pool_kernel(
         b_v = n_v.to(tl.float32)
         b_beta = n_beta.to(tl.float32)
         if t + 1 < L:
-            n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, t + 1, h, ok, ov, *strides, K, V)
+            n_q, n_k, n_g, n_v, n_beta = _token_vectors(q, k, g, v, beta, b, t + 1, h, hk, ok, ov, *strides, K, V,
+                                                        PER_HEAD_GATE)
         if USE_QK_L2NORM:
             b_q = l2_normalize(b_q)
             b_k = l2_normalize(b_k)
-        S, b_o = kda_token(S, b_q * scale, b_k, b_v, b_g, b_beta)
+        S, b_o = kda_token(S, b_q * scale, b_k, b_v, state_decay(b_g, PER_HEAD_GATE), b_beta)
         tl.store(o + ((b * L + t) * H + h).to(tl.int64) * V + ov, b_o.to(o.dtype.element_ty))
         slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
@@ -124,14 +127,14 @@ def _recurrent_kda_pool_kernel(
 
 
 @triton.jit
-def _short_conv(weights, h0, h1, h2, x):
+def short_conv_row(weights, h0, h1, h2, x):
     """Pre-activation conv output of one group's channels from its taps, a right-aligned window and the new row."""
     w0, w1, w2, w3 = weights
     return w0 * h0 + w1 * h1 + w2 * h2 + w3 * x
 
 
 @triton.jit
-def _silu_rounded(pre, dtype: tl.constexpr):
+def silu_rounded(pre, dtype: tl.constexpr):
     """SiLU rounded to the projections' dtype, as the unfused path stores the conv output."""
     return activate(pre, 1).to(dtype).to(tl.float32)
 
@@ -196,14 +199,15 @@ def _fused_kda_decode_kernel(
         b_beta = tl.sigmoid(n_beta.to(tl.float32))
         if t + 1 < L:
             n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, token + 1, h, ok, ov, C, H, K)
-        b_q = _silu_rounded(_short_conv(taps_q, q0, q1, q2, xq), dtype)
-        b_k = _silu_rounded(_short_conv(taps_k, k0, k1, k2, xk), dtype)
-        b_v = _silu_rounded(_short_conv(taps_v, v0, v1, v2, xv), dtype)
+        b_q = silu_rounded(short_conv_row(taps_q, q0, q1, q2, xq), dtype)
+        b_k = silu_rounded(short_conv_row(taps_k, k0, k1, k2, xk), dtype)
+        b_v = silu_rounded(short_conv_row(taps_v, v0, v1, v2, xv), dtype)
         q0, q1, q2 = q1, q2, xq
         k0, k1, k2 = k1, k2, xk
         v0, v1, v2 = v1, v2, xv
         b_g = gate_decay(z_t, rate, lower_bound, USE_LOWER_BOUND)
-        S, b_o = kda_token_split(S, l2_normalize(b_q) * scale, l2_normalize(b_k), b_v, b_g, b_beta)
+        S, b_o = kda_token_split(S, l2_normalize(b_q) * scale, l2_normalize(b_k), b_v, tl.exp(b_g)[None, :, None],
+                                 b_beta)
         tl.store(o + token * C + h * K + ov, b_o.to(o.dtype.element_ty))
         slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
@@ -218,7 +222,7 @@ def _is_pow2_at_least_16(n: int) -> bool:
     return n >= 16 and n & (n - 1) == 0
 
 
-def _check_pool(state: torch.Tensor, state_slots: torch.Tensor, num_accepted: torch.Tensor, shape: tuple) -> None:
+def check_pool(state: torch.Tensor, state_slots: torch.Tensor, num_accepted: torch.Tensor, shape: tuple) -> None:
     batch, length, heads, dim_k, dim_v = shape
     assert state.dtype == torch.float32 and state.is_contiguous(), "the state pool must be contiguous fp32"
     assert state.shape[1:] == (heads, dim_k, dim_v), f"state {tuple(state.shape)} vs [S, {heads}, {dim_k}, {dim_v}]"
@@ -243,15 +247,15 @@ def _token_strides(x: torch.Tensor, heads: int, dim: int | None = None) -> tuple
 
 def _launch_pipelined(q, k, v, g, beta, o, state, state_slots, scale, batch_strides, use_qk_l2norm, block_v, launch,
                       pdl):
-    batch, _, heads, dim_k = k.shape
-    dim_v = v.shape[-1]
+    batch, _, key_heads, dim_k = k.shape
+    heads, dim_v = v.shape[2:]
     num_tiles = batch * heads * (dim_v // block_v)
     programs = device_info.num_sms(v.device, cpu_default=2) * PIPELINED_PROGRAMS_PER_SM
     grid = torch.sym_max(1, torch.sym_min(num_tiles, programs))
     kernel = launch(pipelined_kda_pool_kernel) if launch else pipelined_kda_pool_kernel
-    kernel[(grid,)](q, k, v, g, beta, o, state, state_slots, num_tiles, scale, *batch_strides, heads, dim_k, dim_v,
-                    block_v, use_qk_l2norm, PIPELINED_STAGES, pdl, num_warps=1, num_stages=PIPELINED_STAGES,
-                    **dependent_launch.launch_options(pdl))
+    kernel[(grid,)](q, k, v, g, beta, o, state, state_slots, num_tiles, scale, *batch_strides, heads, key_heads,
+                    dim_k, dim_v, block_v, use_qk_l2norm, g.dim() == 3, PIPELINED_STAGES, pdl, num_warps=1,
+                    num_stages=PIPELINED_STAGES, **dependent_launch.launch_options(pdl))
 
 
 def recurrent_kda_pool_launcher(
@@ -260,8 +264,9 @@ def recurrent_kda_pool_launcher(
     use_qk_l2norm_in_kernel: bool = False, *, out: torch.Tensor | None = None, block_v: int | None = None,
     launch=None,
 ) -> torch.Tensor:
-    """q, k, g [B, L, H, K], v [B, L, H, V], beta [B, L, H]; state [S, H, K, V] fp32 updated in place.
-    Returns o [B, L, H, V] in v's dtype.
+    """q, k [B, L, Hk, K], v [B, L, H, V], g [B, L, H, K] (per channel) or [B, L, H] (per head), beta [B, L, H];
+    state [S, H, K, V] fp32 updated in place; value head h reads key head h // (H // Hk). Returns o [B, L, H, V] in
+    v's dtype.
 
     The V axis is split over programs in blocks of `block_v` (default: 16 below LATENCY_BOUND_PAIRS (row, head)
     pairs, else 32; tests pick either). One warp a program: the sums over K then stay inside the warp (no cross-warp
@@ -270,11 +275,13 @@ def recurrent_kda_pool_launcher(
     one-tile kernel on 32-wide blocks is faster, 80-93% of copy against 74-87% (bench/bench_kda_decode.py).
     Latency-bound calls take PDL (dependent_launch.py: 3.4-3.5 / 5.6-5.9 us against 4.1-4.3 / 6.3-6.5 at B1 H32 /
     H96)."""
-    batch, length, heads, dim_k = k.shape
-    dim_v = v.shape[-1]
-    _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
-    strides = [_token_strides(x, heads, dim) for x, dim in ((q, dim_k), (k, dim_k), (v, dim_v), (g, dim_k))]
-    strides.append(_token_strides(beta, heads))
+    batch, length, key_heads, dim_k = k.shape
+    heads, dim_v = v.shape[2:]
+    check_pool(state, state_slots, num_accepted, (batch, length, heads, dim_k, dim_v))
+    assert heads % key_heads == 0, f"value heads ({heads}) must be a multiple of key heads ({key_heads})"
+    strides = [_token_strides(x, h, dim) for x, h, dim in ((q, key_heads, dim_k), (k, key_heads, dim_k),
+                                                            (v, heads, dim_v))]
+    strides += [_token_strides(g, heads, dim_k if g.dim() == 4 else None), _token_strides(beta, heads)]
     if block_v is None:
         block_v = min(dim_v, 32 if batch * heads >= LATENCY_BOUND_PAIRS else 16)
     assert block_v <= dim_v and block_v & (block_v - 1) == 0, "block_v must be a power of two <= V"
@@ -288,8 +295,8 @@ def recurrent_kda_pool_launcher(
     kernel = launch(_recurrent_kda_pool_kernel) if launch else _recurrent_kda_pool_kernel
     kernel[(batch * heads * (dim_v // block_v),)](
         q, k, v, g, beta, o, state, state_slots, num_accepted, scale, length,
-        *(s for pair in strides for s in pair), heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel, pdl,
-        num_warps=1, **dependent_launch.launch_options(pdl),
+        *(s for pair in strides for s in pair), heads, key_heads, dim_k, dim_v, block_v, use_qk_l2norm_in_kernel,
+        g.dim() == 3, pdl, num_warps=1, **dependent_launch.launch_options(pdl),
     )
     return o
 
@@ -306,7 +313,7 @@ def fused_kda_decode_launcher(
     inside the program the state tile is blocked as [K/BV, K, BV]. PDL as in recurrent_kda_pool_launcher."""
     batch, length, heads, dim = z.shape
     width = conv_weight.shape[-1]
-    _check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
+    check_pool(state, state_slots, num_accepted, (batch, length, heads, dim, dim))
     channels = heads * dim
     assert qkv.shape == (batch, length, 3, channels), f"qkv {tuple(qkv.shape)} vs [B, L, 3, {channels}]"
     assert conv_weight.shape == (3, channels, width), f"conv_weight {tuple(conv_weight.shape)}"

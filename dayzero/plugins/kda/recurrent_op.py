@@ -1,4 +1,5 @@
-"""`torch.ops.dayzero.recurrent_kda_pool` and `fused_kda_decode`: KDA decode / verify over the state pool.
+"""`torch.ops.dayzero.recurrent_kda_pool`, `fused_kda_decode` and `fused_gdn_decode`: KDA and gated DeltaNet decode
+/ verify over the state pool.
 
 Both mutate their pools in place (`mutates_args`); on CPU they run the reference. The Python wrappers at the
 bottom keep the reference signatures (optional scale) for the model.
@@ -75,6 +76,30 @@ def fused_kda_decode_op(qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state
                                      state, state_slots.contiguous(), num_accepted, scale, launch=wrap_triton)
 
 
+def _gdn_cpu(qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor, a: torch.Tensor,
+             A_log: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor, state: torch.Tensor,
+             state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float) -> torch.Tensor:
+    return reference.fused_gdn_decode_reference(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state,
+                                                state_slots, num_accepted, scale)
+
+
+def _gdn_fake(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted, scale):
+    return qkv.new_empty(*a.shape, state.shape[-1])
+
+
+@plugin_op("fused_gdn_decode", cpu=_gdn_cpu, fake=_gdn_fake, mutates_args=("conv_state", "state"))
+def fused_gdn_decode_op(qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor, a: torch.Tensor,
+                        A_log: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor, state: torch.Tensor,
+                        state_slots: torch.Tensor, num_accepted: torch.Tensor, scale: float) -> torch.Tensor:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.kda.gdn_decode_kernel import fused_gdn_decode_launcher
+
+    qkv, conv_weight, a, A_log, dt_bias, b = (x.contiguous() for x in (qkv, conv_weight, a, A_log, dt_bias, b))
+    return fused_gdn_decode_launcher(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state,
+                                     state_slots.contiguous(), num_accepted, scale, launch=wrap_triton)
+
+
 @onnx_translation(recurrent_kda_pool_op)
 def recurrent_kda_pool_onnx(q, k, v, g, beta, state, state_slots, num_accepted, scale: float, use_qk_l2norm: bool):
     """One `dayzero::recurrent_kda_pool` node: outputs (o, updated state)."""
@@ -97,6 +122,16 @@ def fused_kda_decode_onnx(qkv, conv_weight, conv_state, z, A_log, dt_bias, lower
                 scale=scale, **gate)
 
 
+@onnx_translation(fused_gdn_decode_op)
+def fused_gdn_decode_onnx(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted,
+                          scale: float):
+    """One `dayzero::fused_gdn_decode` node: outputs (o, updated conv_state, updated state)."""
+    node = onnx_custom_node("fused_gdn_decode", ["qkv", "conv_weight", "conv_state", "a", "A_log", "dt_bias", "b",
+                                                 "state", "state_slots", "num_accepted"],
+                            ["o", "conv_state_out", "state_out"], {"scale": "float"})
+    return node(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted, scale=scale)
+
+
 def recurrent_kda_pool(
     q, k, v, g, beta, state, state_slots, num_accepted, scale=None, use_qk_l2norm_in_kernel=False,
 ) -> torch.Tensor:
@@ -115,3 +150,12 @@ def fused_kda_decode(
     lower_bound = None if lower_bound is None else float(lower_bound)
     return fused_kda_decode_op(qkv, conv_weight, conv_state, z, A_log, dt_bias, lower_bound, beta_logits, state,
                                state_slots, num_accepted, scale)
+
+
+def fused_gdn_decode(
+    qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted, scale=None,
+) -> torch.Tensor:
+    """`reference.fused_gdn_decode_reference`'s contract on the registered op (mutates both pools)."""
+    scale = state.shape[-2] ** -0.5 if scale is None else float(scale)
+    return fused_gdn_decode_op(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted,
+                               scale)

@@ -1,8 +1,10 @@
-"""KDA (Kimi Delta Attention) reference: the spec every fast kernel is checked against.
+"""KDA (Kimi Delta Attention) and gated DeltaNet reference: the spec every fast kernel is checked against.
 
-Layouts follow flash-linear-attention: q, k, g `[B, T, H, K]`, v `[B, T, H, V]`, beta `[B, T, H]`, states
-`[N, H, K, V]` in fp32. `g` is the log-space decay (<= 0). With `cu_seqlens` (varlen) B must be 1 and the
-N sequences are `[cu_seqlens[n], cu_seqlens[n+1])`. All math is fp32; outputs take the dtype of `v`.
+Layouts follow flash-linear-attention: q, k `[B, T, Hk, K]`, v `[B, T, H, V]`, beta `[B, T, H]`, states
+`[N, H, K, V]` in fp32. `g` is the log-space decay (<= 0): per key channel `[B, T, H, K]` (KDA) or per head
+`[B, T, H]` (gated DeltaNet, the same decay on every channel). Grouped value heads: H is a multiple of Hk and value
+head h reads key head h // (H // Hk). With `cu_seqlens` (varlen) B must be 1 and the N sequences are
+`[cu_seqlens[n], cu_seqlens[n+1])`. All math is fp32; outputs take the dtype of `v`.
 
 Per head, with state S in R^{K x V} (docs/models.md):
     S <- Diag(exp(g_t)) S;   S <- S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T (scale q_t)
@@ -33,13 +35,36 @@ def kda_gate(z: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor | None 
     return lower_bound * torch.sigmoid(rate * z)
 
 
+def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
+    """Gated DeltaNet's log-space per-head decay g = -exp(A_log) * softplus(a + dt_bias): a [..., H] -> fp32
+    [..., H]."""
+    return -A_log.float().exp() * torch.nn.functional.softplus(a.float() + dt_bias.float())
+
+
+def grouped_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Key-head tensor x [B, T, Hk, D] repeated to the value heads [B, T, heads, D] (value head h <- key head
+    h // (heads // Hk))."""
+    key_heads = x.shape[2]
+    if heads % key_heads:
+        raise ValueError(f"value heads ({heads}) must be a multiple of key heads ({key_heads})")
+    return x if key_heads == heads else x.repeat_interleave(heads // key_heads, dim=2)
+
+
+def per_channel_gate(g: torch.Tensor, dim_k: int) -> torch.Tensor:
+    """A per-head gate [B, T, H] broadcast over the key channels [B, T, H, K]; a per-channel one as it is."""
+    return g if g.dim() == 4 else g[..., None].expand(*g.shape, dim_k)
+
+
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x / sqrt(sum(x^2) + eps) over the last dim (the form the ecosystem's kernels use)."""
     return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
 def _prepare(q, k, v, g, beta, scale, use_qk_l2norm_in_kernel):
-    q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
+    """fp32 inputs with q, k and g on the value heads and the gate per channel (q scaled)."""
+    heads = v.shape[2]
+    q, k = (grouped_heads(x.float(), heads) for x in (q, k))
+    v, g, beta = v.float(), per_channel_gate(g.float(), k.shape[-1]), beta.float()
     if use_qk_l2norm_in_kernel:
         q, k = l2_normalize(q), l2_normalize(k)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -142,7 +167,7 @@ def recurrent_kda_pool(
 ) -> torch.Tensor:
     """Decode / speculative verify over a state pool; mutates `state` in place.
 
-    q, k, g [B, L, H, K]; v [B, L, H, V]; beta [B, L, H]; state [num_slots, H, K, V] fp32;
+    q, k [B, L, Hk, K]; v [B, L, H, V]; g [B, L, H, K] or [B, L, H]; beta [B, L, H]; state [num_slots, H, K, V] fp32;
     state_slots [B, L] int; num_accepted [B] int in 1..L. Sequence b starts from
     `state[state_slots[b, num_accepted[b] - 1]]` and writes the state after token t into `state_slots[b, t]`
     (slot -1: not written). A row whose `state_slots[b, 0]` is -1 is padding: nothing is read or written and
@@ -166,13 +191,12 @@ def recurrent_kda_pool(
 def kda_summary(
     k, v, g, beta, use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size: int = 64,
 ) -> Summary:
-    """Affine summary of each sequence: S_out = M S_in + B, M [N,H,K,K], B [N,H,K,V] (fp32).
+    """Affine summary of each sequence: S_out = M S_in + B, M [N,H,K,K], B [N,H,K,V] (fp32), for k [B,T,Hk,K],
+    v [B,T,H,V] and g, beta as in `chunk_kda`.
 
     Per chunk M = Diag(exp(G_C)) - K_tilde^T W and B = K_tilde^T U; chunks are folded with `compose`.
     """
-    if use_qk_l2norm_in_kernel:
-        k = l2_normalize(k.float())
-    k, v, g, beta = (x.float() for x in (k, v, g, beta))
+    _, k, v, g, beta = _prepare(k, k, v, g, beta, 1.0, use_qk_l2norm_in_kernel)
     heads, dim_k = k.shape[2], k.shape[3]
     eye = torch.eye(dim_k, device=k.device).expand(heads, dim_k, dim_k)
     summaries = []
@@ -223,5 +247,30 @@ def fused_kda_decode_reference(
     q, k, v = (t.reshape(batch, length, heads, dim) for t in x.unbind(2))
     g = kda_gate(z, A_log, dt_bias, lower_bound)
     beta = torch.sigmoid(beta_logits.float())
+    return recurrent_kda_pool(q, k, v, g, beta, state, state_slots, num_accepted, scale=scale,
+                              use_qk_l2norm_in_kernel=True)
+
+
+def fused_gdn_decode_reference(
+    qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, state_slots, num_accepted, scale=None,
+) -> torch.Tensor:
+    """Gated DeltaNet's decode / verify step from the pre-conv projections; mutates `conv_state` and `state`.
+
+    qkv [B, L, C] with channels [q (Hk*K) | k (Hk*K) | v (H*V)], C = 2*Hk*K + H*V; conv_weight [1, C, W];
+    conv_state [num_slots, 1, W-1, C] (the short conv's layout with one channel group); a, b [B, L, H] (gate and beta
+    pre-activations); A_log, dt_bias [H]; state [num_slots, H, K, V] fp32; state_slots [B, L]; num_accepted [B]; Hk
+    follows from C. Slot rule of `recurrent_kda_pool`. Returns o [B, L, H, V] in qkv's dtype.
+
+    The composition: SiLU(short_conv_decode) -> L2-normalized q, k -> gdn_gate -> sigmoid(b) -> recurrence.
+    """
+    batch, length, channels = qkv.shape
+    heads, dim_k, dim_v = state.shape[1:]
+    key_heads = (channels - heads * dim_v) // (2 * dim_k)
+    x = short_conv_decode(qkv[:, :, None], conv_weight, conv_state, state_slots, num_accepted, activation="silu")
+    q, k, v = x[:, :, 0].split([key_heads * dim_k, key_heads * dim_k, heads * dim_v], dim=-1)
+    q, k = (t.reshape(batch, length, key_heads, dim_k) for t in (q, k))
+    v = v.reshape(batch, length, heads, dim_v)
+    g = gdn_gate(a, A_log, dt_bias)
+    beta = torch.sigmoid(b.float())
     return recurrent_kda_pool(q, k, v, g, beta, state, state_slots, num_accepted, scale=scale,
                               use_qk_l2norm_in_kernel=True)

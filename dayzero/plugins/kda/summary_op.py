@@ -26,7 +26,7 @@ def _cpu(k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, 
 
 
 def _fake(k, v, g, beta, cu_seqlens, use_qk_l2norm):
-    num_seqs, (heads, dim_k), dim_v = cu_seqlens.shape[0] - 1, k.shape[1:], v.shape[2]
+    num_seqs, dim_k, (heads, dim_v) = cu_seqlens.shape[0] - 1, k.shape[2], v.shape[1:]
     return (k.new_empty(num_seqs, heads, dim_k, dim_k, dtype=torch.float32),
             k.new_empty(num_seqs, heads, dim_k, dim_v, dtype=torch.float32))
 
@@ -42,12 +42,12 @@ def kda_summary_launcher(
     k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, cu_seqlens: torch.Tensor,
     use_qk_l2norm: bool, launch=None, final_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chunk kernel's launches for k, g [T, H, K] (g fp32), v [T, H, V], beta [T, H], cu_seqlens [N+1] int32
-    -> (M [N, H, K, K], B [N, H, K, V]) fp32, contiguous; `final_out` [N, H, K, K+V] fp32, when given, receives
-    [M | B] (the one-launch path writes it directly)."""
+    """The chunk kernel's launches for k [T, Hk, K], v [T, H, V], g [T, H, K] or [T, H] fp32, beta [T, H],
+    cu_seqlens [N+1] int32 -> (M [N, H, K, K], B [N, H, K, V]) fp32, contiguous; `final_out` [N, H, K, K+V] fp32,
+    when given, receives [M | B] (the one-launch path writes it directly)."""
     from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher
 
-    num_seqs, (T, heads, dim_k), dim_v = cu_seqlens.shape[0] - 1, k.shape, v.shape[2]
+    num_seqs, (T, _, dim_k), (heads, dim_v) = cu_seqlens.shape[0] - 1, k.shape, v.shape[1:]
     if dim_k + dim_v in _CHUNK_WIDTHS:
         stacked = torch.cat([v.new_zeros(T, heads, dim_k), v], dim=-1)  # [T, H, K + V]
         initial = _identity_states(num_seqs, heads, dim_k, dim_k + dim_v, k.device)
@@ -84,12 +84,12 @@ def kda_summary(
 ) -> reference.Summary:
     """`reference.kda_summary`'s contract ([B, T, H, K] inputs, optional varlen) on the registered op; the
     kernel's chunk is 64 whatever `chunk_size` says (the summary is exact for any chunk, only rounding differs)."""
-    batch, length, heads, dim = k.shape
+    batch, length = k.shape[:2]
     if cu_seqlens is None:
         cu_seqlens = torch.arange(0, (batch + 1) * length, length, device=k.device)
     elif batch != 1:
         raise ValueError(f"varlen inputs (cu_seqlens) need batch size 1, got {batch}")
-    k, v = (x.reshape(batch * length, heads, -1).contiguous() for x in (k, v))
-    return kda_summary_op(k, v, g.reshape(batch * length, heads, dim).float().contiguous(),
-                          beta.reshape(batch * length, heads).contiguous(),
+    k, v = (x.reshape(batch * length, *x.shape[2:]).contiguous() for x in (k, v))
+    return kda_summary_op(k, v, g.reshape(batch * length, *g.shape[2:]).float().contiguous(),
+                          beta.reshape(batch * length, -1).contiguous(),
                           cu_seqlens.to(device=k.device, dtype=torch.int32), bool(use_qk_l2norm_in_kernel))

@@ -29,34 +29,34 @@ BITS_TO_SHIFTED = tl.constexpr(2.0 ** (120 - Q_SHIFT))
 # becomes `ssssssss s eeee mmm`; shifted left by 4, a lane's bit 15 is s and bits 4-10 are eeee mmm, and the mask
 # clears the sign copies in bits 11-14 and what crossed from the lower lane into bits 0-3. (The Gluon FP8 decode takes
 # 0.158 / 0.095 ms at H128 / H64 against 0.165 / 0.098 with the five-instruction and / prmt / shr / or form.)
-E4M3X4_TO_BF16X4 = tl.constexpr("""
-{
-.reg .b32 t;
-prmt.b32 t, $2, 0, 0x9180;
-shl.b32 t, t, 4;
-and.b32 $0, t, 0x87F087F0;
-prmt.b32 t, $2, 0, 0xB3A2;
-shl.b32 t, t, 4;
-and.b32 $1, t, 0x87F087F0;
-}
-""")
+# One line, no escapes: AOTInductor pastes a kernel's globals into a string literal of its generated code, where a
+# newline escape would end the line inside the string.
+E4M3X4_TO_BF16X4 = tl.constexpr(
+    "{"
+    " .reg .b32 t;"
+    " prmt.b32 t, $2, 0, 0x9180;"
+    " shl.b32 t, t, 4;"
+    " and.b32 $0, t, 0x87F087F0;"
+    " prmt.b32 t, $2, 0, 0xB3A2;"
+    " shl.b32 t, t, 4;"
+    " and.b32 $1, t, 0x87F087F0;"
+    " }")
 
 
 # the same placement, then each bf16 pair times a pair of bf16 factors ($3, $4: one factor for each of the four
 # values), rounded once as `mul.bf16` would (the Gluon decode's; two values an instruction)
-E4M3X4_TIMES_BF16X4 = tl.constexpr("""
-{
-.reg .b32 t;
-prmt.b32 t, $2, 0, 0x9180;
-shl.b32 t, t, 4;
-and.b32 t, t, 0x87F087F0;
-mul.rn.bf16x2 $0, t, $3;
-prmt.b32 t, $2, 0, 0xB3A2;
-shl.b32 t, t, 4;
-and.b32 t, t, 0x87F087F0;
-mul.rn.bf16x2 $1, t, $4;
-}
-""")
+E4M3X4_TIMES_BF16X4 = tl.constexpr(
+    "{"
+    " .reg .b32 t;"
+    " prmt.b32 t, $2, 0, 0x9180;"
+    " shl.b32 t, t, 4;"
+    " and.b32 t, t, 0x87F087F0;"
+    " mul.rn.bf16x2 $0, t, $3;"
+    " prmt.b32 t, $2, 0, 0xB3A2;"
+    " shl.b32 t, t, 4;"
+    " and.b32 t, t, 0x87F087F0;"
+    " mul.rn.bf16x2 $1, t, $4;"
+    " }")
 
 
 @triton.jit
