@@ -12,22 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import GLM5_KPOOL, GLM5_TEXT, GLM5_TOPK, GLM5_VOCAB
+
 transformers = pytest.importorskip("transformers", minversion="5.17")
 
-VOCAB, TOPK, KPOOL = 301, 12, 3
-TEXT = dict(
-    vocab_size=VOCAB, hidden_size=72, intermediate_size=104, moe_intermediate_size=40, num_hidden_layers=5,
-    num_attention_heads=3, num_key_value_heads=3, q_lora_rank=28, kv_lora_rank=36, qk_nope_head_dim=18,
-    qk_rope_head_dim=0, v_head_dim=20, n_routed_experts=12, num_experts_per_tok=3, n_group=4, topk_group=2,
-    n_shared_experts=1, routed_scaling_factor=2.446, index_n_heads=16, index_head_dim=24, index_topk=TOPK,
-    index_kpool=KPOOL, linear_num_heads=2, linear_head_dim=16, linear_conv_kernel_dim=3, hc_mult=3,
-    hc_sinkhorn_iters=5, hc_eps=1e-5, swiglu_limit=0.3, rms_norm_eps=1e-6, max_position_embeddings=1280,
-    bos_token_id=0, eos_token_id=1, pad_token_id=2,
-    layer_types=["linear_attention", "indexed_attention", "indexed_attention", "linear_attention",
-                 "indexed_attention"],
-    indexer_types=["full", "full", "shared", "full", "full"],
-    mlp_layer_types=["dense", "sparse", "dense", "sparse", "sparse"],
-)
+VOCAB, TOPK, KPOOL, TEXT = GLM5_VOCAB, GLM5_TOPK, GLM5_KPOOL, GLM5_TEXT
 VISION = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=24, out_hidden_size=72,
               projection_intermediate_size=32, patch_size=2, image_size=8)
 

@@ -1,6 +1,7 @@
 """Parity with transformers for GLM-5.3-Flash (`glm5_next`, the checkpoint: glm5_checkpoints.py): dayzero's reference
-model gives transformers' fp32 logits, with the pooled indexer's selections untied, and the runtime's greedy tokens
-(chunked prefill, speculation, prefix caching) equal transformers' greedy `generate` across pool boundaries."""
+model gives transformers' fp32 logits, with the pooled indexer's selections untied, and so do the plugin ops' Triton
+bodies (interpreter); the runtime's greedy tokens (chunked prefill, speculation, prefix caching) equal transformers'
+greedy `generate` across pool boundaries."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from dayzero.contract import PAGE, SLOT
 from dayzero.model import load
 from dayzero.model.caches import CacheFormat
 from dayzero.model.eager_engine import EagerEngine, eager_manifest
+from dayzero.plugins import registry
 from dayzero.plugins.indexer import reference as indexer_reference
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from tests.helpers import rel_err
 from tests.model.glm5_checkpoints import KPOOL, TOPK, VOCAB, expected_logits, write_checkpoint
+from tests.plugins.triton_env import ON_GPU, needs_triton
 
 NEW_TOKENS = 16
 
@@ -149,3 +152,33 @@ def test_prefix_caching_resumes_a_pool_across_the_cached_page(checkpoint, genera
     assert generate(engine, [first]) == [answer]
     assert generate(engine, [second]) == generate(engine, [second]) == [expected[tuple(second)]]
     assert engine.prefix_cache.hit_tokens == 2 * 64
+
+
+@pytest.fixture
+def triton_bodies_on_cpu():
+    """Dispatch every plugin op on CPU to its Triton body (interpreter)."""
+    for op in registry.PLUGIN_OPS.values():
+        op.register_kernel("cpu", op.dayzero_impls["cuda"])
+    yield
+    for op in registry.PLUGIN_OPS.values():
+        op.register_kernel("cpu", op.dayzero_impls["cpu"])
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.skipif(ON_GPU, reason="the interpreter run is the CPU check")
+def test_plugin_ops_logits_match_transformers(tmp_path, triton_bodies_on_cpu):
+    """A full indexer layer and one sharing its picks (KDA's kernels are checked in the Kimi tests), with pools of 4
+    (the pooled Top-K kernels' case: pools whole in pages), through the Triton bodies: 17 tokens make up to 4
+    complete pools, of which 3 are kept."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        directory, hf = write_checkpoint(tmp_path, num_hidden_layers=2, index_kpool=4,
+                                         layer_types=["indexed_attention", "indexed_attention"],
+                                         indexer_types=["full", "shared"], mlp_layer_types=["sparse", "dense"])
+        ids = torch.randint(0, VOCAB, (1, 17))
+        got = load(directory, dtype=torch.float32).logits(ids)
+        assert rel_err(got, expected_logits(hf, ids)) < 1e-4
+    finally:
+        torch.set_num_threads(threads)

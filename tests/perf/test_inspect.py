@@ -150,8 +150,8 @@ def test_glm5_next_shows_hyper_connections_pooled_keys_and_the_unloaded_vision_t
     cfg = bundled("glm-5.3-flash")
     assert layer_ops.param_group(cfg, "model.layers.3.attn_hc.fn") == (layer_ops.RESIDUAL, layer_ops.HYPER)
     text = render(profile(cfg, "glm-5.3-flash", InspectOptions()))
-    for label in ("hyper-connections", "mhc_pre", "mhc_post", "reference only (pooled_index_topk_paged)",
-                  "reference only (write_pooled_index_keys_decode)", "index_window  sequence  7680 B bfloat16",
+    for label in ("hyper-connections", "mhc_pre", "mhc_post", "pooled_index_topk_paged",
+                  "write_pooled_index_keys_decode", "index_window  sequence  7680 B bfloat16",
                   "index_k       token     16 B bfloat16", "KDA state, conv and index windows are per sequence",
                   "vision tower (vision_config, model.visual.*): not loaded"):
         assert label in text

@@ -95,7 +95,6 @@ def pooled_index_topk_paged(
         q = mxfp8_dequantize(q, q_scales)
     tokens, dim = q.shape[0], q.shape[-1]
     out = torch.full((tokens, topk + kpool - 1), -1, dtype=torch.int32, device=q.device)
-    members = torch.arange(kpool, device=q.device)
     for n, (start, end) in enumerate(sequence_bounds(cu_seqlens)):
         if end == start:
             continue
@@ -106,8 +105,16 @@ def pooled_index_topk_paged(
         keys = load_index_rows(index_cache, pooled_row(pages, ends, kpool), dim, pooled_rows_per_page(kpool))
         pools = reference.causal_topk(reference.index_scores(q[start:end], keys, w[start:end], scale), complete - 1,
                                       topk // kpool)
-        picked = torch.where(pools[..., None] >= 0, pools[..., None] * kpool + members, -1).flatten(1)
-        tail = complete[:, None] * kpool + members[: kpool - 1]
-        tail = torch.where(tail <= pos[:, None], tail, -1)
-        out[start:end] = torch.cat([picked, tail], dim=1).to(torch.int32)
+        out[start:end] = expand_pools(pools, pos, kpool)
     return out
+
+
+def expand_pools(pools: torch.Tensor, positions: torch.Tensor, kpool: int) -> torch.Tensor:
+    """pools [T, topk / kpool] (pool indices, -1: none) of queries at positions [T] -> picks [T, topk + kpool - 1]
+    int32: each pool's kpool positions, then the positions of the query's unfinished pool, -1 padded."""
+    members = torch.arange(kpool, device=pools.device)
+    picked = torch.where(pools[..., None] >= 0, pools[..., None].long() * kpool + members, -1).flatten(1)
+    positions = positions.long()
+    tail = ((positions + 1) // kpool * kpool)[:, None] + members[: kpool - 1]
+    tail = torch.where(tail <= positions[:, None], tail, -1)
+    return torch.cat([picked, tail], dim=1).to(torch.int32)
