@@ -4,8 +4,8 @@
 #     bash bench/run_gpu.sh [BENCH ...]
 #
 # BENCH is a benchmark's name (bench/bench_<name>.py), "kernels" (the default: attnres mhc kda_prefill kda_decode
-# gated_deltanet sparse_mla indexer quant moe), "model" (dsa_accuracy runtime prefix_cache server spec_decode export),
-# "multi" (tp cp: two GPUs) or "all". Each writes $OUT/<name>.json and its PNG (OUT defaults to bench/results); a summary
+# gated_deltanet sparse_mla indexer pooled_indexer quant moe), "model" (dsa_accuracy runtime prefix_cache server
+# spec_decode export), "multi" (tp cp: two GPUs) or "all". Each writes $OUT/<name>.json and its PNG (OUT defaults to bench/results); a summary
 # table comes last.
 #
 # The machine brings torch and Triton. Wheels it lacks (the peers: fla-core 0.6.0; matplotlib for the plots; the
@@ -17,7 +17,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 OUT="${OUT:-bench/results}"
 mkdir -p "$OUT"
-KERNELS="attnres mhc kda_prefill kda_decode gated_deltanet sparse_mla indexer quant moe"
+KERNELS="attnres mhc kda_prefill kda_decode gated_deltanet sparse_mla indexer pooled_indexer quant moe"
 MODEL="dsa_accuracy runtime prefix_cache server spec_decode export"
 MULTI="tp cp"
 

@@ -33,8 +33,8 @@ __all__ = ["DENSE", "KDA", "MLA", "MOE", "HyperConnectionConfig", "IndexerConfig
 @dataclass(frozen=True)
 class ModelConfig:
     """Per layer: the token mixer (`layer_kinds`: KDA or MLA; MLA with the DSA `indexer` when there is one), the
-    residual (plain, or block attention residuals with `attn_res_block_size`) and the feed-forward (`mlp_kinds`:
-    dense, or MoE routed as `moe` says); then the shapes of each kind."""
+    residual (plain, block attention residuals with `attn_res_block_size`, or `hyper_connections`) and the
+    feed-forward (`mlp_kinds`: dense, or MoE routed as `moe` says); then the shapes of each kind."""
 
     model_type: str
     vocab_size: int

@@ -1,14 +1,16 @@
 """Parity with transformers for GLM-5.3-Flash (`glm5_next`, the checkpoint: glm5_checkpoints.py): dayzero's reference
 model gives transformers' fp32 logits, with the pooled indexer's selections untied, and so do the plugin ops' Triton
 bodies (interpreter); the runtime's greedy tokens (chunked prefill, speculation, prefix caching) equal transformers'
-greedy `generate` across pool boundaries."""
+greedy `generate` across pool boundaries; transformers' in-memory tensor names load as the release's."""
 
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from dayzero.contract import PAGE, SLOT
 from dayzero.model import load
@@ -182,3 +184,34 @@ def test_plugin_ops_logits_match_transformers(tmp_path, triton_bodies_on_cpu):
         assert rel_err(got, expected_logits(hf, ids)) < 1e-4
     finally:
         torch.set_num_threads(threads)
+
+
+def in_memory_layout(tensors: dict) -> dict:
+    """transformers' in-memory names of the release's tensors: the hyper-connections as `attn_hc.fn`, the KDA convs
+    fused (q, k, v rows), the gate under `forget_gate.`, routed experts fused (gate rows first)."""
+    out = {}
+    for name, tensor in tensors.items():
+        name = re.sub(r"\.hc_(attn|ffn)_(fn|base|scale)$", r".\1_hc.\2", name)
+        name = re.sub(r"\.self_attn\.(f_a_proj|f_b_proj|dt_bias|A_log)", r".self_attn.forget_gate.\1", name)
+        out[name] = tensor
+    for conv in [n for n in out if n.endswith(".q_conv1d.weight")]:
+        parts = [out.pop(conv.replace(".q_conv1d", f".{w}_conv1d")) for w in "qkv"]
+        out[conv.replace(".q_conv1d", ".conv1d")] = torch.cat(parts)
+    for gate in [n for n in out if n.endswith(".experts.0.gate_proj.weight")]:
+        base = gate.removesuffix(".0.gate_proj.weight")
+        count = sum(n.startswith(base + ".") and n.endswith(".gate_proj.weight") for n in out)
+        pop = [[out.pop(f"{base}.{e}.{w}.weight") for e in range(count)] for w in ("gate_proj", "up_proj", "down_proj")]
+        out[f"{base}.gate_up_proj"] = torch.cat([torch.stack(pop[0]), torch.stack(pop[1])], dim=1)
+        out[f"{base}.down_proj"] = torch.stack(pop[2])
+    return out
+
+
+def test_transformers_in_memory_tensor_names_load_the_same(checkpoint, tmp_path):
+    directory, _ = checkpoint
+    (tmp_path / "config.json").write_text((directory / "config.json").read_text())
+    tensors = in_memory_layout(load_file(directory / "model.safetensors"))
+    assert any(".conv1d.weight" in n for n in tensors) and any("attn_hc.fn" in n for n in tensors)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    ids = torch.randint(0, VOCAB, (1, 20))
+    released = load(directory, dtype=torch.float32).logits(ids)
+    assert torch.equal(load(tmp_path, dtype=torch.float32).logits(ids), released)

@@ -83,7 +83,7 @@ def _pool_embedding(ape, offset, member, DI: tl.constexpr, DP: tl.constexpr):
 
 
 @triton.jit
-def _prefill_pools_kernel(cache, window, rows, ape, slot_mapping, positions, first_token, start_slot,
+def _pool_prefill_kernel(cache, window, rows, ape, slot_mapping, positions, first_token, start_slot,
                           K: tl.constexpr, KP: tl.constexpr, DI: tl.constexpr, DP: tl.constexpr, ROWS: tl.constexpr,
                           QUANT: tl.constexpr, RECIPROCAL_DIVIDE: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
@@ -103,7 +103,7 @@ def _prefill_pools_kernel(cache, window, rows, ape, slot_mapping, positions, fir
 
 
 @triton.jit
-def _prefill_window_kernel(window, rows, positions, cu_seqlens, slots, K: tl.constexpr, WP: tl.constexpr,
+def _pool_window_kernel(window, rows, positions, cu_seqlens, slots, K: tl.constexpr, WP: tl.constexpr,
                            DI: tl.constexpr, D2P: tl.constexpr):
     """Sequence n's window after its chunk: its last K - 1 positions, from the chunk's rows or the old window."""
     n = tl.program_id(0).to(tl.int64)
@@ -128,7 +128,7 @@ def _prefill_window_kernel(window, rows, positions, cu_seqlens, slots, K: tl.con
 
 
 @triton.jit
-def _decode_kernel(cache, window, rows, ape, slot_mapping, positions, state_slots, num_accepted,
+def _pool_decode_kernel(cache, window, rows, ape, slot_mapping, positions, state_slots, num_accepted,
                    K: tl.constexpr, L: tl.constexpr, EP: tl.constexpr, DI: tl.constexpr, DP: tl.constexpr,
                    ROWS: tl.constexpr, QUANT: tl.constexpr, RECIPROCAL_DIVIDE: tl.constexpr):
     """Row b: its L tokens after the window in state_slots[b, num_accepted[b] - 1]. Extended row e < K - 1 is that
@@ -181,14 +181,16 @@ def write_pooled_index_keys_prefill_launcher(
     tokens, num_seqs = rows.shape[0], cu_seqlens.shape[0] - 1
     if tokens == 0 or num_seqs == 0:
         return
-    seq = torch.searchsorted(cu_seqlens[1:].long(), torch.arange(tokens, device=rows.device), right=True)
-    seq = seq.clamp(max=num_seqs - 1)
+    # each token's sequence: the last whose start is at or before it (the whole table: a view at an offset is a lookup
+    # table that Inductor misplaces)
+    seq = torch.searchsorted(cu_seqlens, torch.arange(tokens, device=rows.device, dtype=cu_seqlens.dtype),
+                             right=True) - 1
     dp = max(32, triton.next_power_of_2(dim))
-    pools = launch(_prefill_pools_kernel) if launch else _prefill_pools_kernel
+    pools = launch(_pool_prefill_kernel) if launch else _pool_prefill_kernel
     pools[(tokens,)](index_cache, window, rows, ape, slot_mapping, positions, cu_seqlens[seq].contiguous(),
                      slots[seq].contiguous(), kpool, triton.next_power_of_2(kpool), dim, dp, page_rows, quantized,
                      device_info.on_gpu(rows.device))
-    write_back = launch(_prefill_window_kernel) if launch else _prefill_window_kernel
+    write_back = launch(_pool_window_kernel) if launch else _pool_window_kernel
     write_back[(num_seqs,)](window, rows, positions, cu_seqlens, slots, kpool, triton.next_power_of_2(kpool - 1),
                             dim, triton.next_power_of_2(2 * dim))
 
@@ -205,7 +207,7 @@ def write_pooled_index_keys_decode_launcher(
     assert positions.shape == (batch, length) and positions.is_contiguous() and num_accepted.shape == (batch,)
     if batch == 0:
         return
-    kernel = launch(_decode_kernel) if launch else _decode_kernel
+    kernel = launch(_pool_decode_kernel) if launch else _pool_decode_kernel
     kernel[(batch,)](index_cache, window, rows, ape, slot_mapping, positions, state_slots, num_accepted, kpool,
                      length, triton.next_power_of_2(kpool - 1 + length), dim, max(32, triton.next_power_of_2(dim)),
                      page_rows, quantized, device_info.on_gpu(rows.device))
