@@ -80,6 +80,13 @@ kernel("WriteLatent")(_cache_write(ops.write_latent))
 kernel("WriteIndexKeys")(_cache_write(ops.write_index_keys))
 
 
+@kernel("WriteKv")
+def _write_kv(cache, k, v, slot_mapping):
+    cache = cache.clone()
+    ops.write_kv(cache, k, v, slot_mapping)
+    return (cache,)
+
+
 @kernel("Mxfp8Quantize")
 def _mxfp8_quantize(x, *, block):
     q, scales = ops.mxfp8_quantize(x, block)
@@ -126,6 +133,16 @@ def _sparse_mla_paged(q, latent_cache, block_table, cu_seqlens, indices, *, sm_s
 @kernel("dense_mla_paged")
 def _dense_mla_paged(q, latent_cache, block_table, cu_seqlens, positions, *, sm_scale, v_dim):
     return ops.dense_mla_paged(q, latent_cache, block_table, cu_seqlens, positions, sm_scale, v_dim)
+
+
+@kernel("GqaPrefillPaged")
+def _gqa_prefill_paged(q, kv_cache, block_table, cu_seqlens, positions, *, sm_scale):
+    return (ops.gqa_prefill_paged(q, kv_cache, block_table, cu_seqlens, positions, sm_scale),)
+
+
+@kernel("GqaDecodePaged")
+def _gqa_decode_paged(q, kv_cache, block_table, positions, *, sm_scale):
+    return (ops.gqa_decode_paged(q, kv_cache, block_table, positions, sm_scale),)
 
 
 @kernel("AttnresMix")

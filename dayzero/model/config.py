@@ -15,9 +15,13 @@ from dayzero.model.adapters import adapter_for
 from dayzero.model.fields import ConfigFields
 from dayzero.model.layer_config import (
     DENSE,
+    GDN,
+    GQA,
     KDA,
     MLA,
     MOE,
+    GDNConfig,
+    GQAConfig,
     HyperConnectionConfig,
     IndexerConfig,
     KDAConfig,
@@ -26,15 +30,16 @@ from dayzero.model.layer_config import (
     YarnScaling,
 )
 
-__all__ = ["DENSE", "KDA", "MLA", "MOE", "HyperConnectionConfig", "IndexerConfig", "KDAConfig", "MLAConfig",
-           "ModelConfig", "MoEConfig", "YarnScaling"]
+__all__ = ["DENSE", "GDN", "GQA", "KDA", "MLA", "MOE", "GDNConfig", "GQAConfig", "HyperConnectionConfig",
+           "IndexerConfig", "KDAConfig", "MLAConfig", "ModelConfig", "MoEConfig", "YarnScaling"]
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Per layer: the token mixer (`layer_kinds`: KDA or MLA; MLA with the DSA `indexer` when there is one), the
-    residual (plain, block attention residuals with `attn_res_block_size`, or `hyper_connections`) and the
-    feed-forward (`mlp_kinds`: dense, or MoE routed as `moe` says); then the shapes of each kind."""
+    """Per layer: the token mixer (`layer_kinds`: KDA, gated DeltaNet, MLA or GQA; MLA with the DSA `indexer` when
+    there is one), the residual (plain, block attention residuals with `attn_res_block_size`, or
+    `hyper_connections`) and the feed-forward (`mlp_kinds`: dense, or MoE routed as `moe` says); then the shapes of
+    each kind."""
 
     model_type: str
     vocab_size: int
@@ -59,6 +64,12 @@ class ModelConfig:
     # MLA layers without an indexer of their own that attend over the Top-K of the closest earlier layer with one
     # (GLM's IndexShare)
     index_shared_layers: tuple[int, ...] = ()
+    # the gated grouped-query attention layers' shapes (Qwen3-Next's full attention)
+    gqa: GQAConfig | None = None
+    # gated DeltaNet layers (Qwen3-Next)
+    gdn: GDNConfig | None = None
+    # the decoder's RMSNorms scale by (1 + weight) (Qwen3-Next), not by weight
+    zero_centered_norm: bool = False
     # hyper-connections (GLM-5.3) in place of the residual add
     hyper_connections: HyperConnectionConfig | None = None
     # parts of the checkpoint dayzero does not run (a multimodal checkpoint's vision tower), one line each, said in
@@ -70,8 +81,12 @@ class ModelConfig:
             raise DayzeroError("layer_types and mlp_layer_types must have one entry per layer")
         if KDA in self.layer_kinds and self.kda is None:
             raise DayzeroError("config has KDA layers but no linear_attn_config")
+        if GDN in self.layer_kinds and self.gdn is None:
+            raise DayzeroError("config has gated DeltaNet layers but no linear_num_key_heads / linear_* fields")
         if MLA in self.layer_kinds and self.mla is None:
             raise DayzeroError("config has full-attention layers but no MLA fields (kv_lora_rank, ...)")
+        if GQA in self.layer_kinds and self.gqa is None:
+            raise DayzeroError("config has gated-attention layers but no GQA fields (num_key_value_heads, head_dim)")
         if self.hyper_connections is not None and self.attn_res_block_size is not None:
             raise DayzeroError("config has both hyper-connections (hc_mult) and attention residuals")
         if MOE in self.mlp_kinds and self.moe is None:

@@ -17,7 +17,7 @@ from dayzero.model.block import DecoderLayer
 from dayzero.model.caches import PLAIN_CACHE, CacheFormat, LayerCache, allocate_caches
 from dayzero.model.config import ModelConfig
 from dayzero.model.hyper_connections import HyperConnections
-from dayzero.model.norm import RMSNorm, linear
+from dayzero.model.norm import linear, rms_norm
 from dayzero.model.residual import BlockAttnResidual, PlainResidual, mix_params
 from dayzero.model.scoring import score_rows
 from dayzero.model.step import contiguous_meta
@@ -32,7 +32,7 @@ class Backbone(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.embed_tokens.weight.requires_grad_(False)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm = rms_norm(cfg.hidden_size, cfg.rms_norm_eps, cfg.zero_centered_norm)
         if cfg.attn_res_block_size is not None:
             self.output_attn_res_norm, self.output_attn_res_proj = mix_params(cfg.hidden_size, cfg.rms_norm_eps)
 

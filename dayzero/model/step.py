@@ -24,11 +24,19 @@ class MLACache:
 
 @dataclass
 class KDACache:
+    """A recurrent layer's slots: KDA, or gated DeltaNet (H value heads; one conv group of its q, k, v side by side,
+    conv [S, 1, W-1, 2*Hk*K + H*V])."""
+
     state: torch.Tensor  # [S, H, K, V] fp32
     conv: torch.Tensor  # [S, 3, W-1, H*K] pre-conv rows of q, k, v
 
 
-for _cls in (MLACache, KDACache):
+@dataclass
+class GQACache:
+    kv: torch.Tensor  # [P, 2, Hkv, PAGE_SIZE, D], or FP8 uint8 [P, 2, Hkv, PAGE_SIZE * (D + 1)] (plugins/gqa)
+
+
+for _cls in (MLACache, KDACache, GQACache):
     pytree.register_dataclass(_cls)
 
 

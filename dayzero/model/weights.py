@@ -34,7 +34,7 @@ class Sharding(Protocol):
 
     def local_config(self, cfg: ModelConfig) -> ModelConfig: ...
 
-    def shard(self, full: torch.Tensor, local_shape: torch.Size) -> torch.Tensor: ...
+    def shard(self, full: torch.Tensor, local_shape: torch.Size, segments: tuple[int, ...] = ()) -> torch.Tensor: ...
 
     def first_expert(self, local_experts: int) -> int: ...
 
@@ -181,19 +181,21 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
     model = build_empty(plan.local_config(cfg), dtype, device)
     full_shapes = parameter_shapes(cfg)
     for name, param in _loading(model):
-        _load_shard(reader, name, param, full_shapes[name], cfg, plan)
+        owner = model.get_submodule(name.rpartition(".")[0])
+        _load_shard(reader, name, param, full_shapes[name], cfg, plan, getattr(owner, "segments", ()))
     plan.mark_reductions(model)
     return model
 
 
 def _load_shard(reader: CheckpointReader, name: str, param: torch.Tensor, full_shape: torch.Size, cfg: ModelConfig,
-                plan: Sharding) -> None:
-    """This rank's part of one parameter. Host memory holds one whole stored tensor at a time: one expert of a
-    stacked bank, never the bank (a K3.1 bank is tens of GB)."""
+                plan: Sharding, segments: tuple[int, ...] = ()) -> None:
+    """This rank's part of one parameter (`segments`: the local sizes of the row groups it holds side by side, each
+    sharded on its own). Host memory holds one whole stored tensor at a time: one expert of a stacked bank, never the
+    bank (a K3.1 bank is tens of GB)."""
     if EXPERT_PARAM.match(name) is None:
         whole = torch.empty(full_shape, dtype=param.dtype)
         _load_parameter(reader, name, whole, cfg)
-        param.copy_(plan.shard(whole, param.shape))
+        param.copy_(plan.shard(whole, param.shape, segments))
         return
     parts = parameter_parts(name, tuple(full_shape), cfg)
     first = plan.first_expert(param.shape[0])

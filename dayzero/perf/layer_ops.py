@@ -1,10 +1,11 @@
 """Which plugin op serves each piece of each layer kind (docs/ops.md, "Where each layer kind is served"): the operator
 profile `dayzero inspect` prints.
 
-Kinds come from the ModelConfig alone: a layer's token mixer (KDA, MLA with a DSA indexer, dense MLA), its
-feed-forward (dense MLP, MoE) and, with AttnRes, its depth mixes; the embedding, final norm and LM head sit outside
-the layers. Ops are named as registered (`torch.ops.dayzero.<name>`); a piece whose op is not registered, and every
-piece of a kind this table does not know, is "reference only" (served by the reference network, no kernel yet).
+Kinds come from the ModelConfig alone: a layer's token mixer (KDA, gated DeltaNet, MLA with a DSA indexer, dense
+MLA, gated GQA), its feed-forward (dense MLP, MoE) and, with AttnRes, its depth mixes; the embedding, final norm and
+LM head sit outside the layers. Ops are named as registered (`torch.ops.dayzero.<name>`); a piece whose op is not
+registered, and every piece of a kind this table does not know, is "reference only" (served by the reference network,
+no kernel yet).
 Pieces marked "torch" are plain PyTorch by design (the projections everywhere, the prefill gate, the decode router):
 a compiled engine fuses them with Inductor.
 """
@@ -16,15 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dayzero.model.caches import CacheFormat
-from dayzero.model.config import MLA, ModelConfig
+from dayzero.model.config import GQA, MLA, ModelConfig
 from dayzero.plugins.registry import PLUGIN_OPS
 
 MIXER, RESIDUAL, FFN, OUTSIDE = "token mixer", "residual", "feed-forward", "outside layers"
 SUBLAYERS = (MIXER, RESIDUAL, FFN, OUTSIDE)
 REFERENCE_ONLY = "reference only"
 ATTNRES, HYPER, EMBEDDING_AND_HEAD, MLA_DSA = "attnres", "mhc", "embedding", "mla_dsa"
-LABELS = {"kda": "KDA", MLA_DSA: "MLA + DSA indexer", MLA: "dense MLA", "dense": "dense MLP", "moe": "MoE",
-          ATTNRES: "AttnRes", HYPER: "hyper-connections", EMBEDDING_AND_HEAD: "embedding, LM head"}
+LABELS = {"kda": "KDA", "gdn": "gated DeltaNet", MLA_DSA: "MLA + DSA indexer", MLA: "dense MLA", GQA: "gated GQA",
+          "dense": "dense MLP", "moe": "MoE", ATTNRES: "AttnRes", HYPER: "hyper-connections",
+          EMBEDDING_AND_HEAD: "embedding, LM head"}
 
 _LAYER_PARAM = re.compile(r"^model\.layers\.(?P<layer>\d+)\.(?P<module>[^.]+)\.")
 # a layer's modules that belong to its feed-forward and to its AttnRes depth mixes (the rest is its token mixer)
@@ -97,6 +99,13 @@ def _kda(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
             Piece("delta rule", recurrence, "fused_kda_decode"))
 
 
+def _gdn(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    recurrence = "chunk_kda + kda_summary" if cp > 1 else "chunk_kda"
+    return (Piece("short conv", "short_conv_prefill", "fused_gdn_decode"),
+            Piece("gate", "torch (gdn_gate)", "fused_gdn_decode"),
+            Piece("delta rule", recurrence, "fused_gdn_decode"))
+
+
 def _mla(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     latent = _same("latent write", "write_latent")
     if cfg.indexer is None:
@@ -110,12 +119,17 @@ def _mla(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     return latent, keys, _same("top-k", *select), _same("sparse attention", "sparse_mla_paged")
 
 
+def _gqa(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    return _same("K/V write", "write_kv"), Piece("attention", "gqa_prefill_paged", "gqa_decode_paged")
+
+
 def _moe(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     experts = "moe_grouped_mlp_mxfp4" if cfg.moe.mxfp4_experts else "moe_grouped_mlp"
     pieces = (Piece("router logits", "moe_router_logits", "torch (fp32 GEMM)"), _same("routing", "moe_route"),
               _same("dispatch", "moe_permute", "moe_unpermute"), _same("experts", experts))
     shared = (_same("shared experts", "moe_gated_activation"),) if cfg.moe.num_shared_experts else ()
-    return pieces + shared
+    gate = (_same("shared expert gate", "torch (sigmoid)"),) if cfg.moe.shared_expert_gate else ()
+    return pieces + shared + gate
 
 
 def _dense(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
@@ -136,8 +150,10 @@ def _outside(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
 
 PIECES: dict[Group, Callable[[ModelConfig, CacheFormat, int], tuple[Piece, ...]]] = {
     (MIXER, "kda"): _kda,
+    (MIXER, "gdn"): _gdn,
     (MIXER, MLA_DSA): _mla,
     (MIXER, MLA): _mla,
+    (MIXER, GQA): _gqa,
     (RESIDUAL, ATTNRES): _attnres,
     (RESIDUAL, HYPER): _hyper,
     (FFN, "moe"): _moe,

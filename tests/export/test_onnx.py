@@ -122,6 +122,21 @@ def test_dense_mla_verify_step_matches_eager(tmp_path):
 
 
 @pytest.mark.slow
+def test_gated_gqa_verify_step_is_custom_nodes_and_decodes_as_eager(tmp_path):
+    """Qwen3-Next's full attention (gated GQA layers over paged K/V) with one draft token per step."""
+    from dayzero.model.hybrid import HybridModel
+    from dayzero.model.random_init import init_random_
+    from tests.model.test_gated_attention import gqa_model_config
+
+    model = HybridModel(gqa_model_config())
+    init_random_(model, 0)
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64, num_draft=1)
+    path = export_onnx(model, manifest, tmp_path / "decode.onnx")
+    assert {"WriteKv", "GqaDecodePaged"} <= {n.op_type for n in onnx.load(path).graph.node if n.domain == ONNX_DOMAIN}
+    _assert_decode_matches_eager(model, manifest, OnnxEngine(path))
+
+
+@pytest.mark.slow
 def test_mxfp4_experts_are_one_custom_node_and_decode_as_eager(tmp_path):
     model = random_model(tiny_config_dict(**THREE_LAYERS), mxfp4_experts=True)
     manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64)

@@ -212,3 +212,17 @@ def test_decode_indexer_merge_launches_every_tree_level_for_a_traced_batch():
     layers = len([name for name, _, _ in launches if name == "_decode_select_kernel"])
     assert layers > 0 and len(merges) == 3 * layers
     assert [args[10] for args in merges[:3]] == [1, 4, 16]
+
+
+@pytest.mark.parametrize("decode, num_draft", [(True, 0), (True, 2), (False, 0)], ids=["decode", "verify", "prefill"])
+def test_gqa_launch_plans_keep_the_traced_ranges(decode, num_draft):
+    """Gated GQA layers: a traced decode batch takes the fixed split count (and the combine), prefill one split."""
+    from dayzero.model.hybrid import HybridModel
+    from dayzero.model.random_init import init_random_
+    from tests.model.test_gated_attention import gqa_model_config
+
+    model = HybridModel(gqa_model_config()).to(torch.bfloat16)
+    init_random_(model, 0)
+    kernels = _kernels_of_plans_that_keep_the_ranges(model, decode, num_draft)
+    assert {"_write_kv_kernel", "_gqa_attention_kernel"} <= kernels
+    assert ("_combine_splits_kernel" in kernels) == decode

@@ -41,7 +41,8 @@ def deepseek_config(**overrides) -> dict:
 
 def test_every_adapter_file_is_registered_under_its_model_type():
     files = {p.stem for p in ADAPTER_DIR.glob("*.py")} - {"__init__", "base", "sections"}
-    assert set(ADAPTERS) == files == {"kimi_linear", "kimi_k3", "deepseek_v32", "glm_moe_dsa", "glm5_next"}
+    assert set(ADAPTERS) == files == {"kimi_linear", "kimi_k3", "deepseek_v32", "glm_moe_dsa", "glm5_next",
+                                      "qwen3_next"}
 
 
 def test_released_deepseek_v32_layout():

@@ -180,6 +180,9 @@ def test_summary_matches_reference(lengths, Hk, H, K, V):
     from dayzero.plugins.kda.summary_op import kda_summary_launcher
 
     _, k, v, g, beta, cu = varlen_inputs(lengths, Hk, H, K, V, torch.float32)
+    # M holds a sequence's whole decay: keep it in fp32's normal range, where the GPU's flush of subnormals to zero
+    # and the CPU's reference agree (an e^-200 decay would compare rounding noise near 1e-38)
+    g = g * min(1.0, 40 / max(lengths))
     M_ref, B_ref = R.kda_summary(*(x[None].to(DEVICE) for x in (k, v, g, beta)), use_qk_l2norm_in_kernel=True,
                                  cu_seqlens=cu.to(DEVICE))
     final = poisoned(len(lengths), H, K, K + V)
