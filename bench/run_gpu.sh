@@ -36,7 +36,7 @@ for arg in "${@:-kernels}"; do
     kernels) names+=($KERNELS) ;;
     model) names+=($MODEL) ;;
     multi) names+=($MULTI) ;;
-    all) names+=($KERNELS $MODEL $MULTI json_masks vs_transformers) ;;
+    all) names+=($KERNELS $MODEL $MULTI structured_host vs_transformers) ;;
     *) names+=("$arg") ;;
   esac
 done

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -13,27 +12,26 @@ import torch
 from dayzero.contract import StepEngine, allocate_flat_caches, slot_tensors
 from dayzero.errors import DayzeroError
 from dayzero.runtime.batch import decode_inputs, prefill_inputs
+from dayzero.runtime.batch_sampler import BatchSampler
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
-from dayzero.runtime.held_drafts import held_draft, masked_along
-from dayzero.runtime.logprobs import token_logprob
-from dayzero.runtime.penalties import adjusts_logits, penalized
+from dayzero.runtime.held_drafts import bitmask_along, held_draft
+from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.prefix_cache import PrefixCache
 from dayzero.runtime.prompt_logprobs import prompt_targets, record_prompt_logprobs, wants_prompt_logprobs
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
-from dayzero.runtime.spec_decode import PROPOSERS, accept, greedy_run
+from dayzero.runtime.spec_decode import PROPOSERS, accepted_run
 from dayzero.runtime.state_pool import StatePool
-from dayzero.structured.json_grammar import JSON_OBJECT, Grammar
-from dayzero.structured.json_schema import compile_schema
-from dayzero.structured.token_grammar import JsonAnswer, TokenTable
-from dayzero.structured.tool_call_grammar import ToolCallAnswer
+from dayzero.structured.held_answer import HeldAnswer
+from dayzero.structured.json_answer import json_answer
+from dayzero.structured.json_schema import checked_schema_text
+from dayzero.structured.tool_call_grammar import tool_call_grammar
+from dayzero.structured.vocabulary import Vocabulary
 
-# JSON schemas kept compiled, by their text
-CACHED_GRAMMARS = 32
 # prefill tokens a step gives each rank by default (context-parallel ranks split a step's tokens)
 TOKENS_PER_RANK = 2048
 
@@ -78,18 +76,6 @@ class StepStats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
 
-def _plain_greedy(params: SamplingParams) -> bool:
-    """Greedy with no logit adjustments or format: the token is the row's argmax."""
-    return (params.method == "greedy" and not adjusts_logits(params) and params.response_format is None
-            and params.tool_calls is None)
-
-
-def _adjusted(seq: Sequence, rows: torch.Tensor, draft: list[int], stop_ids: frozenset[int]) -> torch.Tensor:
-    """A sequence's logits rows with its penalties and biases, and masked to its held answer along the draft."""
-    rows = penalized(rows, seq.prompt_ids, seq.output_ids, draft, seq.params, stop_ids)
-    return rows if seq.json_answer is None else masked_along(seq.json_answer, rows, draft)
-
-
 def _first_bad_token(prompt_ids: list, vocab: int):
     return next((t for t in prompt_ids if not (type(t) is int and 0 <= t < vocab)), None)
 
@@ -98,7 +84,8 @@ class LLMEngine:
     def __init__(self, engine: StepEngine, options: RuntimeOptions = RuntimeOptions(),
                  detokenize: Callable[[list[int]], str] | None = None, stop_ids: frozenset[int] = frozenset(),
                  token_bytes: Callable[[int], bytes | None] | None = None):
-        """token_bytes: each token's bytes, for answers held to JSON (the vocabulary's trie is built on the first)."""
+        """token_bytes: each token's bytes, for answers held to a grammar (the vocabulary's tables are built on the
+        first)."""
         manifest = engine.manifest
         self.step_engine, self.manifest = engine, manifest
         self.max_batch = min(options.max_batch or manifest.max_batch, manifest.max_batch)
@@ -119,9 +106,9 @@ class LLMEngine:
         self.decode = decode_runner(engine, self.caches, self.max_batch, self.max_pages,
                                     options.cuda_graphs and engine.graph_capturable)
         self.detokenize, self.stop_ids = detokenize, stop_ids
+        self.sampler = BatchSampler(manifest.vocab_size, stop_ids, manifest.device)
         self.token_bytes = token_bytes
-        self._token_table: TokenTable | None = None
-        self._grammars: dict[str, Grammar] = {}  # compiled schemas, by their JSON text
+        self._vocabulary: Vocabulary | None = None
         self.stats = StepStats()
 
     def _prefix_cache(self, options: RuntimeOptions, token_budget: int, decodes_alone: bool) -> PrefixCache | None:
@@ -146,43 +133,36 @@ class LLMEngine:
         if params.tool_calls is not None:
             seq.json_answer = self._held_tool_calls(params)
         elif params.response_format is not None:
-            seq.json_answer = JsonAnswer(self._json_tokens(), self._grammar(params.json_schema),
-                                         params.reasoning_tokens, params.reasoning_opened)
+            schema = None if params.json_schema is None else checked_schema_text(params.json_schema)
+            grammar = json_answer(schema, params.reasoning_tokens, params.reasoning_opened)
+            seq.json_answer = HeldAnswer(self._grammars().compile(grammar))
         self.scheduler.add(seq)
         return seq
 
-    def _held_tool_calls(self, params: SamplingParams) -> ToolCallAnswer | None:
+    def _held_tool_calls(self, params: SamplingParams) -> HeldAnswer | None:
         """The answer's tool calls held to the offered functions, where the vocabulary allows masks (a tokenizer
-        without token bytes or single-byte JSON tokens: the calls are read as written, as before holding)."""
+        without token bytes or single-byte JSON tokens: the calls are read as written, unheld)."""
         try:
-            return ToolCallAnswer(self._json_tokens(), params.tool_calls, self._grammar)
+            vocabulary = self._grammars()
         except DayzeroError:
             return None
+        return HeldAnswer(vocabulary.compile(tool_call_grammar(params.tool_calls)), params.tool_calls.section_end)
 
     def prepare_json_answers(self) -> None:
-        """Build the vocabulary's table for JSON answers now, where the tokenizer allows them (else on the first)."""
+        """Build the vocabulary's tables for held answers now, where the tokenizer allows them (else on the first)."""
         if self.token_bytes is not None:
             try:
-                self._json_tokens()
+                self._grammars()
             except DayzeroError:
                 pass  # a vocabulary that cannot hold JSON: each JSON request is refused with the reason
 
-    def _json_tokens(self) -> TokenTable:
+    def _grammars(self) -> Vocabulary:
+        """The vocabulary every held answer's grammar compiles over."""
         if self.token_bytes is None:
             raise DayzeroError("JSON answers need the tokenizer's token bytes, which this engine was not given")
-        if self._token_table is None:
-            self._token_table = TokenTable(self.token_bytes, self.manifest.vocab_size)
-        return self._token_table
-
-    def _grammar(self, schema: str | None) -> Grammar:
-        """The recognizer of a JSON schema given as JSON text (None: any JSON object), compiled once."""
-        if schema is None:
-            return JSON_OBJECT
-        if schema not in self._grammars:
-            if len(self._grammars) >= CACHED_GRAMMARS:
-                self._grammars.pop(next(iter(self._grammars)))
-            self._grammars[schema] = compile_schema(json.loads(schema))
-        return self._grammars[schema]
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary(self.token_bytes, self.manifest.vocab_size, self.stop_ids)
+        return self._vocabulary
 
     def cancel(self, request_id: str) -> Sequence | None:
         return self.scheduler.cancel(request_id)
@@ -212,21 +192,25 @@ class LLMEngine:
         else:
             logits = self.step_engine.prefill(input_ids, meta, self.caches)
         self.stats.prefill_tokens += sum(step.num_new)
-        finished = []
-        # every row's argmax in one device sync, rather than one a greedy sequence
-        for seq, count, row, best in zip(step.seqs, step.num_new, logits, logits.argmax(-1).tolist()):
+        for seq, count in zip(step.seqs, step.num_new):
             seq.num_cached += count
             if self.prefix_cache:
                 self.prefix_cache.remember(seq)
-            # a chunk that did not reach the prompt's last token samples nothing
-            if not seq.num_uncached and self._emit(seq, [self._sample(seq, row, best)], row[None]):
-                finished.append(seq)
-        return finished
+        # a chunk that did not reach the prompt's last token samples nothing
+        done = [i for i, seq in enumerate(step.seqs) if not seq.num_uncached]
+        if not done:
+            return []
+        seqs = [step.seqs[i] for i in done]
+        rows = logits if len(done) == len(step.seqs) else logits[torch.tensor(done, device=logits.device)]
+        sampled = self.sampler(rows, seqs, bitmasks=self._bitmasks(seqs, [[] for _ in seqs]))
+        return [seq for seq, out in zip(seqs, sampled) if self._emit(seq, out.tokens, out.logprobs)]
 
-    def _sample(self, seq: Sequence, row: torch.Tensor, argmax: int) -> int:
-        if _plain_greedy(seq.params):
-            return argmax
-        return seq.sampler(_adjusted(seq, row[None], [], self.stop_ids)[0])
+    def _bitmasks(self, seqs: list[Sequence], drafts: list[list[int]]) -> list[torch.Tensor | None] | None:
+        """Each held answer's masks along its draft, for the sampler (None: no answer in the batch is held)."""
+        if all(seq.json_answer is None for seq in seqs):
+            return None
+        return [None if seq.json_answer is None else bitmask_along(seq.json_answer, draft)
+                for seq, draft in zip(seqs, drafts)]
 
     def _decode(self, step: ScheduledStep) -> list[Sequence]:
         """Verify each sequence's drafts (none without speculation) and keep the accepted run."""
@@ -234,14 +218,14 @@ class LLMEngine:
         input_ids, meta = decode_inputs(step.seqs, drafts, 1 + self.manifest.num_draft, self.manifest.page_size,
                                         self.capacity.slots_per_seq, self.max_pages, self.manifest.device)
         logits = self.decode(input_ids, meta)
+        sampled = self.sampler(logits, step.seqs, drafts, self._bitmasks(step.seqs, drafts))
         finished = []
-        # every verify row's argmax in one device sync, rather than one a greedy sequence
-        for seq, draft, rows, best in zip(step.seqs, drafts, logits, logits.argmax(-1).tolist()):
+        for seq, draft, out in zip(step.seqs, drafts, sampled):
             before = seq.num_cached
-            tokens = self._verify(seq, draft, rows, best)
+            tokens = self._verify(seq, draft, out.tokens)
             if self.prefix_cache:
                 self.prefix_cache.remember_decoded(seq, before)
-            if self._emit(seq, tokens, rows):
+            if self._emit(seq, tokens, out.logprobs):
                 finished.append(seq)
         return finished
 
@@ -252,13 +236,10 @@ class LLMEngine:
         draft = self.propose(seq.token_ids, num_draft)
         return draft if seq.json_answer is None else held_draft(seq.json_answer, draft)
 
-    def _verify(self, seq: Sequence, draft: list[int], rows: torch.Tensor, argmax: list[int]) -> list[int]:
-        """The tokens seq's verify rows [width, vocab] (argmax: each row's) emit; its cache length and entry slot move
-        past the run."""
-        if _plain_greedy(seq.params):
-            tokens = greedy_run(argmax, draft)
-        else:
-            tokens = accept(_adjusted(seq, rows[: 1 + len(draft)], draft, self.stop_ids), draft, seq.sampler)
+    def _verify(self, seq: Sequence, draft: list[int], samples: list[int]) -> list[int]:
+        """The tokens seq's verify rows emit (samples: each row's token); its cache length and entry slot move past the
+        run."""
+        tokens = accepted_run(samples, draft)
         # the last token and the accepted drafts entered the cache; the model's own next token did not yet
         seq.num_cached += len(tokens)
         seq.num_accepted = len(tokens)
@@ -267,15 +248,15 @@ class LLMEngine:
         self.stats.decode_tokens += len(tokens)
         return tokens
 
-    def _emit(self, seq: Sequence, tokens: list[int], rows: torch.Tensor) -> bool:
-        """Append tokens (token i drawn from logits rows[i]) until one finishes the sequence (the rest are dropped);
-        -> whether it finished."""
-        for token, row in zip(tokens, rows):
+    def _emit(self, seq: Sequence, tokens: list[int], logprobs: list[TokenLogprob] | None) -> bool:
+        """Append tokens (logprobs: theirs, when asked) until one finishes the sequence (the rest are dropped); ->
+        whether it finished."""
+        for index, token in enumerate(tokens):
             seq.output_ids.append(token)
             if seq.json_answer is not None:
                 seq.json_answer.advance(token)
             if seq.logprobs is not None:
-                seq.logprobs.append(token_logprob(row, token, seq.params.logprobs))
+                seq.logprobs.append(logprobs[index])
             self.stats.first_token_at.setdefault(seq.request_id, time.perf_counter())
             reason = self._finish_reason(seq)
             if reason:

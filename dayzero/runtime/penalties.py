@@ -2,7 +2,8 @@
 generated so far) and presence_penalty x (whether it was); vLLM's repetition_penalty (a token seen in the prompt or
 the answer: its logit divided by the penalty where positive, multiplied where negative, as in HF transformers) and
 min_tokens (no end-of-sequence or stop token id before that many). Applied to the logits a token is drawn from,
-before sampling or speculative acceptance; log probabilities stay those of the model."""
+before sampling or speculative acceptance; log probabilities stay those of the model. `penalized` is the per-row
+reference; the sampler applies the same arithmetic to a whole step's rows (logit_adjustments.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Sampling parameters per request and the token choice from one logits row."""
+"""Sampling parameters per request, and the distribution one row's random draw follows (token_probs: the per-row
+reference of the batched sampler, batch_sampler.py)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -80,11 +80,8 @@ class SamplingParams:
         return "greedy" if self.temperature < GREEDY_TEMPERATURE else "random"
 
 
-def _greedy(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    return int(logits.argmax())
-
-
-def _filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [vocab] -> the row scaled by the temperature, -inf outside its top-k, min-p and top-p support."""
     logits = logits.float()
     # shifted so that the largest is 0 first: a tiny temperature then sends the others to -inf, never to +inf (inf -
     # inf is NaN in the softmax, and one such request would fail the whole batch's step)
@@ -105,29 +102,5 @@ def _filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def token_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The distribution a random sampler draws from (temperature, top-k, top-p applied), on the CPU."""
-    return _filtered(logits, params).softmax(-1).cpu()
-
-
-def _random(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(token_probs(logits, params), 1, generator=generator))
-
-
-SAMPLERS: dict[str, Callable[[torch.Tensor, SamplingParams, torch.Generator | None], int]] = {
-    "greedy": _greedy, "random": _random}
-
-
-@dataclass
-class Sampler:
-    """Per-request sampling state: the request's own generator, so a seed reproduces its tokens in any batch."""
-
-    params: SamplingParams
-    generator: torch.Generator | None = field(default=None)
-
-    def __post_init__(self):
-        if self.params.method != "greedy":
-            self.generator = torch.Generator()
-            self.generator.manual_seed(self.params.seed if self.params.seed is not None else torch.seed())
-
-    def __call__(self, logits: torch.Tensor) -> int:
-        return SAMPLERS[self.params.method](logits, self.params, self.generator)
+    """The distribution a random row draws from (temperature, top-k, min-p, top-p applied), on the CPU."""
+    return filtered_logits(logits, params).softmax(-1).cpu()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import enum
 import itertools
+import secrets
 from dataclasses import dataclass, field
 
 from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.logprobs import TokenLogprob
-from dayzero.runtime.sampling import Sampler, SamplingParams
+from dayzero.runtime.sampling import SamplingParams
 
 _ids = itertools.count()
 
@@ -41,13 +42,16 @@ class Sequence:
     prompt_logprobs: list[TokenLogprob | None] | None = None
     # the engine's incremental stop-string check, made at the first output token when params.stop is set
     stop_watch: StopStringWatch | None = None
-    # params.response_format "json_object": where the answer is in its JSON (token_grammar.JsonAnswer)
+    # an answer held to its response_format or its tool calls: its place in the grammar (structured.held_answer)
     json_answer: object | None = None
     # the prefix cache's hashes of the sequence's leading pages, computed once (prefix_cache.page_keys)
     page_keys: list[bytes] = field(default_factory=list)
+    # the key of the request's random draws (seeded_uniform.py): params.seed, or one drawn at admission
+    seed: int | None = None
 
     def __post_init__(self):
-        self.sampler = Sampler(self.params)
+        if self.seed is None:
+            self.seed = self.params.seed if self.params.seed is not None else secrets.randbits(64)
         if self.params.logprobs is not None and self.logprobs is None:
             self.logprobs = []
         if self.params.prompt_logprobs is not None and self.prompt_logprobs is None:

@@ -13,10 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
-
-from dayzero.runtime.sampling import Sampler, token_probs
-
 
 class DraftProposer(Protocol):
     def __call__(self, token_ids: list[int], num_draft: int) -> list[int]:
@@ -62,41 +58,12 @@ def _continuation(token_ids: list[int], source: int, num_draft: int) -> list[int
 PROPOSERS: dict[str, Callable[[], DraftProposer]] = {"ngram": NgramProposer}
 
 
-def greedy_run(targets: list[int], drafts: list[int]) -> list[int]:
-    """The argmax at each verify position -> the longest prefix of drafts equal to it, then the argmax after it."""
+def accepted_run(samples: list[int], drafts: list[int]) -> list[int]:
+    """The tokens sampled at each verify position (batch_sampler.py) -> the longest prefix of drafts equal to them,
+    then the sample after it. Greedy rows sample the argmax, so greedy tokens equal greedy decoding without drafts;
+    a random row's sample equals its draft with the draft's probability, the rejection rule for a point-mass draft,
+    and its seeded draws make the tokens those of decoding without drafts."""
     accepted = 0
-    while accepted < len(drafts) and drafts[accepted] == targets[accepted]:
+    while accepted < len(drafts) and drafts[accepted] == samples[accepted]:
         accepted += 1
-    return targets[: accepted + 1]
-
-
-def accept_greedy(logits: torch.Tensor, drafts: list[int], sampler: Sampler) -> list[int]:
-    """logits [1+n, vocab] of [x0, *drafts] -> `greedy_run` of their argmax. The tokens equal greedy decoding without
-    drafts, one by one."""
-    return greedy_run(logits.argmax(-1).tolist(), drafts)
-
-
-def accept_random(logits: torch.Tensor, drafts: list[int], sampler: Sampler) -> list[int]:
-    """Rejection sampling (Leviathan et al. 2023) for a deterministic draft (q = a point mass on the draft): accept
-    draft x with probability p(x); at the first rejection draw from p with x removed; after all drafts draw from p.
-    Each emitted token is distributed exactly as sampling without drafts (the random stream differs, so a seed
-    gives other tokens than it does without speculation)."""
-    tokens = []
-    for row, draft in zip(logits, drafts):
-        probs = token_probs(row, sampler.params)
-        if torch.rand((), generator=sampler.generator) < probs[draft]:
-            tokens.append(draft)
-            continue
-        probs[draft] = 0
-        return [*tokens, int(torch.multinomial(probs, 1, generator=sampler.generator))]
-    return [*tokens, sampler(logits[len(drafts)])]
-
-
-# SamplingParams.method -> acceptance rule
-ACCEPTORS: dict[str, Callable[[torch.Tensor, list[int], Sampler], list[int]]] = {
-    "greedy": accept_greedy, "random": accept_random}
-
-
-def accept(logits: torch.Tensor, drafts: list[int], sampler: Sampler) -> list[int]:
-    """The tokens a verify step emits: accepted drafts, then one token of the model's."""
-    return ACCEPTORS[sampler.params.method](logits, drafts, sampler)
+    return samples[: accepted + 1]

@@ -216,7 +216,7 @@ def gdn_decode_inputs(B, L, Hk, H, K, V, W, dtype, num_slots):
 
 @pytest.mark.parametrize("B, L, Hk, H, K, V, W, dtype", sizes(
     cpu=[(3, 3, 1, 2, 16, 32, 4, torch.bfloat16), (4, 2, 1, 3, 16, 16, 4, torch.float32),
-         (2, 1, 2, 4, 32, 16, 3, torch.float32)],
+         (2, 1, 2, 4, 32, 16, 3, torch.float32), (3, 3, 1, 3, 16, 128, 4, torch.bfloat16)],
     gpu=[(1, 1, 16, 32, 128, 128, 4, torch.bfloat16), (64, 1, 16, 32, 128, 128, 4, torch.bfloat16),
          (33, 4, 16, 32, 128, 128, 4, torch.bfloat16), (5, 3, 2, 6, 64, 128, 2, torch.float32)],
 ))

@@ -1,6 +1,7 @@
 """Speculative decoding in the runtime: greedy tokens with drafts equal greedy tokens without them (and the eager
 reference) through chunked prefill, preemption and every rollback depth; stops and max_tokens cut an accepted run
-exactly; the n-gram proposer and the acceptance rules; pages and state slots all come back."""
+exactly; seeded sampling emits the same tokens with drafts as without; the n-gram proposer and the acceptance rule;
+pages and state slots all come back."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from dayzero.contract import PAGE, SLOT, StepMeta
 from dayzero.model.caches import CacheFormat
 from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.generate import greedy_generate
+from dayzero.runtime.batch_sampler import BatchSampler
 from dayzero.runtime.block_manager import BlockManager
 from dayzero.runtime.graphs import pad_decode_inputs
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
-from dayzero.runtime.sampling import Sampler, SamplingParams
+from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.scheduler import Scheduler
 from dayzero.runtime.sequence import Sequence, Status
-from dayzero.runtime.spec_decode import NgramProposer, accept_greedy, accept_random
+from dayzero.runtime.spec_decode import NgramProposer, accepted_run
 from dayzero.runtime.state_pool import StatePool
 from tests.helpers import random_model, tiny_config_dict
 from tests.runtime.test_scheduler_properties import check_ownership
@@ -162,6 +164,33 @@ def test_rejection_sampling_of_a_point_mass_reproduces_greedy_tokens(model):
     assert_everything_returned(engine)
 
 
+def test_seeded_sampling_with_drafts_emits_the_tokens_of_sampling_without(model):
+    """Acceptance keeps a draft where it equals the token sampled at its position, and draws depend only on (seed,
+    position): drafts that are right for a while and then wrong change no token."""
+    prompts = [make_prompt("random", 12, seed=5), make_prompt("repeat", 30, seed=0)]
+    params = [SamplingParams(max_tokens=MAX_TOKENS, temperature=0.8, top_p=0.9, seed=seed) for seed in (11, 12)]
+    plain = runtime(model, num_pages=8, num_draft=0)
+    expected = [plain.add_request(p, q) for p, q in zip(prompts, params)]
+    while plain.has_work:
+        plain.step()
+    futures = {tuple(seq.prompt_ids): seq.output_ids for seq in expected}
+
+    def propose(token_ids: list[int], num_draft: int) -> list[int]:
+        prompt = next(p for p in futures if tuple(token_ids[: len(p)]) == p)
+        future = futures[prompt][len(token_ids) - len(prompt):][:num_draft]
+        num_right = len(token_ids) % (num_draft + 1)
+        return future[:num_right] + [(t + 1) % 256 for t in future[num_right:]]
+
+    engine = runtime(model, num_pages=8, num_draft=3)
+    engine.propose = propose
+    seqs = [engine.add_request(p, q) for p, q in zip(prompts, params)]
+    while engine.has_work:
+        engine.step()
+    assert 0 < engine.stats.accepted_tokens < engine.stats.drafted_tokens
+    assert [seq.output_ids for seq in seqs] == [seq.output_ids for seq in expected]
+    assert_everything_returned(engine)
+
+
 def first_repeat_free_index(tokens: list[int], start: int) -> int:
     """An index >= start whose token does not occur earlier (so stopping on it stops exactly there)."""
     return next(i for i in range(start, len(tokens)) if tokens[i] not in tokens[:i])
@@ -206,6 +235,13 @@ def one_hot_rows(argmaxes: list[int], vocab: int = 10) -> torch.Tensor:
     return torch.nn.functional.one_hot(torch.tensor(argmaxes), vocab).float()
 
 
+def verified(logits: torch.Tensor, drafts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+    """logits [B, width, vocab] of one verify step -> each sequence's emitted run (sequence b seeded b)."""
+    seqs = [Sequence([0], params, seed=seed) for seed in range(len(drafts))]
+    outs = BatchSampler(logits.shape[-1])(logits, seqs, drafts)
+    return [accepted_run(out.tokens, draft) for out, draft in zip(outs, drafts)]
+
+
 @pytest.mark.parametrize("argmaxes, drafts, expected", [
     ([4, 5, 6, 7], [4, 5, 6], [4, 5, 6, 7]),
     ([4, 5, 6, 7], [4, 9, 6], [4, 5]),
@@ -213,27 +249,22 @@ def one_hot_rows(argmaxes: list[int], vocab: int = 10) -> torch.Tensor:
     ([4], [], [4]),
 ])
 def test_greedy_acceptance_keeps_the_agreeing_prefix_and_the_next_argmax(argmaxes, drafts, expected):
-    assert accept_greedy(one_hot_rows(argmaxes), drafts, Sampler(SamplingParams())) == expected
+    assert verified(one_hot_rows(argmaxes)[None], [drafts], SamplingParams()) == [expected]
 
 
-def test_rejection_sampling_keeps_the_sampling_distribution():
+def test_random_acceptance_keeps_the_sampling_distribution():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
-    logits = probs.log().expand(3, 4)
-    sampler = Sampler(SamplingParams(temperature=1.0, seed=0))
-    counts, lengths = torch.zeros(4), []
-    for _ in range(4000):
-        tokens = accept_random(logits, [1, 1], sampler)
-        counts[tokens[0]] += 1
-        lengths.append(len(tokens))
+    runs = verified(probs.log().expand(4000, 3, 4), [[1, 1]] * 4000, SamplingParams(temperature=1.0))
+    counts = torch.bincount(torch.tensor([run[0] for run in runs]), minlength=4).float()
+    lengths = [len(run) for run in runs]
     assert (counts / counts.sum() - probs).abs().max() < 0.03
     # P(accept a draft) = p(1) = 0.3: runs of length 1, 2, 3 have probability 0.7, 0.21, 0.09
     assert abs(lengths.count(1) / 4000 - 0.7) < 0.03 and abs(lengths.count(3) / 4000 - 0.09) < 0.02
 
 
-def test_rejection_sampling_never_accepts_a_draft_outside_top_k():
-    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0]] * 2)
-    sampler = Sampler(SamplingParams(temperature=1.0, top_k=2, seed=0))
-    assert all(len(accept_random(logits, [3], sampler)) == 1 for _ in range(200))
+def test_random_acceptance_never_keeps_a_draft_outside_top_k():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0]] * 2).expand(200, 2, 4)
+    assert all(len(run) == 1 for run in verified(logits, [[3]] * 200, SamplingParams(temperature=1.0, top_k=2)))
 
 
 def test_padded_verify_rows_write_only_to_the_dummy_page_and_slots():
