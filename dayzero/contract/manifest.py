@@ -24,7 +24,7 @@ class CacheTensorSpec:
     """One cache tensor: shape [num_units, *unit_shape] where a unit is a page or a state slot."""
 
     layer: int
-    name: str  # latent_kv | index_k | kv | state | conv
+    name: str  # latent_kv | index_k | index_window | kv | state | conv
     unit: str  # PAGE | SLOT
     unit_shape: tuple[int, ...]
     dtype: str

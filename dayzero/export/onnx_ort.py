@@ -100,6 +100,31 @@ def _index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, q_s
     return (ops.index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, topk, scale, q_scales),)
 
 
+@kernel("WritePooledIndexKeysPrefill")
+def _write_pooled_index_keys_prefill(index_cache, window, rows, ape, slot_mapping, positions, cu_seqlens, slots):
+    index_cache, window = index_cache.clone(), window.clone()
+    ops.write_pooled_index_keys_prefill(index_cache, window, rows, ape, slot_mapping, positions, cu_seqlens, slots)
+    return index_cache, window
+
+
+@kernel("WritePooledIndexKeysDecode")
+def _write_pooled_index_keys_decode(index_cache, window, rows, ape, slot_mapping, positions, state_slots,
+                                    num_accepted):
+    index_cache, window = index_cache.clone(), window.clone()
+    ops.write_pooled_index_keys_decode(index_cache, window, rows, ape, slot_mapping, positions, state_slots,
+                                       num_accepted)
+    return index_cache, window
+
+
+@kernel("PooledIndexTopkPaged")
+def _pooled_index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, q_scales=None, *, topk, kpool,
+                             scale, has_scale, has_q_scales):
+    if q_scales is not None:
+        q = q.view(torch.float8_e4m3fn)
+    return (ops.pooled_index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, topk, kpool,
+                                        scale if has_scale else None, q_scales),)
+
+
 @kernel("sparse_mla_paged")
 def _sparse_mla_paged(q, latent_cache, block_table, cu_seqlens, indices, *, sm_scale, v_dim):
     return ops.sparse_mla_paged(q, latent_cache, block_table, cu_seqlens, indices, sm_scale, v_dim)

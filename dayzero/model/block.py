@@ -10,6 +10,7 @@ from dayzero.contract import StepMeta
 from dayzero.model.config import DENSE, GDN, GQA, KDA, ModelConfig
 from dayzero.model.gated_attention import GatedAttention
 from dayzero.model.gated_deltanet import GatedDeltaNet
+from dayzero.model.hyper_connections import HyperConnection
 from dayzero.model.kda import KDAttention
 from dayzero.model.mla import MLAttention
 from dayzero.model.mlp import GatedMLP
@@ -42,6 +43,9 @@ class DecoderLayer(nn.Module):
         if cfg.attn_res_block_size is not None:
             self.self_attention_res_norm, self.self_attention_res_proj = mix_params(D, eps)
             self.mlp_res_norm, self.mlp_res_proj = mix_params(D, eps)
+        if cfg.hyper_connections is not None:
+            hc = cfg.hyper_connections
+            self.attn_hc, self.ffn_hc = (HyperConnection(hc.mult, D, hc.sinkhorn_iters, hc.eps, eps) for _ in range(2))
 
     def ffn(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
         return self.mlp(x) if hasattr(self, "mlp") else self.block_sparse_moe(x, decode)

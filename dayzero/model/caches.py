@@ -33,7 +33,8 @@ PLAIN_CACHE = CacheFormat()
 @dataclass(frozen=True)
 class CacheBytes:
     """Capacity planning: bytes per cached token (all MLA and GQA layers) and per sequence slot (all KDA and gated
-    DeltaNet layers)."""
+    DeltaNet layers, and the pooled indexers' windows); pooled index keys count their page's rows over its 64
+    tokens, rounded down."""
 
     per_token_latent: int
     per_token_index: int
@@ -59,18 +60,20 @@ def cache_bytes(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat = PLAIN_C
     layers that run an indexer)."""
     num_mla, num_kda = cfg.layer_kinds.count("mla"), cfg.layer_kinds.count(KDA)
     num_indexers = sum(cfg.owns_indexer(layer) for layer in range(cfg.num_layers))
-    latent = index = state = conv = 0
+    latent = index = state = conv = window = 0
     if num_mla:
         latent = formats.latent_cache_shape(1, cfg.mla.kv_lora_rank, cfg.mla.qk_rope_head_dim, fmt.kv_fp8)[-1]
         latent *= 1 if fmt.kv_fp8 else _element_size(dtype)
         if cfg.indexer is not None:
-            dim = cfg.indexer.head_dim
+            dim, kpool = cfg.indexer.head_dim, cfg.indexer.kpool
             index = formats.mxfp8_row_bytes(dim) if fmt.index_mxfp8 else dim * _element_size(dtype)
+            index = index * formats.pooled_rows_per_page(kpool) // PAGE_SIZE
+            window = (kpool - 1) * 2 * dim * _element_size(dtype)
     if num_kda:
         kda = cfg.kda
         state = kda.num_heads * kda.head_dim * kda.head_dim * 4
         conv = 3 * (kda.conv_size - 1) * kda.proj_dim * _element_size(dtype)
-    state, conv = state * num_kda, conv * num_kda
+    state, conv = state * num_kda + window * num_indexers, conv * num_kda
     num_gdn = cfg.layer_kinds.count(GDN)
     if num_gdn:
         gdn = cfg.gdn
@@ -113,11 +116,14 @@ def _layer_cache(cfg: ModelConfig, layer: int, num_pages, num_slots, dtype, devi
     mla = cfg.mla
     latent_shape = formats.latent_cache_shape(num_pages, mla.kv_lora_rank, mla.qk_rope_head_dim, fmt.kv_fp8)
     latent = torch.zeros(latent_shape, dtype=torch.uint8 if fmt.kv_fp8 else dtype, device=device)
-    index_k = None
+    index_k = window = None
     if cfg.owns_indexer(layer):
-        index_shape = formats.index_cache_shape(num_pages, cfg.indexer.head_dim, fmt.index_mxfp8)
+        indexer = cfg.indexer
+        index_shape = formats.index_cache_shape(num_pages, indexer.head_dim, fmt.index_mxfp8, indexer.kpool)
         index_k = torch.zeros(index_shape, dtype=torch.uint8 if fmt.index_mxfp8 else dtype, device=device)
-    return MLACache(latent_kv=latent, index_k=index_k)
+        if indexer.pooled:
+            window = torch.zeros(num_slots, indexer.kpool - 1, 2 * indexer.head_dim, dtype=dtype, device=device)
+    return MLACache(latent_kv=latent, index_k=index_k, index_window=window)
 
 
 def _gdn_cache(cfg: ModelConfig, num_slots: int, dtype: torch.dtype, device) -> KDACache:

@@ -184,11 +184,39 @@ class IndexerConfig:
     # 0: none (K3.1)
     rope_dim: int = 0
     rope_interleaved: bool = False
+    # GLM-5.3: the keys are cached and scored in pools of `kpool` consecutive tokens (one gated, position-weighted
+    # mean a pool); the top `topk / kpool` pools are kept, and the sequence's unfinished pool always (1: no pools)
+    kpool: int = 1
 
     def __post_init__(self):
         if self.rope_dim > self.head_dim or self.rope_dim % 2:
             raise DayzeroError(f"the indexer's RoPE width ({self.rope_dim}) must be even and at most index_head_dim "
                                f"({self.head_dim})")
+        if self.kpool < 1 or self.topk % self.kpool:
+            raise DayzeroError(f"index_topk ({self.topk}) must be a multiple of index_kpool ({self.kpool})")
+
+    @property
+    def pooled(self) -> bool:
+        return self.kpool > 1
+
+    @property
+    def picks(self) -> int:
+        """Width of a row of picks: the Top-K, and with pools the unfinished pool's up to kpool - 1 tokens."""
+        return self.topk + self.kpool - 1
+
+
+@dataclass(frozen=True)
+class HyperConnectionConfig:
+    """Manifold-constrained hyper-connections (GLM-5.3): `mult` residual streams a token, each sublayer's stream
+    mix made doubly stochastic by `sinkhorn_iters` Sinkhorn steps with floor `eps`."""
+
+    mult: int
+    sinkhorn_iters: int
+    eps: float = 1e-6
+
+    def __post_init__(self):
+        if self.mult < 1 or self.sinkhorn_iters < 1:
+            raise DayzeroError(f"hc_mult ({self.mult}) and hc_sinkhorn_iters ({self.sinkhorn_iters}) must be positive")
 
 
 @dataclass(frozen=True)

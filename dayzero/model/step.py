@@ -17,6 +17,9 @@ from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 class MLACache:
     latent_kv: torch.Tensor  # [P, PAGE_SIZE, kv_lora_rank + rope_dim]
     index_k: torch.Tensor | None  # [P, PAGE_SIZE, index_head_dim] when the layer has a DSA indexer
+    # pooled index keys (kpool > 1): index_k holds a key a pool ([P, ceil(PAGE_SIZE / kpool), index_head_dim]) and
+    # this [S, kpool - 1, 2 * index_head_dim] slotted window each sequence's rows of its unfinished pool
+    index_window: torch.Tensor | None = None
 
 
 @dataclass

@@ -43,7 +43,7 @@ class Sharding(Protocol):
 
 log = logging.getLogger(__name__)
 # kept in fp32 whatever the model dtype: tiny, and the gates and router are precision-sensitive
-FP32_PARAMS = re.compile(r"(\.A_log|\.dt_bias|\.gate\.weight|\.gate\.e_score_correction_bias)$")
+FP32_PARAMS = re.compile(r"(\.A_log|\.dt_bias|\.gate\.weight|\.gate\.e_score_correction_bias|_hc\.base|_hc\.scale)$")
 
 
 def parameter_parts(name: str, shape: tuple[int, ...], cfg: ModelConfig) -> list[TensorPart]:
@@ -168,6 +168,8 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
     reader = checkpoint_reader(path, cfg)
     cfg = with_expert_format(cfg, reader, keep_mxfp4)
     refuse_oversized(reader, cfg)
+    for part in cfg.ignored_parts:
+        log.info("%s: %s", path, part)
     if cfg.num_mtp_layers:
         log.info("%s: the checkpoint's %d multi-token-prediction layer(s) after layer %d are not loaded (dayzero "
                  "drafts from n-grams)", path, cfg.num_mtp_layers, cfg.num_layers - 1)

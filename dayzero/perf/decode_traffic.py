@@ -6,7 +6,8 @@ Per step of B sequences, each with C tokens in the cache:
   layer's routed experts, the ones B tokens reach, estimated as E (1 - (1 - k/E)^B) distinct experts under uniform
   routing (a skewed router reaches fewer);
 * KDA layers: each sequence's state slot (recurrent state + conv windows) read once and written 1 + num_draft times;
-* MLA layers: each sequence's C latent rows; with a DSA indexer, its C index keys and min(C, topk) latent rows;
+* MLA layers: each sequence's C latent rows; with a DSA indexer, its C index keys (pooled: a key a pool) and its
+  picks' min(C, topk) latent rows (pooled: up to topk + kpool - 1), in a layer that shares picks too;
 * GQA layers: each sequence's C K and V rows (every KV head).
 Activations and logits are left out: at decode batch sizes they are small next to these.
 """
@@ -81,9 +82,9 @@ def cache_bytes_by_tensor(cfg: ModelConfig, manifest: EngineManifest, context: i
         if spec.unit != SLOT:
             per_token.setdefault(spec.layer, {})[spec.name] = spec.unit_bytes / manifest.page_size
     by_tensor = {}
+    # a sparse layer reads its picks' latent rows, whether it ran the indexer or shares an earlier layer's picks
+    latent_rows = context if cfg.indexer is None else min(context, cfg.indexer.picks)
     for layer, row in per_token.items():
-        # with a DSA indexer every index key is read, and only the selected latent rows
-        latent_rows = min(context, cfg.indexer.topk) if "index_k" in row else context
         for name, nbytes in row.items():
             by_tensor[layer, name] = nbytes * (latent_rows if name == "latent_kv" else context)
     return by_tensor

@@ -77,8 +77,9 @@ def _cache_totals(profile: Profile) -> str:
     text = f"all layers: a token adds {size(token)} ({size(token_q) if token_q is not None else 'n/a'} quantized)"
     sequence = profile.cache_bytes(SEQUENCE)
     if sequence:
-        text += (f"\nKDA state and conv windows are per sequence, not per token: {size(sequence)} a sequence, "
-                 "whatever its length")
+        windows = any(line.tensor == "index_window" for row in profile.rows for line in row.caches)
+        slotted = "KDA state, conv and index windows" if windows else "KDA state and conv windows"
+        text += f"\n{slotted} are per sequence, not per token: {size(sequence)} a sequence, whatever its length"
     return text
 
 

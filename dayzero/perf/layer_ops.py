@@ -23,14 +23,16 @@ from dayzero.plugins.registry import PLUGIN_OPS
 MIXER, RESIDUAL, FFN, OUTSIDE = "token mixer", "residual", "feed-forward", "outside layers"
 SUBLAYERS = (MIXER, RESIDUAL, FFN, OUTSIDE)
 REFERENCE_ONLY = "reference only"
-ATTNRES, EMBEDDING_AND_HEAD, MLA_DSA = "attnres", "embedding", "mla_dsa"
+ATTNRES, HYPER, EMBEDDING_AND_HEAD, MLA_DSA = "attnres", "mhc", "embedding", "mla_dsa"
 LABELS = {"kda": "KDA", "gdn": "gated DeltaNet", MLA_DSA: "MLA + DSA indexer", MLA: "dense MLA", GQA: "gated GQA",
-          "dense": "dense MLP", "moe": "MoE", ATTNRES: "AttnRes", EMBEDDING_AND_HEAD: "embedding, LM head"}
+          "dense": "dense MLP", "moe": "MoE", ATTNRES: "AttnRes", HYPER: "hyper-connections",
+          EMBEDDING_AND_HEAD: "embedding, LM head"}
 
 _LAYER_PARAM = re.compile(r"^model\.layers\.(?P<layer>\d+)\.(?P<module>[^.]+)\.")
 # a layer's modules that belong to its feed-forward and to its AttnRes depth mixes (the rest is its token mixer)
 _FFN_MODULES = ("mlp", "block_sparse_moe", "post_attention_layernorm")
 _RESIDUAL_MODULES = ("self_attention_res_norm", "self_attention_res_proj", "mlp_res_norm", "mlp_res_proj")
+_HYPER_MODULES = ("attn_hc", "ffn_hc")
 
 Group = tuple[str, str]  # (sublayer, kind)
 
@@ -62,9 +64,18 @@ def param_group(cfg: ModelConfig, name: str) -> Group:
     layer, module = int(match["layer"]), match["module"]
     if module in _RESIDUAL_MODULES:
         return RESIDUAL, ATTNRES
+    if module in _HYPER_MODULES:
+        return RESIDUAL, HYPER
     if module in _FFN_MODULES:
         return FFN, cfg.mlp_kinds[layer]
     return layer_group(cfg, layer)
+
+
+def residual_kind(cfg: ModelConfig) -> str | None:
+    """The residual row every layer holds: AttnRes depth mixes, hyper-connections, or none (the plain add)."""
+    if cfg.attn_res_block_size is not None:
+        return ATTNRES
+    return HYPER if cfg.hyper_connections is not None else None
 
 
 def served(op: str) -> str:
@@ -99,8 +110,12 @@ def _mla(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     latent = _same("latent write", "write_latent")
     if cfg.indexer is None:
         return latent, _same("attention", "dense_mla_paged")
-    select = ("mxfp8_quantize", "index_topk_paged") if fmt.index_mxfp8 else ("index_topk_paged",)
-    keys = _same("index key write", "write_index_keys")
+    quantize = ("mxfp8_quantize",) if fmt.index_mxfp8 else ()
+    if cfg.indexer.pooled:
+        keys = Piece("pooled key write", "write_pooled_index_keys_prefill", "write_pooled_index_keys_decode")
+        select = (*quantize, "pooled_index_topk_paged")
+    else:
+        keys, select = _same("index key write", "write_index_keys"), (*quantize, "index_topk_paged")
     return latent, keys, _same("top-k", *select), _same("sparse attention", "sparse_mla_paged")
 
 
@@ -125,6 +140,10 @@ def _attnres(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     return (_same("depth mix", "attnres_mix"),)
 
 
+def _hyper(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    return _same("collapse (pre, Sinkhorn)", "mhc_pre"), _same("expand, mix (post)", "mhc_post")
+
+
 def _outside(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     return (_same("lookup, norm, LM head", "torch"),)
 
@@ -136,6 +155,7 @@ PIECES: dict[Group, Callable[[ModelConfig, CacheFormat, int], tuple[Piece, ...]]
     (MIXER, MLA): _mla,
     (MIXER, GQA): _gqa,
     (RESIDUAL, ATTNRES): _attnres,
+    (RESIDUAL, HYPER): _hyper,
     (FFN, "moe"): _moe,
     (FFN, "dense"): _dense,
     (OUTSIDE, EMBEDDING_AND_HEAD): _outside,

@@ -21,7 +21,7 @@ from dayzero.model.caches import CacheFormat  # noqa: E402
 from dayzero.model.eager_engine import EagerEngine, eager_manifest  # noqa: E402
 from dayzero.model.step import contiguous_meta  # noqa: E402
 from dayzero.plugins.registry import ONNX_DOMAIN  # noqa: E402
-from tests.helpers import layer_pattern, random_model, rel_err, tiny_config_dict  # noqa: E402
+from tests.helpers import glm5_config_dict, layer_pattern, random_model, rel_err, tiny_config_dict  # noqa: E402
 
 PAGES_PER_SEQ = 2
 # KDA with the dense MLP, MLA with MoE, KDA with MoE: every kind of layer, for the variants' exports (half the six's
@@ -174,3 +174,15 @@ def test_export_cli_onnx_backend_stores_an_entry_that_loads_and_decodes(tmp_path
     engine = load_engine(entry)
     assert isinstance(engine, SplitEngine) and engine.manifest.backend == "onnx"
     _assert_decode_matches_eager(load(checkpoint, dtype=torch.float32), engine.manifest, engine)
+
+
+@pytest.mark.slow
+def test_glm5_next_decode_graph_runs_as_eager(tmp_path):
+    """GLM-5.3-Flash's decode step (hyper-connections, pooled index keys and their windows, a layer sharing picks)
+    with one draft token per step: its custom nodes, and ONNX Runtime's logits and caches equal eager's."""
+    model = random_model(glm5_config_dict())
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64, num_draft=1)
+    path = export_onnx(model, manifest, tmp_path / "decode.onnx")
+    custom = {n.op_type for n in onnx.load(path).graph.node if n.domain == ONNX_DOMAIN}
+    assert {"MhcPre", "MhcPost", "WritePooledIndexKeysDecode", "PooledIndexTopkPaged"} <= custom
+    _assert_decode_matches_eager(model, manifest, OnnxEngine(path))

@@ -26,7 +26,7 @@ from dayzero.model.caches import CacheFormat
 from dayzero.model.eager_engine import eager_manifest
 from dayzero.plugins import device as device_info
 from dayzero.plugins import registry
-from tests.helpers import random_model, tiny_config_dict
+from tests.helpers import glm5_config_dict, random_model, tiny_config_dict
 from tests.plugins.triton_env import needs_triton
 
 pytestmark = [needs_triton, pytest.mark.slow]
@@ -179,6 +179,16 @@ def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_dra
     assert {"_mla_attention_kernel", attnres} <= kernels, kernels
     # decode rows are few for any batch in range: the Triton grouped GEMM; verify and prefill may be many
     assert ("_grouped_gemm_kernel" in kernels) == (decode and num_draft == 0), kernels
+
+
+@pytest.mark.parametrize("decode, num_draft", [(True, 0), (True, 2), (False, 0)], ids=["decode", "verify", "prefill"])
+def test_glm5_next_launch_plans_keep_the_traced_ranges(decode, num_draft):
+    """Hyper-connections and pooled index keys (pools of 4: the Top-K kernels' case)."""
+    model = random_model(glm5_config_dict(kv_lora_rank=128, index_head_dim=32, index_kpool=4), dtype=torch.bfloat16)
+    lay_out(model)
+    kernels = _kernels_of_plans_that_keep_the_ranges(model, decode, num_draft)
+    pools = "_pool_decode_kernel" if decode else "_pool_prefill_kernel"
+    assert {pools, "_mla_attention_kernel"} <= kernels, kernels
 
 
 @pytest.mark.parametrize("decode", [True, False], ids=["decode", "prefill"])
