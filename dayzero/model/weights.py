@@ -83,9 +83,10 @@ def build_empty(cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str
     """The network with uninitialized storage on `device` (no time spent on throwaway init)."""
     with torch.device("meta"):
         model = HybridModel(cfg)
-    model.to_empty(device=device)
+    # the dtypes are set while the storage is still meta: the device never holds an fp32 copy of a bf16 model
     for name, param in model.named_parameters():
         param.data = param.data.to(param_dtype(name, dtype))
+    model.to_empty(device=device)
     return model.eval()
 
 
