@@ -6,7 +6,7 @@
 # BENCH is a benchmark's name (bench/bench_<name>.py), "kernels" (the default: attnres mhc kda_prefill kda_decode
 # gated_deltanet sparse_mla indexer pooled_indexer quant moe gqa_attention), "model" (dsa_accuracy runtime
 # prefix_cache server spec_decode export qwen3_next_slice glm5_slice), "multi" (tp cp: two GPUs) or "all" (those,
-# json_masks and vs_transformers: dayzero against transformers + fla, which needs fla-core in .whl/). Each writes
+# structured_host and vs_transformers: dayzero against transformers + fla, which needs fla-core in .whl/). Each writes
 # $OUT/<name>.json and its PNG (OUT defaults to bench/results); a summary table comes last.
 #
 # The machine brings torch and Triton. Wheels it lacks (the peers: fla-core 0.6.0; matplotlib for the plots; the

@@ -99,6 +99,9 @@ ENGINE_OPTIONS = [
                  show_default=True, help="Share of the free GPU memory the caches take when --memory-mb is not given."),
     click.option("--no-cuda-graphs", "--enforce-eager", "no_cuda_graphs", is_flag=True,
                  help="Decode eagerly on the GPU."),
+    click.option("--no-overlap", "no_overlap", is_flag=True,
+                 help="Read each decode step's tokens before launching the next (by default the host prepares step "
+                 "n + 1 while the device runs step n)."),
     click.option("--prefix-caching", "--enable-prefix-caching", "prefix_caching", is_flag=True,
                  help="Reuse the cache pages and KDA state snapshots of earlier prompts' common prefixes."),
     click.option("--token-budget", "--max-num-batched-tokens", "token_budget", type=int, default=None,
@@ -129,7 +132,7 @@ def _expert_split(tp: int, ep: int | None, enable_expert_parallel: bool) -> int:
 
 
 def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_parallel, dtype, kv_cache, index_cache,
-              max_len, dequantize_experts, memory_mb, gpu_memory_fraction, no_cuda_graphs, prefix_caching,
+              max_len, dequantize_experts, memory_mb, gpu_memory_fraction, no_cuda_graphs, no_overlap, prefix_caching,
               token_budget, num_draft, max_batch, skip_tokenizer_init=False, random_weights=False, num_layers=None):
     """random_weights: the engine of the checkpoint's config.json (its first num_layers layers) with random weights
     made on the device."""
@@ -152,7 +155,7 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
                            max_len=max_len, dequantize_experts=dequantize_experts)
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs,
-                             token_budget=token_budget, prefix_caching=prefix_caching)
+                             token_budget=token_budget, prefix_caching=prefix_caching, overlap=not no_overlap)
     source = _checkpoint(model, checkpoint)
     started, engine = time.perf_counter(), None
     if random_weights:

@@ -68,8 +68,8 @@ class LLM:
                  gpu_memory_utilization: float | None = None, enforce_eager: bool | None = None,
                  enable_prefix_caching: bool | None = None, max_num_seqs: int | None = None,
                  max_num_batched_tokens: int | None = None, kv_cache_dtype: str | None = None,
-                 seed: int | None = None, device: str | None = None, generation_config: str | Path = "auto",
-                 skip_tokenizer_init: bool = False, **vllm_kwargs):
+                 async_scheduling: bool | None = None, seed: int | None = None, device: str | None = None,
+                 generation_config: str | Path = "auto", skip_tokenizer_init: bool = False, **vllm_kwargs):
         """model: the checkpoint folder (default: the embedded tiny model). tokenizer: a folder holding the
         tokenizer files (default: the checkpoint's), or a tokenizer object. engine: a loaded engine (tests,
         benchmarks) instead of the checkpoint's. The vLLM arguments left out keep export= / runtime='s values, else
@@ -82,7 +82,8 @@ class LLM:
         args = {"dtype": dtype, "tensor_parallel_size": tensor_parallel_size, "max_model_len": max_model_len,
                 "max_num_seqs": max_num_seqs, "kv_cache_dtype": kv_cache_dtype, "device": device,
                 "gpu_memory_utilization": gpu_memory_utilization, "enforce_eager": enforce_eager,
-                "enable_prefix_caching": enable_prefix_caching, "max_num_batched_tokens": max_num_batched_tokens}
+                "enable_prefix_caching": enable_prefix_caching, "max_num_batched_tokens": max_num_batched_tokens,
+                "async_scheduling": async_scheduling}
         self.export_options = export_options(self.checkpoint, export, args)
         runtime = runtime_options(runtime, args)
         self.default_sampling = _generation_defaults(self.checkpoint, generation_config)

@@ -34,6 +34,8 @@ RUNTIME_ARGS: dict[str, tuple[str, Callable]] = {
     "enforce_eager": ("cuda_graphs", lambda eager: not eager),
     "enable_prefix_caching": ("prefix_caching", bool),
     "max_num_batched_tokens": ("token_budget", int),
+    # vLLM's async scheduling: the next step is scheduled while the device runs the current one
+    "async_scheduling": ("overlap", bool),
 }
 
 # vLLM arguments dayzero does not implement -> (the value that asks for nothing, what to do instead)

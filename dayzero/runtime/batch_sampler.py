@@ -4,7 +4,8 @@ Each row (row_plan.py) gets its request's logit adjustments (logit_adjustments.p
 the drafts before the row counted, stop ids banned before min_tokens) and its grammar mask (a packed bitmask,
 grammar_bitmask.py); greedy rows then take the argmax, random rows a draw (token_draw.py) at a uniform keyed by the
 request's seed and the row's output position (seeded_uniform.py), so a request's tokens depend on nothing else in the
-batch. The tokens, and the log probabilities asked for, come back to the host in one copy.
+batch. The tokens, and the log probabilities asked for, come back to the host in one copy; `sample` starts it and
+keeps the tokens on the device (a step that overlaps the host feeds them to the next one), `collect` reads it.
 
 A verify step's rows are sampled like any others, and acceptance (spec_decode.accepted_run) keeps the drafts equal to
 the tokens sampled at their positions. For a point-mass draft that is the rejection rule: a draft is kept with its
@@ -25,7 +26,7 @@ from dayzero.runtime.seeded_uniform import seeded_uniform
 from dayzero.runtime.sequence import Sequence
 from dayzero.runtime.token_counts import TokenCounts
 from dayzero.runtime.token_draw import draw_tokens
-from dayzero.runtime.transfers import download, upload
+from dayzero.runtime.transfers import Download, upload
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,13 @@ class SampledRows:
     logprobs: list[TokenLogprob] | None
 
 
-# sequences a pass takes on the CPU: 8 rows of 163,840 logits stay in its caches from one op to the next (2.7x faster
-# than 64 at once); a GPU takes the whole batch in one pass
-SEQUENCES_PER_PASS = {"cpu": 8}
+@dataclass(frozen=True)
+class DrawnRows:
+    """A step's tokens on the device (one a row of its plan) and their copy to the host under way."""
+
+    tokens: torch.Tensor  # int64 [rows]
+    plan: RowPlan
+    copy: Download
 
 
 class BatchSampler:
@@ -47,57 +52,62 @@ class BatchSampler:
         """stop_ids: the engine's end-of-sequence ids (banned with a request's own before its min_tokens)."""
         self.vocab_size, self.stop_ids, self.device = vocab_size, stop_ids, torch.device(device)
         self.counts = TokenCounts(vocab_size, self.device)
-        self._plans: dict[int, RowPlan] = {}  # by pass
+        self._plan: RowPlan | None = None
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None = None,
                  bitmasks: list[torch.Tensor | None] | None = None) -> list[SampledRows]:
         """logits [B, vocab], or [B, width, vocab] for a verify step (row i of sequence b after its last token and
         drafts[b][:i], rows past 1 + len(drafts[b]) unused); bitmasks: per sequence None or its grammar's int32
         [1 + len(drafts[b]), ceil(vocab / 32)]."""
-        sampled = []
-        for plan, step, rows, masks in self._passes(logits, seqs, drafts, bitmasks):
-            work = self._adjusted(rows, plan, step, masks)
-            sampled += self._results(rows, self._tokens(work, plan, step), plan)
-        return sampled
+        return self.collect(self.sample(logits, seqs, drafts, bitmasks))
+
+    def sample(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None = None,
+               bitmasks: list[torch.Tensor | None] | None = None, drawn: torch.Tensor | None = None,
+               drawn_rows: list[int | None] | None = None) -> DrawnRows:
+        """The rows' tokens, left on the device, with their copy to the host (and the log probabilities') started.
+        A sequence's rows pick its output tokens len(output_ids) + num_pending onwards; drawn, drawn_rows: where
+        sequence b's last output token is still on the device, drawn[drawn_rows[b]] (the penalties count it)."""
+        plan, step, rows = self._prepare(logits, seqs, drafts, bitmasks, drawn, drawn_rows)
+        tokens = self._tokens(self._adjusted(rows, plan, step, bitmasks), plan, step)
+        asked = plan.logprobs
+        parts = [tokens, *(row_logprobs(asked.take(rows), asked.take(tokens), max(plan.num_top)) if asked else [])]
+        return DrawnRows(tokens, plan, Download(parts))
 
     def adjusted_logits(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None = None,
                         bitmasks: list[torch.Tensor | None] | None = None) -> torch.Tensor:
         """float32 [rows, vocab]: the logits the rows' tokens are chosen from (adjusted and masked), rows in order."""
-        return torch.cat([self._adjusted(rows, plan, step, masks)
-                          for plan, step, rows, masks in self._passes(logits, seqs, drafts, bitmasks)])
+        plan, step, rows = self._prepare(logits, seqs, drafts, bitmasks)
+        return self._adjusted(rows, plan, step, bitmasks)
 
-    def _passes(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None,
-                bitmasks: list | None):
-        """(plan, step inputs, rows [R, vocab], bitmasks) of each pass over the batch's sequences."""
+    def _prepare(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None,
+                 bitmasks: list | None, drawn: torch.Tensor | None = None, drawn_rows: list[int | None] | None = None
+                 ) -> tuple[RowPlan, dict[str, torch.Tensor], torch.Tensor]:
         drafts = drafts if drafts is not None else [[] for _ in seqs]
-        bitmasks = bitmasks if bitmasks is not None else [None] * len(seqs)
-        size = SEQUENCES_PER_PASS.get(self.device.type) or len(seqs) or 1
-        for index, start in enumerate(range(0, len(seqs), size)):
-            part = slice(start, start + size)
-            plan = self._plan_for(index, seqs[part], drafts[part])
-            step = self._step_inputs(plan, drafts[part], bitmasks[part], logits.shape[1] if logits.dim() == 3 else 1)
-            yield plan, step, _flat_rows(logits[part], step), bitmasks[part]
+        plan = self._plan_for(seqs, drafts)
+        step = self._step_inputs(plan, drafts, bitmasks, logits.shape[1] if logits.dim() == 3 else 1, drawn,
+                                 drawn_rows or [None] * len(seqs))
+        return plan, step, _flat_rows(logits, step)
 
-    def _plan_for(self, index: int, seqs: list[Sequence], drafts: list[list[int]]) -> RowPlan:
-        plan = self._plans.get(index)
-        if plan is None or not plan.matches(seqs, drafts):
-            plan = self._plans[index] = RowPlan(seqs, drafts, self.vocab_size, self.device)
-        return plan
+    def _plan_for(self, seqs: list[Sequence], drafts: list[list[int]]) -> RowPlan:
+        if self._plan is None or not self._plan.matches(seqs, drafts):
+            self._plan = RowPlan(seqs, drafts, self.vocab_size, self.device)
+        return self._plan
 
-    def _step_inputs(self, plan: RowPlan, drafts: list[list[int]], bitmasks: list,
-                     width: int) -> dict[str, torch.Tensor]:
+    def _step_inputs(self, plan: RowPlan, drafts: list[list[int]], bitmasks: list | None, width: int,
+                     drawn: torch.Tensor | None, drawn_rows: list[int | None]) -> dict[str, torch.Tensor]:
         """What changes every step, in one copy: the random rows' positions, the counting rows' count rows and the
         drafts they count, stop-id bans, the masked rows and the real rows of a padded verify step."""
         seqs = plan.seqs
         counting = {b: None for b in (plan.owners[r] for r in plan.counting.rows)}
-        counting = dict(zip(counting, self.counts.rows_of([seqs[b] for b in counting])))
+        counting = dict(zip(counting, self.counts.rows_of([seqs[b] for b in counting], drawn,
+                                                          [drawn_rows[b] for b in counting])))
         increments = [(j, token) for j, r in enumerate(plan.counting.rows)
                       for token in drafts[plan.owners[r]][: plan.offsets[r]]]
         bans = [(r, token) for b, seq in enumerate(seqs) for r in plan.rows_of(b)
                 for token in self._banned(seq, r, plan)]
-        masked_rows = [r for b in range(len(seqs)) if bitmasks[b] is not None for r in plan.rows_of(b)]
+        masked_rows = [r for b in range(len(seqs)) if bitmasks and bitmasks[b] is not None for r in plan.rows_of(b)]
         return upload({
-            "positions": [len(seqs[plan.owners[r]].output_ids) + plan.offsets[r] for r in plan.random.rows],
+            "positions": [_emitted(seqs[plan.owners[r]]) + plan.offsets[r] for r in plan.random.rows],
             "count_rows": [counting[plan.owners[r]] for r in plan.counting.rows],
             "increment_rows": [j for j, _ in increments], "increment_tokens": [t for _, t in increments],
             "ban_rows": [r for r, _ in bans], "ban_tokens": [t for _, t in bans], "masked": masked_rows,
@@ -106,12 +116,12 @@ class BatchSampler:
 
     def _banned(self, seq: Sequence, row: int, plan: RowPlan) -> list[int]:
         """Before min_tokens no stop id may be the row's token."""
-        if len(seq.output_ids) + plan.offsets[row] >= seq.params.min_tokens:
+        if _emitted(seq) + plan.offsets[row] >= seq.params.min_tokens:
             return []
         return sorted(set(seq.params.stop_token_ids) | (set() if seq.params.ignore_eos else set(self.stop_ids)))
 
     def _adjusted(self, rows: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor],
-                  bitmasks: list) -> torch.Tensor:
+                  bitmasks: list | None) -> torch.Tensor:
         """The rows' logits in float32 with their adjustments and masks (the rows themselves where none)."""
         if not plan.adjusts and not len(step["masked"]):
             return rows.float()
@@ -119,7 +129,13 @@ class BatchSampler:
         if plan.bias is not None:
             with_bias(work, *plan.bias)
         if plan.counting:
-            work = plan.counting.put(work, self._penalized(plan.counting.take(work), plan, step))
+            generated = self.counts.generated[step["count_rows"]]
+            if len(step["increment_rows"]):
+                generated.index_put_((step["increment_rows"], step["increment_tokens"]),
+                                     torch.ones((), device=work.device), accumulate=True)
+            in_prompt = self.counts.in_prompt[step["count_rows"]]
+            work = plan.counting.put(work, penalized_rows(plan.counting.take(work), generated, in_prompt,
+                                                          plan.counting_rows))
         if len(step["ban_rows"]):
             with_bans(work, step["ban_rows"], step["ban_tokens"])
         if len(step["masked"]):
@@ -127,17 +143,10 @@ class BatchSampler:
             work[step["masked"]] = masked(work[step["masked"]], bitmask)
         return work
 
-    def _penalized(self, x: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The counting rows' logits with their penalties, each row counting the drafts before it."""
-        generated = self.counts.generated[step["count_rows"]]
-        if len(step["increment_rows"]):
-            generated.index_put_((step["increment_rows"], step["increment_tokens"]), x.new_ones(()), accumulate=True)
-        return penalized_rows(x, generated, self.counts.in_prompt[step["count_rows"]], plan.counting_rows)
-
     def _tokens(self, work: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
         if not plan.random:
             return work.argmax(-1)
-        uniform = seeded_uniform(plan.random_rows.seed_keys, step["positions"])
+        uniform = seeded_uniform(plan.random_rows.seeds, step["positions"])
         drawn = draw_tokens(plan.random.take(work), plan.random_rows, uniform)
         if not plan.greedy:
             return drawn
@@ -145,16 +154,21 @@ class BatchSampler:
         tokens.index_copy_(0, plan.greedy.index, plan.greedy.take(work).argmax(-1))
         return tokens.index_copy_(0, plan.random.index, drawn)
 
-    def _results(self, rows: torch.Tensor, tokens: torch.Tensor, plan: RowPlan) -> list[SampledRows]:
-        """Tokens and log probabilities to the host in one copy, split by sequence."""
-        asked = plan.logprobs
-        parts = [tokens, *(row_logprobs(asked.take(rows), asked.take(tokens), max(plan.num_top)) if asked else [])]
-        host = [part.tolist() for part in download(parts)]
-        asked_tokens = [host[0][r] for r in asked.rows]
-        logprobs = dict(zip(asked.rows, entries(asked_tokens, *host[1:], plan.num_top) if asked else []))
+    @staticmethod
+    def collect(drawn: DrawnRows) -> list[SampledRows]:
+        """The drawn tokens and log probabilities on the host (waits for their copy), split by sequence."""
+        plan, asked = drawn.plan, drawn.plan.logprobs
+        host = [part.tolist() for part in drawn.copy.wait()]
+        logprobs = dict(zip(asked.rows, entries([host[0][r] for r in asked.rows], *host[1:], plan.num_top))) \
+            if asked else {}
         return [SampledRows([host[0][r] for r in plan.rows_of(b)],
                             [logprobs[r] for r in plan.rows_of(b)] if seq.params.logprobs is not None else None)
                 for b, seq in enumerate(plan.seqs)]
+
+
+def _emitted(seq: Sequence) -> int:
+    """Output tokens drawn before this step's: those on the host and those still on the device."""
+    return len(seq.output_ids) + seq.num_pending
 
 
 def _flat_rows(logits: torch.Tensor, step: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -18,6 +18,7 @@ from dayzero.runtime.capacity import memory_budget, plan_capacity
 from dayzero.runtime.detokenizer import StopStringWatch
 from dayzero.runtime.graphs import decode_runner
 from dayzero.runtime.held_drafts import bitmask_along, held_draft
+from dayzero.runtime.in_flight import InFlight
 from dayzero.runtime.logprobs import TokenLogprob
 from dayzero.runtime.prefix_cache import PrefixCache
 from dayzero.runtime.prompt_logprobs import prompt_targets, record_prompt_logprobs, wants_prompt_logprobs
@@ -51,6 +52,9 @@ class RuntimeOptions:
     snapshot_every: int | None = None
     # slot groups kept for snapshots beyond the running sequences' (default: one a sequence of the batch)
     snapshot_groups: int | None = None
+    # launch each decode step before the previous one's tokens reach the host (in_flight.py), where the step allows:
+    # no drafts, no answer held to a grammar
+    overlap: bool = True
 
     def __post_init__(self):
         if self.draft_method not in PROPOSERS:
@@ -68,6 +72,7 @@ class StepStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0  # drafts the model agreed with
     steps: int = 0
+    overlapped: int = 0  # decode steps launched before the host read the previous one's tokens
     preemptions: int = 0
     first_token_at: dict = field(default_factory=dict)
 
@@ -110,6 +115,9 @@ class LLMEngine:
         self.token_bytes = token_bytes
         self._vocabulary: Vocabulary | None = None
         self.stats = StepStats()
+        # decode steps overlap the host where the engine verifies no drafts (drafts come from the host's tokens)
+        self.overlap = options.overlap and not manifest.num_draft
+        self._in_flight: InFlight | None = None
 
     def _prefix_cache(self, options: RuntimeOptions, token_budget: int, decodes_alone: bool) -> PrefixCache | None:
         if not options.prefix_caching:
@@ -169,18 +177,36 @@ class LLMEngine:
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or self._in_flight is not None
 
     def step(self) -> list[Sequence]:
-        """One model step; -> the sequences that finished in it."""
-        step = self.scheduler.schedule()
-        if step is None:
-            return []
+        """One model step; -> the sequences that finished in it. With overlap a decode step is finished by the next
+        call, after that call launched the step that follows it (or, where none can follow before the host reads
+        its tokens, instead of launching one)."""
         with torch.inference_mode():
-            finished = self._decode(step) if step.decode else self._prefill(step)
-        self.stats.steps += 1
+            if self._in_flight is not None:
+                finished = self._step_ahead()
+            else:
+                step = self.scheduler.schedule()
+                finished = [] if step is None else self._decode(step) if step.decode else self._prefill(step)
         self.stats.preemptions = self.scheduler.num_preemptions
         return finished
+
+    def _step_ahead(self) -> list[Sequence]:
+        """Launch the decode step after the one in flight, then finish that one."""
+        previous = self._in_flight
+        step = self.scheduler.schedule_ahead(self._overlaps)
+        self._in_flight = None if step is None else self._launch(step, previous)
+        self.stats.overlapped += step is not None
+        finished = self._finish(previous)
+        if self._in_flight is not None:
+            self._name_snapshots(self._in_flight)
+        return finished
+
+    def _overlaps(self, seq: Sequence) -> bool:
+        """Whether seq's next decode step may be launched before the host reads its last token: not where the host
+        needs it first (drafts, an answer's grammar state)."""
+        return self.overlap and seq.json_answer is None
 
     def _prefill(self, step: ScheduledStep) -> list[Sequence]:
         input_ids, meta = prefill_inputs(step, self.manifest.page_size, self.capacity.slots_per_seq, self.max_pages,
@@ -191,6 +217,7 @@ class LLMEngine:
             record_prompt_logprobs(step, scored)
         else:
             logits = self.step_engine.prefill(input_ids, meta, self.caches)
+        self.stats.steps += 1
         self.stats.prefill_tokens += sum(step.num_new)
         for seq, count in zip(step.seqs, step.num_new):
             seq.num_cached += count
@@ -213,17 +240,53 @@ class LLMEngine:
                 for seq, draft in zip(seqs, drafts)]
 
     def _decode(self, step: ScheduledStep) -> list[Sequence]:
-        """Verify each sequence's drafts (none without speculation) and keep the accepted run."""
+        """Launch a decode step; finish it now, unless it overlaps the host (then the next call does)."""
+        flight = self._launch(step)
+        self._name_snapshots(flight)
+        if all(self._overlaps(seq) for seq in step.seqs):
+            self._in_flight = flight
+            return []
+        return self._finish(flight)
+
+    def _launch(self, step: ScheduledStep, previous: InFlight | None = None) -> InFlight:
+        """Verify each sequence's drafts (none without speculation), on the device: the step runs, its tokens are
+        drawn and start for the host. A sequence whose last token `previous` drew is fed it from there."""
         drafts = [self._draft(seq, count - 1) for seq, count in zip(step.seqs, step.num_new)]
+        drawn = None if previous is None else previous.drawn.tokens
+        drawn_rows = None if previous is None else previous.drawn_rows(step.seqs)
         input_ids, meta = decode_inputs(step.seqs, drafts, 1 + self.manifest.num_draft, self.manifest.page_size,
-                                        self.capacity.slots_per_seq, self.max_pages, self.manifest.device)
+                                        self.capacity.slots_per_seq, self.max_pages, self.manifest.device, drawn,
+                                        drawn_rows)
         logits = self.decode(input_ids, meta)
-        sampled = self.sampler(logits, step.seqs, drafts, self._bitmasks(step.seqs, drafts))
+        sampled = self.sampler.sample(logits, step.seqs, drafts, self._bitmasks(step.seqs, drafts), drawn, drawn_rows)
+        flight = InFlight(step.seqs, drafts, [seq.num_cached for seq in step.seqs], sampled, [])
+        for seq, draft in zip(step.seqs, drafts):
+            # the last token enters the cache whatever is accepted; the drawn token is the host's to read
+            seq.num_cached += 1
+            seq.num_pending += 1
+            held = self.prefix_cache.hold_decoded(seq, seq.num_cached - 1) if self.prefix_cache and not draft else None
+            if held is not None:
+                flight.held.append(held)
+        self.stats.steps += 1
+        return flight
+
+    def _name_snapshots(self, flight: InFlight) -> None:
+        """Once the host knows the tokens a step was fed, its decode snapshots get their names."""
+        for held in flight.held:
+            self.prefix_cache.name_decoded(held)
+        flight.held.clear()
+
+    def _finish(self, flight: InFlight) -> list[Sequence]:
+        """Read a launched step's tokens and keep each sequence's accepted run; a sequence that ended while the step
+        was in flight drops its token."""
         finished = []
-        for seq, draft, out in zip(step.seqs, drafts, sampled):
-            before = seq.num_cached
+        for seq, draft, before, out in zip(flight.seqs, flight.drafts, flight.before,
+                                           self.sampler.collect(flight.drawn)):
+            if seq.status is not Status.RUNNING:
+                continue
+            seq.num_pending -= 1
             tokens = self._verify(seq, draft, out.tokens)
-            if self.prefix_cache:
+            if self.prefix_cache and draft:
                 self.prefix_cache.remember_decoded(seq, before)
             if self._emit(seq, tokens, out.logprobs):
                 finished.append(seq)
@@ -240,8 +303,9 @@ class LLMEngine:
         """The tokens seq's verify rows emit (samples: each row's token); its cache length and entry slot move past the
         run."""
         tokens = accepted_run(samples, draft)
-        # the last token and the accepted drafts entered the cache; the model's own next token did not yet
-        seq.num_cached += len(tokens)
+        # the accepted drafts entered the cache after the last token (counted at launch); the model's own next token
+        # did not yet
+        seq.num_cached += len(tokens) - 1
         seq.num_accepted = len(tokens)
         self.stats.drafted_tokens += len(draft)
         self.stats.accepted_tokens += len(tokens) - 1

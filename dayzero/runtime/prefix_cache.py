@@ -25,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from dayzero.runtime.block_manager import BlockManager
-from dayzero.runtime.sequence import Sequence
+from dayzero.runtime.sequence import Sequence, Status
 from dayzero.runtime.state_pool import StatePool
 
 # tokens between snapshots where the runtime names none
@@ -47,6 +47,14 @@ def page_keys(token_ids: list[int], page_size: int, num_pages: int, known: list[
         tokens = array("q", token_ids[page * page_size : (page + 1) * page_size]).tobytes()
         keys.append(hashlib.blake2b((keys[-1] if keys else b"") + tokens, digest_size=16).digest())
     return keys[:num_pages]
+
+
+@dataclass
+class HeldSnapshot:
+    """A decode snapshot taken but not named yet (PrefixCache.hold_decoded)."""
+
+    seq: Sequence
+    prefix: CachedPrefix
 
 
 class PrefixCache:
@@ -89,15 +97,53 @@ class PrefixCache:
         """After a decode (verify) step took seq from `before` cached tokens to seq.num_cached: snapshot the last
         page boundary it crossed, in place of seq's previous decode snapshot. Verify input t left the state after
         before + t + 1 tokens in slot t of seq's group."""
+        held = self.hold_decoded(seq, before)
+        if held is not None:
+            self.name_decoded(held)
+
+    def hold_decoded(self, seq: Sequence, before: int) -> HeldSnapshot | None:
+        """remember_decoded's copy of the state, made before the next step overwrites it; its name follows with
+        name_decoded once the host knows the tokens it covers (a step that overlaps the host feeds a token the host
+        reads later)."""
         boundary = seq.num_cached // self.page_size * self.page_size
         if boundary <= before or not self.decode_snapshots:
-            return
-        created = self._snapshot(seq, boundary, self.states.first_slot(seq.slot) + boundary - before - 1)
+            return None
+        if seq.num_tokens >= boundary:
+            # the tokens are known: a prefix cached already is not copied again
+            key = self._keys(seq, boundary // self.page_size)[-1]
+            if key in self.prefixes:
+                self.prefixes.move_to_end(key)
+                self._replace_decoding(seq, None)
+                return None
+        group = self.states.take_spare(self.states.first_slot(seq.slot) + boundary - before - 1)
+        if group is None:
+            self._replace_decoding(seq, None)
+            return None
+        pages = seq.pages[: boundary // self.page_size]
+        self.blocks.hold(pages)
+        return HeldSnapshot(seq, CachedPrefix(boundary, pages, group))
+
+    def name_decoded(self, held: HeldSnapshot) -> None:
+        """Cache a held decode snapshot under its tokens' key (given back where that prefix is cached already); it
+        replaces its sequence's previous one while the sequence runs (one that ended meanwhile leaves it cached)."""
+        seq, prefix = held.seq, held.prefix
+        key = self._keys(seq, prefix.length // self.page_size)[-1]
+        created = None
+        if key in self.prefixes:
+            self.prefixes.move_to_end(key)
+            self.blocks.release(prefix.pages)
+            self.states.give_back(prefix.group)
+        else:
+            self.prefixes[key], created = prefix, key
+        if seq.status is Status.RUNNING:
+            self._replace_decoding(seq, created)
+
+    def _replace_decoding(self, seq: Sequence, key: bytes | None) -> None:
         previous = self.decoding.pop(seq.request_id, None)
         if previous is not None:
             self._drop(previous)
-        if created is not None:
-            self.decoding[seq.request_id] = created
+        if key is not None:
+            self.decoding[seq.request_id] = key
 
     def forget_decoding(self, seq: Sequence) -> None:
         """seq ended: its latest decode snapshot stays cached, no longer replaced."""

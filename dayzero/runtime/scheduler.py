@@ -5,11 +5,17 @@ Each step is one kind: a prefill step (chunks of several waiting/prefilling sequ
 tokens) when any sequence still has uncached prompt tokens, else a decode step over every running sequence (rows in
 state-slot order). With speculative decoding a decode step verifies up to `num_draft` drafts per sequence: pages
 are reserved for them too (never past the sequence's max_tokens, so never past the engine's max length).
+
+While a decode step is in flight (llm_engine.py, overlap) `schedule_ahead` plans the next one before its tokens reach
+the host: every decoding sequence goes on, one position further, except those the step in flight surely ends (their
+max_tokens reached). It plans nothing where the synchronous path would decide otherwise: a prefill to run, a
+sequence that needs its tokens on the host, or pages that run short (a preemption).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dayzero.errors import DayzeroError
@@ -94,6 +100,21 @@ class Scheduler:
             self._preempt_newest()
         return None
 
+    def schedule_ahead(self, overlaps: Callable[[Sequence], bool]) -> ScheduledStep | None:
+        """The decode step that follows the one in flight, planned before its tokens reach the host; None where it
+        must wait for them (overlaps: whether a sequence's next step may be planned so)."""
+        self._admit()
+        if any(self._is_prefilling(s) for s in self.running):
+            return None
+        seqs = sorted(self._decoding(), key=lambda s: s.slot)
+        if not seqs or not all(overlaps(s) for s in seqs):
+            return None
+        if sum(self.blocks.missing_pages(s, self._reach(s)) for s in seqs) > self.blocks.num_available:
+            return None
+        for seq in seqs:
+            self.blocks.grow(seq, self._reach(seq))
+        return ScheduledStep(True, seqs, [1] * len(seqs))
+
     @staticmethod
     def _is_prefilling(seq: Sequence) -> bool:
         return seq.num_uncached > 1 or (seq.num_cached == 0 and seq.num_uncached > 0)
@@ -147,15 +168,23 @@ class Scheduler:
         """Drafts worth verifying for seq: tokens past its max_tokens would be cut off anyway."""
         return max(0, min(self.num_draft, seq.params.max_tokens - len(seq.output_ids) - 1))
 
+    def _decoding(self) -> list[Sequence]:
+        """The running sequences a decode step takes: those past their prefill, less those whose max_tokens a step in
+        flight reaches."""
+        return [s for s in self.running if not self._is_prefilling(s)
+                and len(s.output_ids) + s.num_pending < s.params.max_tokens]
+
+    def _reach(self, seq: Sequence) -> int:
+        """Tokens seq's next decode step needs pages for: those known, those in flight and its drafts."""
+        return seq.num_tokens + seq.num_pending + self.num_lookahead(seq)
+
     def _decode_step(self) -> ScheduledStep | None:
-        decoding = lambda: [s for s in self.running if not self._is_prefilling(s)]  # noqa: E731
-        reach = lambda s: s.num_tokens + self.num_lookahead(s)  # noqa: E731
-        while sum(self.blocks.missing_pages(s, reach(s)) for s in decoding()) > self.blocks.num_available:
+        while sum(self.blocks.missing_pages(s, self._reach(s)) for s in self._decoding()) > self.blocks.num_available:
             self._preempt_newest()
-        # rows in state-slot order: the KDA layers' decode kernels then read the state pool front to back
-        seqs = sorted(decoding(), key=lambda s: s.slot)
+        # rows in state-slot order: the KDA layers' decode kernels then read the pool front to back
+        seqs = sorted(self._decoding(), key=lambda s: s.slot)
         for seq in seqs:
-            self.blocks.grow(seq, reach(seq))
+            self.blocks.grow(seq, self._reach(seq))
         return ScheduledStep(True, seqs, [1 + self.num_lookahead(s) for s in seqs]) if seqs else None
 
     def _preempt_newest(self) -> None:

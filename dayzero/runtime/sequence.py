@@ -29,7 +29,10 @@ class Sequence:
     request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
     output_ids: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
-    num_cached: int = 0  # tokens whose KV / state is in the caches
+    num_cached: int = 0  # tokens whose KV / state is in the caches (or being written by a step in flight)
+    # output tokens a step in flight has drawn on the device that the host has not read yet (llm_engine.py, overlap):
+    # the last of them is the sequence's next input
+    num_pending: int = 0
     pages: list[int] = field(default_factory=list)
     slot: int | None = None
     # inputs of the last verify step that entered the cache: the next step starts from state slot num_accepted - 1

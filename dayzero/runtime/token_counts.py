@@ -1,7 +1,8 @@
 """Device rows for the counting penalties (penalties.py), one per sequence that has them: how often each token was
 generated, and whether the prompt holds it. A row is filled when its sequence first needs it and then grows by the
 tokens emitted since, so a step moves only those few ids to the device; rows of finished sequences are taken back
-when a new one needs room."""
+when a new one needs room. A token a step in flight drew (llm_engine.py, overlap) is counted on the device, from that
+step's token tensor, before the host reads it."""
 
 from __future__ import annotations
 
@@ -28,24 +29,32 @@ class TokenCounts:
         # by id(seq): the row holds its sequence, so the id is not reused while the row lives
         self._rows: dict[int, _Row] = {}
 
-    def rows_of(self, seqs: list[Sequence]) -> list[int]:
-        """The rows of seqs, each brought up to date with its output tokens."""
+    def rows_of(self, seqs: list[Sequence], drawn: torch.Tensor | None = None,
+                drawn_rows: list[int | None] | None = None) -> list[int]:
+        """The rows of seqs, each brought up to date with its output tokens. drawn: a step's tokens on the device;
+        drawn_rows[b]: the one that is seqs[b]'s last output token, where the host has not read it (else None)."""
         rows = [self._current(seq) for seq in seqs]
-        owners, tokens = [], []
-        for row in rows:
+        owners, tokens, drawn_owners, drawn_from = [], [], [], []
+        for row, drawn_row in zip(rows, drawn_rows or [None] * len(rows)):
             new = row.seq.output_ids[row.num_counted:]
             owners += [row.index] * len(new)
             tokens += new
             row.num_counted += len(new)
-        if tokens:
-            sent = upload({"owners": owners, "tokens": tokens}, torch.int64, self.device)
-            ones = torch.ones(len(tokens), device=self.device)
-            self.generated.index_put_((sent["owners"], sent["tokens"]), ones, accumulate=True)
+            if drawn_row is not None and row.num_counted < _drawn(row.seq):
+                drawn_owners.append(row.index)
+                drawn_from.append(drawn_row)
+                row.num_counted += 1
+        if tokens or drawn_owners:
+            sent = upload({"owners": owners, "tokens": tokens, "drawn_owners": drawn_owners,
+                           "drawn_from": drawn_from}, torch.int64, self.device)
+            owners = torch.cat([sent["owners"], sent["drawn_owners"]])
+            tokens = torch.cat([sent["tokens"], drawn[sent["drawn_from"]] if drawn_owners else sent["drawn_from"]])
+            self.generated.index_put_((owners, tokens), torch.ones(len(owners), device=self.device), accumulate=True)
         return [row.index for row in rows]
 
     def _current(self, seq: Sequence) -> _Row:
         row = self._rows.get(id(seq))
-        if row is not None and row.num_counted <= len(seq.output_ids):
+        if row is not None and row.num_counted <= _drawn(seq):
             return row
         row = _Row(seq, self._free_index() if row is None else row.index)
         self.generated[row.index] = 0
@@ -66,3 +75,8 @@ class TokenCounts:
         self.generated = torch.cat([self.generated, self.generated.new_zeros(grown - free, self.vocab_size)])
         self.in_prompt = torch.cat([self.in_prompt, self.in_prompt.new_zeros(grown - free, self.vocab_size)])
         return free
+
+
+def _drawn(seq: Sequence) -> int:
+    """seq's output tokens drawn so far: those on the host and those still on the device."""
+    return len(seq.output_ids) + seq.num_pending

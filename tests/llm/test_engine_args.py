@@ -45,6 +45,7 @@ def test_export_arguments(tmp_path, argument, value, field, expected):
     ("enforce_eager", False, "cuda_graphs", True),
     ("enable_prefix_caching", True, "prefix_caching", True),
     ("max_num_batched_tokens", 512, "token_budget", 512),
+    ("async_scheduling", False, "overlap", False),
 ])
 def test_runtime_arguments(argument, value, field, expected):
     assert getattr(runtime_options(None, {argument: value}), field) == expected
