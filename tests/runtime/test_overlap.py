@@ -70,7 +70,8 @@ def random_mix(seed: int, sampled: bool = False, shared_prefixes: bool = False, 
             stop=("q", "xy") if kind == 2 else (),
             temperature=0.9 if sampled else 0.0, top_p=rng.choice([1.0, 0.8]) if sampled else 1.0,
             seed=rng.randrange(2**32) if sampled else None, logprobs=2 if kind == 3 else None,
-            min_tokens=min(2, max_tokens) if sampled and kind == 1 else 0, frequency_penalty=rng.choice([0.0, 0.0, 0.7]))
+            min_tokens=min(2, max_tokens) if sampled and kind == 1 else 0,
+            frequency_penalty=rng.choice([0.0, 0.0, 0.7]))
         mix.arrivals.setdefault(rng.randrange(12), []).append((number, prompt, params))
         if rng.random() < 0.15:
             mix.cancels.setdefault(rng.randrange(2, 14), []).append(number)
