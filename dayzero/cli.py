@@ -180,19 +180,20 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
 @click.option("--prompt", "prompts", multiple=True, help="A prompt (repeat for several; default: one built-in).")
 @click.option("--prompt-file", type=click.File(), default=None, help="One prompt per line.")
 @click.option("--batch", type=int, default=1, show_default=True, help="Copies of each prompt sent together.")
-@click.option("--max-tokens", type=int, default=48, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-k", type=int, default=0, show_default=True)
-@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--max-tokens", type=int, default=None, help="Default: generation_config.json's, else 16 (vLLM's).")
+@click.option("--temperature", type=float, default=None,
+              help="0 = greedy. Default: generation_config.json's, else 1 (vLLM's).")
+@click.option("--top-k", type=int, default=None)
+@click.option("--top-p", type=float, default=None)
 @click.option("--seed", type=int, default=None)
 @engine_options
 def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, num_draft, **engine) -> None:
     """Export (or find in the cache) the engine, then generate for the prompts with continuous batching."""
-    from dayzero.runtime.sampling import SamplingParams
-
     texts = [*prompts, *(line.rstrip("\n") for line in prompt_file or [])] or [DEFAULT_PROMPT]
     with _load_llm(**engine, num_draft=num_draft, max_batch=max(16, batch)) as llm:
-        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        asked = {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+        params = dataclasses.replace(llm.get_default_sampling_params(),
+                                     **{name: value for name, value in asked.items() if value is not None})
         start = time.perf_counter()
         outputs = llm.generate([t for t in texts for _ in range(batch)], params)
         elapsed = time.perf_counter() - start
