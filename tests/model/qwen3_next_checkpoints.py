@@ -38,7 +38,3 @@ def write_checkpoint(directory: Path, **overrides):
     hf.save_pretrained(directory)
     return directory, hf
 
-
-def expected_logits(hf, ids: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return hf(ids).logits.float()

@@ -21,7 +21,8 @@ from dayzero.plugins.indexer import reference as indexer_reference
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from tests.helpers import rel_err
-from tests.model.glm5_checkpoints import KPOOL, TOPK, VOCAB, expected_logits, write_checkpoint
+from tests.hf_checkpoints import expected_logits
+from tests.model.glm5_checkpoints import KPOOL, TOPK, VOCAB, write_checkpoint
 from tests.plugins.triton_env import ON_GPU, needs_triton
 
 NEW_TOKENS = 16

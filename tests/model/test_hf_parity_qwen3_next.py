@@ -18,7 +18,8 @@ from dayzero.model.step import contiguous_meta
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from tests.helpers import rel_err
-from tests.model.qwen3_next_checkpoints import VOCAB, expected_logits, write_checkpoint
+from tests.hf_checkpoints import expected_logits
+from tests.model.qwen3_next_checkpoints import VOCAB, write_checkpoint
 from tests.model.test_hf_parity_dsa import NEW_TOKENS, HalfRightProposer
 from tests.plugins.triton_env import gpu_only
 

@@ -9,7 +9,8 @@ import torch
 
 from dayzero.model import load
 from tests.helpers import rel_err
-from tests.model.qwen3_next_checkpoints import VOCAB, expected_logits, write_checkpoint
+from tests.hf_checkpoints import expected_logits
+from tests.model.qwen3_next_checkpoints import VOCAB, write_checkpoint
 from tests.model.test_hf_parity_dsa_ops import triton_bodies_on_cpu  # noqa: F401 (a fixture)
 from tests.model.test_hf_parity_qwen3_next import verified_logits
 from tests.plugins.triton_env import ON_GPU, needs_triton
