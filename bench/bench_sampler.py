@@ -4,7 +4,7 @@ prompt and 256-token answer so far counted by the penalties. The batched sampler
 the per-row path of a checkout given by --before (`git worktree add /tmp/before 87d8135`: one Python call a row with a
 full-vocabulary sort and a host copy each), measured in a child process that imports that checkout's dayzero.
 
-    python -m bench.bench_sampler [--device cuda] [--before PATH] [--steps 5] [--threads N] [--out DIR]
+    python -m bench.bench_sampler [--device cuda] [--before PATH] [--steps 5] [--out DIR]
 
 Logits are Gaussian: std 4 (peaked, top-p keeps tens of tokens) and std 1 (flat, thousands: more than the CPU's
 top-p candidates, so those rows are sorted whole). Each step appends the chosen tokens to the answers, as decoding
@@ -78,29 +78,23 @@ def check_support(logits: torch.Tensor, seqs, tokens: list[int]) -> None:
         assert torch.isfinite(filtered_logits(row, seq.params)[token]), "a token outside the reference's support"
 
 
-def step_ms(step, device: str, scale: float, steps: int, check: bool) -> dict[str, float]:
-    """The median step's wall time and the process's CPU time in ms (on a shared machine the CPU time varies less)."""
+def step_ms(step, device: str, scale: float, steps: int, check: bool) -> float:
     generator = torch.Generator(device).manual_seed(1)
     logits = [torch.randn(BATCH, 1, VOCAB, device=device, generator=generator) * scale for _ in range(steps + 1)]
     seqs = requests()
-    wall, cpu = [], []
+    times = []
     for index, rows in enumerate(logits):
         if device == "cuda":
             torch.cuda.synchronize()
-        start, start_cpu = time.perf_counter(), time.process_time()
+        start = time.perf_counter()
         tokens = step(rows, seqs)
-        wall.append(1e3 * (time.perf_counter() - start))
-        cpu.append(1e3 * (time.process_time() - start_cpu))
+        times.append(1e3 * (time.perf_counter() - start))
         if check and index == 0:
             check_support(rows, seqs, tokens)
         for seq, token in zip(seqs, tokens):
             seq.output_ids.append(token)
     # the first step builds what later ones reuse (the batched sampler's plan and count rows)
-    return {"wall": median(wall[1:]), "cpu": median(cpu[1:])}
-
-
-def median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
+    return sorted(times[1:])[len(times[1:]) // 2]
 
 
 @torch.inference_mode()
@@ -113,7 +107,7 @@ def measure(device: str, steps: int) -> dict:
 
 def before(path: str, device: str, steps: int) -> dict:
     command = [sys.executable, "-m", "bench.bench_sampler", "--tree", path, "--device", device, "--steps", str(steps),
-               "--threads", str(torch.get_num_threads()), "--print-json"]
+               "--print-json"]
     done = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
                           check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -124,13 +118,10 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--before", default=None, help="a checkout of the per-row sampler's commit")
-    p.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's own)")
     # the child process of --before: import dayzero from this checkout, print the measurement
     p.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     p.add_argument("--print-json", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     if args.tree:
         sys.path.insert(0, args.tree)
     if args.print_json:
@@ -138,22 +129,14 @@ def main() -> None:
         return
     old = before(args.before, args.device, args.steps) if args.before else None
     new = measure(args.device, args.steps)
-    rows = [{"case": case, **times_row(old and old["ms"][case], ms)} for case, ms in new["ms"].items()]
+    rows = [{"case": case, "before_ms": old and old["ms"][case], "after_ms": ms,
+             "speedup": old and old["ms"][case] / ms} for case, ms in new["ms"].items()]
     tables = {"step": {"title": f"Token choice of a decode step: batch {BATCH}, vocabulary {VOCAB}, top-p 0.9, "
                                 f"temperature 0.7, repetition + presence penalties, 5 logprobs", "rows": rows,
                        "columns": {"case": "logits", "before_ms": "per-row ms", "after_ms": "batched ms",
-                                   "speedup": "speedup", "before_cpu_ms": "per-row CPU ms",
-                                   "after_cpu_ms": "batched CPU ms", "cpu_speedup": "CPU-time speedup"}}}
-    print_tables(write_result(args.out, "sampler", tables, device=args.device, threads=torch.get_num_threads(),
+                                   "speedup": "speedup"}}}
+    print_tables(write_result(args.out, "sampler", tables, device=args.device,
                               before_commit=args.before and commit_of(args.before)))
-
-
-def times_row(old: dict | None, new: dict) -> dict:
-    row = {"after_ms": new["wall"], "after_cpu_ms": new["cpu"]}
-    if old:
-        row.update(before_ms=old["wall"], speedup=old["wall"] / new["wall"], before_cpu_ms=old["cpu"],
-                   cpu_speedup=old["cpu"] / new["cpu"])
-    return row
 
 
 def commit_of(path: str) -> str | None:

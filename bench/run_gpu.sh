@@ -4,9 +4,10 @@
 #     bash bench/run_gpu.sh [BENCH ...]
 #
 # BENCH is a benchmark's name (bench/bench_<name>.py), "kernels" (the default: attnres mhc kda_prefill kda_decode
-# gated_deltanet sparse_mla indexer quant moe), "model" (dsa_accuracy runtime prefix_cache server spec_decode export),
-# "multi" (tp cp: two GPUs) or "all". Each writes $OUT/<name>.json and its PNG (OUT defaults to bench/results); a summary
-# table comes last.
+# gated_deltanet sparse_mla indexer pooled_indexer quant moe gqa_attention), "model" (dsa_accuracy runtime
+# prefix_cache server spec_decode export qwen3_next_slice glm5_slice), "multi" (tp cp: two GPUs) or "all" (those,
+# structured_host and vs_transformers: dayzero against transformers + fla, which needs fla-core in .whl/). Each writes
+# $OUT/<name>.json and its PNG (OUT defaults to bench/results); a summary table comes last.
 #
 # The machine brings torch and Triton. Wheels it lacks (the peers: fla-core 0.6.0; matplotlib for the plots; the
 # project's own dependencies for the model benchmarks) are installed from .whl/ when the checkout carries it: fetch
@@ -17,8 +18,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 OUT="${OUT:-bench/results}"
 mkdir -p "$OUT"
-KERNELS="attnres mhc kda_prefill kda_decode gated_deltanet sparse_mla indexer quant moe"
-MODEL="dsa_accuracy runtime prefix_cache server spec_decode export"
+KERNELS="attnres mhc kda_prefill kda_decode gated_deltanet sparse_mla indexer pooled_indexer quant moe gqa_attention"
+MODEL="dsa_accuracy runtime prefix_cache server spec_decode export qwen3_next_slice glm5_slice"
 MULTI="tp cp"
 
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -35,7 +36,7 @@ for arg in "${@:-kernels}"; do
     kernels) names+=($KERNELS) ;;
     model) names+=($MODEL) ;;
     multi) names+=($MULTI) ;;
-    all) names+=($KERNELS $MODEL $MULTI json_masks) ;;
+    all) names+=($KERNELS $MODEL $MULTI structured_host vs_transformers) ;;
     *) names+=("$arg") ;;
   esac
 done

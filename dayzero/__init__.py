@@ -11,13 +11,13 @@ from dayzero.version import __version__ as __version__
 if TYPE_CHECKING:
     from dayzero.llm.api import LLM
     from dayzero.llm.outputs import CompletionOutput, RequestOutput
-    from dayzero.runtime.sampling import SamplingParams
+    from dayzero.llm.sampling_params import SamplingParams
 
 __all__ = ["LLM", "CompletionOutput", "DayzeroError", "RequestOutput", "SamplingParams"]
 
 # the runtime pulls in torch and the plugins: each public name loads its module only when asked for
 _LAZY = {"LLM": "dayzero.llm.api", "CompletionOutput": "dayzero.llm.outputs", "RequestOutput": "dayzero.llm.outputs",
-         "SamplingParams": "dayzero.runtime.sampling"}
+         "SamplingParams": "dayzero.llm.sampling_params"}
 
 
 def __getattr__(name: str):

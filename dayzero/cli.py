@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -132,8 +133,10 @@ def _expert_split(tp: int, ep: int | None, enable_expert_parallel: bool) -> int:
 
 def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_parallel, dtype, kv_cache, index_cache,
               max_len, dequantize_experts, memory_mb, gpu_memory_fraction, no_cuda_graphs, no_overlap, prefix_caching,
-              token_budget, num_draft, max_batch, skip_tokenizer_init=False):
-    from dayzero.export.auto_options import default_device
+              token_budget, num_draft, max_batch, skip_tokenizer_init=False, random_weights=False, num_layers=None):
+    """random_weights: the engine of the checkpoint's config.json (its first num_layers layers) with random weights
+    made on the device."""
+    from dayzero.export.auto_options import checkpoint_dtype, default_device
     from dayzero.export.options import ExportOptions
     from dayzero.llm.api import LLM
     from dayzero.runtime.llm_engine import RuntimeOptions
@@ -153,11 +156,23 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
     runtime = RuntimeOptions(memory_bytes=None if memory_mb is None else memory_mb << 20,
                              gpu_memory_fraction=gpu_memory_fraction, cuda_graphs=not no_cuda_graphs,
                              token_budget=token_budget, prefix_caching=prefix_caching, overlap=not no_overlap)
-    llm = LLM(_checkpoint(model, checkpoint), export, runtime, skip_tokenizer_init=skip_tokenizer_init,
+    source = _checkpoint(model, checkpoint)
+    started, engine = time.perf_counter(), None
+    if random_weights:
+        from dayzero.perf.random_engine import random_engine
+
+        if source is None:
+            raise DayzeroError("--random-weights reads MODEL's config.json: give MODEL (a folder holding config.json, "
+                               "such as dayzero/configs/kimi-linear-48b-a3b)")
+        export = dataclasses.replace(export, dtype=checkpoint_dtype(source) if dtype == "auto" else dtype)
+        engine = random_engine(source, export, num_layers=num_layers)
+    llm = LLM(source, export, runtime, engine=engine, skip_tokenizer_init=skip_tokenizer_init,
               dtype="auto" if dtype == "auto" else None)
     ranks = f" x {export.ranks} ranks" if export.ranks > 1 else ""
-    click.echo(f"[engine: {backend} on {device}{ranks} in {llm.export_options.dtype}, loaded in "
-               f"{llm.load_seconds:.1f} s; {llm.engine.capacity.describe()}]")
+    weights = "random weights made" if random_weights else "loaded"
+    click.echo(f"[engine: {backend} on {device}{ranks} in {llm.export_options.dtype}, {weights} in "
+               f"{time.perf_counter() - started if random_weights else llm.load_seconds:.1f} s; "
+               f"{llm.engine.capacity.describe()}]")
     return llm
 
 
@@ -165,19 +180,20 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
 @click.option("--prompt", "prompts", multiple=True, help="A prompt (repeat for several; default: one built-in).")
 @click.option("--prompt-file", type=click.File(), default=None, help="One prompt per line.")
 @click.option("--batch", type=int, default=1, show_default=True, help="Copies of each prompt sent together.")
-@click.option("--max-tokens", type=int, default=48, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-k", type=int, default=0, show_default=True)
-@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--max-tokens", type=int, default=None, help="Default: generation_config.json's, else 16 (vLLM's).")
+@click.option("--temperature", type=float, default=None,
+              help="0 = greedy. Default: generation_config.json's, else 1 (vLLM's).")
+@click.option("--top-k", type=int, default=None)
+@click.option("--top-p", type=float, default=None)
 @click.option("--seed", type=int, default=None)
 @engine_options
 def run(prompts, prompt_file, batch, max_tokens, temperature, top_k, top_p, seed, num_draft, **engine) -> None:
     """Export (or find in the cache) the engine, then generate for the prompts with continuous batching."""
-    from dayzero.runtime.sampling import SamplingParams
-
     texts = [*prompts, *(line.rstrip("\n") for line in prompt_file or [])] or [DEFAULT_PROMPT]
     with _load_llm(**engine, num_draft=num_draft, max_batch=max(16, batch)) as llm:
-        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        asked = {"max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+        params = dataclasses.replace(llm.get_default_sampling_params(),
+                                     **{name: value for name, value in asked.items() if value is not None})
         start = time.perf_counter()
         outputs = llm.generate([t for t in texts for _ in range(batch)], params)
         elapsed = time.perf_counter() - start
@@ -232,40 +248,95 @@ def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, ap
 @cli.command()
 @click.option("--batch", "batches", type=int, multiple=True,
               help="Requests run together; repeat for several runs (default: 1, 16 and 64).")
-@click.option("--prompt-tokens", type=int, default=512, show_default=True)
+@click.option("--prompt-tokens", "prompts", type=int, multiple=True,
+              help="Tokens of each prompt; repeat for runs of each length at each batch (default: 512).")
 @click.option("--output-tokens", type=int, default=64, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the rows to this JSON file.")
+              help="Also write the rows (and profiles) to this JSON file, rewritten after each run.")
+@click.option("--profile", is_flag=True, help="Also profile decode steps of each run (torch.profiler): time per op "
+              "kind (KDA, indexer, MLA, AttnRes, MoE routing and experts, GEMMs, norms, elementwise, reductions, "
+              "sampling, host gaps) against that kind's share of the floor.")
+@click.option("--profile-steps", type=int, default=16, show_default=True, help="Decode steps each profile covers.")
+@click.option("--random-weights", is_flag=True, help="Read only MODEL's config.json (a checkpoint or a config folder "
+              "such as dayzero/configs/kimi-linear-48b-a3b) and make random weights in device memory, layer by layer: "
+              "no checkpoint is read or written. Eager engine, one device.")
+@click.option("--num-layers", type=int, default=None, help="With --random-weights: only the config's first N layers "
+              "(a slice of the model at its full width).")
 @engine_options
-def bench(batches, prompt_tokens, output_tokens, json_path, num_draft, **engine) -> None:
+def bench(batches, prompts, output_tokens, json_path, profile, profile_steps, random_weights, num_layers, num_draft,
+          **engine) -> None:
     """Prefill and decode throughput of the engine through the runtime: prefill against the device's measured matmul
     rate, each decode step against the least memory traffic it must move (weights, KDA states, caches) at the
     measured copy bandwidth."""
+    batches, prompts = batches or (1, 16, 64), prompts or (512,)
+    if num_layers is not None and not random_weights:
+        raise DayzeroError("--num-layers cuts the config of --random-weights; a checkpoint runs whole")
+    if min(batches) < 1 or min(prompts) < 1 or output_tokens < 2 or profile_steps < 1:
+        raise DayzeroError("--batch, --prompt-tokens and --profile-steps must be >= 1 and --output-tokens >= 2 (one "
+                           "token comes from prefill, the rest from decode steps)")
+    # bench feeds token ids: a checkpoint without tokenizer files is benchmarked all the same
+    with _load_llm(**engine, num_draft=num_draft, max_batch=max(batches), skip_tokenizer_init=True,
+                   random_weights=random_weights, num_layers=num_layers) as llm:
+        described = {**engine, "random_weights": random_weights, "num_layers": num_layers}
+        runs = [(length, b) for length in prompts for b in batches]
+        rows = _bench_runs(llm, _bench_config(llm, engine, random_weights), runs, output_tokens,
+                           profile_steps if profile else 0, json_path, described)
+    click.echo("\n" + _table(rows))
+
+
+def _bench_runs(llm, cfg, runs: list[tuple[int, int]], output_tokens: int, profile_steps: int, json_path: Path | None,
+                described: dict) -> list[dict]:
+    """One row (and with profile_steps a profile) a (prompt length, batch) run, each shown and saved as it ends."""
+    from dayzero.perf.engine_bench import run_engine
+
+    ceilings = _ceilings(llm)
+    rows, profiles = [], []
+    for length, batch in runs:
+        run = run_engine(llm.engine, batch, length, output_tokens, profile_steps=profile_steps)
+        rows.append(_bench_row(llm, cfg, run, ceilings, described["cp"]))
+        click.echo(_table(rows[-1:]))
+        if profile_steps:
+            profiles.append(_profile(llm, cfg, run, ceilings))
+            click.echo(profiles[-1].table())
+        if json_path is not None:
+            _write_bench(json_path, ceilings, described, rows, profiles if profile_steps else None)
+    return rows
+
+
+def _ceilings(llm) -> dict:
+    from dayzero.perf.engine_bench import copy_bandwidth, matmul_rate
+
+    device, dtype = llm.export_options.device, llm.export_options.dtype
+    ceilings = {"copy_bytes_per_s": copy_bandwidth(device), "matmul_flops_per_s": matmul_rate(device, _dtype(dtype))}
+    click.echo(f"[on {device}: copy {ceilings['copy_bytes_per_s'] / 1e9:.1f} GB/s, {dtype} "
+               f"matmul {ceilings['matmul_flops_per_s'] / 1e12:.2f} TFLOP/s]")
+    return ceilings
+
+
+def _write_bench(path: Path, ceilings: dict, options: dict, rows: list, profiles) -> None:
     import json
 
+    engine = {name: str(value) if isinstance(value, Path) else value for name, value in options.items()}
+    extra = {} if profiles is None else {"profiles": [p.to_json() for p in profiles]}
+    path.write_text(json.dumps({**ceilings, "engine": engine, "rows": rows, **extra}, indent=2))
+
+
+def _bench_config(llm, engine: dict, random_weights: bool):
+    """The network one rank runs (what the floor is computed for)."""
     from dayzero.export.rank_plan import RankPlan
     from dayzero.model.expert_format import checkpoint_config
-    from dayzero.perf.engine_bench import copy_bandwidth, matmul_rate, run_engine
 
-    batches = batches or (1, 16, 64)
-    if min(batches) < 1 or prompt_tokens < 1 or output_tokens < 2:
-        raise DayzeroError("--batch and --prompt-tokens must be >= 1 and --output-tokens >= 2 (one token comes from "
-                           "prefill, the rest from decode steps)")
-    # bench feeds token ids: a checkpoint without tokenizer files is benchmarked all the same
-    with _load_llm(**engine, num_draft=num_draft, max_batch=max(batches), skip_tokenizer_init=True) as llm:
-        cfg = RankPlan(llm.export_options.tp, 0, llm.export_options.ep).local_config(
-            checkpoint_config(llm.checkpoint, keep_mxfp4=not engine["dequantize_experts"]))
-        device, dtype = llm.export_options.device, llm.export_options.dtype
-        ceilings = {"copy_bytes_per_s": copy_bandwidth(device),
-                    "matmul_flops_per_s": matmul_rate(device, _dtype(dtype))}
-        click.echo(f"[on {device}: copy {ceilings['copy_bytes_per_s'] / 1e9:.1f} GB/s, {dtype} "
-                   f"matmul {ceilings['matmul_flops_per_s'] / 1e12:.2f} TFLOP/s]")
-        rows = [_bench_row(llm, cfg, run_engine(llm.engine, b, prompt_tokens, output_tokens), ceilings, engine["cp"])
-                for b in batches]
-    click.echo(_table(rows))
-    if json_path is not None:
-        options = {name: str(value) if isinstance(value, Path) else value for name, value in engine.items()}
-        json_path.write_text(json.dumps({**ceilings, "engine": options, "rows": rows}, indent=2))
+    if random_weights:
+        return llm.step_engine.model.config
+    return RankPlan(llm.export_options.tp, 0, llm.export_options.ep).local_config(
+        checkpoint_config(llm.checkpoint, keep_mxfp4=not engine["dequantize_experts"]))
+
+
+def _profile(llm, cfg, run, ceilings: dict):
+    from dayzero.perf.decode_profile import decode_profile
+
+    return decode_profile(cfg, llm.engine.manifest, run.batch, run.prompt_tokens, run.profile,
+                          ceilings["copy_bytes_per_s"])
 
 
 def _bench_row(llm, cfg, run, ceilings: dict, prefill_devices: int) -> dict:

@@ -30,6 +30,30 @@ def tiny_config_dict(**text_overrides) -> dict:
     return data
 
 
+# GLM-5.3-Flash (glm5_next) at small odd shapes (tests/model/glm5_checkpoints.py): KDA, a full indexer layer and a
+# layer sharing its picks, pooled index keys (pools of 3, 4 of them kept), dense and MoE layers, 3 hyper-connection
+# streams
+GLM5_VOCAB, GLM5_TOPK, GLM5_KPOOL = 301, 12, 3
+GLM5_TEXT = dict(
+    vocab_size=GLM5_VOCAB, hidden_size=72, intermediate_size=104, moe_intermediate_size=40, num_hidden_layers=5,
+    num_attention_heads=3, num_key_value_heads=3, q_lora_rank=28, kv_lora_rank=36, qk_nope_head_dim=18,
+    qk_rope_head_dim=0, v_head_dim=20, n_routed_experts=12, num_experts_per_tok=3, n_group=4, topk_group=2,
+    n_shared_experts=1, routed_scaling_factor=2.446, index_n_heads=16, index_head_dim=24, index_topk=GLM5_TOPK,
+    index_kpool=GLM5_KPOOL, linear_num_heads=2, linear_head_dim=16, linear_conv_kernel_dim=3, hc_mult=3,
+    hc_sinkhorn_iters=5, hc_eps=1e-5, swiglu_limit=0.3, rms_norm_eps=1e-6, max_position_embeddings=1280,
+    bos_token_id=0, eos_token_id=1, pad_token_id=2,
+    layer_types=["linear_attention", "indexed_attention", "indexed_attention", "linear_attention",
+                 "indexed_attention"],
+    indexer_types=["full", "full", "shared", "full", "full"],
+    mlp_layer_types=["dense", "sparse", "dense", "sparse", "sparse"],
+)
+
+
+def glm5_config_dict(**text_overrides) -> dict:
+    """A glm5_next config.json (no vision tower) of GLM5_TEXT with fields replaced."""
+    return {"model_type": "glm5_next", "text_config": {**GLM5_TEXT, **text_overrides}}
+
+
 def layer_pattern(kinds: str) -> dict:
     """linear_attn_config for a pattern such as "kkm": k = KDA, m = MLA."""
     base = json.loads(TINY_CONFIG.read_text())["text_config"]["linear_attn_config"]

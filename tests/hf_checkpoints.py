@@ -47,3 +47,9 @@ def write_kimi_linear(path: Path, seed: int = 0, **overrides) -> Path:
     randomize(model)
     model.save_pretrained(path)
     return path
+
+
+def expected_logits(hf, ids: torch.Tensor) -> torch.Tensor:
+    """A transformers model's fp32 logits of ids [B, T]."""
+    with torch.no_grad():
+        return hf(ids).logits.float()

@@ -19,7 +19,8 @@ from tests.helpers import ROOT
 
 def test_run_creates_the_embedded_model_and_streams(tmp_path, monkeypatch):
     monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
-    result = CliRunner().invoke(cli, ["run", "--max-tokens", "5", "--prompt", "hello"], catch_exceptions=False)
+    result = CliRunner().invoke(cli, ["run", "--max-tokens", "5", "--temperature", "0", "--prompt", "hello"],
+                                catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "creating the embedded tiny-hybrid checkpoint" in result.output
     assert "\nhello" in result.output
@@ -32,10 +33,10 @@ def test_init_checkpoint_then_run_it(tmp_path):
     runner = CliRunner()
     result = runner.invoke(cli, ["init-checkpoint", "tiny-hybrid", str(out), "--dtype", "float32"])
     assert result.exit_code == 0, result.output
-    result = runner.invoke(cli, ["run", "--checkpoint", str(out), "--max-tokens", "3"])
+    result = runner.invoke(cli, ["run", "--checkpoint", str(out), "--max-tokens", "3", "--temperature", "0"])
     assert result.exit_code == 0 and "3 generated" in result.output and "drafts accepted" not in result.output
-    result = runner.invoke(cli, ["run", "--checkpoint", str(out), "--max-tokens", "12", "--num-draft", "2",
-                                 "--prompt", "abcabcabcabc"])
+    result = runner.invoke(cli, ["run", "--checkpoint", str(out), "--max-tokens", "12", "--temperature", "0",
+                                 "--num-draft", "2", "--prompt", "abcabcabcabc"])
     assert result.exit_code == 0 and "12 generated" in result.output, result.output
     assert re.search(r"drafts accepted \d+/\d+ \(\d+%\)", result.output), result.output
 
@@ -43,7 +44,8 @@ def test_init_checkpoint_then_run_it(tmp_path):
 def test_context_parallel_run_answers_the_same_text(tmp_path, monkeypatch):
     """`--cp 2` with a small token budget: the prompt's prefill chunks continue after cached context on two ranks."""
     monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
-    args = ["run", "--max-tokens", "12", "--prompt", "context parallel prefill " * 6, "--token-budget", "64"]
+    args = ["run", "--max-tokens", "12", "--temperature", "0", "--prompt", "context parallel prefill " * 6,
+            "--token-budget", "64"]
     texts = []
     for extra in ([], ["--cp", "2"]):
         result = CliRunner().invoke(cli, args + extra, catch_exceptions=False)

@@ -89,8 +89,8 @@ def test_the_model_argument_runs_the_checkpoint(tmp_path):
     out = tmp_path / "ckpt"
     runner = CliRunner()
     assert runner.invoke(cli, ["init-checkpoint", "tiny-hybrid", str(out), "--dtype", "float32"]).exit_code == 0
-    by_argument = runner.invoke(cli, ["run", str(out), "--max-tokens", "4"])
-    by_option = runner.invoke(cli, ["run", "--checkpoint", str(out), "--max-tokens", "4"])
+    by_argument = runner.invoke(cli, ["run", str(out), "--max-tokens", "4", "--temperature", "0"])
+    by_option = runner.invoke(cli, ["run", "--checkpoint", str(out), "--max-tokens", "4", "--temperature", "0"])
     assert by_argument.exit_code == 0, by_argument.output
     # the generated text (stdout: log lines go to stderr), without the bracketed status lines and the request ids
     # (a counter of the process)
@@ -166,8 +166,8 @@ def test_the_default_dtype_is_the_checkpoints(tmp_path, monkeypatch):
     assert runner.invoke(cli, ["init-checkpoint", "tiny-hybrid", str(out), "--dtype", "bfloat16"]).exit_code == 0
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"}))
-    result = runner.invoke(cli, ["run", str(out), "--max-tokens", "2"])
+    result = runner.invoke(cli, ["run", str(out), "--max-tokens", "2", "--temperature", "0"])
     assert result.exit_code == 0, result.output
     assert "[engine: eager on cpu in bfloat16" in result.output
-    forced = runner.invoke(cli, ["run", str(out), "--max-tokens", "2", "--dtype", "float32"])
+    forced = runner.invoke(cli, ["run", str(out), "--max-tokens", "2", "--temperature", "0", "--dtype", "float32"])
     assert "[engine: eager on cpu in float32" in forced.output

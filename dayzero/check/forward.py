@@ -14,7 +14,7 @@ class Forward:
     The last layer's states are taken after the final norm, as transformers reports them (`output_hidden_states`:
     the layer outputs, the last one replaced by the model's normed last hidden state)."""
 
-    states: list[torch.Tensor]  # one [T, D] per layer, fp32 on the CPU
+    states: list[torch.Tensor]  # one [T, D] per layer ([T, HC, D]: hyper-connection streams), fp32 on the CPU
     logits: torch.Tensor  # [T, vocab] fp32 on the CPU
 
 

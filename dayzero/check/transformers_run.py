@@ -41,23 +41,32 @@ def model_type(checkpoint: Path) -> str:
 
 def causal_lm_class(checkpoint: Path) -> str:
     """The transformers class that implements the checkpoint's model_type, or a DayzeroError saying there is none."""
+    return _auto_classes(checkpoint)[1]
+
+
+def _auto_classes(checkpoint: Path) -> tuple[str, str]:
+    """(transformers auto class, implementing class) of the checkpoint's model_type: a causal LM, or a multimodal
+    model that generates text (GLM-5.3-Flash, whose language model dayzero serves)."""
     transformers = _transformers()
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto import modeling_auto
 
     name = model_type(checkpoint)
-    if name not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise DayzeroError(f"transformers {transformers.__version__} has no causal-LM implementation of model_type "
-                           f"{name!r}, so there is nothing to check against (a newer transformers may have it)")
-    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[name]
+    for auto, mapping in (("AutoModelForCausalLM", modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
+                          ("AutoModelForImageTextToText", modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)):
+        if name in mapping:
+            return auto, mapping[name]
+    raise DayzeroError(f"transformers {transformers.__version__} has no causal-LM implementation of model_type "
+                       f"{name!r}, so there is nothing to check against (a newer transformers may have it)")
 
 
 class TransformersModel:
-    """The checkpoint loaded by transformers' AutoModelForCausalLM on one device and dtype; a context manager that
-    frees it on exit, so that the next model of the check finds the device memory."""
+    """The checkpoint loaded by transformers' AutoModelForCausalLM (or, for a multimodal model that generates text,
+    AutoModelForImageTextToText) on one device and dtype; a context manager that frees it on exit, so that the next
+    model of the check finds the device memory."""
 
     def __init__(self, checkpoint: Path, device: str, dtype: torch.dtype, num_layers: int):
         transformers = _transformers()
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(
+        self.model = getattr(transformers, _auto_classes(checkpoint)[0]).from_pretrained(
             checkpoint, trust_remote_code=False, dtype=dtype).to(device).eval()
         self.device, self.num_layers = device, num_layers
 

@@ -2,7 +2,8 @@
 contract").
 
 `caches` is a flat list of tensors, mutated in place, described by `EngineManifest.cache_tensors`: each tensor is
-indexed by page (latent KV / index keys, 64 tokens a page) or by state slot (KDA recurrent state / conv windows).
+indexed by page (latent KV / index keys / GQA K and V, 64 tokens a page) or by state slot (KDA recurrent state /
+conv windows).
 The runtime allocates and resets them from the manifest alone, never from model code.
 """
 
@@ -23,7 +24,7 @@ class CacheTensorSpec:
     """One cache tensor: shape [num_units, *unit_shape] where a unit is a page or a state slot."""
 
     layer: int
-    name: str  # latent_kv | index_k | state | conv
+    name: str  # latent_kv | index_k | index_window | kv | state | conv
     unit: str  # PAGE | SLOT
     unit_shape: tuple[int, ...]
     dtype: str

@@ -1,6 +1,8 @@
 """Weight pre-layout, done once at export on the loaded reference model (in place; logits stay equal).
 
 * KDA: the six projections of the layer input (q, k, v, f_a, b, g or g_a) become one GEMM `in_proj`;
+* gated DeltaNet: in_proj_qkvz and in_proj_ba become one GEMM `in_proj` with its rows regrouped by kind (q, k, v, z,
+  b, a of all heads, not per key head), so the conv input and the gates are slices of its output;
 * MLA: W_UK and W_UV are split out of kv_b_proj once, as contiguous [H, n, c] / [H, v, c] weights (absorbed
   attention: W_UK folds into the query, W_UV follows the attention), instead of views sliced every step;
 * AttnRes: each mix's RMSNorm weight folds into its score vector (proj ⊙ norm), the norm weight becomes ones.
@@ -15,6 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from dayzero.model.gated_deltanet import GatedDeltaNet
 from dayzero.model.hybrid import HybridModel
 from dayzero.model.kda import KDAttention
 from dayzero.model.mla import MLAttention
@@ -30,6 +33,18 @@ def fuse_kda_input_projections(model: HybridModel) -> int:
         layer.in_proj_sizes = [p.out_features for p in parts]
         for name in layer.input_projection_names():
             delattr(layer, name)
+        layer.in_proj = fused
+    return len(layers)
+
+
+def fuse_gdn_input_projections(model: HybridModel) -> int:
+    layers = [m for m in model.modules() if isinstance(m, GatedDeltaNet) and getattr(m, "in_proj", None) is None]
+    for layer in layers:
+        rows = layer.input_rows().to(layer.in_proj_ba.weight.device)
+        weight = torch.cat([layer.in_proj_qkvz.weight, layer.in_proj_ba.weight])[rows]
+        fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+        fused.weight = nn.Parameter(weight, requires_grad=False)
+        del layer.in_proj_qkvz, layer.in_proj_ba
         layer.in_proj = fused
     return len(layers)
 
@@ -58,6 +73,7 @@ def fold_attnres_norms(model: HybridModel) -> int:
 
 LAYOUT_PASSES: dict[str, Callable[[HybridModel], int]] = {
     "kda_fused_input_projection": fuse_kda_input_projections,
+    "gdn_fused_input_projection": fuse_gdn_input_projections,
     "mla_absorbed_weights": split_mla_absorption,
     "attnres_folded_norms": fold_attnres_norms,
 }

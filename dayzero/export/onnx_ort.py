@@ -80,6 +80,13 @@ kernel("WriteLatent")(_cache_write(ops.write_latent))
 kernel("WriteIndexKeys")(_cache_write(ops.write_index_keys))
 
 
+@kernel("WriteKv")
+def _write_kv(cache, k, v, slot_mapping):
+    cache = cache.clone()
+    ops.write_kv(cache, k, v, slot_mapping)
+    return (cache,)
+
+
 @kernel("Mxfp8Quantize")
 def _mxfp8_quantize(x, *, block):
     q, scales = ops.mxfp8_quantize(x, block)
@@ -93,6 +100,31 @@ def _index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, q_s
     return (ops.index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, topk, scale, q_scales),)
 
 
+@kernel("WritePooledIndexKeysPrefill")
+def _write_pooled_index_keys_prefill(index_cache, window, rows, ape, slot_mapping, positions, cu_seqlens, slots):
+    index_cache, window = index_cache.clone(), window.clone()
+    ops.write_pooled_index_keys_prefill(index_cache, window, rows, ape, slot_mapping, positions, cu_seqlens, slots)
+    return index_cache, window
+
+
+@kernel("WritePooledIndexKeysDecode")
+def _write_pooled_index_keys_decode(index_cache, window, rows, ape, slot_mapping, positions, state_slots,
+                                    num_accepted):
+    index_cache, window = index_cache.clone(), window.clone()
+    ops.write_pooled_index_keys_decode(index_cache, window, rows, ape, slot_mapping, positions, state_slots,
+                                       num_accepted)
+    return index_cache, window
+
+
+@kernel("PooledIndexTopkPaged")
+def _pooled_index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, q_scales=None, *, topk, kpool,
+                             scale, has_scale, has_q_scales):
+    if q_scales is not None:
+        q = q.view(torch.float8_e4m3fn)
+    return (ops.pooled_index_topk_paged(q, w, index_cache, block_table, cu_seqlens, positions, topk, kpool,
+                                        scale if has_scale else None, q_scales),)
+
+
 @kernel("sparse_mla_paged")
 def _sparse_mla_paged(q, latent_cache, block_table, cu_seqlens, indices, *, sm_scale, v_dim):
     return ops.sparse_mla_paged(q, latent_cache, block_table, cu_seqlens, indices, sm_scale, v_dim)
@@ -101,6 +133,16 @@ def _sparse_mla_paged(q, latent_cache, block_table, cu_seqlens, indices, *, sm_s
 @kernel("dense_mla_paged")
 def _dense_mla_paged(q, latent_cache, block_table, cu_seqlens, positions, *, sm_scale, v_dim):
     return ops.dense_mla_paged(q, latent_cache, block_table, cu_seqlens, positions, sm_scale, v_dim)
+
+
+@kernel("GqaPrefillPaged")
+def _gqa_prefill_paged(q, kv_cache, block_table, cu_seqlens, positions, *, sm_scale):
+    return (ops.gqa_prefill_paged(q, kv_cache, block_table, cu_seqlens, positions, sm_scale),)
+
+
+@kernel("GqaDecodePaged")
+def _gqa_decode_paged(q, kv_cache, block_table, positions, *, sm_scale):
+    return (ops.gqa_decode_paged(q, kv_cache, block_table, positions, sm_scale),)
 
 
 @kernel("AttnresMix")
@@ -122,6 +164,16 @@ def _attnres_mix_blocks(query, rms_weight, blocks, partial=None, *, num_blocks, 
 def _attnres_mix_blocks_norm(query, rms_weight, norm_weight, blocks, partial=None, *, num_blocks, has_partial, eps,
                              norm_eps):
     return ops.attnres_mix_blocks_norm(query, blocks, num_blocks, partial, rms_weight, eps, norm_weight, norm_eps)
+
+
+@kernel("MhcPre")
+def _mhc_pre(streams, fn, base, scale, *, norm_eps, hc_eps, sinkhorn_iters):
+    return ops.mhc_pre(streams, fn, base, scale, norm_eps, hc_eps, sinkhorn_iters)
+
+
+@kernel("MhcPost")
+def _mhc_post(out, residual, post, comb):
+    return (ops.mhc_post(out, residual, post, comb),)
 
 
 @kernel("MoeRoute")

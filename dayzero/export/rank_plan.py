@@ -1,9 +1,10 @@
 """The rank plan of tensor parallelism: which heads, neurons and experts a rank holds, and where its partial
 outputs are summed.
 
-A rank holds a contiguous 1/tp of the KDA heads, of the MLA heads, of the dense MLP's and of every routed and shared
-expert's intermediate dim; with expert parallelism (ep = tp) it holds 1/tp of the routed experts whole instead of
-a slice of each. Each such sublayer ends in one all-reduce. Everything else (embeddings, the LM head,
+A rank holds a contiguous 1/tp of the KDA heads, of the gated DeltaNet key heads (with the value heads they serve),
+of the MLA heads, of the GQA query and KV heads (and so of the GQA K/V cache), of the dense MLP's and of every routed
+and shared expert's intermediate dim; with expert parallelism (ep = tp) it holds 1/tp of the routed experts whole
+instead of a slice of each. Each such sublayer ends in one all-reduce. Everything else (embeddings, the LM head,
 norms, AttnRes mixes, the router, the low-rank and latent projections, the MLA latent cache and the DSA indexer) is
 whole on every rank: every rank computes the same Top-K and writes the same latent rows.
 """
@@ -48,8 +49,14 @@ class RankPlan:
             sizes["linear_attn_config.num_heads"] = cfg.kda.num_heads
         if cfg.mla is not None:
             sizes["num_attention_heads"] = cfg.mla.num_heads
+        if cfg.gdn is not None:
+            sizes["linear_num_key_heads"] = cfg.gdn.num_key_heads
+        if cfg.gqa is not None:
+            sizes["num_key_value_heads"] = cfg.gqa.num_kv_heads
         if cfg.moe is not None and self.ep == 1:
             sizes["moe_intermediate_size"] = cfg.moe.intermediate_size
+            if cfg.moe.shared_intermediate_size:
+                sizes["shared_expert_intermediate_size"] = cfg.moe.shared_intermediate_size
         elif cfg.moe is not None:
             sizes["num_experts"] = cfg.moe.num_experts
             sizes["moe_intermediate_size x num_shared_experts"] = cfg.moe.shared_size
@@ -69,17 +76,29 @@ class RankPlan:
             share["kda"] = dataclasses.replace(cfg.kda, num_heads=cfg.kda.num_heads // self.tp)
         if cfg.mla is not None:
             share["mla"] = dataclasses.replace(cfg.mla, num_heads=cfg.mla.num_heads // self.tp)
+        if cfg.gdn is not None:
+            share["gdn"] = dataclasses.replace(cfg.gdn, num_key_heads=cfg.gdn.num_key_heads // self.tp,
+                                               num_value_heads=cfg.gdn.num_value_heads // self.tp)
+        if cfg.gqa is not None:
+            share["gqa"] = dataclasses.replace(cfg.gqa, num_heads=cfg.gqa.num_heads // self.tp,
+                                               num_kv_heads=cfg.gqa.num_kv_heads // self.tp)
         if cfg.moe is not None and self.ep == 1:
-            share["moe"] = dataclasses.replace(cfg.moe, intermediate_size=cfg.moe.intermediate_size // self.tp)
+            shared = cfg.moe.shared_intermediate_size and cfg.moe.shared_intermediate_size // self.tp
+            share["moe"] = dataclasses.replace(cfg.moe, intermediate_size=cfg.moe.intermediate_size // self.tp,
+                                               shared_intermediate_size=shared or None)
         elif cfg.moe is not None:
             share["moe"] = dataclasses.replace(cfg.moe, expert_shards=self.ep)
         return dataclasses.replace(cfg, **share)
 
-    def shard(self, full: torch.Tensor, local_shape: torch.Size) -> torch.Tensor:
+    def shard(self, full: torch.Tensor, local_shape: torch.Size, segments: tuple[int, ...] = ()) -> torch.Tensor:
         """This rank's part of a whole tensor: the one dim that the local shape shrinks by tp, else all of it.
 
         Heads and neurons are laid out contiguously along that dim (head-major projections, conv channels, expert
-        rows), so a contiguous chunk is a set of whole heads."""
+        rows), so a contiguous chunk is a set of whole heads. A tensor of row groups side by side (`segments`: their
+        local sizes; gated DeltaNet's conv over q, k, v) is this rank's chunk of each group, in order."""
+        if segments and full.shape != local_shape:
+            parts = full.split([n * self.tp for n in segments])
+            return torch.cat([self.shard(part, (n, *local_shape[1:])) for part, n in zip(parts, segments)])
         if full.shape == local_shape:
             return full
         dims = [d for d, (a, b) in enumerate(zip(full.shape, local_shape)) if a != b]
@@ -95,6 +114,8 @@ class RankPlan:
 
     def mark_reductions(self, model: nn.Module) -> None:
         """Point every sublayer whose output is a partial sum at the group (shared experts: their MoE reduces)."""
+        from dayzero.model.gated_attention import GatedAttention
+        from dayzero.model.gated_deltanet import GatedDeltaNet
         from dayzero.model.kda import KDAttention
         from dayzero.model.mla import MLAttention
         from dayzero.model.mlp import GatedMLP
@@ -104,7 +125,7 @@ class RankPlan:
             return
         shared = {id(m.shared_experts) for m in model.modules() if isinstance(m, MoE) and hasattr(m, "shared_experts")}
         for module in model.modules():
-            if isinstance(module, KDAttention | MLAttention | MoE) or (
+            if isinstance(module, KDAttention | GatedDeltaNet | MLAttention | GatedAttention | MoE) or (
                     isinstance(module, GatedMLP) and id(module) not in shared):
                 module.tp_group = self.group
             if isinstance(module, MoE) and self.ep > 1:

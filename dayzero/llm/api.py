@@ -23,8 +23,9 @@ from dayzero.llm.generation_config import sampling_defaults
 from dayzero.llm.loader import load_step_engine
 from dayzero.llm.outputs import RequestOutput, request_output
 from dayzero.llm.prompts import Prompt, conversations, parse_prompts
+from dayzero.llm.sampling_params import SamplingParams
+from dayzero.runtime import sampling
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
-from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.sequence import Sequence
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,8 @@ class LLM:
         return self.tokenizer
 
     def get_default_sampling_params(self) -> SamplingParams:
-        """The SamplingParams of a call that passes none: the checkpoint's generation_config.json defaults."""
+        """The SamplingParams of a call that passes none: the checkpoint's generation_config.json defaults over vLLM's
+        (temperature 1, 16 tokens)."""
         return SamplingParams(**self.default_sampling)
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
@@ -160,7 +162,7 @@ class LLM:
     def _params_per_prompt(self, params, num_prompts: int) -> list[SamplingParams]:
         if params is None:
             return [self.get_default_sampling_params()] * num_prompts
-        if isinstance(params, SamplingParams):
+        if isinstance(params, sampling.SamplingParams):
             return [params] * num_prompts
         params = list(params)
         if len(params) != num_prompts:

@@ -15,9 +15,14 @@ from dayzero.model.adapters import adapter_for
 from dayzero.model.fields import ConfigFields
 from dayzero.model.layer_config import (
     DENSE,
+    GDN,
+    GQA,
     KDA,
     MLA,
     MOE,
+    GDNConfig,
+    GQAConfig,
+    HyperConnectionConfig,
     IndexerConfig,
     KDAConfig,
     MLAConfig,
@@ -25,15 +30,16 @@ from dayzero.model.layer_config import (
     YarnScaling,
 )
 
-__all__ = ["DENSE", "KDA", "MLA", "MOE", "IndexerConfig", "KDAConfig", "MLAConfig", "ModelConfig", "MoEConfig",
-           "YarnScaling"]
+__all__ = ["DENSE", "GDN", "GQA", "KDA", "MLA", "MOE", "GDNConfig", "GQAConfig", "HyperConnectionConfig",
+           "IndexerConfig", "KDAConfig", "MLAConfig", "ModelConfig", "MoEConfig", "YarnScaling"]
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Per layer: the token mixer (`layer_kinds`: KDA or MLA; MLA with the DSA `indexer` when there is one), the
-    residual (plain, or block attention residuals with `attn_res_block_size`) and the feed-forward (`mlp_kinds`:
-    dense, or MoE routed as `moe` says); then the shapes of each kind."""
+    """Per layer: the token mixer (`layer_kinds`: KDA, gated DeltaNet, MLA or GQA; MLA with the DSA `indexer` when
+    there is one), the residual (plain, block attention residuals with `attn_res_block_size`, or
+    `hyper_connections`) and the feed-forward (`mlp_kinds`: dense, or MoE routed as `moe` says); then the shapes of
+    each kind."""
 
     model_type: str
     vocab_size: int
@@ -58,14 +64,31 @@ class ModelConfig:
     # MLA layers without an indexer of their own that attend over the Top-K of the closest earlier layer with one
     # (GLM's IndexShare)
     index_shared_layers: tuple[int, ...] = ()
+    # the gated grouped-query attention layers' shapes (Qwen3-Next's full attention)
+    gqa: GQAConfig | None = None
+    # gated DeltaNet layers (Qwen3-Next)
+    gdn: GDNConfig | None = None
+    # the decoder's RMSNorms scale by (1 + weight) (Qwen3-Next), not by weight
+    zero_centered_norm: bool = False
+    # hyper-connections (GLM-5.3) in place of the residual add
+    hyper_connections: HyperConnectionConfig | None = None
+    # parts of the checkpoint dayzero does not run (a multimodal checkpoint's vision tower), one line each, said in
+    # the load log and by `dayzero inspect`
+    ignored_parts: tuple[str, ...] = ()
 
     def __post_init__(self):
         if len(self.layer_kinds) != len(self.mlp_kinds):
             raise DayzeroError("layer_types and mlp_layer_types must have one entry per layer")
         if KDA in self.layer_kinds and self.kda is None:
             raise DayzeroError("config has KDA layers but no linear_attn_config")
+        if GDN in self.layer_kinds and self.gdn is None:
+            raise DayzeroError("config has gated DeltaNet layers but no linear_num_key_heads / linear_* fields")
         if MLA in self.layer_kinds and self.mla is None:
             raise DayzeroError("config has full-attention layers but no MLA fields (kv_lora_rank, ...)")
+        if GQA in self.layer_kinds and self.gqa is None:
+            raise DayzeroError("config has gated-attention layers but no GQA fields (num_key_value_heads, head_dim)")
+        if self.hyper_connections is not None and self.attn_res_block_size is not None:
+            raise DayzeroError("config has both hyper-connections (hc_mult) and attention residuals")
         if MOE in self.mlp_kinds and self.moe is None:
             raise DayzeroError("config has MoE layers but no num_experts")
         for layer in self.index_shared_layers:
@@ -101,4 +124,5 @@ class ModelConfig:
         """Read a parsed config.json through the adapter of its `model_type`."""
         top = ConfigFields(data, where)
         adapter = adapter_for(top.str("model_type"), where)
-        return cls(model_type=adapter.model_type, **adapter.describe(adapter.text_fields(top)))
+        return cls(model_type=adapter.model_type, **adapter.describe(adapter.text_fields(top)),
+                   ignored_parts=adapter.ignored_parts(top))

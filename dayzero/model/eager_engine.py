@@ -9,17 +9,18 @@ import torch
 
 from dayzero.contract import PAGE, SLOT, CacheTensorSpec, EngineManifest, ScoredRows, StepEngine, StepMeta
 from dayzero.model.caches import CacheFormat, LayerCache, allocate_caches
-from dayzero.model.config import KDA, ModelConfig
+from dayzero.model.config import GDN, GQA, KDA, ModelConfig
 from dayzero.model.hybrid import HybridModel
-from dayzero.model.step import KDACache, MLACache
+from dayzero.model.step import GQACache, KDACache, MLACache
 
 
 def cache_tensor_specs(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat) -> tuple[CacheTensorSpec, ...]:
-    """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) per page, KDA (state, conv) per slot."""
+    """The model's caches flattened layer by layer: MLA (latent_kv[, index_k]) and GQA (kv) per page and a pooled
+    indexer's index_window per slot, KDA and gated DeltaNet (state, conv) per slot."""
     specs = []
     for layer, cache in enumerate(allocate_caches(cfg, 1, 1, dtype, "meta", fmt)):
-        unit = SLOT if isinstance(cache, KDACache) else PAGE
         for name, tensor in _named_tensors(cache):
+            unit = SLOT if isinstance(cache, KDACache) or name == "index_window" else PAGE
             stored = str(tensor.dtype).removeprefix("torch.")
             specs.append(CacheTensorSpec(layer, name, unit, tuple(tensor.shape[1:]), stored))
     return tuple(specs)
@@ -28,16 +29,25 @@ def cache_tensor_specs(cfg: ModelConfig, dtype: torch.dtype, fmt: CacheFormat) -
 def _named_tensors(cache: LayerCache) -> list[tuple[str, torch.Tensor]]:
     if isinstance(cache, KDACache):
         return [("state", cache.state), ("conv", cache.conv)]
-    return [(name, t) for name, t in (("latent_kv", cache.latent_kv), ("index_k", cache.index_k)) if t is not None]
+    if isinstance(cache, GQACache):
+        return [("kv", cache.kv)]
+    return [(name, t) for name, t in (("latent_kv", cache.latent_kv), ("index_k", cache.index_k),
+                                      ("index_window", cache.index_window)) if t is not None]
 
 
 def layer_caches(model: HybridModel, flat: list[torch.Tensor]) -> list[LayerCache]:
     """Regroup the flat cache list into the model's per-layer cache objects (views, no copies)."""
     caches, i = [], 0
     for layer, kind in enumerate(model.config.layer_kinds):
-        if kind == KDA:
+        if kind in (KDA, GDN):
             caches.append(KDACache(state=flat[i], conv=flat[i + 1]))
             i += 2
+        elif kind == GQA:
+            caches.append(GQACache(kv=flat[i]))
+            i += 1
+        elif model.config.owns_indexer(layer) and model.config.indexer.pooled:
+            caches.append(MLACache(latent_kv=flat[i], index_k=flat[i + 1], index_window=flat[i + 2]))
+            i += 3
         elif model.config.owns_indexer(layer):
             caches.append(MLACache(latent_kv=flat[i], index_k=flat[i + 1]))
             i += 2

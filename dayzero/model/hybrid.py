@@ -16,7 +16,8 @@ from dayzero.errors import DayzeroError
 from dayzero.model.block import DecoderLayer
 from dayzero.model.caches import PLAIN_CACHE, CacheFormat, LayerCache, allocate_caches
 from dayzero.model.config import ModelConfig
-from dayzero.model.norm import RMSNorm, linear
+from dayzero.model.hyper_connections import HyperConnections
+from dayzero.model.norm import linear, rms_norm
 from dayzero.model.residual import BlockAttnResidual, PlainResidual, mix_params
 from dayzero.model.scoring import score_rows
 from dayzero.model.step import contiguous_meta
@@ -31,11 +32,13 @@ class Backbone(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.embed_tokens.weight.requires_grad_(False)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm = rms_norm(cfg.hidden_size, cfg.rms_norm_eps, cfg.zero_centered_norm)
         if cfg.attn_res_block_size is not None:
             self.output_attn_res_norm, self.output_attn_res_proj = mix_params(cfg.hidden_size, cfg.rms_norm_eps)
 
     def _stream(self, embeddings: torch.Tensor):
+        if self.cfg.hyper_connections is not None:
+            return HyperConnections(embeddings, self.cfg.hyper_connections.mult)
         if self.cfg.attn_res_block_size is None:
             return PlainResidual(embeddings)
         return BlockAttnResidual(embeddings, self.cfg.attn_res_block_size)
@@ -44,14 +47,20 @@ class Backbone(nn.Module):
                 shard: ContextShard | None = None, layer_states: list[torch.Tensor] | None = None):
         """input_ids [T] -> normed final hidden states [T, D]. layer_states, when given, collects each layer's output
         [T, D] (`dayzero check`): the residual stream, or under attention residuals the current block's partial
-        sum, which is what an AttnRes decoder layer returns."""
+        sum, which is what an AttnRes decoder layer returns, or the hyper-connection streams [T, HC, D]."""
         stream = self._stream(self.embed_tokens(input_ids))
         picks = None
         for layer, cache in zip(self.layers, caches):
             picks = layer(stream, meta, cache, decode, shard, picks)
             if layer_states is not None:
-                layer_states.append(stream.hidden if isinstance(stream, PlainResidual) else stream.partial)
+                layer_states.append(_layer_state(stream))
         return self.norm(stream.output(self))
+
+
+def _layer_state(stream) -> torch.Tensor:
+    if isinstance(stream, PlainResidual):
+        return stream.hidden
+    return stream.streams if isinstance(stream, HyperConnections) else stream.partial
 
 
 class HybridModel(nn.Module):

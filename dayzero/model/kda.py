@@ -17,11 +17,14 @@ from dayzero.plugins import short_conv
 
 
 class ConvWeight(nn.Module):
-    """Holds a depthwise conv kernel [C, 1, W] under the checkpoint's `*_conv1d.weight` name."""
+    """Holds a depthwise conv kernel [C, 1, W] under the checkpoint's `*_conv1d.weight` name. `segments`: the sizes of
+    the channel groups it holds side by side (gated DeltaNet's q, k, v), of which a tensor-parallel rank holds a
+    share each."""
 
-    def __init__(self, channels: int, width: int):
+    def __init__(self, channels: int, width: int, segments: tuple[int, ...] = ()):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(channels, 1, width), requires_grad=False)
+        self.segments = segments
 
 
 class KDAttention(nn.Module):

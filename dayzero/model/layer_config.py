@@ -1,6 +1,6 @@
-"""The configs of dayzero's layer kinds: token mixers (KDA, MLA with its RoPE and optional DSA indexer) and the MoE
-feed-forward. `ModelConfig` (config.py) says which kind each layer is; an architecture adapter (adapters/) fills
-these from a HF `config.json`.
+"""The configs of dayzero's layer kinds: token mixers (KDA, gated DeltaNet, MLA with its RoPE and optional DSA
+indexer, gated GQA) and the MoE feed-forward. `ModelConfig` (config.py) says which kind each layer is; an architecture
+adapter (adapters/) fills these from a HF `config.json`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from dayzero.errors import DayzeroError
 
 KDA, MLA = "kda", "mla"
+GDN = "gdn"
+GQA = "gqa"
 DENSE, MOE = "dense", "moe"
 
 
@@ -33,6 +35,43 @@ class KDAConfig:
     @property
     def proj_dim(self) -> int:
         return self.num_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class GDNConfig:
+    """Gated DeltaNet (Qwen3-Next's linear attention): `num_key_heads` query / key heads of `key_head_dim`, each
+    shared by `num_value_heads / num_key_heads` consecutive value heads of `value_head_dim`; one decay per value
+    head; one short conv of width `conv_size` over the concatenated q, k, v."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_size: int = 4
+
+    def __post_init__(self):
+        if self.num_value_heads % self.num_key_heads:
+            raise DayzeroError(f"linear_num_value_heads ({self.num_value_heads}) must be a multiple of "
+                               f"linear_num_key_heads ({self.num_key_heads})")
+        if self.conv_size < 2:
+            raise DayzeroError(f"linear_conv_kernel_dim must be >= 2, got {self.conv_size}")
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the short conv: q, k and v side by side."""
+        return 2 * self.key_dim + self.value_dim
+
+    @property
+    def heads_per_key(self) -> int:
+        return self.num_value_heads // self.num_key_heads
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
@@ -107,6 +146,35 @@ class MLAConfig:
 
 
 @dataclass(frozen=True)
+class GQAConfig:
+    """Grouped-query attention with per-head q / k RMSNorms, RoPE on the first `rotary_dim` dims (halves rotated
+    together) and, with `output_gate`, a sigmoid gate per output element that q_proj emits beside each head's query
+    (Qwen3-Next's full-attention layers; docs/ops.md, "Grouped-query attention")."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    rope_theta: float = 10000.0
+    output_gate: bool = True
+    # the norms' stored weight w scales by (1 + w) (Qwen3-Next)
+    zero_centered_norm: bool = True
+    norm_eps: float = 1e-6
+
+    def __post_init__(self):
+        if min(self.num_heads, self.num_kv_heads, self.head_dim) < 1 or self.num_heads % self.num_kv_heads:
+            raise DayzeroError(f"num_attention_heads ({self.num_heads}) must be a positive multiple of "
+                               f"num_key_value_heads ({self.num_kv_heads}), head_dim ({self.head_dim}) positive")
+        if not 0 < self.rotary_dim <= self.head_dim or self.rotary_dim % 2:
+            raise DayzeroError(f"the rotary width ({self.rotary_dim} = head_dim * partial_rotary_factor) must be even "
+                               f"and within head_dim ({self.head_dim})")
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.head_dim ** -0.5
+
+
+@dataclass(frozen=True)
 class IndexerConfig:
     num_heads: int
     head_dim: int
@@ -116,11 +184,39 @@ class IndexerConfig:
     # 0: none (K3.1)
     rope_dim: int = 0
     rope_interleaved: bool = False
+    # GLM-5.3: the keys are cached and scored in pools of `kpool` consecutive tokens (one gated, position-weighted
+    # mean a pool); the top `topk / kpool` pools are kept, and the sequence's unfinished pool always (1: no pools)
+    kpool: int = 1
 
     def __post_init__(self):
         if self.rope_dim > self.head_dim or self.rope_dim % 2:
             raise DayzeroError(f"the indexer's RoPE width ({self.rope_dim}) must be even and at most index_head_dim "
                                f"({self.head_dim})")
+        if self.kpool < 1 or self.topk % self.kpool:
+            raise DayzeroError(f"index_topk ({self.topk}) must be a multiple of index_kpool ({self.kpool})")
+
+    @property
+    def pooled(self) -> bool:
+        return self.kpool > 1
+
+    @property
+    def picks(self) -> int:
+        """Width of a row of picks: the Top-K, and with pools the unfinished pool's up to kpool - 1 tokens."""
+        return self.topk + self.kpool - 1
+
+
+@dataclass(frozen=True)
+class HyperConnectionConfig:
+    """Manifold-constrained hyper-connections (GLM-5.3): `mult` residual streams a token, each sublayer's stream
+    mix made doubly stochastic by `sinkhorn_iters` Sinkhorn steps with floor `eps`."""
+
+    mult: int
+    sinkhorn_iters: int
+    eps: float = 1e-6
+
+    def __post_init__(self):
+        if self.mult < 1 or self.sinkhorn_iters < 1:
+            raise DayzeroError(f"hc_mult ({self.mult}) and hc_sinkhorn_iters ({self.sinkhorn_iters}) must be positive")
 
 
 @dataclass(frozen=True)
@@ -143,6 +239,11 @@ class MoEConfig:
     # routed expert weights kept as the checkpoint stores them, MXFP4 (K3's release format; chosen at load time, see
     # model/expert_format.py), instead of dequantized to the model dtype
     mxfp4_experts: bool = False
+    # the router adds a per-expert correction bias to the scores it ranks by (Kimi, DeepSeek; Qwen3-Next: none)
+    router_bias: bool = True
+    # Qwen3-Next: the shared expert's own width, and its output scaled by sigmoid(shared_expert_gate(x)) [1]
+    shared_intermediate_size: int | None = None
+    shared_expert_gate: bool = False
 
     @property
     def local_experts(self) -> int:
@@ -150,7 +251,8 @@ class MoEConfig:
 
     @property
     def shared_size(self) -> int:
-        return self.intermediate_size * self.num_shared_experts // self.expert_shards
+        width = self.shared_intermediate_size or self.intermediate_size * self.num_shared_experts
+        return width // self.expert_shards
 
     def __post_init__(self):
         if self.top_k > self.num_experts:

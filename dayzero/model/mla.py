@@ -15,6 +15,7 @@ from dayzero.model.collectives import reduce_partial
 from dayzero.model.config import IndexerConfig, MLAConfig
 from dayzero.model.indexer import Indexer
 from dayzero.model.norm import RMSNorm, linear
+from dayzero.model.pooled_indexer import PooledIndexer
 from dayzero.model.rope import Rope
 from dayzero.model.step import MLACache
 from dayzero.model.zigzag import ContextShard, rows_of_all_ranks
@@ -44,7 +45,9 @@ class MLAttention(nn.Module):
         self.rope = None if cfg.use_nope else Rope(cfg.qk_rope_head_dim, cfg.rope_theta, cfg.rope_interleaved,
                                                    cfg.rope_scaling)
         self.has_indexer = indexer is not None and not shares_picks
-        if self.has_indexer:
+        if self.has_indexer and indexer.pooled:
+            self.indexer = PooledIndexer(hidden_size, cfg.q_lora_rank or hidden_size, indexer)
+        elif self.has_indexer:
             index_rope = Rope(indexer.rope_dim, cfg.rope_theta, indexer.rope_interleaved, cfg.rope_scaling)
             self.indexer = Indexer(hidden_size, cfg.q_lora_rank or hidden_size, indexer,
                                    index_rope if indexer.rope_dim else None)
@@ -78,11 +81,13 @@ class MLAttention(nn.Module):
                                         shard)
         paged_cache.write_latent(cache.latent_kv, rows, slots, self.cfg.qk_rope_head_dim)
 
-    def _attend(self, q_abs: torch.Tensor, x, c_q, meta: StepMeta, cache: MLACache, shard: ContextShard | None,
-                picks: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _attend(self, q_abs: torch.Tensor, x, c_q, meta: StepMeta, cache: MLACache, decode: bool,
+                shard: ContextShard | None, picks: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         scale = self.cfg.softmax_scale
         v_dim = self.cfg.kv_lora_rank
-        if self.has_indexer:
+        if self.has_indexer and isinstance(self.indexer, PooledIndexer):
+            picks = self.indexer(x, c_q, meta, cache, decode, shard)
+        elif self.has_indexer:
             picks = self.indexer(x, c_q, meta, cache.index_k, shard)
         if self.sparse:
             o, _ = sparse_mla.sparse_mla_paged(q_abs, cache.latent_kv, meta.block_table, meta.cu_seqlens, picks,
@@ -95,7 +100,8 @@ class MLAttention(nn.Module):
     def forward(self, x: torch.Tensor, meta: StepMeta, cache: MLACache, decode: bool,
                 shard: ContextShard | None = None,
                 picks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x [T, D] -> ([T, D], the Top-K picks [T, topk] it attended over, or None when dense); writes the new
+        """x [T, D] -> ([T, D], the picks [T, topk] (pooled: [T, topk + kpool - 1]) it attended over, or None when
+        dense); writes the new
         tokens' latent (and index) rows into the paged caches. `picks`: an earlier layer's, for a layer that shares
         them. `shard`: this rank's part of a context-parallel prefill, whose rows every rank's caches receive."""
         q, c_q = self._query(x)
@@ -105,7 +111,7 @@ class MLAttention(nn.Module):
         self._write_latent(x, meta, cache, shard)
         w_uk, w_uv = self._absorbed_weights()
         q_abs = torch.cat([torch.einsum("thn,hnc->thc", q_nope, w_uk), q_pe], dim=-1)
-        o, picks = self._attend(q_abs, x, c_q, meta, cache, shard, picks)
+        o, picks = self._attend(q_abs, x, c_q, meta, cache, decode, shard, picks)
         o = torch.einsum("thc,hvc->thv", o, w_uv).flatten(1)
         if self.cfg.output_gate:
             o = o * torch.sigmoid(self.g_proj(x))

@@ -1,5 +1,5 @@
-"""MoE feed-forward (docs/models.md, "MoE"): sigmoid router with correction bias, routed experts (optionally in a
-latent space, K3), always-on shared experts."""
+"""MoE feed-forward (docs/models.md, "MoE"): sigmoid or softmax router (with or without a correction bias), routed
+experts (optionally in a latent space, K3), always-on shared experts (optionally gated, Qwen3-Next)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from dayzero.plugins.quant.reference import MX_BLOCK
 
 
 class Router(nn.Module):
-    def __init__(self, hidden_size: int, num_experts: int):
+    def __init__(self, hidden_size: int, num_experts: int, bias: bool = True):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(num_experts, hidden_size), requires_grad=False)
-        self.e_score_correction_bias = nn.Parameter(torch.zeros(num_experts), requires_grad=False)
+        self.e_score_correction_bias = nn.Parameter(torch.zeros(num_experts), requires_grad=False) if bias else None
 
 
 class ExpertBank(nn.Module):
@@ -62,7 +62,7 @@ class MoE(nn.Module):
         self.cfg = cfg
         self.activation, self.act_params = activation, act_params
         expert_dim = cfg.latent_size or hidden_size
-        self.gate = Router(hidden_size, cfg.num_experts)
+        self.gate = Router(hidden_size, cfg.num_experts, cfg.router_bias)
         bank = PackedExpertBank if cfg.mxfp4_experts else ExpertBank
         self.experts = bank(cfg.local_experts, expert_dim, cfg.intermediate_size)
         if cfg.latent_size is not None:
@@ -72,6 +72,8 @@ class MoE(nn.Module):
             self.routed_expert_up_proj = linear(cfg.latent_size, hidden_size)
         if cfg.num_shared_experts:
             self.shared_experts = GatedMLP(hidden_size, cfg.shared_size, activation, act_params)
+        if cfg.shared_expert_gate:
+            self.shared_expert_gate = linear(hidden_size, 1)
         # set on a rank that holds part of every expert's intermediate dim: its expert outputs are partial sums
         self.tp_group: str | None = None
         # set on a rank that holds experts first_expert .. + local_experts - 1 only (expert parallelism)
@@ -106,9 +108,17 @@ class MoE(nn.Module):
         both = reduce_partial(torch.cat([y, shared], dim=-1), self.tp_group)
         return both.split([y.shape[-1], shared.shape[-1]], dim=-1)
 
+    def _shared(self, x: torch.Tensor) -> torch.Tensor | None:
+        if not self.cfg.num_shared_experts:
+            return None
+        shared = self.shared_experts(x)
+        if self.cfg.shared_expert_gate:
+            shared = shared * torch.sigmoid(self.shared_expert_gate(x))
+        return shared
+
     def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
         y = self._experts(x, decode)
-        shared = self.shared_experts(x) if self.cfg.num_shared_experts else None
+        shared = self._shared(x)
         if self.cfg.latent_size is None:
             return reduce_partial(y if shared is None else y + shared, self.tp_group)
         # the latent norm needs the whole sum over the expert neurons

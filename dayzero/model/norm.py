@@ -21,16 +21,37 @@ class RMSNorm(nn.Module):
         return (_rms(x, self.eps) * self.weight.float()).to(x.dtype)
 
 
-class GatedRMSNorm(nn.Module):
-    """RMSNorm(o) * weight * sigmoid(gate): the KDA output norm, per head."""
+GATES = {"sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu}
+
+
+class ZeroCenteredRMSNorm(nn.Module):
+    """RMSNorm whose stored weight is the offset from 1: x * rsqrt(mean(x^2) + eps) * (1 + weight) (Qwen3-Next)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.weight = nn.Parameter(torch.zeros(dim), requires_grad=False)
         self.eps = eps
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (_rms(x, self.eps) * (1.0 + self.weight.float())).to(x.dtype)
+
+
+def rms_norm(dim: int, eps: float, zero_centered: bool = False) -> nn.Module:
+    """The decoder's RMSNorm: scaling by weight, or by (1 + weight) where the config says so."""
+    return ZeroCenteredRMSNorm(dim, eps) if zero_centered else RMSNorm(dim, eps)
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm(o) * weight * act(gate), per head: the KDA output norm (sigmoid), the gated DeltaNet one (SiLU)."""
+
+    def __init__(self, dim: int, eps: float, gate: str = "sigmoid"):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.eps = eps
+        self.gate = GATES[gate]
+
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        return (_rms(x, self.eps) * self.weight.float() * torch.sigmoid(gate.float())).to(x.dtype)
+        return (_rms(x, self.eps) * self.weight.float() * self.gate(gate.float())).to(x.dtype)
 
 
 class LayerNorm(nn.Module):

@@ -10,6 +10,7 @@ further scaled by (2 * num_layers)^-1/2; gates and decays follow the ranges real
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from collections.abc import Iterator
 
@@ -21,6 +22,8 @@ from dayzero.plugins.quant.reference import MX_BLOCK, mxfp4_quantize
 
 OUTPUT_PROJECTIONS = ("o_proj.weight", "down_proj.weight", "w2.weight", "routed_expert_up_proj.weight")
 MXFP4_SUFFIXES = (".weight_packed", ".weight_scale")
+# the norms a zero-centered config stores as offsets from 1 (the gated DeltaNet's output norm is not one of them)
+ZERO_CENTERED_NORMS = re.compile(r"(layernorm|^model\.norm|q_norm|k_norm)\.weight$")
 
 
 def _generator(seed: int, name: str, device) -> torch.Generator:
@@ -52,6 +55,8 @@ def random_tensor(name: str, shape: tuple[int, ...], cfg: ModelConfig, seed: int
         dt = _uniform(shape, math.log(1e-3), math.log(1e-1), gen).exp()
         return dt + torch.log(-torch.expm1(-dt))
     if "norm" in name and name.endswith(".bias"):
+        return 0.1 * _normal(shape, gen)
+    if cfg.zero_centered_norm and ZERO_CENTERED_NORMS.search(name):
         return 0.1 * _normal(shape, gen)
     if "norm" in name:
         return 1.0 + 0.1 * _normal(shape, gen)

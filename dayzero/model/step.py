@@ -17,15 +17,26 @@ from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 class MLACache:
     latent_kv: torch.Tensor  # [P, PAGE_SIZE, kv_lora_rank + rope_dim]
     index_k: torch.Tensor | None  # [P, PAGE_SIZE, index_head_dim] when the layer has a DSA indexer
+    # pooled index keys (kpool > 1): index_k holds a key a pool ([P, ceil(PAGE_SIZE / kpool), index_head_dim]) and
+    # this [S, kpool - 1, 2 * index_head_dim] slotted window each sequence's rows of its unfinished pool
+    index_window: torch.Tensor | None = None
 
 
 @dataclass
 class KDACache:
+    """A recurrent layer's slots: KDA, or gated DeltaNet (H value heads; one conv group of its q, k, v side by side,
+    conv [S, 1, W-1, 2*Hk*K + H*V])."""
+
     state: torch.Tensor  # [S, H, K, V] fp32
     conv: torch.Tensor  # [S, 3, W-1, H*K] pre-conv rows of q, k, v
 
 
-for _cls in (MLACache, KDACache):
+@dataclass
+class GQACache:
+    kv: torch.Tensor  # [P, 2, Hkv, PAGE_SIZE, D], or FP8 uint8 [P, 2, Hkv, PAGE_SIZE * (D + 1)] (plugins/gqa)
+
+
+for _cls in (MLACache, KDACache, GQACache):
     pytree.register_dataclass(_cls)
 
 

@@ -34,7 +34,7 @@ class Sharding(Protocol):
 
     def local_config(self, cfg: ModelConfig) -> ModelConfig: ...
 
-    def shard(self, full: torch.Tensor, local_shape: torch.Size) -> torch.Tensor: ...
+    def shard(self, full: torch.Tensor, local_shape: torch.Size, segments: tuple[int, ...] = ()) -> torch.Tensor: ...
 
     def first_expert(self, local_experts: int) -> int: ...
 
@@ -43,7 +43,7 @@ class Sharding(Protocol):
 
 log = logging.getLogger(__name__)
 # kept in fp32 whatever the model dtype: tiny, and the gates and router are precision-sensitive
-FP32_PARAMS = re.compile(r"(\.A_log|\.dt_bias|\.gate\.weight|\.gate\.e_score_correction_bias)$")
+FP32_PARAMS = re.compile(r"(\.A_log|\.dt_bias|\.gate\.weight|\.gate\.e_score_correction_bias|_hc\.base|_hc\.scale)$")
 
 
 def parameter_parts(name: str, shape: tuple[int, ...], cfg: ModelConfig) -> list[TensorPart]:
@@ -83,9 +83,10 @@ def build_empty(cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str
     """The network with uninitialized storage on `device` (no time spent on throwaway init)."""
     with torch.device("meta"):
         model = HybridModel(cfg)
-    model.to_empty(device=device)
+    # the dtypes are set while the storage is still meta: the device never holds an fp32 copy of a bf16 model
     for name, param in model.named_parameters():
         param.data = param.data.to(param_dtype(name, dtype))
+    model.to_empty(device=device)
     return model.eval()
 
 
@@ -168,6 +169,8 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
     reader = checkpoint_reader(path, cfg)
     cfg = with_expert_format(cfg, reader, keep_mxfp4)
     refuse_oversized(reader, cfg)
+    for part in cfg.ignored_parts:
+        log.info("%s: %s", path, part)
     if cfg.num_mtp_layers:
         log.info("%s: the checkpoint's %d multi-token-prediction layer(s) after layer %d are not loaded (dayzero "
                  "drafts from n-grams)", path, cfg.num_mtp_layers, cfg.num_layers - 1)
@@ -179,19 +182,21 @@ def load(path: str | Path, dtype: torch.dtype = torch.bfloat16, device: torch.de
     model = build_empty(plan.local_config(cfg), dtype, device)
     full_shapes = parameter_shapes(cfg)
     for name, param in _loading(model):
-        _load_shard(reader, name, param, full_shapes[name], cfg, plan)
+        owner = model.get_submodule(name.rpartition(".")[0])
+        _load_shard(reader, name, param, full_shapes[name], cfg, plan, getattr(owner, "segments", ()))
     plan.mark_reductions(model)
     return model
 
 
 def _load_shard(reader: CheckpointReader, name: str, param: torch.Tensor, full_shape: torch.Size, cfg: ModelConfig,
-                plan: Sharding) -> None:
-    """This rank's part of one parameter. Host memory holds one whole stored tensor at a time: one expert of a
-    stacked bank, never the bank (a K3.1 bank is tens of GB)."""
+                plan: Sharding, segments: tuple[int, ...] = ()) -> None:
+    """This rank's part of one parameter (`segments`: the local sizes of the row groups it holds side by side, each
+    sharded on its own). Host memory holds one whole stored tensor at a time: one expert of a stacked bank, never the
+    bank (a K3.1 bank is tens of GB)."""
     if EXPERT_PARAM.match(name) is None:
         whole = torch.empty(full_shape, dtype=param.dtype)
         _load_parameter(reader, name, whole, cfg)
-        param.copy_(plan.shard(whole, param.shape))
+        param.copy_(plan.shard(whole, param.shape, segments))
         return
     parts = parameter_parts(name, tuple(full_shape), cfg)
     first = plan.first_expert(param.shape[0])

@@ -6,7 +6,9 @@ Per step of B sequences, each with C tokens in the cache:
   layer's routed experts, the ones B tokens reach, estimated as E (1 - (1 - k/E)^B) distinct experts under uniform
   routing (a skewed router reaches fewer);
 * KDA layers: each sequence's state slot (recurrent state + conv windows) read once and written 1 + num_draft times;
-* MLA layers: each sequence's C latent rows; with a DSA indexer, its C index keys and min(C, topk) latent rows.
+* MLA layers: each sequence's C latent rows; with a DSA indexer, its C index keys (pooled: a key a pool) and its
+  picks' min(C, topk) latent rows (pooled: up to topk + kpool - 1), in a layer that shares picks too;
+* GQA layers: each sequence's C K and V rows (every KV head).
 Activations and logits are left out: at decode batch sizes they are small next to these.
 """
 
@@ -53,9 +55,14 @@ def weight_read_share(cfg: ModelConfig, name: str, shape: torch.Size, num_tokens
     return 1.0
 
 
+def weight_bytes_by_name(cfg: ModelConfig, dtype: torch.dtype, num_tokens: int) -> dict[str, float]:
+    """Per parameter: the bytes of it a decode step of `num_tokens` tokens reads."""
+    return {name: parameter_bytes(name, shape, dtype) * weight_read_share(cfg, name, shape, num_tokens)
+            for name, shape in parameter_shapes(cfg).items()}
+
+
 def weight_bytes(cfg: ModelConfig, dtype: torch.dtype, num_tokens: int) -> float:
-    return sum(parameter_bytes(name, shape, dtype) * weight_read_share(cfg, name, shape, num_tokens)
-               for name, shape in parameter_shapes(cfg).items())
+    return sum(weight_bytes_by_name(cfg, dtype, num_tokens).values())
 
 
 def state_bytes_by_layer(manifest: EngineManifest, batch: int) -> dict[int, int]:
@@ -67,18 +74,27 @@ def state_bytes_by_layer(manifest: EngineManifest, batch: int) -> dict[int, int]
     return by_layer
 
 
-def cache_bytes_by_layer(cfg: ModelConfig, manifest: EngineManifest, context: int) -> dict[int, float]:
-    """Per MLA layer: the paged-cache bytes one sequence with `context` cached tokens reads in a decode step."""
+def cache_bytes_by_tensor(cfg: ModelConfig, manifest: EngineManifest, context: int) -> dict[tuple[int, str], float]:
+    """Per (MLA / GQA layer, paged tensor): the bytes one sequence with `context` cached tokens reads in a decode step
+    (without a DSA indexer: every row of its paged tensors)."""
     per_token: dict[int, dict[str, float]] = {}
     for spec in manifest.cache_tensors:
         if spec.unit != SLOT:
             per_token.setdefault(spec.layer, {})[spec.name] = spec.unit_bytes / manifest.page_size
-    by_layer = {}
+    by_tensor = {}
+    # a sparse layer reads its picks' latent rows, whether it ran the indexer or shares an earlier layer's picks
+    latent_rows = context if cfg.indexer is None else min(context, cfg.indexer.picks)
     for layer, row in per_token.items():
-        if "index_k" in row:
-            by_layer[layer] = context * row["index_k"] + min(context, cfg.indexer.topk) * row["latent_kv"]
-        else:
-            by_layer[layer] = context * row.get("latent_kv", 0.0)
+        for name, nbytes in row.items():
+            by_tensor[layer, name] = nbytes * (latent_rows if name == "latent_kv" else context)
+    return by_tensor
+
+
+def cache_bytes_by_layer(cfg: ModelConfig, manifest: EngineManifest, context: int) -> dict[int, float]:
+    """Per MLA / GQA layer: the paged-cache bytes one sequence with `context` cached tokens reads in a decode step."""
+    by_layer: dict[int, float] = {}
+    for (layer, _), nbytes in cache_bytes_by_tensor(cfg, manifest, context).items():
+        by_layer[layer] = by_layer.get(layer, 0.0) + nbytes
     return by_layer
 
 

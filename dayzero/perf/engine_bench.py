@@ -6,12 +6,15 @@ traffic floor (decode_traffic.py) at the device's measured copy bandwidth.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
 
 import torch
 
+from dayzero.perf.decode_profile import WARM_STEPS, traced_steps
+from dayzero.perf.step_trace import KindTimes
 from dayzero.runtime.llm_engine import LLMEngine
 from dayzero.runtime.sampling import SamplingParams
 
@@ -26,6 +29,7 @@ class EngineRun:
     decode_s: float
     decode_steps: int
     decode_tokens: int
+    profile: KindTimes | None = None  # profiled decode steps of the untimed run (run_engine's profile_steps)
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -75,16 +79,36 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def _prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+def random_prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
     return [torch.randint(0, min(vocab, 256), (length,), generator=gen).tolist() for _ in range(batch)]
 
 
-def run_engine(engine: LLMEngine, batch: int, prompt_tokens: int, output_tokens: int, seed: int = 0) -> EngineRun:
-    """One timed run (after a short untimed one of the same batch: first-call allocations, compiles, graphs)."""
+def run_engine(engine: LLMEngine, batch: int, prompt_tokens: int, output_tokens: int, seed: int = 0,
+               profile_steps: int = 0) -> EngineRun:
+    """One timed run, after an untimed one of the same batch and prompt length (first-call allocations, compiles,
+    graphs). With `profile_steps`, the untimed run also decodes WARM_STEPS + profile_steps steps, the last ones
+    under the profiler (decode_profile.py), at the timed run's context; the result carries their KindTimes."""
     vocab = engine.manifest.vocab_size
-    _generate(engine, _prompts(batch, prompt_tokens, vocab, seed + 1), 2)
-    return _generate(engine, _prompts(batch, prompt_tokens, vocab, seed), output_tokens)
+    warm = random_prompts(batch, prompt_tokens, vocab, seed + 1)
+    profile = _profiled(engine, warm, profile_steps) if profile_steps else None
+    if not profile_steps:
+        _generate(engine, warm, 2)
+    run = _generate(engine, random_prompts(batch, prompt_tokens, vocab, seed), output_tokens)
+    return dataclasses.replace(run, profile=profile)
+
+
+def _profiled(engine: LLMEngine, prompts: list[list[int]], steps: int) -> KindTimes:
+    params = SamplingParams(max_tokens=1 + WARM_STEPS + steps, ignore_eos=True)
+    seqs = [engine.add_request(p, params) for p in prompts]
+    while any(not s.output_ids for s in seqs):
+        engine.step()
+    for _ in range(WARM_STEPS):
+        engine.step()
+    times = traced_steps(engine, steps)
+    while engine.has_work:
+        engine.step()
+    return times
 
 
 def _generate(engine: LLMEngine, prompts: list[list[int]], output_tokens: int) -> EngineRun:

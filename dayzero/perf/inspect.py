@@ -171,8 +171,9 @@ def layer_counts(cfg: ModelConfig) -> dict[Group, int]:
     counts: dict[Group, int] = {}
     for layer in range(cfg.num_layers):
         groups = {layer_ops.layer_group(cfg, layer), (layer_ops.FFN, cfg.mlp_kinds[layer])}
-        if cfg.attn_res_block_size is not None:
-            groups.add((layer_ops.RESIDUAL, layer_ops.ATTNRES))
+        residual = layer_ops.residual_kind(cfg)
+        if residual is not None:
+            groups.add((layer_ops.RESIDUAL, residual))
         for group in groups:
             counts[group] = counts.get(group, 0) + 1
     return counts
@@ -195,6 +196,7 @@ def profile(cfg: ModelConfig, name: str, options: InspectOptions) -> Profile:
     notes = ["prefill/token: the mean over a prompt of --context tokens (the KDA recurrences' O(H K V) left out)",
              "decode: one token at batch 1 after --context tokens: each weight it reaches read once, the KDA state",
              "read and written once, the latent rows (at most top-k of them under DSA) and the index keys read"]
+    notes += list(cfg.ignored_parts)
     if options.cp > 1:
         notes.append(f"--cp {options.cp}: {options.tp * options.cp} ranks, each group of {options.tp} holding the "
                      "whole model; a prefill's tokens split over the groups")

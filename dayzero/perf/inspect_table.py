@@ -27,7 +27,8 @@ def _header(profile: Profile) -> str:
     o = profile.options
     experts = ", routed experts in MXFP4" if o.mxfp4_experts else ""
     tensors = {line.tensor for row in profile.rows for line in row.caches}
-    chosen = (("latent_kv", "latent KV", o.kv_cache), ("index_k", "index keys", o.index_cache))
+    chosen = (("latent_kv", "latent KV", o.kv_cache), ("kv", "K/V", o.kv_cache), ("index_k", "index keys",
+                                                                                o.index_cache))
     formats = [f"{name} {fmt}" for tensor, name, fmt in chosen if tensor in tensors]
     caches = f"; decode reads {', '.join(formats)}" if formats else ""
     return (f"{profile.name}: {profile.model_type}, {profile.num_layers} layers; {o.dtype} weights{experts}\n"
@@ -76,8 +77,9 @@ def _cache_totals(profile: Profile) -> str:
     text = f"all layers: a token adds {size(token)} ({size(token_q) if token_q is not None else 'n/a'} quantized)"
     sequence = profile.cache_bytes(SEQUENCE)
     if sequence:
-        text += (f"\nKDA state and conv windows are per sequence, not per token: {size(sequence)} a sequence, "
-                 "whatever its length")
+        windows = any(line.tensor == "index_window" for row in profile.rows for line in row.caches)
+        slotted = "KDA state, conv and index windows" if windows else "KDA state and conv windows"
+        text += f"\n{slotted} are per sequence, not per token: {size(sequence)} a sequence, whatever its length"
     return text
 
 

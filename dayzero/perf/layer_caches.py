@@ -1,9 +1,9 @@
 """The cache a layer keeps, per layer kind and per cache format, from the cache manifest an engine of the config
 would carry (model/eager_engine.py: the layouts of model/caches.py and plugins/paged_cache/formats.py).
 
-MLA layers keep paged caches that grow by a row a token (latent KV; index keys with a DSA indexer), plain in the
-model dtype or quantized (FP8 latent records, MXFP8 index keys); KDA layers keep a state and conv windows per
-sequence, whatever its length.
+MLA layers keep paged caches that grow by a row a token (latent KV; index keys with a DSA indexer), GQA layers their
+K/V rows, plain in the model dtype or quantized (FP8 latent records and K/V, MXFP8 index keys); KDA layers keep a
+state and conv windows per sequence, whatever its length.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from dayzero.model.eager_engine import config_manifest
 from dayzero.perf.layer_ops import Group, layer_group
 
 TOKEN, SEQUENCE = "token", "sequence"
-QUANTIZED = {"latent_kv": "fp8", "index_k": "mxfp8"}
+QUANTIZED = {"latent_kv": "fp8", "kv": "fp8", "index_k": "mxfp8"}
 
 
 @dataclass(frozen=True)
 class CacheLine:
     """One cache tensor of a layer kind: what a token adds to it (paged) or a sequence holds in it (slotted)."""
 
-    tensor: str  # latent_kv | index_k | state | conv
+    tensor: str  # latent_kv | index_k | kv | state | conv
     per: str  # token | sequence
     formats: tuple[str, ...]  # the plain format (the tensor's dtype), then a paged tensor's quantized one
     bytes: tuple[int | None, ...]  # one layer of the whole model, by format (None: the format does not fit it)

@@ -1,10 +1,11 @@
 """Which plugin op serves each piece of each layer kind (docs/ops.md, "Where each layer kind is served"): the operator
 profile `dayzero inspect` prints.
 
-Kinds come from the ModelConfig alone: a layer's token mixer (KDA, MLA with a DSA indexer, dense MLA), its
-feed-forward (dense MLP, MoE) and, with AttnRes, its depth mixes; the embedding, final norm and LM head sit outside
-the layers. Ops are named as registered (`torch.ops.dayzero.<name>`); a piece whose op is not registered, and every
-piece of a kind this table does not know, is "reference only" (served by the reference network, no kernel yet).
+Kinds come from the ModelConfig alone: a layer's token mixer (KDA, gated DeltaNet, MLA with a DSA indexer, dense
+MLA, gated GQA), its feed-forward (dense MLP, MoE) and, with AttnRes, its depth mixes; the embedding, final norm and
+LM head sit outside the layers. Ops are named as registered (`torch.ops.dayzero.<name>`); a piece whose op is not
+registered, and every piece of a kind this table does not know, is "reference only" (served by the reference network,
+no kernel yet).
 Pieces marked "torch" are plain PyTorch by design (the projections everywhere, the prefill gate, the decode router):
 a compiled engine fuses them with Inductor.
 """
@@ -16,20 +17,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dayzero.model.caches import CacheFormat
-from dayzero.model.config import MLA, ModelConfig
+from dayzero.model.config import GQA, MLA, ModelConfig
 from dayzero.plugins.registry import PLUGIN_OPS
 
 MIXER, RESIDUAL, FFN, OUTSIDE = "token mixer", "residual", "feed-forward", "outside layers"
 SUBLAYERS = (MIXER, RESIDUAL, FFN, OUTSIDE)
 REFERENCE_ONLY = "reference only"
-ATTNRES, EMBEDDING_AND_HEAD, MLA_DSA = "attnres", "embedding", "mla_dsa"
-LABELS = {"kda": "KDA", MLA_DSA: "MLA + DSA indexer", MLA: "dense MLA", "dense": "dense MLP", "moe": "MoE",
-          ATTNRES: "AttnRes", EMBEDDING_AND_HEAD: "embedding, LM head"}
+ATTNRES, HYPER, EMBEDDING_AND_HEAD, MLA_DSA = "attnres", "mhc", "embedding", "mla_dsa"
+LABELS = {"kda": "KDA", "gdn": "gated DeltaNet", MLA_DSA: "MLA + DSA indexer", MLA: "dense MLA", GQA: "gated GQA",
+          "dense": "dense MLP", "moe": "MoE", ATTNRES: "AttnRes", HYPER: "hyper-connections",
+          EMBEDDING_AND_HEAD: "embedding, LM head"}
 
 _LAYER_PARAM = re.compile(r"^model\.layers\.(?P<layer>\d+)\.(?P<module>[^.]+)\.")
 # a layer's modules that belong to its feed-forward and to its AttnRes depth mixes (the rest is its token mixer)
 _FFN_MODULES = ("mlp", "block_sparse_moe", "post_attention_layernorm")
 _RESIDUAL_MODULES = ("self_attention_res_norm", "self_attention_res_proj", "mlp_res_norm", "mlp_res_proj")
+_HYPER_MODULES = ("attn_hc", "ffn_hc")
 
 Group = tuple[str, str]  # (sublayer, kind)
 
@@ -61,9 +64,18 @@ def param_group(cfg: ModelConfig, name: str) -> Group:
     layer, module = int(match["layer"]), match["module"]
     if module in _RESIDUAL_MODULES:
         return RESIDUAL, ATTNRES
+    if module in _HYPER_MODULES:
+        return RESIDUAL, HYPER
     if module in _FFN_MODULES:
         return FFN, cfg.mlp_kinds[layer]
     return layer_group(cfg, layer)
+
+
+def residual_kind(cfg: ModelConfig) -> str | None:
+    """The residual row every layer holds: AttnRes depth mixes, hyper-connections, or none (the plain add)."""
+    if cfg.attn_res_block_size is not None:
+        return ATTNRES
+    return HYPER if cfg.hyper_connections is not None else None
 
 
 def served(op: str) -> str:
@@ -87,13 +99,28 @@ def _kda(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
             Piece("delta rule", recurrence, "fused_kda_decode"))
 
 
+def _gdn(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    recurrence = "chunk_kda + kda_summary" if cp > 1 else "chunk_kda"
+    return (Piece("short conv", "short_conv_prefill", "fused_gdn_decode"),
+            Piece("gate", "torch (gdn_gate)", "fused_gdn_decode"),
+            Piece("delta rule", recurrence, "fused_gdn_decode"))
+
+
 def _mla(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     latent = _same("latent write", "write_latent")
     if cfg.indexer is None:
         return latent, _same("attention", "dense_mla_paged")
-    select = ("mxfp8_quantize", "index_topk_paged") if fmt.index_mxfp8 else ("index_topk_paged",)
-    keys = _same("index key write", "write_index_keys")
+    quantize = ("mxfp8_quantize",) if fmt.index_mxfp8 else ()
+    if cfg.indexer.pooled:
+        keys = Piece("pooled key write", "write_pooled_index_keys_prefill", "write_pooled_index_keys_decode")
+        select = (*quantize, "pooled_index_topk_paged")
+    else:
+        keys, select = _same("index key write", "write_index_keys"), (*quantize, "index_topk_paged")
     return latent, keys, _same("top-k", *select), _same("sparse attention", "sparse_mla_paged")
+
+
+def _gqa(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    return _same("K/V write", "write_kv"), Piece("attention", "gqa_prefill_paged", "gqa_decode_paged")
 
 
 def _moe(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
@@ -101,7 +128,8 @@ def _moe(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     pieces = (Piece("router logits", "moe_router_logits", "torch (fp32 GEMM)"), _same("routing", "moe_route"),
               _same("dispatch", "moe_permute", "moe_unpermute"), _same("experts", experts))
     shared = (_same("shared experts", "moe_gated_activation"),) if cfg.moe.num_shared_experts else ()
-    return pieces + shared
+    gate = (_same("shared expert gate", "torch (sigmoid)"),) if cfg.moe.shared_expert_gate else ()
+    return pieces + shared + gate
 
 
 def _dense(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
@@ -112,15 +140,22 @@ def _attnres(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     return (_same("depth mix", "attnres_mix"),)
 
 
+def _hyper(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
+    return _same("collapse (pre, Sinkhorn)", "mhc_pre"), _same("expand, mix (post)", "mhc_post")
+
+
 def _outside(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     return (_same("lookup, norm, LM head", "torch"),)
 
 
 PIECES: dict[Group, Callable[[ModelConfig, CacheFormat, int], tuple[Piece, ...]]] = {
     (MIXER, "kda"): _kda,
+    (MIXER, "gdn"): _gdn,
     (MIXER, MLA_DSA): _mla,
     (MIXER, MLA): _mla,
+    (MIXER, GQA): _gqa,
     (RESIDUAL, ATTNRES): _attnres,
+    (RESIDUAL, HYPER): _hyper,
     (FFN, "moe"): _moe,
     (FFN, "dense"): _dense,
     (OUTSIDE, EMBEDDING_AND_HEAD): _outside,

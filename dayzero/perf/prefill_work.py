@@ -4,7 +4,8 @@ against (at the device's measured matmul rate, prefill being bound by compute).
 Per prompt token: 2 x its active weights (every parameter but the embedding, with top_k of each MoE layer's E routed
 experts; an MXFP4 byte holds two weights) for the projections; per MLA layer, absorbed attention over the keys it
 sees (its causal prefix, at most top-k of them with a DSA indexer: 2 x heads x (latent + rope + latent) per key) and
-the indexer's scores over the whole prefix (2 x index heads x index dim per key). The KDA recurrences
+the indexer's scores over the whole prefix (2 x index heads x index dim per key); per GQA layer, attention over the
+causal prefix (2 x query heads x 2 head_dim per key: scores and values). The KDA recurrences
 (O(heads x K x V) per token) are left out.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from dayzero.export.sizing import model_parameters
-from dayzero.model.config import MLA, ModelConfig
+from dayzero.model.config import GQA, MLA, ModelConfig
 from dayzero.model.weights import parameter_shapes
 from dayzero.perf.decode_traffic import EMBEDDING, ROUTED_EXPERTS
 
@@ -44,6 +45,8 @@ def _keys_seen(prompt_tokens: int, cap: int | None) -> float:
 
 def attention_flops(cfg: ModelConfig, layer: int, prompt_tokens: int) -> float:
     """Layer `layer`'s attention and indexer work over one prompt (none in a KDA layer)."""
+    if cfg.layer_kinds[layer] == GQA:
+        return 2 * cfg.gqa.num_heads * 2 * cfg.gqa.head_dim * _keys_seen(prompt_tokens, None)
     if cfg.layer_kinds[layer] != MLA or cfg.mla is None:
         return 0.0
     width = cfg.mla.latent_dim + cfg.mla.kv_lora_rank

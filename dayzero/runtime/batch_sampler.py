@@ -38,19 +38,12 @@ class SampledRows:
     logprobs: list[TokenLogprob] | None
 
 
-# sequences a pass takes on the CPU: 8 rows of 163,840 logits stay in its caches from one op to the next (2.7x faster
-# than 64 at once); a GPU takes the whole batch in one pass
-SEQUENCES_PER_PASS = {"cpu": 8}
-
-
 @dataclass(frozen=True)
 class DrawnRows:
-    """A step's tokens on the device, its sequences' rows in order, and their copy to the host (with the log
-    probabilities asked for) under way."""
+    """A step's tokens on the device (one a row of its plan) and their copy to the host under way."""
 
     tokens: torch.Tensor  # int64 [rows]
-    starts: list[int]  # each sequence's first row
-    plans: list[RowPlan]  # one a pass over the sequences
+    plan: RowPlan
     copy: Download
 
 
@@ -59,7 +52,7 @@ class BatchSampler:
         """stop_ids: the engine's end-of-sequence ids (banned with a request's own before its min_tokens)."""
         self.vocab_size, self.stop_ids, self.device = vocab_size, stop_ids, torch.device(device)
         self.counts = TokenCounts(vocab_size, self.device)
-        self._plans: dict[int, RowPlan] = {}  # by pass
+        self._plan: RowPlan | None = None
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None = None,
                  bitmasks: list[torch.Tensor | None] | None = None) -> list[SampledRows]:
@@ -74,55 +67,33 @@ class BatchSampler:
         """The rows' tokens, left on the device, with their copy to the host (and the log probabilities') started.
         A sequence's rows pick its output tokens len(output_ids) + num_pending onwards; drawn, drawn_rows: where
         sequence b's last output token is still on the device, drawn[drawn_rows[b]] (the penalties count it)."""
-        tokens, starts, plans, parts = [], [], [], []
-        for plan, step, rows, masks in self._passes(logits, seqs, drafts, bitmasks, drawn, drawn_rows):
-            starts += [sum(p.num_rows for p in plans) + start for start in plan.starts]
-            tokens.append(self._tokens(self._adjusted(rows, plan, step, masks), plan, step))
-            plans.append(plan)
-            asked = plan.logprobs
-            parts += [tokens[-1], *(row_logprobs(asked.take(rows), asked.take(tokens[-1]), max(plan.num_top))
-                                    if asked else [])]
-        flat = tokens[0] if len(tokens) == 1 else torch.cat([logits.new_zeros(0, dtype=torch.long), *tokens])
-        return DrawnRows(flat, starts, plans, Download(parts))
-
-    @staticmethod
-    def collect(drawn: DrawnRows) -> list[SampledRows]:
-        """The drawn tokens and log probabilities on the host (waits for their copy), split by sequence."""
-        host = [part.tolist() for part in drawn.copy.wait()]
-        sampled = []
-        for plan in drawn.plans:
-            count = 4 if plan.logprobs else 1
-            sampled += _split(plan, host[:count])
-            host = host[count:]
-        return sampled
+        plan, step, rows = self._prepare(logits, seqs, drafts, bitmasks, drawn, drawn_rows)
+        tokens = self._tokens(self._adjusted(rows, plan, step, bitmasks), plan, step)
+        asked = plan.logprobs
+        parts = [tokens, *(row_logprobs(asked.take(rows), asked.take(tokens), max(plan.num_top)) if asked else [])]
+        return DrawnRows(tokens, plan, Download(parts))
 
     def adjusted_logits(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None = None,
                         bitmasks: list[torch.Tensor | None] | None = None) -> torch.Tensor:
         """float32 [rows, vocab]: the logits the rows' tokens are chosen from (adjusted and masked), rows in order."""
-        return torch.cat([self._adjusted(rows, plan, step, masks)
-                          for plan, step, rows, masks in self._passes(logits, seqs, drafts, bitmasks)])
+        plan, step, rows = self._prepare(logits, seqs, drafts, bitmasks)
+        return self._adjusted(rows, plan, step, bitmasks)
 
-    def _passes(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None,
-                bitmasks: list | None, drawn: torch.Tensor | None = None, drawn_rows: list[int | None] | None = None):
-        """(plan, step inputs, rows [R, vocab], bitmasks) of each pass over the batch's sequences."""
+    def _prepare(self, logits: torch.Tensor, seqs: list[Sequence], drafts: list[list[int]] | None,
+                 bitmasks: list | None, drawn: torch.Tensor | None = None, drawn_rows: list[int | None] | None = None
+                 ) -> tuple[RowPlan, dict[str, torch.Tensor], torch.Tensor]:
         drafts = drafts if drafts is not None else [[] for _ in seqs]
-        bitmasks = bitmasks if bitmasks is not None else [None] * len(seqs)
-        drawn_rows = drawn_rows if drawn_rows is not None else [None] * len(seqs)
-        size = SEQUENCES_PER_PASS.get(self.device.type) or len(seqs) or 1
-        for index, start in enumerate(range(0, len(seqs), size)):
-            part = slice(start, start + size)
-            plan = self._plan_for(index, seqs[part], drafts[part])
-            step = self._step_inputs(plan, drafts[part], bitmasks[part], logits.shape[1] if logits.dim() == 3 else 1,
-                                     drawn, drawn_rows[part])
-            yield plan, step, _flat_rows(logits[part], step), bitmasks[part]
+        plan = self._plan_for(seqs, drafts)
+        step = self._step_inputs(plan, drafts, bitmasks, logits.shape[1] if logits.dim() == 3 else 1, drawn,
+                                 drawn_rows or [None] * len(seqs))
+        return plan, step, _flat_rows(logits, step)
 
-    def _plan_for(self, index: int, seqs: list[Sequence], drafts: list[list[int]]) -> RowPlan:
-        plan = self._plans.get(index)
-        if plan is None or not plan.matches(seqs, drafts):
-            plan = self._plans[index] = RowPlan(seqs, drafts, self.vocab_size, self.device)
-        return plan
+    def _plan_for(self, seqs: list[Sequence], drafts: list[list[int]]) -> RowPlan:
+        if self._plan is None or not self._plan.matches(seqs, drafts):
+            self._plan = RowPlan(seqs, drafts, self.vocab_size, self.device)
+        return self._plan
 
-    def _step_inputs(self, plan: RowPlan, drafts: list[list[int]], bitmasks: list, width: int,
+    def _step_inputs(self, plan: RowPlan, drafts: list[list[int]], bitmasks: list | None, width: int,
                      drawn: torch.Tensor | None, drawn_rows: list[int | None]) -> dict[str, torch.Tensor]:
         """What changes every step, in one copy: the random rows' positions, the counting rows' count rows and the
         drafts they count, stop-id bans, the masked rows and the real rows of a padded verify step."""
@@ -134,7 +105,7 @@ class BatchSampler:
                       for token in drafts[plan.owners[r]][: plan.offsets[r]]]
         bans = [(r, token) for b, seq in enumerate(seqs) for r in plan.rows_of(b)
                 for token in self._banned(seq, r, plan)]
-        masked_rows = [r for b in range(len(seqs)) if bitmasks[b] is not None for r in plan.rows_of(b)]
+        masked_rows = [r for b in range(len(seqs)) if bitmasks and bitmasks[b] is not None for r in plan.rows_of(b)]
         return upload({
             "positions": [_emitted(seqs[plan.owners[r]]) + plan.offsets[r] for r in plan.random.rows],
             "count_rows": [counting[plan.owners[r]] for r in plan.counting.rows],
@@ -150,7 +121,7 @@ class BatchSampler:
         return sorted(set(seq.params.stop_token_ids) | (set() if seq.params.ignore_eos else set(self.stop_ids)))
 
     def _adjusted(self, rows: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor],
-                  bitmasks: list) -> torch.Tensor:
+                  bitmasks: list | None) -> torch.Tensor:
         """The rows' logits in float32 with their adjustments and masks (the rows themselves where none)."""
         if not plan.adjusts and not len(step["masked"]):
             return rows.float()
@@ -158,7 +129,13 @@ class BatchSampler:
         if plan.bias is not None:
             with_bias(work, *plan.bias)
         if plan.counting:
-            work = plan.counting.put(work, self._penalized(plan.counting.take(work), plan, step))
+            generated = self.counts.generated[step["count_rows"]]
+            if len(step["increment_rows"]):
+                generated.index_put_((step["increment_rows"], step["increment_tokens"]),
+                                     torch.ones((), device=work.device), accumulate=True)
+            in_prompt = self.counts.in_prompt[step["count_rows"]]
+            work = plan.counting.put(work, penalized_rows(plan.counting.take(work), generated, in_prompt,
+                                                          plan.counting_rows))
         if len(step["ban_rows"]):
             with_bans(work, step["ban_rows"], step["ban_tokens"])
         if len(step["masked"]):
@@ -166,17 +143,10 @@ class BatchSampler:
             work[step["masked"]] = masked(work[step["masked"]], bitmask)
         return work
 
-    def _penalized(self, x: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The counting rows' logits with their penalties, each row counting the drafts before it."""
-        generated = self.counts.generated[step["count_rows"]]
-        if len(step["increment_rows"]):
-            generated.index_put_((step["increment_rows"], step["increment_tokens"]), x.new_ones(()), accumulate=True)
-        return penalized_rows(x, generated, self.counts.in_prompt[step["count_rows"]], plan.counting_rows)
-
     def _tokens(self, work: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
         if not plan.random:
             return work.argmax(-1)
-        uniform = seeded_uniform(plan.random_rows.seed_keys, step["positions"])
+        uniform = seeded_uniform(plan.random_rows.seeds, step["positions"])
         drawn = draw_tokens(plan.random.take(work), plan.random_rows, uniform)
         if not plan.greedy:
             return drawn
@@ -184,15 +154,16 @@ class BatchSampler:
         tokens.index_copy_(0, plan.greedy.index, plan.greedy.take(work).argmax(-1))
         return tokens.index_copy_(0, plan.random.index, drawn)
 
-
-def _split(plan: RowPlan, host: list[list]) -> list[SampledRows]:
-    """One pass's tokens and log probabilities on the host (as lists) -> its sequences' rows."""
-    asked = plan.logprobs
-    asked_tokens = [host[0][r] for r in asked.rows]
-    logprobs = dict(zip(asked.rows, entries(asked_tokens, *host[1:], plan.num_top) if asked else []))
-    return [SampledRows([host[0][r] for r in plan.rows_of(b)],
-                        [logprobs[r] for r in plan.rows_of(b)] if seq.params.logprobs is not None else None)
-            for b, seq in enumerate(plan.seqs)]
+    @staticmethod
+    def collect(drawn: DrawnRows) -> list[SampledRows]:
+        """The drawn tokens and log probabilities on the host (waits for their copy), split by sequence."""
+        plan, asked = drawn.plan, drawn.plan.logprobs
+        host = [part.tolist() for part in drawn.copy.wait()]
+        logprobs = dict(zip(asked.rows, entries([host[0][r] for r in asked.rows], *host[1:], plan.num_top))) \
+            if asked else {}
+        return [SampledRows([host[0][r] for r in plan.rows_of(b)],
+                            [logprobs[r] for r in plan.rows_of(b)] if seq.params.logprobs is not None else None)
+                for b, seq in enumerate(plan.seqs)]
 
 
 def _emitted(seq: Sequence) -> int:

@@ -126,9 +126,9 @@ class EngineLoop:
     def warm_up(self, prompt_tokens: int = 16, output_tokens: int = 4) -> None:
         """Run one short request to its end before taking requests: the first call of each kernel compiles it (on a
         GPU, Triton's JIT: seconds to minutes without a warm cache) and the first decode step captures its graph, so
-        the first client does not wait for them. The vocabulary's table for JSON answers is built here too (seconds
-        at a 160K vocabulary), where the first such request would stall every other one. A failure here is an engine
-        failure."""
+        the first client does not wait for them. The vocabulary's tables for held answers are built here too (half a
+        second at a 160K vocabulary), where the first such request would stall every other one. A failure here is an
+        engine failure."""
         params = SamplingParams(max_tokens=output_tokens, ignore_eos=True)
         try:
             self.engine.add_request(list(range(1, prompt_tokens + 1)), params, "warm-up")

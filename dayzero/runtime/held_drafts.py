@@ -1,51 +1,42 @@
 """Speculative drafts for answers held to a grammar (JSON answers, held tool calls): a draft is cut at its first
-token the grammar refuses (or where the answer ends), and verify row i is masked by the answer's state after the
+token the grammar refuses (or where the answer ends), and verify row i is masked by the answer's place after the
 first i draft tokens, so accepted runs are exactly what decoding token by token under the masks emits.
 
-An answer (token_grammar.JsonAnswer, tool_call_grammar.ToolCallAnswer) keeps immutable values in its fields, so a
-shallow copy walks ahead along a draft without moving the sequence's own place. The sampler takes the masks as
-packed bitmasks (bitmask_along).
+The answer (structured.held_answer.HeldAnswer) walks ahead along the draft and takes the draft back after, so the
+sequence's own place does not move. The sampler takes the masks as packed bitmasks in xgrammar's layout
+(grammar_bitmask.py), which the answer fills as they are.
 """
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
-from dayzero.runtime.grammar_bitmask import pack_bitmask
+from dayzero.runtime.grammar_bitmask import bitmask_width
+from dayzero.structured.held_answer import HeldAnswer
 
 
-def held_draft(answer, draft: list[int]) -> list[int]:
+def held_draft(answer: HeldAnswer, draft: list[int]) -> list[int]:
     """The longest start of `draft` the answer takes, up to where it would end."""
-    walker = copy.copy(answer)
     kept: list[int] = []
     for token in draft:
-        if walker.done or not _allows(walker, token):
+        if answer.done or not answer.take(token):
             break
-        walker.advance(token)
         kept.append(token)
+    answer.rollback(len(kept))
     return kept
 
 
-def masked_along(answer, rows: torch.Tensor, draft: list[int]) -> torch.Tensor:
-    """rows [1 + len(draft), vocab] of [x0, *draft] -> row i masked by the answer's state after draft[:i]; rows past
-    the answer's end are left as they are (nothing they pick is emitted)."""
-    walker = copy.copy(answer)
-    masked = []
-    for index, row in enumerate(rows):
-        masked.append(row if walker.done else walker.mask(row[None])[0])
-        if index < len(draft):
-            walker.advance(draft[index])
-    return torch.stack(masked)
-
-
-def bitmask_along(answer, draft: list[int]) -> torch.Tensor:
-    """masked_along's masks as a packed bitmask (grammar_bitmask.py): int32 [1 + len(draft), ceil(vocab / 32)]."""
-    rows = masked_along(answer, torch.zeros(1 + len(draft), answer.table.vocab_size), draft)
-    return pack_bitmask(torch.isfinite(rows))
-
-
-def _allows(answer, token: int) -> bool:
-    row = torch.zeros(1, answer.table.vocab_size)
-    return bool(torch.isfinite(answer.mask(row)[0, token]))
+def bitmask_along(answer: HeldAnswer, draft: list[int]) -> torch.Tensor:
+    """int32 [1 + len(draft), ceil(vocab / 32)]: row i the answer's mask after draft[:i]; rows past the answer's end
+    allow everything (nothing they pick is emitted)."""
+    bitmask = torch.full((1 + len(draft), bitmask_width(answer.vocab_size)), -1, dtype=torch.int32)
+    taken = 0
+    for index in range(len(bitmask)):
+        if answer.done:
+            break
+        answer.fill(bitmask, index)
+        if index == len(draft) or not answer.take(draft[index]):
+            break
+        taken += 1
+    answer.rollback(taken)
+    return bitmask

@@ -29,4 +29,4 @@ class InFlight:
     def drawn_rows(self, seqs: list[Sequence]) -> list[int | None]:
         """For each of seqs, the row of this step's tokens that holds its next input (None: not in this step)."""
         index = {id(seq): b for b, seq in enumerate(self.seqs)}
-        return [None if id(seq) not in index else self.drawn.starts[index[id(seq)]] for seq in seqs]
+        return [None if id(seq) not in index else self.drawn.plan.rows_of(index[id(seq)]).start for seq in seqs]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -28,13 +27,12 @@ from dayzero.runtime.scheduler import ScheduledStep, Scheduler
 from dayzero.runtime.sequence import Sequence, Status
 from dayzero.runtime.spec_decode import PROPOSERS, accepted_run
 from dayzero.runtime.state_pool import StatePool
-from dayzero.structured.json_grammar import JSON_OBJECT, Grammar
-from dayzero.structured.json_schema import compile_schema
-from dayzero.structured.token_grammar import JsonAnswer, TokenTable
-from dayzero.structured.tool_call_grammar import ToolCallAnswer
+from dayzero.structured.held_answer import HeldAnswer
+from dayzero.structured.json_answer import json_answer
+from dayzero.structured.json_schema import checked_schema_text
+from dayzero.structured.tool_call_grammar import tool_call_grammar
+from dayzero.structured.vocabulary import Vocabulary
 
-# JSON schemas kept compiled, by their text
-CACHED_GRAMMARS = 32
 # prefill tokens a step gives each rank by default (context-parallel ranks split a step's tokens)
 TOKENS_PER_RANK = 2048
 
@@ -91,7 +89,8 @@ class LLMEngine:
     def __init__(self, engine: StepEngine, options: RuntimeOptions = RuntimeOptions(),
                  detokenize: Callable[[list[int]], str] | None = None, stop_ids: frozenset[int] = frozenset(),
                  token_bytes: Callable[[int], bytes | None] | None = None):
-        """token_bytes: each token's bytes, for answers held to JSON (the vocabulary's trie is built on the first)."""
+        """token_bytes: each token's bytes, for answers held to a grammar (the vocabulary's tables are built on the
+        first)."""
         manifest = engine.manifest
         self.step_engine, self.manifest = engine, manifest
         self.max_batch = min(options.max_batch or manifest.max_batch, manifest.max_batch)
@@ -114,8 +113,7 @@ class LLMEngine:
         self.detokenize, self.stop_ids = detokenize, stop_ids
         self.sampler = BatchSampler(manifest.vocab_size, stop_ids, manifest.device)
         self.token_bytes = token_bytes
-        self._token_table: TokenTable | None = None
-        self._grammars: dict[str, Grammar] = {}  # compiled schemas, by their JSON text
+        self._vocabulary: Vocabulary | None = None
         self.stats = StepStats()
         # decode steps overlap the host where the engine verifies no drafts (drafts come from the host's tokens)
         self.overlap = options.overlap and not manifest.num_draft
@@ -143,43 +141,36 @@ class LLMEngine:
         if params.tool_calls is not None:
             seq.json_answer = self._held_tool_calls(params)
         elif params.response_format is not None:
-            seq.json_answer = JsonAnswer(self._json_tokens(), self._grammar(params.json_schema),
-                                         params.reasoning_tokens, params.reasoning_opened)
+            schema = None if params.json_schema is None else checked_schema_text(params.json_schema)
+            grammar = json_answer(schema, params.reasoning_tokens, params.reasoning_opened)
+            seq.json_answer = HeldAnswer(self._grammars().compile(grammar))
         self.scheduler.add(seq)
         return seq
 
-    def _held_tool_calls(self, params: SamplingParams) -> ToolCallAnswer | None:
+    def _held_tool_calls(self, params: SamplingParams) -> HeldAnswer | None:
         """The answer's tool calls held to the offered functions, where the vocabulary allows masks (a tokenizer
-        without token bytes or single-byte JSON tokens: the calls are read as written, as before holding)."""
+        without token bytes or single-byte JSON tokens: the calls are read as written, unheld)."""
         try:
-            return ToolCallAnswer(self._json_tokens(), params.tool_calls, self._grammar)
+            vocabulary = self._grammars()
         except DayzeroError:
             return None
+        return HeldAnswer(vocabulary.compile(tool_call_grammar(params.tool_calls)), params.tool_calls.section_end)
 
     def prepare_json_answers(self) -> None:
-        """Build the vocabulary's table for JSON answers now, where the tokenizer allows them (else on the first)."""
+        """Build the vocabulary's tables for held answers now, where the tokenizer allows them (else on the first)."""
         if self.token_bytes is not None:
             try:
-                self._json_tokens()
+                self._grammars()
             except DayzeroError:
                 pass  # a vocabulary that cannot hold JSON: each JSON request is refused with the reason
 
-    def _json_tokens(self) -> TokenTable:
+    def _grammars(self) -> Vocabulary:
+        """The vocabulary every held answer's grammar compiles over."""
         if self.token_bytes is None:
             raise DayzeroError("JSON answers need the tokenizer's token bytes, which this engine was not given")
-        if self._token_table is None:
-            self._token_table = TokenTable(self.token_bytes, self.manifest.vocab_size)
-        return self._token_table
-
-    def _grammar(self, schema: str | None) -> Grammar:
-        """The recognizer of a JSON schema given as JSON text (None: any JSON object), compiled once."""
-        if schema is None:
-            return JSON_OBJECT
-        if schema not in self._grammars:
-            if len(self._grammars) >= CACHED_GRAMMARS:
-                self._grammars.pop(next(iter(self._grammars)))
-            self._grammars[schema] = compile_schema(json.loads(schema))
-        return self._grammars[schema]
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary(self.token_bytes, self.manifest.vocab_size, self.stop_ids)
+        return self._vocabulary
 
     def cancel(self, request_id: str) -> Sequence | None:
         return self.scheduler.cancel(request_id)

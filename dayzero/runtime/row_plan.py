@@ -15,7 +15,7 @@ import torch
 
 from dayzero.runtime.penalties import adjusts_logits
 from dayzero.runtime.sampling import SamplingParams
-from dayzero.runtime.seeded_uniform import seed_keys, seed_words
+from dayzero.runtime.seeded_uniform import seed_words
 from dayzero.runtime.sequence import Sequence
 from dayzero.runtime.transfers import upload
 
@@ -35,17 +35,6 @@ def is_greedy(params: SamplingParams) -> bool:
 
 def is_random(params: SamplingParams) -> bool:
     return params.method == "random"
-
-
-# the row sets a plan keeps: which rows of a step are greedy, random, penalized by counts, asking for logprobs
-ROW_SETS = {"greedy": is_greedy, "random": is_random, "counting": counts_tokens, "logprobs": asks_logprobs}
-
-
-def _float_columns(random: list[SamplingParams], counting: list[SamplingParams]) -> dict[str, list[float]]:
-    return {"temperature": [p.temperature for p in random], "top_p": [p.top_p for p in random],
-            "log_min_p": [math.log(p.min_p) if p.min_p else -math.inf for p in random],
-            "frequency": [p.frequency_penalty for p in counting], "presence": [p.presence_penalty for p in counting],
-            "repetition": [p.repetition_penalty for p in counting]}
 
 
 @dataclass(frozen=True)
@@ -75,7 +64,7 @@ class RandomRows:
     top_k: torch.Tensor  # int64 [n], at most the vocabulary; 0: no bound
     top_p: torch.Tensor  # float32 [n]
     log_min_p: torch.Tensor  # float32 [n]: log(min_p), -inf for 0
-    seed_keys: torch.Tensor  # int64 [n] (seeded_uniform.seed_keys)
+    seeds: torch.Tensor  # int64 [n, 2] (seeded_uniform.seed_words)
     max_top_k: int
     any_top_p: bool
     any_min_p: bool
@@ -100,25 +89,30 @@ class RowPlan:
         self.owners = [b for b, size in enumerate(self.sizes) for _ in range(size)]
         self.offsets = [i for size in self.sizes for i in range(size)]
         params = [seqs[b].params for b in self.owners]
-        sets = {name: [r for r, p in enumerate(params) if keep(p)] for name, keep in ROW_SETS.items()}
-        bias = [(r, token, value) for r, p in enumerate(params) for token, value in p.logit_bias]
+        sets = {name: [r for r, p in enumerate(params) if keep(p)] for name, keep in (
+            ("greedy", is_greedy), ("random", is_random), ("counting", counts_tokens), ("logprobs", asks_logprobs))}
         random = [params[r] for r in sets["random"]]
-        seeds = [word for r in sets["random"] for word in seed_words(seqs[self.owners[r]].seed)]
-        ints = upload({**sets, "top_k": [min(p.top_k, vocab_size) for p in random], "seeds": seeds,
+        counting = [params[r] for r in sets["counting"]]
+        bias = [(r, token, value) for r, p in enumerate(params) for token, value in p.logit_bias]
+        ints = upload({**sets, "top_k": [min(p.top_k, vocab_size) for p in random],
+                       "seeds": [word for r in sets["random"] for word in seed_words(seqs[self.owners[r]].seed)],
                        "bias_rows": [r for r, _, _ in bias], "bias_tokens": [t for _, t, _ in bias]},
                       torch.int64, device)
-        floats = upload({**_float_columns(random, [params[r] for r in sets["counting"]]),
+        floats = upload({"temperature": [p.temperature for p in random], "top_p": [p.top_p for p in random],
+                         "log_min_p": [math.log(p.min_p) if p.min_p else -math.inf for p in random],
+                         "frequency": [p.frequency_penalty for p in counting],
+                         "presence": [p.presence_penalty for p in counting],
+                         "repetition": [p.repetition_penalty for p in counting],
                          "bias_values": [v for _, _, v in bias]}, torch.float32, device)
-        self.greedy, self.random, self.counting, self.logprobs = (self._row_set(sets[name], ints[name])
-                                                                  for name in ROW_SETS)
+        self.greedy, self.random, self.counting, self.logprobs = (
+            self._row_set(sets[name], ints[name]) for name in ("greedy", "random", "counting", "logprobs"))
         self.adjusts = any(adjusts_logits(p) for p in params)
         self.bias = (ints["bias_rows"], ints["bias_tokens"], floats["bias_values"]) if bias else None
         self.num_top = [params[r].logprobs for r in sets["logprobs"]]
         self.random_rows = RandomRows(
-            floats["temperature"], ints["top_k"], floats["top_p"], floats["log_min_p"],
-            seed_keys(ints["seeds"].view(-1, 2)), max((min(p.top_k, vocab_size) for p in random), default=0),
-            any(p.top_p < 1 for p in random), any(p.min_p > 0 for p in random))
-        counting = [params[r] for r in sets["counting"]]
+            floats["temperature"], ints["top_k"], floats["top_p"], floats["log_min_p"], ints["seeds"].view(-1, 2),
+            max((min(p.top_k, vocab_size) for p in random), default=0), any(p.top_p < 1 for p in random),
+            any(p.min_p > 0 for p in random))
         self.counting_rows = CountingRows(
             floats["frequency"], floats["presence"], floats["repetition"], any(p.frequency_penalty for p in counting),
             any(p.presence_penalty for p in counting), any(p.repetition_penalty != 1 for p in counting))

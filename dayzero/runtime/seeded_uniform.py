@@ -29,13 +29,9 @@ def seed_words(seed: int) -> tuple[int, int]:
     return bits & MASK32, bits >> 32
 
 
-def seed_keys(seeds: torch.Tensor) -> torch.Tensor:
-    """seeds int64 [R, 2] (seed_words) -> int64 [R]: each seed's 32-bit key."""
-    return mix32((mix32((seeds[:, 0] + OFFSETS[0]) & MASK32) ^ seeds[:, 1]) + OFFSETS[1] & MASK32)
-
-
-def seeded_uniform(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """keys int64 [R] (seed_keys), positions int64 [R] -> float64 [R] uniform in (0, 1), one per (seed, position)
-    pair, with 32 random bits."""
-    bits = mix32(keys ^ mix32((positions + OFFSETS[2]) & MASK32))
+def seeded_uniform(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """seeds int64 [R, 2] (seed_words), positions int64 [R] -> float64 [R] uniform in (0, 1), one per (seed,
+    position) pair, with 32 random bits."""
+    key = mix32((mix32((seeds[:, 0] + OFFSETS[0]) & MASK32) ^ seeds[:, 1]) + OFFSETS[1] & MASK32)
+    bits = mix32(key ^ mix32((positions + OFFSETS[2]) & MASK32))
     return (bits.double() + 0.5) / 2**32

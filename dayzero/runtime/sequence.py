@@ -45,7 +45,7 @@ class Sequence:
     prompt_logprobs: list[TokenLogprob | None] | None = None
     # the engine's incremental stop-string check, made at the first output token when params.stop is set
     stop_watch: StopStringWatch | None = None
-    # params.response_format "json_object": where the answer is in its JSON (token_grammar.JsonAnswer)
+    # an answer held to its response_format or its tool calls: its place in the grammar (structured.held_answer)
     json_answer: object | None = None
     # the prefix cache's hashes of the sequence's leading pages, computed once (prefix_cache.page_keys)
     page_keys: list[bytes] = field(default_factory=list)

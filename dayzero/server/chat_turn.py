@@ -18,7 +18,7 @@ from dayzero.server.openai_messages import ToolRequest, calls_made, chat_message
 from dayzero.server.openai_protocol import GenerateRequest, parse_chat
 from dayzero.server.reasoning import THINK_BEGIN, THINK_END, opens_thinking
 from dayzero.server.request_error import RequestError
-from dayzero.structured.json_schema import SchemaError, compile_schema
+from dayzero.structured.json_schema import SchemaError, checked_schema
 from dayzero.structured.tool_call_grammar import ToolCallRules, marker_token_ids
 from dayzero.structured.tool_calls import MARKERS
 
@@ -76,7 +76,7 @@ def _parameters_schema(parameters: dict) -> str | None:
     """A function's parameters schema as the JSON text the engine compiles (None: any JSON object, where dayzero
     cannot hold the schema)."""
     try:
-        return compile_schema(parameters).key
+        return checked_schema(parameters)
     except SchemaError:
         return None
 

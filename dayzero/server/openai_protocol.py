@@ -6,7 +6,7 @@ answer; with `logprobs` the prompt's tokens get theirs too, and `max_tokens: 0` 
 evaluation harnesses score text). Fields dayzero cannot honour (suffix, ...) are refused by name rather than
 ignored, and so are fields it does not know (openai_fields.py lists what each route takes), so a client never gets
 an answer computed differently from what it asked for. `response_format: {"type": "json_object"}` holds the answer
-to one JSON object, `{"type": "json_schema", ...}` to one that follows the schema (json_schema.py, token_grammar.py).
+to one JSON object, `{"type": "json_schema", ...}` to one that follows the schema (structured/json_schema.py).
 `top_k`, `ignore_eos`, `stop_token_ids`, `repetition_penalty`, `min_p` and `min_tokens` are accepted as extensions,
 as in vLLM.
 """
@@ -20,7 +20,7 @@ from dayzero.runtime.logprobs import MAX_TOP_LOGPROBS
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.server.openai_fields import CHAT_FIELDS, COMPLETION_FIELDS, check_fields
 from dayzero.server.request_error import RequestError
-from dayzero.structured.json_schema import SchemaError, compile_schema
+from dayzero.structured.json_schema import SchemaError, checked_schema
 from dayzero.structured.tool_call_grammar import ToolCallRules
 
 MAX_CHOICES = 16
@@ -158,10 +158,9 @@ def _response_format(body: dict) -> tuple[str | None, str | None]:
         raise RequestError("'response_format.json_schema' must be an object with the schema under \"schema\"",
                            param="response_format")
     try:
-        grammar = compile_schema(spec["schema"])
+        return "json_schema", checked_schema(spec["schema"])
     except SchemaError as err:
         raise RequestError(f"response_format.json_schema: {err}", param="response_format") from err
-    return "json_schema", grammar.key
 
 
 def _sampling(body: dict, max_tokens_field: str, logprobs: int | None, echo: bool) -> Sampling:

@@ -111,3 +111,29 @@ def test_without_transformers_the_message_says_how_to_install_it(tmp_path, monke
     code, err = run_main(monkeypatch, capsys, "check", str(tmp_path))
     assert code == 2 and err.startswith("error: dayzero check compares against transformers, which is not installed")
     assert err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def glm5_checkpoint(tmp_path_factory):
+    """GLM-5.3-Flash at the odd shapes of tests/model/glm5_checkpoints.py: a multimodal checkpoint that transformers
+    runs as AutoModelForImageTextToText, hyper-connection streams as its layer outputs, pooled index keys."""
+    from tests.model.glm5_checkpoints import write_checkpoint
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield write_checkpoint(tmp_path_factory.mktemp("glm5_next"))[0]
+    torch.set_num_threads(threads)
+
+
+def test_check_passes_on_a_glm5_next_checkpoint(glm5_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setenv("DAYZERO_CACHE_DIR", str(tmp_path))
+    result = check(glm5_checkpoint, "--max-tokens", "6")
+    assert result.exit_code == 0, result.output
+    assert "glm5_next, 5 layers, vocab 301" in result.output and "Glm5NextForConditionalGeneration" in result.output
+    rows = re.findall(r"^(layer \d .*?|logits, .*?)\s+(\S+)\s+1\.00e-04", result.output, re.M)
+    assert [name for name, _ in rows] == ["layer 0 (kda, dense)", "layer 1 (mla, moe)", "layer 2 (mla, dense)",
+                                          "layer 3 (kda, moe)", "layer 4 (mla, moe) + norm",
+                                          "logits, reference model", "logits, eager engine"]
+    assert all(float(error) < 1e-5 for _, error in rows)
+    assert "greedy, 6 tokens: same as transformers' generate after 3 of 3 prompts" in result.output
+    assert "ok: every error within tolerance" in result.output and "vision tower" in result.output

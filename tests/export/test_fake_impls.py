@@ -17,7 +17,7 @@ from dayzero.model.caches import CacheFormat
 from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.step import contiguous_meta
 from dayzero.plugins import registry
-from tests.helpers import layer_pattern, random_model, tiny_config_dict
+from tests.helpers import glm5_config_dict, layer_pattern, random_model, tiny_config_dict
 from tests.plugins.triton_env import ON_GPU, needs_triton
 
 pytestmark = [needs_triton, pytest.mark.skipif(ON_GPU, reason="the interpreter run is the CPU check"),
@@ -73,3 +73,22 @@ def test_fake_impls_match_the_triton_bodies_over_prefill_and_decode(triton_bodie
     assert mismatches == []
     assert {"chunk_kda", "fused_kda_decode", "write_latent", "write_index_keys", "index_topk_paged",
             "sparse_mla_paged", "attnres_mix", "moe_route", "moe_permute", "moe_grouped_mlp"} <= set(calls)
+
+
+def test_fake_impls_match_the_triton_bodies_of_glm5_next(triton_bodies_on_cpu):
+    """Hyper-connections and pooled index keys (pools of 4, whole in pages: the Top-K kernels' case) over FP8 latent
+    and MXFP8 pooled caches, in a prefill and a verify step of two tokens."""
+    calls, mismatches = triton_bodies_on_cpu
+    config = glm5_config_dict(num_hidden_layers=2, kv_lora_rank=128, index_head_dim=32, index_kpool=4,
+                              layer_types=["indexed_attention", "indexed_attention"], indexer_types=["full", "shared"],
+                              mlp_layer_types=["sparse", "dense"])
+    model = random_model(config, dtype=torch.bfloat16)
+    manifest = eager_manifest(model, CacheFormat(kv_fp8=True, index_mxfp8=True), max_batch=4, max_len=128,
+                              num_draft=1)
+    engine = EagerEngine(model, manifest)
+    caches = allocate_flat_caches(manifest, 9, 8)
+    engine.prefill(torch.randint(0, 200, (17,)), contiguous_meta([0, 0], [9, 8], 3, 2), caches)
+    engine.decode(torch.randint(0, 200, (2, 2)), contiguous_meta([9, 8], [2, 2], 3, 2, decode=True), caches)
+    assert mismatches == []
+    assert {"mhc_pre", "mhc_post", "write_pooled_index_keys_prefill", "write_pooled_index_keys_decode",
+            "pooled_index_topk_paged", "sparse_mla_paged"} <= set(calls)

@@ -21,7 +21,7 @@ from dayzero.model.caches import CacheFormat  # noqa: E402
 from dayzero.model.eager_engine import EagerEngine, eager_manifest  # noqa: E402
 from dayzero.model.step import contiguous_meta  # noqa: E402
 from dayzero.plugins.registry import ONNX_DOMAIN  # noqa: E402
-from tests.helpers import layer_pattern, random_model, rel_err, tiny_config_dict  # noqa: E402
+from tests.helpers import glm5_config_dict, layer_pattern, random_model, rel_err, tiny_config_dict  # noqa: E402
 
 PAGES_PER_SEQ = 2
 # KDA with the dense MLP, MLA with MoE, KDA with MoE: every kind of layer, for the variants' exports (half the six's
@@ -122,6 +122,21 @@ def test_dense_mla_verify_step_matches_eager(tmp_path):
 
 
 @pytest.mark.slow
+def test_gated_gqa_verify_step_is_custom_nodes_and_decodes_as_eager(tmp_path):
+    """Qwen3-Next's full attention (gated GQA layers over paged K/V) with one draft token per step."""
+    from dayzero.model.hybrid import HybridModel
+    from dayzero.model.random_init import init_random_
+    from tests.model.test_gated_attention import gqa_model_config
+
+    model = HybridModel(gqa_model_config())
+    init_random_(model, 0)
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64, num_draft=1)
+    path = export_onnx(model, manifest, tmp_path / "decode.onnx")
+    assert {"WriteKv", "GqaDecodePaged"} <= {n.op_type for n in onnx.load(path).graph.node if n.domain == ONNX_DOMAIN}
+    _assert_decode_matches_eager(model, manifest, OnnxEngine(path))
+
+
+@pytest.mark.slow
 def test_mxfp4_experts_are_one_custom_node_and_decode_as_eager(tmp_path):
     model = random_model(tiny_config_dict(**THREE_LAYERS), mxfp4_experts=True)
     manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64)
@@ -159,3 +174,15 @@ def test_export_cli_onnx_backend_stores_an_entry_that_loads_and_decodes(tmp_path
     engine = load_engine(entry)
     assert isinstance(engine, SplitEngine) and engine.manifest.backend == "onnx"
     _assert_decode_matches_eager(load(checkpoint, dtype=torch.float32), engine.manifest, engine)
+
+
+@pytest.mark.slow
+def test_glm5_next_decode_graph_runs_as_eager(tmp_path):
+    """GLM-5.3-Flash's decode step (hyper-connections, pooled index keys and their windows, a layer sharing picks)
+    with one draft token per step: its custom nodes, and ONNX Runtime's logits and caches equal eager's."""
+    model = random_model(glm5_config_dict())
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=PAGES_PER_SEQ * 64, num_draft=1)
+    path = export_onnx(model, manifest, tmp_path / "decode.onnx")
+    custom = {n.op_type for n in onnx.load(path).graph.node if n.domain == ONNX_DOMAIN}
+    assert {"MhcPre", "MhcPost", "WritePooledIndexKeysDecode", "PooledIndexTopkPaged"} <= custom
+    _assert_decode_matches_eager(model, manifest, OnnxEngine(path))

@@ -26,7 +26,7 @@ from dayzero.model.caches import CacheFormat
 from dayzero.model.eager_engine import eager_manifest
 from dayzero.plugins import device as device_info
 from dayzero.plugins import registry
-from tests.helpers import random_model, tiny_config_dict
+from tests.helpers import glm5_config_dict, random_model, tiny_config_dict
 from tests.plugins.triton_env import needs_triton
 
 pytestmark = [needs_triton, pytest.mark.slow]
@@ -181,6 +181,16 @@ def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_dra
     assert ("_grouped_gemm_kernel" in kernels) == (decode and num_draft == 0), kernels
 
 
+@pytest.mark.parametrize("decode, num_draft", [(True, 0), (True, 2), (False, 0)], ids=["decode", "verify", "prefill"])
+def test_glm5_next_launch_plans_keep_the_traced_ranges(decode, num_draft):
+    """Hyper-connections and pooled index keys (pools of 4: the Top-K kernels' case)."""
+    model = random_model(glm5_config_dict(kv_lora_rank=128, index_head_dim=32, index_kpool=4), dtype=torch.bfloat16)
+    lay_out(model)
+    kernels = _kernels_of_plans_that_keep_the_ranges(model, decode, num_draft)
+    pools = "_pool_decode_kernel" if decode else "_pool_prefill_kernel"
+    assert {pools, "_mla_attention_kernel"} <= kernels, kernels
+
+
 @pytest.mark.parametrize("decode", [True, False], ids=["decode", "prefill"])
 def test_mxfp4_experts_launch_plans_keep_the_traced_ranges(decode):
     model = random_model(tiny_config_dict(kv_lora_rank=128), dtype=torch.bfloat16, mxfp4_experts=True)
@@ -202,3 +212,17 @@ def test_decode_indexer_merge_launches_every_tree_level_for_a_traced_batch():
     layers = len([name for name, _, _ in launches if name == "_decode_select_kernel"])
     assert layers > 0 and len(merges) == 3 * layers
     assert [args[10] for args in merges[:3]] == [1, 4, 16]
+
+
+@pytest.mark.parametrize("decode, num_draft", [(True, 0), (True, 2), (False, 0)], ids=["decode", "verify", "prefill"])
+def test_gqa_launch_plans_keep_the_traced_ranges(decode, num_draft):
+    """Gated GQA layers: a traced decode batch takes the fixed split count (and the combine), prefill one split."""
+    from dayzero.model.hybrid import HybridModel
+    from dayzero.model.random_init import init_random_
+    from tests.model.test_gated_attention import gqa_model_config
+
+    model = HybridModel(gqa_model_config()).to(torch.bfloat16)
+    init_random_(model, 0)
+    kernels = _kernels_of_plans_that_keep_the_ranges(model, decode, num_draft)
+    assert {"_write_kv_kernel", "_gqa_attention_kernel"} <= kernels
+    assert ("_combine_splits_kernel" in kernels) == decode

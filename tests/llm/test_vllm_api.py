@@ -229,7 +229,16 @@ def test_generation_config_sets_the_defaults(llm):
     assert out.outputs[0].token_ids == llm.generate("a", SamplingParams(temperature=0, max_tokens=5))[0].token_ids
 
 
-def test_generation_config_vllm_keeps_dayzero_defaults(checkpoint, llm):
+def test_sampling_params_default_to_vllms():
+    from dayzero import SamplingParams
+    from dayzero.runtime import sampling
+
+    params = SamplingParams()
+    assert (params.temperature, params.max_tokens, params.top_p, params.n) == (1.0, 16, 1.0, 1)
+    assert isinstance(params, sampling.SamplingParams) and params.method == "random"
+
+
+def test_generation_config_vllm_keeps_vllms_defaults(checkpoint, llm):
     from dayzero import LLM, SamplingParams
 
     own = LLM(checkpoint, runtime=SMALL, engine=llm.step_engine, generation_config="vllm")

@@ -54,7 +54,3 @@ def write_checkpoint(model_type: str, directory: Path, **overrides):
     hf.save_pretrained(directory)
     return directory, hf
 
-
-def expected_logits(hf, ids: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return hf(ids).logits.float()

@@ -41,7 +41,8 @@ def deepseek_config(**overrides) -> dict:
 
 def test_every_adapter_file_is_registered_under_its_model_type():
     files = {p.stem for p in ADAPTER_DIR.glob("*.py")} - {"__init__", "base", "sections"}
-    assert set(ADAPTERS) == files == {"kimi_linear", "kimi_k3", "deepseek_v32", "glm_moe_dsa"}
+    assert set(ADAPTERS) == files == {"kimi_linear", "kimi_k3", "deepseek_v32", "glm_moe_dsa", "glm5_next",
+                                      "qwen3_next"}
 
 
 def test_released_deepseek_v32_layout():
@@ -202,3 +203,56 @@ def test_the_layer_types_mirror_of_every_transformers_release_is_read(model_type
     """Older transformers releases write deepseek_sparse_attention where newer ones write indexed_attention."""
     cfg = ModelConfig.from_dict(deepseek_config(model_type=model_type, layer_types=[name] * 3))
     assert cfg.layer_kinds == (MLA,) * 3
+
+
+def test_released_glm5_3_flash_layout():
+    cfg = ModelConfig.from_hf(CONFIGS / "glm-5.3-flash")
+    assert cfg.layer_kinds.count("kda") == 34 and cfg.layer_kinds[3::4] == (MLA,) * 11
+    assert cfg.mlp_kinds == ("dense",) * 3 + (MOE,) * 42 and cfg.index_shared_layers == ()
+    mla, indexer, hc = cfg.mla, cfg.indexer, cfg.hyper_connections
+    assert (mla.qk_head_dim, mla.q_lora_rank, mla.latent_dim, mla.norm_eps) == (256, 1536, 512, 1e-5)
+    assert (indexer.num_heads, indexer.head_dim, indexer.topk, indexer.kpool, indexer.picks) == (32, 128, 2048, 16,
+                                                                                               2063)
+    assert (cfg.moe.num_experts, cfg.moe.top_k, cfg.moe.num_shared_experts) == (288, 8, 1)
+    assert (hc.mult, hc.sinkhorn_iters, hc.eps) == (4, 20, 1e-6) and cfg.kda.gate_lower_bound == -5.0
+    assert cfg.hidden_act == "clamped_silu" and cfg.act_params == {"limit": 10.0}
+    assert len(cfg.ignored_parts) == 1 and "vision tower" in cfg.ignored_parts[0]
+    # a pooled page: 4 keys of 128 (16 bytes a token in bf16), and a window of 15 rows a sequence
+    assert cache_bytes(cfg, torch.bfloat16).per_token_index == 11 * 16
+    assert cache_bytes(cfg, torch.bfloat16).per_slot_state == 34 * 64 * 128 * 128 * 4 + 11 * 15 * 256 * 2
+
+
+def glm5_config(**text) -> dict:
+    data = json.loads((CONFIGS / "glm-5.3-flash" / "config.json").read_text())
+    layers = dict(num_hidden_layers=4, layer_types=["linear_attention", "indexed_attention", "indexed_attention",
+                                                    "linear_attention"],
+                  indexer_types=["full", "full", "shared", "full"],
+                  mlp_layer_types=["dense", "sparse", "sparse", "dense"])
+    data["text_config"].update({**layers, **text})
+    return data
+
+
+def test_glm5_3_flash_defaults_and_shared_layers():
+    cfg = ModelConfig.from_dict(glm5_config())
+    assert cfg.index_shared_layers == (2,) and [cfg.owns_indexer(layer) for layer in range(4)] == [False, True,
+                                                                                                    False, False]
+    text = glm5_config()["text_config"]
+    for field in ("layer_types", "mlp_layer_types", "indexer_types", "hc_mult", "index_kpool", "linear_lower_bound"):
+        text.pop(field)
+    cfg = ModelConfig.from_dict({**text, "model_type": "glm5_next"})
+    assert cfg.layer_kinds == ("kda", "kda", "kda", MLA) and cfg.mlp_kinds == ("dense",) * 3 + (MOE,)
+    assert cfg.hyper_connections.mult == 4 and cfg.indexer.kpool == 16 and cfg.kda.gate_lower_bound == -5.0
+    assert cfg.ignored_parts == ()
+
+
+@pytest.mark.parametrize("text, message", [
+    ({"index_kpool_always_select_tail": False}, "'index_kpool_always_select_tail' is false"),
+    ({"indexer_types": ["full", "shared", "full", "full"]}, "layer 1 reuses the previous layer's Top-K"),
+    ({"qk_rope_head_dim": 64}, "'qk_rope_head_dim' must be 0"),
+    ({"index_topk": 2040}, "must be a multiple of index_kpool"),
+    ({"layer_types": ["linear_attention"] * 3 + ["sliding"]}, "'layer_types' must give one of"),
+    ({"mlp_layer_types": ["dense"] * 3}, "'mlp_layer_types' must give 'dense' or 'sparse'"),
+])
+def test_glm5_3_flash_what_cannot_run_is_refused(text, message):
+    with pytest.raises(DayzeroError, match=message):
+        ModelConfig.from_dict(glm5_config(**text))

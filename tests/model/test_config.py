@@ -10,7 +10,7 @@ from tests.helpers import ROOT, tiny_config_dict
 
 
 @pytest.mark.parametrize("name", ["tiny-hybrid", "kimi-linear-48b-a3b", "kimi-k3.1", "h200-slice", "deepseek-v3.2",
-                                  "deepseek-v3.2-slice", "glm-5"])
+                                  "deepseek-v3.2-slice", "glm-5", "qwen3-next-80b-a3b", "qwen3-next-slice"])
 def test_bundled_configs_parse(name):
     cfg = ModelConfig.from_hf(ROOT / "dayzero" / "configs" / name)
     assert cfg.num_layers == len(cfg.layer_kinds) == len(cfg.mlp_kinds)

@@ -15,7 +15,8 @@ from dayzero.plugins.indexer import reference as indexer_reference
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from tests.helpers import rel_err
-from tests.model.dsa_checkpoints import ARCHITECTURES, TOPK, VOCAB, expected_logits, write_checkpoint
+from tests.hf_checkpoints import expected_logits
+from tests.model.dsa_checkpoints import ARCHITECTURES, TOPK, VOCAB, write_checkpoint
 
 NEW_TOKENS = 16
 

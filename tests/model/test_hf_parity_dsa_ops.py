@@ -9,7 +9,8 @@ import torch
 from dayzero.model import load
 from dayzero.plugins import registry
 from tests.helpers import rel_err
-from tests.model.dsa_checkpoints import ARCHITECTURES, TOPK, VOCAB, expected_logits, write_checkpoint
+from tests.hf_checkpoints import expected_logits
+from tests.model.dsa_checkpoints import ARCHITECTURES, TOPK, VOCAB, write_checkpoint
 from tests.plugins.triton_env import ON_GPU, needs_triton
 
 pytestmark = [needs_triton, pytest.mark.skipif(ON_GPU, reason="the interpreter run is the CPU check")]

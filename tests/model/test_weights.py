@@ -199,3 +199,24 @@ def test_config_larger_than_the_weights_is_refused_before_allocating(checkpoint,
     with pytest.raises(DayzeroError, match=r"describes 2,199,\d{3},\d{3},\d{3} parameters, but its safetensors files "
                                            r"hold [\d,]+ bytes"):
         load(broken)
+
+
+def test_an_empty_model_is_allocated_in_its_dtype_only(monkeypatch):
+    """build_empty sets the parameters' dtypes before allocating: no fp32 copy of a bf16 model is ever held."""
+    from dayzero.model import weights
+
+    allocated = []
+    original = torch.empty_like
+
+    def recording(tensor, *args, **kwargs):
+        out = original(tensor, *args, **kwargs)
+        allocated.append(out.dtype)
+        return out
+
+    monkeypatch.setattr(torch, "empty_like", recording)
+    from dayzero.model.config import ModelConfig
+
+    model = weights.build_empty(ModelConfig.from_dict(tiny_config_dict()), torch.bfloat16, "cpu")
+    dtypes = [param.dtype for param in model.parameters()]
+    assert len(allocated) >= len(dtypes) and torch.bfloat16 in dtypes
+    assert allocated.count(torch.float32) == dtypes.count(torch.float32)

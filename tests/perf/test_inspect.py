@@ -29,6 +29,7 @@ CASES = {
     "kimi-k3.1": InspectOptions(context=100_000, tp=8, ep=8, mxfp4_experts=True, kv_cache="fp8",
                                 index_cache="mxfp8"),
     "h200-slice": InspectOptions(),
+    "glm-5.3-flash": InspectOptions(context=30_000, tp=8, ep=8, kv_cache="fp8", index_cache="mxfp8"),
 }
 
 
@@ -100,8 +101,9 @@ def test_kda_state_is_per_sequence_and_split_over_ranks(case):
     assert state.bytes == (heads * cfg.kda.head_dim**2 * 4,)
     assert state.rank_bytes == (state.bytes[0] // options.tp,)
     attention = [row for row in report.rows if row.kind in (layer_ops.MLA, layer_ops.MLA_DSA)]
-    assert attention and all(line.per == TOKEN and line.rank_bytes == line.bytes
-                             for row in attention for line in row.caches)
+    # a pooled indexer's window of its unfinished pool is per sequence
+    assert attention and all((line.per == SEQUENCE) == (line.tensor == "index_window") and
+                             line.rank_bytes == line.bytes for row in attention for line in row.caches)
 
 
 def test_bundled_configs_are_served_by_registered_ops(case):
@@ -142,6 +144,18 @@ def test_parameters_fall_into_their_sublayer_rows():
     assert layer_ops.param_group(cfg, "model.layers.3.block_sparse_moe.experts.w1") == (layer_ops.FFN, "moe")
     assert layer_ops.param_group(cfg, "model.layers.3.mlp_res_proj.weight") == (layer_ops.RESIDUAL, "attnres")
     assert layer_ops.param_group(cfg, "lm_head.weight") == (layer_ops.OUTSIDE, "embedding")
+
+
+def test_glm5_next_shows_hyper_connections_pooled_keys_and_the_unloaded_vision_tower():
+    cfg = bundled("glm-5.3-flash")
+    assert layer_ops.param_group(cfg, "model.layers.3.attn_hc.fn") == (layer_ops.RESIDUAL, layer_ops.HYPER)
+    text = render(profile(cfg, "glm-5.3-flash", InspectOptions()))
+    for label in ("hyper-connections", "mhc_pre", "mhc_post", "pooled_index_topk_paged",
+                  "write_pooled_index_keys_decode", "index_window  sequence  7680 B bfloat16",
+                  "index_k       token     16 B bfloat16", "KDA state, conv and index windows are per sequence",
+                  "vision tower (vision_config, model.visual.*): not loaded"):
+        assert label in text
+    assert max(len(line) for line in text.splitlines()) <= 120
 
 
 def test_the_table_lists_every_kind_and_the_totals():

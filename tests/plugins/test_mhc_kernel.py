@@ -198,7 +198,8 @@ def test_decode_projection_spreads_fn_over_the_sms(tokens):
 
     sms = device_info.num_sms(torch.device("cuda"), cpu_default=2)
     plan = project_plan(tokens, 4 * 4096, sms)
-    assert plan.splits * triton.cdiv(tokens, plan.block_t) >= sms
+    # every 128-column tile of fn is its own program where the SMs outnumber the tiles
+    assert plan.splits * triton.cdiv(tokens, plan.block_t) >= min(sms, triton.cdiv(4 * 4096, plan.block_k))
 
 
 class _PreThenPost(torch.nn.Module):
@@ -277,3 +278,17 @@ def test_onnx_translations_emit_dayzero_nodes():
     assert len(nodes["MhcPre"].inputs) == 4 and len(nodes["MhcPre"].outputs) == 3
     assert nodes["MhcPre"].attributes["sinkhorn_iters"].value == 20
     assert len(nodes["MhcPost"].inputs) == 4 and len(nodes["MhcPost"].outputs) == 1
+
+
+@pytest.mark.skipif(ON_GPU, reason="ONNX Runtime serves the CPU")
+def test_onnx_runtime_kernels_are_the_reference():
+    pytest.importorskip("onnxruntime_extensions")
+    from dayzero.export import onnx_ort
+
+    streams, out = _streams(5, 3, 20, torch.float32, device="cpu"), torch.randn(5, 20)
+    fn, base, scale = _weights(3, 20, device="cpu")
+    pre = onnx_ort.KERNELS["MhcPre"](streams, fn, base, scale, norm_eps=NORM_EPS, hc_eps=HC_EPS, sinkhorn_iters=7)
+    expected = reference.mhc_pre(streams, fn, base, scale, NORM_EPS, HC_EPS, 7)
+    assert all(torch.equal(got, want) for got, want in zip(pre, expected, strict=True))
+    (mixed,) = onnx_ort.KERNELS["MhcPost"](out, streams, *expected[1:])
+    assert torch.equal(mixed, reference.mhc_post(out, streams, *expected[1:]))

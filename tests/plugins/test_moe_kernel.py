@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dayzero.plugins.moe import reference
-from dayzero.plugins.moe.activation import gated_activation
+from dayzero.plugins.moe.activation import activation_args, gated_activation
 from tests.helpers import rel_err
 from tests.plugins.triton_env import DEVICE, ON_GPU, gpu_only, needs_triton, poisoned, sizes
 
@@ -17,6 +17,7 @@ pytestmark = [needs_triton] + ([pytest.mark.gpu] if ON_GPU else [])
 # the CPU interpreter truncates fp32 -> bf16 where the GPU rounds to nearest, hence the loose bf16 bound
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
 SITU = {"beta": 4.0, "linear_beta": 25.0}
+PARAMS = {"silu": {}, "situ": SITU, "clamped_silu": {"limit": 0.9}}
 
 
 def _routed_ids(tokens, experts, top_k, dead_expert=True):
@@ -166,9 +167,11 @@ def test_unpermute_matches_reference_and_inverts_permute(tokens, top_k, dim, dty
 
 @pytest.mark.parametrize("tokens, experts, top_k, dim, inter, dtype, activation", sizes(
     cpu=[(9, 6, 3, 40, 24, torch.float32, "silu"), (7, 5, 2, 24, 40, torch.float32, "situ"),
-         (5, 4, 4, 32, 16, torch.bfloat16, "situ"), (3, 3, 1, 17, 9, torch.float32, "silu")],
+         (5, 4, 4, 32, 16, torch.bfloat16, "situ"), (3, 3, 1, 17, 9, torch.float32, "silu"),
+         (6, 5, 2, 24, 20, torch.float32, "clamped_silu")],
     gpu=[(512, 64, 8, 2304, 1024, torch.bfloat16, "silu"), (256, 32, 16, 3584, 3072, torch.bfloat16, "situ"),
-         (97, 16, 4, 200, 72, torch.float32, "situ"), (33, 8, 8, 256, 128, torch.bfloat16, "silu")],
+         (97, 16, 4, 200, 72, torch.float32, "situ"), (33, 8, 8, 256, 128, torch.bfloat16, "silu"),
+         (300, 32, 8, 1024, 512, torch.bfloat16, "clamped_silu")],
 ))
 def test_triton_grouped_mlp_matches_reference(tokens, experts, top_k, dim, inter, dtype, activation):
     from dayzero.plugins.moe.grouped_mlp_paths import grouped_mlp_triton
@@ -176,8 +179,8 @@ def test_triton_grouped_mlp_matches_reference(tokens, experts, top_k, dim, inter
     _, ids = _routed_ids(tokens, experts, top_k)
     x_sorted, _, _, offsets = reference.permute(torch.randn(tokens, dim, device=DEVICE).to(dtype), ids, experts)
     w1, w3, w2 = _expert_weights(experts, dim, inter, dtype)
-    params = SITU if activation == "situ" else {}
-    beta, linear_beta = params.get("beta", 1.0), params.get("linear_beta")
+    params = PARAMS[activation]
+    beta, linear_beta = activation_args(activation, params)
     out = poisoned(tokens * top_k, dim, dtype=dtype)
     got = grouped_mlp_triton(x_sorted, offsets, w1, w3, w2, activation, beta, linear_beta, out=out)
     expected = reference.grouped_mlp(x_sorted, offsets, w1, w3, w2, activation, **params)
@@ -203,8 +206,10 @@ def test_grouped_mm_path_matches_reference(tokens, experts, top_k, dim, inter, a
 
 
 @pytest.mark.parametrize("rows, cols, dtype, activation", sizes(
-    cpu=[(5, 33, torch.float32, "silu"), (3, 70, torch.float32, "situ"), (4, 16, torch.bfloat16, "situ")],
-    gpu=[(131072, 3072, torch.bfloat16, "situ"), (512, 1024, torch.bfloat16, "silu"), (7, 999, torch.float32, "situ")],
+    cpu=[(5, 33, torch.float32, "silu"), (3, 70, torch.float32, "situ"), (4, 16, torch.bfloat16, "situ"),
+         (3, 41, torch.float32, "clamped_silu"), (2, 24, torch.bfloat16, "clamped_silu")],
+    gpu=[(131072, 3072, torch.bfloat16, "situ"), (512, 1024, torch.bfloat16, "silu"), (7, 999, torch.float32, "situ"),
+         (4096, 2048, torch.bfloat16, "clamped_silu")],
 ))
 def test_gated_activation_matches_reference(rows, cols, dtype, activation):
     from dayzero.plugins.moe.activation_kernel import gated_activation_launcher
@@ -212,8 +217,8 @@ def test_gated_activation_matches_reference(rows, cols, dtype, activation):
     # gates around zero (the series branch of tanh) and far out; ups beyond the SiTU soft cap
     gate = (torch.randn(rows, cols, device=DEVICE) * torch.logspace(-3, 1, cols, device=DEVICE)).to(dtype)
     up = (torch.randn(rows, cols, device=DEVICE) * 40).to(dtype)
-    params = SITU if activation == "situ" else {}
-    got = gated_activation_launcher(gate, up, activation, params.get("beta", 1.0), params.get("linear_beta"),
+    params = PARAMS[activation]
+    got = gated_activation_launcher(gate, up, activation, *activation_args(activation, params),
                                     out=poisoned(rows, cols, dtype=dtype))
     assert rel_err(got, gated_activation(gate, up, activation, **params)) < TOLERANCE[dtype]
 

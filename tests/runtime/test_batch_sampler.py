@@ -12,13 +12,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dayzero.runtime import batch_sampler, token_draw
+from dayzero.runtime import token_draw
 from dayzero.runtime.batch_sampler import BatchSampler
 from dayzero.runtime.grammar_bitmask import pack_bitmask, unpack_bitmask
 from dayzero.runtime.penalties import penalized
 from dayzero.runtime.row_plan import RowPlan
 from dayzero.runtime.sampling import SamplingParams, filtered_logits, token_probs
-from dayzero.runtime.seeded_uniform import seed_keys, seed_words, seeded_uniform
+from dayzero.runtime.seeded_uniform import seed_words, seeded_uniform
 from dayzero.runtime.sequence import Sequence, Status
 from dayzero.runtime.token_draw import scaled, support_floor
 
@@ -33,9 +33,9 @@ def seq_with(params: SamplingParams, output: list[int] = (), prompt: list[int] =
 
 
 def draws(row: torch.Tensor, params: SamplingParams, count: int) -> list[int]:
-    """count draws from one row: a request's count positions, as the rows of one verify step."""
-    (out,) = BatchSampler(row.shape[0])(row.expand(1, count, -1), [seq_with(params)], [[0] * (count - 1)])
-    return out.tokens
+    """count draws from one row: as many requests with seeds 0..count-1 in one batch."""
+    seqs = [seq_with(params, seed=s) for s in range(count)]
+    return [out.tokens[0] for out in BatchSampler(row.shape[0])(row.expand(count, -1), seqs)]
 
 
 random_params = st.builds(
@@ -205,7 +205,7 @@ def test_an_unseeded_request_gets_its_own_seed():
 def test_seeded_uniforms_are_uniform_and_differ_by_seed_and_position():
     seeds = torch.tensor([seed_words(s) for s in (0, 1, -1, 2**64 + 1, 2**40)])
     assert seed_words(2**64 + 1) == seed_words(1) and seed_words(-1) == (2**32 - 1, 2**32 - 1)
-    grid = seeded_uniform(seed_keys(seeds).repeat_interleave(4000), torch.arange(4000).repeat(5)).view(5, 4000)
+    grid = seeded_uniform(seeds.repeat_interleave(4000, 0), torch.arange(4000).repeat(5)).view(5, 4000)
     assert torch.equal(grid[1], grid[3])
     assert ((grid > 0) & (grid < 1)).all()
     for row in grid[[0, 1, 2, 4]]:
@@ -286,18 +286,3 @@ def test_the_cuda_sampler_chooses_what_the_cpu_one_does():
     floor = support_floor(x, plan.random_rows)
     for row, seq, kept_floor, scaled_row in zip(rows, params, floor, x):
         assert torch.equal((scaled_row >= kept_floor).cpu(), torch.isfinite(filtered_logits(row, seq.params)))
-
-
-def test_passes_over_the_batch_change_nothing(monkeypatch):
-    """The CPU takes a batch SEQUENCES_PER_PASS sequences at a time: 3 a pass, or all in one, the same tokens and
-    log probabilities."""
-    vocab = 90
-    seqs, drafts = mixed_batch(vocab)
-    seqs = [seq_with(SamplingParams(**{**vars(s.params), "logprobs": 2}), s.output_ids, seed=s.seed) for s in seqs]
-    logits = seeded(len(seqs), 4, vocab)
-    results = []
-    for per_pass in (3, None):
-        monkeypatch.setitem(batch_sampler.SEQUENCES_PER_PASS, "cpu", per_pass)
-        sampler = BatchSampler(vocab, STOP_IDS)
-        results.append((sampler(logits, seqs, drafts), sampler.adjusted_logits(logits, seqs, drafts)))
-    assert results[0][0] == results[1][0] and torch.equal(results[0][1], results[1][1])

@@ -138,8 +138,8 @@ def test_seeded_sampled_outputs_are_those_without_overlap(model, seed):
     compare(model, random_mix(100 + seed, sampled=True))
 
 
-def test_a_batch_the_sampler_takes_in_several_passes_matches(model):
-    # the CPU sampler takes 8 sequences a pass: the next step's inputs come from the rows of every pass
+def test_a_batch_of_mixed_requests_matches(model):
+    # greedy and seeded rows, penalties and logprobs side by side: each row's next input is its own token
     mix = Mix()
     for number in range(11):
         params = SamplingParams(max_tokens=10, temperature=0.8 if number % 2 else 0.0, seed=number,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dayzero.structured.json_schema import SchemaError, compile_schema
+from dayzero.structured.json_schema import SchemaError, checked_schema
 
 KEYWORDS = ["type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
             "anyOf", "oneOf", "$ref", "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
@@ -23,6 +23,6 @@ values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
 @given(schema=st.dictionaries(st.sampled_from(KEYWORDS), values, max_size=5))
 def test_any_schema_compiles_or_is_refused_with_a_schema_error(schema):
     try:
-        compile_schema(schema)
+        checked_schema(schema)
     except SchemaError:
         pass

@@ -13,69 +13,71 @@ import torch
 
 from dayzero.errors import DayzeroError
 from dayzero.runtime.held_drafts import held_draft
-from dayzero.structured.json_grammar import Grammar
-from dayzero.structured.json_schema import compile_schema
-from dayzero.structured.token_grammar import TokenTable
-from dayzero.structured.tool_call_grammar import FunctionIdGrammar, ToolCallAnswer, ToolCallRules, marker_token_ids
+from dayzero.structured.held_answer import HeldAnswer
+from dayzero.structured.json_schema import checked_schema
+from dayzero.structured.tool_call_grammar import ToolCallRules, marker_token_ids, tool_call_grammar
 from dayzero.structured.tool_calls import SECTION_BEGIN, ToolCallText, decode_keeping, marker_ids
+from dayzero.structured.vocabulary import Vocabulary
 from tests.helpers import KIMI_VOCAB
 from tests.server.test_tool_calls import SCHEMAS, kimi_tokenizer
-
-
-def _feed(grammar: FunctionIdGrammar, text: bytes):
-    state = grammar.start()
-    for byte in text:
-        state = grammar.advance(state, byte)
-        if state is None:
-            return None
-    return state
-
-
-@pytest.mark.parametrize("text, done", [(b"functions.get_weather:0", True), (b"functions.get_time:1234", True),
-                                        (b"functions.get_weather:", False), (b"functions.get_", False)])
-def test_a_call_id_names_an_offered_function_and_an_index(text, done):
-    ids = FunctionIdGrammar(("get_weather", "get_time"))
-    state = _feed(ids, text)
-    assert state is not None and ids.is_done(state) == done
-
-
-@pytest.mark.parametrize("text", [b"functions.get_date:0", b"functions.get_weather:12345", b"functions.get_time:x",
-                                  b"functions.get_time:01",
-                                  b"function.get_time:0", b"functions.get_weather0"])
-def test_other_ids_are_refused(text):
-    assert _feed(FunctionIdGrammar(("get_weather", "get_time")), text) is None
 
 
 @pytest.fixture(scope="module")
 def vocabulary(tmp_path_factory):
     tokenizer = kimi_tokenizer(tmp_path_factory.mktemp("vocab"))
     markers = marker_ids(tokenizer)
-    return tokenizer, TokenTable(tokenizer.token_bytes, KIMI_VOCAB), markers
+    return tokenizer, Vocabulary(tokenizer.token_bytes, KIMI_VOCAB, {tokenizer.eos_token_id}), markers
 
 
-def _grammars(schema: str | None) -> Grammar:
-    return compile_schema(json.loads(schema)) if schema else Grammar()
-
-
-def _rules(markers, opened: bool, parallel: bool) -> ToolCallRules:
-    functions = tuple((name, compile_schema(schema).key) for name, schema in SCHEMAS.items())
+def _rules(markers, opened: bool, parallel: bool, names: tuple[str, ...] = tuple(SCHEMAS)) -> ToolCallRules:
+    functions = tuple((name, checked_schema(SCHEMAS[name])) for name in names)
     return ToolCallRules(marker_token_ids(markers), functions, opened, parallel)
 
 
-def _walk(answer: ToolCallAnswer, table: TokenTable, rng: random.Random, section_begin: int) -> list[int]:
-    """Draw allowed tokens until the answer is done, favouring short ones and ways out so that it ends."""
+def _answer(vocabulary: Vocabulary, rules: ToolCallRules) -> HeldAnswer:
+    return HeldAnswer(vocabulary.compile(tool_call_grammar(rules)), rules.section_end)
+
+
+def _takes(answer: HeldAnswer, tokens: list[int]) -> bool:
+    return all(answer.take(token) for token in tokens)
+
+
+@pytest.mark.parametrize("call_id, whole", [("get_weather:0", True), ("get_time:1234", True),
+                                            ("get_weather:", False), ("get_", False)])
+def test_a_call_id_names_an_offered_function_and_an_index(vocabulary, call_id, whole):
+    """Under "required" the prompt wrote `functions.`: the id goes on with a function's name and its index; the
+    arguments may begin once it is whole."""
+    tokenizer, grammars, markers = vocabulary
+    answer = _answer(grammars, _rules(markers, True, True))
+    assert _takes(answer, tokenizer.encode(call_id))
+    assert answer.take(marker_token_ids(markers)[3]) == whole
+
+
+@pytest.mark.parametrize("call_id", ["get_date:0", "get_weather:12345", "get_time:x", "get_time:01",
+                                     "get_weather0"])
+def test_other_ids_are_refused(vocabulary, call_id):
+    tokenizer, grammars, markers = vocabulary
+    answer = _answer(grammars, _rules(markers, True, True))
+    arguments_begin = marker_token_ids(markers)[3]
+    assert not (_takes(answer, tokenizer.encode(call_id)) and answer.take(arguments_begin))
+
+
+def _walk(answer: HeldAnswer, tokenizer, rng: random.Random, section_begin: int, in_text: bool) -> list[int]:
+    """Draw allowed tokens until the answer is done, favouring short ones and ways out so that it ends (in_text: the
+    answer starts in text, before a section)."""
     tokens = []
-    closers = [t for t, data in enumerate(table.bytes) if data and data in (b'"', b"}", b"0", b",")]
+    closers = [t for t in range(answer.vocab_size) if tokenizer.token_bytes(t) in (b'"', b"}", b"0", b",")]
     for step in range(400):
-        rows = torch.randn(1, table.vocab_size, generator=torch.Generator().manual_seed(rng.randrange(1 << 30)))
+        rows = torch.randn(1, answer.vocab_size, generator=torch.Generator().manual_seed(rng.randrange(1 << 30)))
         allowed = torch.isfinite(answer.mask(rows))[0]
-        if answer.phase == "text" and step >= 3:
+        if in_text and step >= 3:
             token = section_begin
         else:
             choices = [t for t in closers if allowed[t]] if rng.random() < 0.6 + step / 100 else []
             token = rng.choice(choices or allowed.nonzero().flatten().tolist())
-        assert allowed[token] or answer.phase == "text" and token == section_begin
+        assert allowed[token]
         answer.advance(token)
+        in_text = in_text and token != section_begin
         tokens.append(token)
         if answer.done:
             return tokens
@@ -85,11 +87,11 @@ def _walk(answer: ToolCallAnswer, table: TokenTable, rng: random.Random, section
 @pytest.mark.parametrize("opened, parallel", [(False, True), (True, True), (True, False), (False, False)],
                          ids=["auto", "required", "required-one-call", "auto-one-call"])
 def test_every_walk_the_masks_allow_is_a_section_of_valid_calls(vocabulary, opened, parallel):
-    tokenizer, table, markers = vocabulary
+    tokenizer, grammars, markers = vocabulary
     section_begin = marker_token_ids(markers)[0]
     for seed in range(12):
-        answer = ToolCallAnswer(table, _rules(markers, opened, parallel), _grammars)
-        tokens = _walk(answer, table, random.Random(seed), section_begin)
+        answer = _answer(grammars, _rules(markers, opened, parallel))
+        tokens = _walk(answer, tokenizer, random.Random(seed), section_begin, not opened)
         forced = (SECTION_BEGIN + "<|tool_call_begin|>functions.") if opened else ""
         reader = ToolCallText(forced)
         shown, calls = reader.add(decode_keeping(tokenizer.decode, markers)(tokens))
@@ -101,28 +103,28 @@ def test_every_walk_the_masks_allow_is_a_section_of_valid_calls(vocabulary, open
 
 
 def test_in_text_only_the_section_may_open_and_a_bypassed_mask_is_an_error(vocabulary):
-    _, table, markers = vocabulary
+    _, grammars, markers = vocabulary
     ids = marker_token_ids(markers)
-    answer = ToolCallAnswer(table, _rules(markers, False, True), _grammars)
-    masked = answer.mask(torch.zeros(2, table.vocab_size))
+    answer = _answer(grammars, _rules(markers, False, True))
+    masked = answer.mask(torch.zeros(2, KIMI_VOCAB))
     assert torch.isfinite(masked[:, ids[0]]).all() and torch.isinf(masked[:, list(ids[1:])]).all()
-    assert torch.isfinite(masked).sum() == 2 * (table.vocab_size - 4)
+    assert torch.isfinite(masked).sum() == 2 * (KIMI_VOCAB - 4)
     answer.advance(ids[0])
-    with pytest.raises(DayzeroError, match="out of place"):
+    with pytest.raises(DayzeroError, match="a mask was bypassed"):
         answer.advance(ids[4])
 
 
 def test_a_draft_is_cut_where_the_calls_rules_refuse_it(vocabulary):
-    tokenizer, table, markers = vocabulary
+    tokenizer, grammars, markers = vocabulary
     section_begin, section_end, call_begin, arguments_begin, call_end = marker_token_ids(markers)
-    answer = ToolCallAnswer(table, _rules(markers, False, False), _grammars)
+    answer = _answer(grammars, _rules(markers, False, False))
     call = [section_begin, call_begin, *tokenizer.encode("functions.get_time:0"), arguments_begin,
             *tokenizer.encode("{}"), call_end]
     assert held_draft(answer, [*tokenizer.encode("ok"), *call, call_begin]) == [*tokenizer.encode("ok"), *call]
     assert held_draft(answer, [*call, section_end, *tokenizer.encode("more")]) == [*call, section_end]
     assert held_draft(answer, [section_begin, call_begin, *tokenizer.encode("functions.get_date")]) == [
         section_begin, call_begin, *tokenizer.encode("functions.get_")]
-    assert answer.phase == "text"
+    assert answer.tokens == []
 
 
 def test_a_vocabulary_that_cannot_hold_calls_reads_them_as_written(vocabulary):

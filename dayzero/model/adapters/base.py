@@ -54,8 +54,12 @@ class Adapter:
         return top
 
     def describe(self, f: ConfigFields) -> dict[str, Any]:
-        """ModelConfig's fields (all but model_type) from the language model's config fields."""
+        """ModelConfig's fields (all but model_type and ignored_parts) from the language model's config fields."""
         raise NotImplementedError
+
+    def ignored_parts(self, top: ConfigFields) -> tuple[str, ...]:
+        """What of the checkpoint dayzero does not run (a vision tower, ...), a line each."""
+        return ()
 
     def tensor_parts(self, name: str, shape: tuple[int, ...]) -> list[TensorPart]:
         """The stored tensors of parameter `name` of shape `shape`, in stacking order."""

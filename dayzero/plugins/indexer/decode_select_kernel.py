@@ -361,10 +361,10 @@ def index_topk_decode_select_launcher(
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, rows_per_program: int, num_splits: int | None = None, min_chunk: int | None = None,
     split_keys: int | None = None, block_keys: int | None = None, union_keys: int = 4096,
-    merge_sets: int | None = None, out: torch.Tensor | None = None, launch=None,
+    merge_sets: int | None = None, out: torch.Tensor | None = None, page: int = PAGE_SIZE, launch=None,
 ) -> torch.Tensor:
     """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
-    when given).
+    when given). `page`: keys a cache page holds (pooled index keys: PAGE_SIZE / kpool).
 
     rows_per_program: query rows sharing each key tile (power of two). The sizes below default to the launch plan
     (tests shrink them so that the interpreter's few hundred keys cross tiles, blocks, splits and merge levels):
@@ -386,7 +386,7 @@ def index_topk_decode_select_launcher(
     min_chunk = kp if min_chunk is None else min_chunk
     split_keys = min_chunk if split_keys is None else split_keys
     if num_splits is None:
-        num_splits = select_num_splits(num_seqs, block_table.shape[1] * PAGE_SIZE, min_chunk, q.device)
+        num_splits = select_num_splits(num_seqs, block_table.shape[1] * page, min_chunk, q.device)
     num_sets = num_tokens * num_splits
     set_keys = torch.empty(num_sets * union, dtype=torch.int32, device=q.device)
     set_positions = torch.empty(num_sets * kp, dtype=torch.int32, device=q.device)
@@ -403,9 +403,9 @@ def index_topk_decode_select_launcher(
         split_kernel[(num_seqs, num_splits)](
             q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, set_keys,
             set_positions, counts, floors, used, scale, num_splits, min_chunk, split_keys, block_table.stride(0), topk,
-            HI=num_heads, DI=dim, PAGE=PAGE_SIZE, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
+            HI=num_heads, DI=dim, PAGE=page, LP=lp, HP=hp, DP=max(16, triton.next_power_of_2(dim)),
             BS=block_keys, KP=kp, U=union, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32,
-            KEY_WORDS=key_words, FP8_DOT=fp8_dot, NPB=block_page_count(union - kp, PAGE_SIZE, block_keys),
+            KEY_WORDS=key_words, FP8_DOT=fp8_dot, NPB=block_page_count(union - kp, page, block_keys),
             num_warps=SPLIT_WARPS, num_stages=SPLIT_STAGES)
     sets = merge_sets_of(kp, merge_sets)
     strides = merge_strides(num_splits, sets)

@@ -15,7 +15,8 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from dayzero.plugins.indexer.decode_select_kernel import index_topk_decode_select_launcher
 from dayzero.plugins.indexer.prefill_kernel import index_topk_prefill_launcher
-from dayzero.plugins.paged_cache.formats import index_cache_shape, is_quantized
+from dayzero.plugins.paged_cache.formats import is_quantized, mxfp8_row_bytes
+from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.quant.reference import MX_BLOCK
 
 DECODE_MAX_ROWS = 8
@@ -24,14 +25,15 @@ DECODE_MAX_DOT_ROWS = 256
 EXACT_BF16_DTYPES = (torch.bfloat16, torch.float8_e4m3fn, torch.uint8)
 
 
-def _check_inputs(q, w, cache, block_table, cu_seqlens, positions, topk, q_scales) -> None:
+def _check_inputs(q, w, cache, block_table, cu_seqlens, positions, topk, q_scales, page) -> None:
     num_tokens, num_heads, dim = q.shape
     assert q.is_contiguous() and w.is_contiguous() and cache.is_contiguous(), "q, w and the cache must be contiguous"
     assert w.shape == (num_tokens, num_heads), f"w {tuple(w.shape)} vs q {tuple(q.shape)}"
     assert positions.shape == (num_tokens,) and cu_seqlens.dim() == 1, "positions [T], cu_seqlens [N+1]"
     assert block_table.dim() == 2 and block_table.stride(1) == 1 and block_table.dtype == torch.int32
     assert block_table.shape[0] >= cu_seqlens.shape[0] - 1, "one block-table row per sequence"
-    assert cache.shape[1:] == index_cache_shape(1, dim, is_quantized(cache))[1:], f"cache {tuple(cache.shape)}"
+    expected = (page * mxfp8_row_bytes(dim),) if is_quantized(cache) else (page, dim)
+    assert cache.shape[1:] == expected, f"cache {tuple(cache.shape)}, pages of {page} keys"
     assert topk >= 1 and dim >= 1
     if q_scales is not None or is_quantized(cache):
         assert dim % MX_BLOCK == 0, f"MXFP8 needs DI a multiple of {MX_BLOCK}, got {dim}"
@@ -64,18 +66,19 @@ def _decode_rows(num_tokens: int, num_seqs: int, num_heads: int) -> int:
 def index_topk_paged_launcher(
     q: torch.Tensor, w: torch.Tensor, index_cache: torch.Tensor, block_table: torch.Tensor,
     cu_seqlens: torch.Tensor, positions: torch.Tensor, topk: int, scale: float | None = None,
-    q_scales: torch.Tensor | None = None, launch=None, **sizes,
+    q_scales: torch.Tensor | None = None, page: int = PAGE_SIZE, launch=None, **sizes,
 ) -> torch.Tensor:
     """The fused form of reference.index_topk_paged: q [T, HI, DI] (bf16 / fp32, or e4m3 with q_scales
-    [T, HI, DI/32] E8M0), w [T, HI] -> indices [T, topk] int32.
+    [T, HI, DI/32] E8M0), w [T, HI] -> indices [T, topk] int32. `page`: keys a cache page holds (PAGE_SIZE; pooled
+    index keys: a page's pools), positions counting keys.
 
     `sizes` (block sizes, splits; out=) go to the phase's launcher."""
-    _check_inputs(q, w, index_cache, block_table, cu_seqlens, positions, topk, q_scales)
+    _check_inputs(q, w, index_cache, block_table, cu_seqlens, positions, topk, q_scales, page)
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
     common = dict(
         scale=dim ** -0.5 if scale is None else scale, q_scales=q_scales, key_quant=is_quantized(index_cache),
-        dot_fp32=not _exact_bf16_dot(q, index_cache), launch=launch)
+        dot_fp32=not _exact_bf16_dot(q, index_cache), page=page, launch=launch)
     q_values = q.view(torch.uint8) if q.dtype == torch.float8_e4m3fn else q
     args = (q_values, w, index_cache, block_table, cu_seqlens, positions, topk)
     if is_decode_step(num_tokens, num_seqs):

@@ -113,11 +113,11 @@ def index_topk_prefill_launcher(
     q: torch.Tensor, w: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, cu_seqlens: torch.Tensor,
     positions: torch.Tensor, topk: int, scale: float, q_scales: torch.Tensor | None, *, key_quant: bool,
     dot_fp32: bool, block_rows: int = 64, block_keys: int = 128, max_programs: int | None = None,
-    out: torch.Tensor | None = None, launch=None,
+    out: torch.Tensor | None = None, page: int = PAGE_SIZE, launch=None,
 ) -> torch.Tensor:
-    """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] -> indices [T, topk] int32 (into `out`
-    when given). The workspace is max_programs * block_rows * CAP int64 (default: one program per SM); tests shrink
-    the tile sizes so that the interpreter crosses tiles."""
+    """q [T, HI, DI], w [T, HI], keys through block_table [N, max_pages] (`page` keys a page) -> indices [T, topk]
+    int32 (into `out` when given). The workspace is max_programs * block_rows * CAP int64 (default: one program per
+    SM); tests shrink the tile sizes so that the interpreter crosses tiles."""
     num_tokens, num_heads, dim = q.shape
     num_seqs = cu_seqlens.shape[0] - 1
     if out is None:
@@ -136,6 +136,6 @@ def index_topk_prefill_launcher(
     kernel[(programs,)](
         q, q if q_scales is None else q_scales, w, cache, block_table, positions, cu_seqlens, tile_seq, tile_first,
         buf, out, scale, num_seqs, num_tokens, tile_seq.shape[0], block_table.stride(0), topk, slack,
-        HI=num_heads, DI=dim, PAGE=PAGE_SIZE, BT=block_rows, BS=block_keys, DP=max(16, triton.next_power_of_2(dim)),
+        HI=num_heads, DI=dim, PAGE=page, BT=block_rows, BS=block_keys, DP=max(16, triton.next_power_of_2(dim)),
         CAP=cap, KP=kp, KEY_QUANT=key_quant, Q_QUANT=q_scales is not None, DOT_FP32=dot_fp32, num_warps=PREFILL_WARPS)
     return out

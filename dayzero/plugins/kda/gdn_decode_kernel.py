@@ -3,11 +3,15 @@ the per-head gate, sigmoid(b) and the recurrence over the state pool, one kernel
 
 One program per (row, key head): the q / k conv windows of a key head are read and written by all the value heads
 that share it, and the start slot may be a write slot, so one program owns them (programs per value head would race
-on them). The program holds the states of its G = H / Hk value heads as one tile [NB, K, BV]: block j is V columns
-[j % NVH * BV, +BV) of value head hk * G + j // NVH (NVH = V / BV blocks a head), so each block carries its own
-gate and beta. NB is padded to a power of two by repeating the last block: a padding block loads, computes and
-stores exactly what the last block does (same addresses, same values), so nothing needs a mask. Slot rule and the
-read-before-write barrier as in recurrent_kernel.py.
+on them). The program walks the G * V value columns of its key head's G = H / Hk value heads in blocks of BV
+columns (block j: columns [j % NVH * BV, +BV) of value head hk * G + j // NVH, NVH = V / BV blocks a head), one
+[K, BV] state tile at a time, the L tokens inside a block; the next block's state tile and inputs are loaded while a
+block steps. Only a [K, BV] tile (and the next one) is live, so the state never spills out of registers.
+
+Every load of the start slot precedes, in program order and behind a barrier, each store that may hit the same
+addresses: a block's state tile and v window are stored only by that block, after it loaded them, and other blocks'
+tiles and windows are other addresses; the q / k windows are loaded before the first block and stored after the last.
+Slot rule as in recurrent_kernel.py.
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ import triton.language as tl
 from dayzero.plugins import dependent_launch
 from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 from dayzero.plugins.kda.recurrent_kernel import (
-    FUSED_BLOCK_V,
-    FUSED_WARPS,
     LATENCY_BOUND_PAIRS,
     check_pool,
     gate_decay,
@@ -28,98 +30,165 @@ from dayzero.plugins.kda.recurrent_kernel import (
     silu_rounded,
     slot_row,
 )
-from dayzero.plugins.kda.step_kernel import kda_token_split, l2_normalize
+from dayzero.plugins.kda.step_kernel import kda_token, l2_normalize
 from dayzero.plugins.short_conv.kernel import load_short_weights, load_short_window, store_short_window
 
-# state floats a thread holds: the warps of a program grow with its tile up to MAX_WARPS
-STATE_FLOATS_PER_THREAD = 128
+# value columns a state tile holds; the warps of a program grow with its [K, BV] tile, STATE_FLOATS_PER_THREAD a
+# thread (the next tile, loaded ahead, takes as many again), up to MAX_WARPS
+BLOCK_V = 64
+STATE_FLOATS_PER_THREAD = 32
 MAX_WARPS = 8
 
 
 @triton.jit
-def _token_inputs(qkv, a, b_logits, token, q_ch, k_ch, v_ch, heads, C: tl.constexpr, H: tl.constexpr):
-    """A token's projected q, k [K], v [NB, BV] rows and its blocks' gate and beta pre-activations [NB], as stored."""
+def _qk_inputs(qkv, token, q_ch, k_ch, C: tl.constexpr):
+    """A token's projected q, k rows [K] of the program's key head, as stored."""
     row = qkv + token * C
-    return (tl.load(row + q_ch), tl.load(row + k_ch), tl.load(row + v_ch), tl.load(a + token * H + heads),
-            tl.load(b_logits + token * H + heads))
+    return tl.load(row + q_ch), tl.load(row + k_ch)
+
+
+@triton.jit
+def _v_inputs(qkv, a, b_logits, token, v_ch, head, C: tl.constexpr, H: tl.constexpr):
+    """A token's projected v row [BV] of a block and its value head's gate and beta pre-activations, as stored."""
+    return tl.load(qkv + token * C + v_ch), tl.load(a + token * H + head), tl.load(b_logits + token * H + head)
+
+
+@triton.jit
+def _conv_qk(taps_q, taps_k, wq, wk, xq, xk, scale, dtype: tl.constexpr):
+    """A token's normalized q (scaled) and k from its key head's windows before it and its projected rows."""
+    q0, q1, q2 = wq
+    k0, k1, k2 = wk
+    b_q = silu_rounded(short_conv_row(taps_q, q0, q1, q2, xq.to(tl.float32)), dtype)
+    b_k = silu_rounded(short_conv_row(taps_k, k0, k1, k2, xk.to(tl.float32)), dtype)
+    return l2_normalize(b_q) * scale, l2_normalize(b_k)
+
+
+@triton.jit
+def _shift(window, x):
+    """A right-aligned window of three rows after row x."""
+    h0, h1, h2 = window
+    return h1, h2, x.to(tl.float32)
+
+
+@triton.jit
+def _block_inputs(qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, state, start, first_token, hk, j, ok,
+                  ov, H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
+                  BV: tl.constexpr):
+    """Block j's start state tile [K, BV], v window, conv taps, gate constants and first token's inputs."""
+    C: tl.constexpr = 2 * HK * K + H * V
+    G: tl.constexpr = H // HK
+    NVH: tl.constexpr = V // BV
+    head = hk * G + j // NVH
+    cols = j % NVH * BV + ov
+    v_ch = 2 * HK * K + head * V + cols
+    S = tl.load(state + start * (H * K * V) + head * (K * V) + ok[:, None] * V + cols[None, :])
+    window = load_short_window(conv_state + start * (W - 1) * C, C, v_ch, W)
+    taps = load_short_weights(conv_weight, v_ch, W)
+    dt = tl.load(dt_bias + head).to(tl.float32)
+    rate = tl.exp(tl.load(A_log + head).to(tl.float32))
+    return S, window, taps, dt, rate, _v_inputs(qkv, a, b_logits, first_token, v_ch, head, C, H)
+
+
+@triton.jit
+def _zero_group_rows(o, b, L, hk, ov, H: tl.constexpr, V: tl.constexpr, G: tl.constexpr, BV: tl.constexpr):
+    """A padding row's output: zero for its L tokens and the key head's G * V value columns."""
+    for t in range(L):
+        for j in range(G * V // BV):
+            tl.store(o + (b * L + t).to(tl.int64) * (H * V) + hk * G * V + j * BV + ov,
+                     tl.zeros([BV], tl.float32).to(o.dtype.element_ty))
 
 
 @triton.jit(do_not_specialize=["L"])
 def _fused_gdn_decode_kernel(
     qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, state, o, state_slots, num_accepted, scale, L,
     H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr, BV: tl.constexpr,
-    NB: tl.constexpr, NB_POW2: tl.constexpr, PDL: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
     C: tl.constexpr = 2 * HK * K + H * V
     G: tl.constexpr = H // HK
+    NB: tl.constexpr = G * V // BV
     NVH: tl.constexpr = V // BV
     # AOTInductor passes Python floats as fp64 scalars: fp64 would leak into the fp32 state recurrence
     scale = tl.cast(scale, tl.float32)
     b = tl.program_id(0) // HK
     hk = tl.program_id(0) % HK
     ok = tl.arange(0, K)
-    blocks = tl.minimum(tl.arange(0, NB_POW2), NB - 1)
-    heads = hk * G + blocks // NVH
-    # the group's value channels are contiguous: block j holds columns j * BV.. of the group's G * V
-    group_cols = blocks[:, None] * BV + tl.arange(0, BV)[None, :]
+    ov = tl.arange(0, BV)
     q_ch = hk * K + ok
     k_ch = HK * K + hk * K + ok
-    v_ch = 2 * HK * K + hk * G * V + group_cols
-    # constants and the first token's inputs do not depend on the slots: loaded first, they arrive with the state
+    first_token = (b * L).to(tl.int64)
+    # constants and the first token's rows do not depend on the slots: loaded first, they arrive with the state
     taps_q = load_short_weights(conv_weight, q_ch, W)
     taps_k = load_short_weights(conv_weight, k_ch, W)
-    taps_v = load_short_weights(conv_weight, v_ch, W)
-    dt = tl.load(dt_bias + heads).to(tl.float32)
-    rate = tl.exp(tl.load(A_log + heads).to(tl.float32))
-    n_xq, n_xk, n_xv, n_a, n_b = _token_inputs(qkv, a, b_logits, (b * L).to(tl.int64), q_ch, k_ch, v_ch, heads, C, H)
+    xq, xk = _qk_inputs(qkv, first_token, q_ch, k_ch, C)
     slots = state_slots + b * L
     first, start = slot_row(slots, num_accepted, b, L)
-    out_cols = hk * G * V + group_cols
     if first < 0:
-        for t in range(L):
-            tl.store(o + (b * L + t).to(tl.int64) * (H * V) + out_cols, tl.zeros(out_cols.shape, o.dtype.element_ty))
+        _zero_group_rows(o, b, L, hk, ov, H, V, G, BV)
         return
-    tile = ((heads[:, None, None] * K + ok[None, :, None]) * V + (blocks % NVH * BV)[:, None, None]
-            + tl.arange(0, BV)[None, None, :])
-    S = tl.load(state + start * (H * K * V) + tile)
     window = conv_state + start * (W - 1) * C
-    q0, q1, q2 = load_short_window(window, C, q_ch, W)
-    k0, k1, k2 = load_short_window(window, C, k_ch, W)
-    v0, v1, v2 = load_short_window(window, C, v_ch, W)
+    start_wq = load_short_window(window, C, q_ch, W)
+    start_wk = load_short_window(window, C, k_ch, W)
+    nxt = _block_inputs(qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, state, start, first_token, hk, 0,
+                        ok, ov, H, HK, K, V, W, BV)
     dtype = qkv.dtype.element_ty
+    # the first token's q and k are the same for every block
+    q_first, k_first = _conv_qk(taps_q, taps_k, start_wq, start_wk, xq, xk, scale, dtype)
+    wq_first = _shift(start_wq, xq)
+    wk_first = _shift(start_wk, xk)
     tl.debug_barrier()
+    for j in range(NB):
+        S, wv, taps_v, dt, rate, inputs = nxt
+        if j + 1 < NB:
+            nxt = _block_inputs(qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, state, start, first_token,
+                                hk, j + 1, ok, ov, H, HK, K, V, W, BV)
+        tl.debug_barrier()
+        head = hk * G + j // NVH
+        cols = j % NVH * BV + ov
+        v_ch = 2 * HK * K + head * V + cols
+        tile = head * (K * V) + ok[:, None] * V + cols[None, :]
+        b_q, b_k, wq, wk = q_first, k_first, wq_first, wk_first
+        n_xq, n_xk = xq, xk
+        for t in range(L):
+            token = first_token + t
+            n_xv, n_a, n_b = inputs
+            if t + 1 < L:
+                inputs = _v_inputs(qkv, a, b_logits, token + 1, v_ch, head, C, H)
+                n_xq, n_xk = _qk_inputs(qkv, token + 1, q_ch, k_ch, C)
+            v0, v1, v2 = wv
+            b_v = silu_rounded(short_conv_row(taps_v, v0, v1, v2, n_xv.to(tl.float32)), dtype)
+            wv = _shift(wv, n_xv)
+            decay = tl.exp(gate_decay(n_a.to(tl.float32) + dt, rate, 0.0, False))
+            S, b_o = kda_token(S, b_q, b_k, b_v, decay, tl.sigmoid(n_b.to(tl.float32)))
+            tl.store(o + token * (H * V) + head * V + cols, b_o.to(o.dtype.element_ty))
+            slot = tl.load(slots + t).to(tl.int64)
+            if slot >= 0:
+                tl.store(state + slot * (H * K * V) + tile, S)
+                v0, v1, v2 = wv
+                store_short_window(conv_state + slot * (W - 1) * C, v0, v1, v2, C, v_ch, W)
+            if t + 1 < L:
+                b_q, b_k = _conv_qk(taps_q, taps_k, wq, wk, n_xq, n_xk, scale, dtype)
+                wq = _shift(wq, n_xq)
+                wk = _shift(wk, n_xk)
+    tl.debug_barrier()
+    wq, wk = start_wq, start_wk
     for t in range(L):
-        token = (b * L + t).to(tl.int64)
-        xq = n_xq.to(tl.float32)
-        xk = n_xk.to(tl.float32)
-        xv = n_xv.to(tl.float32)
-        b_g = gate_decay(n_a.to(tl.float32) + dt, rate, 0.0, False)
-        b_beta = tl.sigmoid(n_b.to(tl.float32))
-        if t + 1 < L:
-            n_xq, n_xk, n_xv, n_a, n_b = _token_inputs(qkv, a, b_logits, token + 1, q_ch, k_ch, v_ch, heads, C, H)
-        b_q = silu_rounded(short_conv_row(taps_q, q0, q1, q2, xq), dtype)
-        b_k = silu_rounded(short_conv_row(taps_k, k0, k1, k2, xk), dtype)
-        b_v = silu_rounded(short_conv_row(taps_v, v0, v1, v2, xv), dtype)
-        q0, q1, q2 = q1, q2, xq
-        k0, k1, k2 = k1, k2, xk
-        v0, v1, v2 = v1, v2, xv
-        S, b_o = kda_token_split(S, l2_normalize(b_q) * scale, l2_normalize(b_k), b_v, tl.exp(b_g)[:, None, None],
-                                 b_beta[:, None])
-        tl.store(o + token * (H * V) + out_cols, b_o.to(o.dtype.element_ty))
+        if t > 0:
+            xq, xk = _qk_inputs(qkv, first_token + t, q_ch, k_ch, C)
+        wq = _shift(wq, xq)
+        wk = _shift(wk, xk)
         slot = tl.load(slots + t).to(tl.int64)
         if slot >= 0:
-            tl.store(state + slot * (H * K * V) + tile, S)
-            window = conv_state + slot * (W - 1) * C
-            store_short_window(window, q0, q1, q2, C, q_ch, W)
-            store_short_window(window, k0, k1, k2, C, k_ch, W)
-            store_short_window(window, v0, v1, v2, C, v_ch, W)
+            q0, q1, q2 = wq
+            k0, k1, k2 = wk
+            store_short_window(conv_state + slot * (W - 1) * C, q0, q1, q2, C, q_ch, W)
+            store_short_window(conv_state + slot * (W - 1) * C, k0, k1, k2, C, k_ch, W)
 
 
-def _warps(blocks: int, dim_k: int, block_v: int) -> int:
-    """Warps for a state tile of `blocks` x K x BV floats: STATE_FLOATS_PER_THREAD a thread, from FUSED_WARPS to
-    MAX_WARPS."""
-    return max(FUSED_WARPS, min(MAX_WARPS, blocks * dim_k * block_v // (32 * STATE_FLOATS_PER_THREAD)))
+def _warps(dim_k: int, block_v: int) -> int:
+    """Warps for a [K, BV] state tile: STATE_FLOATS_PER_THREAD a thread, from 1 to MAX_WARPS."""
+    return max(1, min(MAX_WARPS, dim_k * block_v // (32 * STATE_FLOATS_PER_THREAD)))
 
 
 def fused_gdn_decode_launcher(
@@ -143,16 +212,14 @@ def fused_gdn_decode_launcher(
     assert A_log.numel() == heads and dt_bias.numel() == heads, "A_log [H], dt_bias [H]"
     for x in (qkv, conv_weight, conv_state, a, A_log, dt_bias, b):
         assert x.is_contiguous(), "fused_gdn_decode needs contiguous inputs"
-    block_v = min(dim_v, FUSED_BLOCK_V)
-    blocks = heads // key_heads * (dim_v // block_v)
-    blocks_pow2 = triton.next_power_of_2(blocks)
+    block_v = min(dim_v, BLOCK_V)
     o = torch.empty((batch, length, heads, dim_v), dtype=qkv.dtype, device=qkv.device) if out is None else out
     pdl = dependent_launch.pdl_mode(state, latency_bound=batch * heads < LATENCY_BOUND_PAIRS)
     kernel = launch(_fused_gdn_decode_kernel) if launch else _fused_gdn_decode_kernel
     kernel[(batch * key_heads,)](
         qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, o, state_slots, num_accepted,
         dim_k ** -0.5 if scale is None else scale, length,
-        heads, key_heads, dim_k, dim_v, width, block_v, blocks, blocks_pow2, pdl,
-        num_warps=_warps(blocks_pow2, dim_k, block_v), **dependent_launch.launch_options(pdl),
+        heads, key_heads, dim_k, dim_v, width, block_v, pdl,
+        num_warps=_warps(dim_k, block_v), **dependent_launch.launch_options(pdl),
     )
     return o

@@ -1,5 +1,5 @@
-"""Triton gated activations act(gate) * up (SwiGLU, SiTU): jit helpers for GEMM epilogues and an elementwise
-kernel for the outputs of library GEMMs."""
+"""Triton gated activations act(gate) * up (SwiGLU, SiTU, clamped SwiGLU): jit helpers for GEMM epilogues and an
+elementwise kernel for the outputs of library GEMMs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 # activation codes (kernel constexprs), by the names of plugins.moe.activation.GATED_ACTIVATIONS
-ACTIVATION_CODES = {"silu": 0, "situ": 1}
+ACTIVATION_CODES = {"silu": 0, "situ": 1, "clamped_silu": 2}
 
 
 @triton.jit
@@ -24,11 +24,16 @@ def _tanh(x):
 
 @triton.jit
 def gated_act(gate, up, beta, linear_beta, ACTIVATION: tl.constexpr, HAS_LINEAR_BETA: tl.constexpr):
-    """fp32 act(gate) * up: SwiGLU (ACTIVATION 0) or SiTU beta * tanh(gate / beta) * sigmoid(gate) (1)."""
+    """fp32 act(gate) * up: SwiGLU (ACTIVATION 0), SiTU beta * tanh(gate / beta) * sigmoid(gate) (1), or SwiGLU
+    with gate <= beta and up in [-beta, beta] (2, beta the clamped SwiGLU's limit)."""
     if ACTIVATION == 1:
         h = beta * _tanh(gate / beta) * tl.sigmoid(gate)
         if HAS_LINEAR_BETA:
             up = linear_beta * _tanh(up / linear_beta)
+    elif ACTIVATION == 2:
+        gate = tl.minimum(gate, beta)
+        up = tl.minimum(tl.maximum(up, -beta), beta)
+        h = gate * tl.sigmoid(gate)
     else:
         h = gate * tl.sigmoid(gate)
     return h * up

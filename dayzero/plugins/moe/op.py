@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 
 from dayzero.plugins.moe import reference
-from dayzero.plugins.moe.activation import activation_args, gated_activation
+from dayzero.plugins.moe.activation import activation_args, activation_params, gated_activation
 from dayzero.plugins.onnx_node import dayzero_node
 from dayzero.plugins.quant.reference import mxfp4_dequantize
 from dayzero.plugins.registry import onnx_translation, plugin_op
@@ -32,9 +32,7 @@ def _num_experts(w: ExpertWeight) -> int:
 
 
 def _act_params(activation: str, beta: float, linear_beta: float | None) -> dict[str, float]:
-    if activation != "situ":
-        return {}
-    return {"beta": beta} if linear_beta is None else {"beta": beta, "linear_beta": linear_beta}
+    return activation_params(activation, beta, linear_beta)
 
 
 def _router_logits_fake(x, weight):

@@ -9,6 +9,9 @@ Indexer keys, MXFP8 (132 B/token), cache `uint8 [P, PAGE_SIZE * 132]`, page-majo
     bytes [0, 64*DI)           the page's 64 rows of DI e4m3 values
     bytes [64*DI, 64*DI*33/32) their E8M0 scales, DI/32 per row
 Plain formats keep rows as they are: latent `[P, PAGE_SIZE, 576]` and index `[P, PAGE_SIZE, DI]` in bf16 / fp32.
+Pooled index keys (GLM-5.3, pools of kpool tokens) keep R = ceil(PAGE_SIZE / kpool) rows a page instead of
+PAGE_SIZE, in the same two formats (`[P, R, DI]`, or page-major `[P, R * (DI + DI/32)]`): the pool ending at
+position e lives in the page of e, at row (e % PAGE_SIZE) // kpool.
 The format of a cache tensor is told by its dtype: uint8 means quantized.
 write_latent / write_index_keys here are the reference writes (the spec); `paged_cache.write_latent` /
 `write_index_keys` are the registered in-place ops (op.py) that run the fused Triton writes on CUDA.
@@ -65,11 +68,11 @@ def unpack_fp8_latent(records: torch.Tensor, rope_dim: int, dtype: torch.dtype =
     return torch.cat([fp8_block_dequantize(q, scales, dtype=dtype), rope.to(dtype)], dim=1)
 
 
-def _index_page_views(cache: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """values uint8 [P, PAGE, dim] and scales uint8 [P, PAGE, dim/32] views of a page-major MXFP8 cache."""
+def _index_page_views(cache: torch.Tensor, dim: int, rows: int = PAGE_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """values uint8 [P, rows, dim] and scales uint8 [P, rows, dim/32] views of a page-major MXFP8 cache."""
     pages = cache.shape[0]
-    values = cache[:, : PAGE_SIZE * dim].view(pages, PAGE_SIZE, dim)
-    scales = cache[:, PAGE_SIZE * dim :].view(pages, PAGE_SIZE, dim // MX_BLOCK)
+    values = cache[:, : rows * dim].view(pages, rows, dim)
+    scales = cache[:, rows * dim :].view(pages, rows, dim // MX_BLOCK)
     return values, scales
 
 
@@ -91,25 +94,33 @@ def gather_latent(cache: torch.Tensor, block_table_row: torch.Tensor, positions:
 def write_index_keys(cache: torch.Tensor, keys: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Index cache <- keys [T, DI] at slot_mapping (-1 skipped), MXFP8-quantizing for a uint8 cache."""
     keep = slot_mapping >= 0
-    slots = slot_mapping[keep].long()
+    store_index_rows(cache, keys[keep], slot_mapping[keep].long(), PAGE_SIZE)
+
+
+def store_index_rows(cache: torch.Tensor, keys: torch.Tensor, rows: torch.Tensor, rows_per_page: int) -> None:
+    """Index cache of `rows_per_page` rows a page <- keys [n, DI] at flat rows (page * rows_per_page + row)."""
     if not is_quantized(cache):
-        cache.view(-1, cache.shape[-1])[slots] = keys[keep].to(cache.dtype)
+        cache.view(-1, cache.shape[-1])[rows] = keys.to(cache.dtype)
         return
-    q, scales = mxfp8_quantize(keys[keep])
-    values, scale_view = _index_page_views(cache, keys.shape[1])
-    values[slots // PAGE_SIZE, slots % PAGE_SIZE] = q.view(torch.uint8)
-    scale_view[slots // PAGE_SIZE, slots % PAGE_SIZE] = scales
+    q, scales = mxfp8_quantize(keys)
+    values, scale_view = _index_page_views(cache, keys.shape[1], rows_per_page)
+    values[rows // rows_per_page, rows % rows_per_page] = q.view(torch.uint8)
+    scale_view[rows // rows_per_page, rows % rows_per_page] = scales
+
+
+def load_index_rows(cache: torch.Tensor, rows: torch.Tensor, dim: int, rows_per_page: int) -> torch.Tensor:
+    """Index keys [n, DI] (fp32, dequantized) at flat rows of a cache of `rows_per_page` rows a page."""
+    if not is_quantized(cache):
+        return cache.view(-1, cache.shape[-1])[rows].float()
+    values, scales = _index_page_views(cache, dim, rows_per_page)
+    page, offset = rows // rows_per_page, rows % rows_per_page
+    return mxfp8_dequantize(values[page, offset].view(torch.float8_e4m3fn), scales[page, offset])
 
 
 def gather_index_keys(cache: torch.Tensor, block_table_row: torch.Tensor, positions: torch.Tensor,
                       dim: int) -> torch.Tensor:
     """Index keys [S, DI] (fp32, dequantized) of logical `positions` of one sequence."""
-    rows = physical_rows(block_table_row, positions)
-    if not is_quantized(cache):
-        return cache.view(-1, cache.shape[-1])[rows].float()
-    values, scales = _index_page_views(cache, dim)
-    page, offset = rows // PAGE_SIZE, rows % PAGE_SIZE
-    return mxfp8_dequantize(values[page, offset].view(torch.float8_e4m3fn), scales[page, offset])
+    return load_index_rows(cache, physical_rows(block_table_row, positions), dim, PAGE_SIZE)
 
 
 def latent_cache_shape(num_pages: int, nope_dim: int, rope_dim: int, quantized: bool) -> tuple[int, ...]:
@@ -120,5 +131,17 @@ def latent_cache_shape(num_pages: int, nope_dim: int, rope_dim: int, quantized: 
     return (num_pages, PAGE_SIZE, fp8_latent_record_bytes(nope_dim, rope_dim))
 
 
-def index_cache_shape(num_pages: int, dim: int, quantized: bool) -> tuple[int, ...]:
-    return (num_pages, PAGE_SIZE * mxfp8_row_bytes(dim)) if quantized else (num_pages, PAGE_SIZE, dim)
+def index_cache_shape(num_pages: int, dim: int, quantized: bool, kpool: int = 1) -> tuple[int, ...]:
+    """Index keys of one token (kpool 1) or one pool of kpool tokens a row."""
+    rows = pooled_rows_per_page(kpool)
+    return (num_pages, rows * mxfp8_row_bytes(dim)) if quantized else (num_pages, rows, dim)
+
+
+def pooled_rows_per_page(kpool: int) -> int:
+    """Rows a page of pooled index keys needs: the pools ending in one page of PAGE_SIZE positions."""
+    return -(-PAGE_SIZE // kpool)
+
+
+def pooled_row(page: torch.Tensor, position: torch.Tensor, kpool: int) -> torch.Tensor:
+    """The flat row of the pool that ends at `position` (in physical `page`)."""
+    return page * pooled_rows_per_page(kpool) + position % PAGE_SIZE // kpool

@@ -1,0 +1,81 @@
+import json
+
+import pytest
+
+from dayzero.perf.op_kinds import ELEMENTWISE, GEMM, KDA, MOE_EXPERTS, REDUCTIONS, SAMPLING
+from dayzero.perf.step_trace import MODEL, STEP, TraceEvent, kind_times, read_trace
+
+
+def _range(name, start, duration, thread=1):
+    return TraceEvent(name, "user_annotation", start, duration, thread)
+
+
+def _launch(start, correlation, name="cudaLaunchKernel", category="cuda_runtime"):
+    return TraceEvent(name, category, start, 2.0, 1, correlation)
+
+
+def _kernel(name, start, duration, correlation):
+    return TraceEvent(name, "kernel", start, duration, 7, correlation)
+
+
+def test_device_work_is_split_by_kind_and_by_whether_the_model_launched_it():
+    events = [
+        _range(STEP, 0, 100), _range(MODEL, 10, 30), _range(STEP, 100, 100), _range(MODEL, 110, 30),
+        # a graph launch in each step's forward, its kernels run back to back
+        _launch(12, 1, "cudaGraphLaunch"), _kernel("_fused_kda_decode_kernel", 20, 10, 1),
+        _kernel("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 30, 15, 1), _kernel("_grouped_gemm_kernel", 45, 20, 1),
+        _launch(112, 2, "cudaGraphLaunch"), _kernel("_fused_kda_decode_kernel", 120, 10, 2),
+        _kernel("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 130, 15, 2), _kernel("_grouped_gemm_kernel", 145, 20, 2),
+        # an argmax after the forward; a reduction in it, launched through the driver API
+        _launch(50, 3), _kernel("void at::native::reduce_kernel<512, 1>", 70, 5, 3),
+        _launch(135, 4, "cuLaunchKernelEx", "cuda_driver"), _kernel("void at::native::reduce_kernel<512>", 170, 5, 4),
+        # an input copy overlapping a kernel counts once
+        _launch(105, 5, "cudaMemcpyAsync"), TraceEvent("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 160, 10, 8, 5),
+        # the ranges' copies on the device's timeline are no steps
+        TraceEvent(STEP, "gpu_user_annotation", 20, 150, 7), TraceEvent(MODEL, "gpu_user_annotation", 20, 45, 7),
+        # device work launched before the profiled steps is left out
+        _launch(-20, 6), _kernel("void at::native::vectorized_elementwise_kernel<4>", -10, 15, 6),
+    ]
+    times = kind_times(events)
+    assert times.on_device and times.steps == 2 and times.window_us == 200
+    assert times.us == pytest.approx({KDA: 20, GEMM: 30, MOE_EXPERTS: 40, REDUCTIONS: 5, SAMPLING: 5 + 5})
+    assert times.launches == {KDA: 2, GEMM: 2, MOE_EXPERTS: 2, SAMPLING: 2, REDUCTIONS: 1}
+    assert times.busy_us <= times.window_us
+
+
+def test_device_work_whose_launch_is_lost_counts_as_the_models():
+    events = [_range(STEP, 0, 50), _kernel("void at::native::reduce_kernel<512, 1>", 10, 5, 99),
+              _kernel("_fused_kda_decode_kernel", 30, 30, None)]
+    times = kind_times(events)
+    # clipped to the step's end
+    assert times.us == pytest.approx({REDUCTIONS: 5, KDA: 20})
+
+
+def test_host_ops_count_outermost_only_on_the_steps_thread():
+    events = [
+        _range(STEP, 0, 100), _range(MODEL, 0, 60),
+        TraceEvent("dayzero::fused_kda_decode", "cpu_op", 5, 20, 1), TraceEvent("aten::mul", "cpu_op", 6, 5, 1),
+        TraceEvent("aten::linear", "cpu_op", 30, 10, 1), TraceEvent("aten::mm", "cpu_op", 31, 8, 1),
+        TraceEvent("aten::add", "cpu_op", 45, 5, 1),
+        TraceEvent("aten::argmax", "cpu_op", 70, 4, 1), TraceEvent("aten::mm", "cpu_op", 80, 50, 2),
+    ]
+    times = kind_times(events)
+    assert not times.on_device
+    assert times.us == pytest.approx({KDA: 20, GEMM: 10, ELEMENTWISE: 5, SAMPLING: 4})
+    assert times.launches == {KDA: 1, GEMM: 1, ELEMENTWISE: 1, SAMPLING: 1}
+
+
+def test_a_trace_without_steps_is_refused():
+    with pytest.raises(ValueError, match="no profiled decode step"):
+        kind_times([TraceEvent("aten::mm", "cpu_op", 0, 1, 1)])
+
+
+def test_chrome_traces_are_read_with_their_correlations(tmp_path):
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 5.5, "dur": 2, "tid": 7, "args": {"correlation": 3}},
+        {"ph": "X", "cat": "user_annotation", "name": STEP, "ts": 1, "dur": 10, "tid": 1},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
+    ]}))
+    assert read_trace(trace) == [TraceEvent("k", "kernel", 5.5, 2.0, 7, 3), TraceEvent(STEP, "user_annotation", 1.0,
+                                                                                      10.0, 1, None)]
