@@ -96,22 +96,8 @@ class GatedDeltaNet(nn.Module):
     def _prefill_across_ranks(self, qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, meta: StepMeta,
                               cache: KDACache, shard: ContextShard) -> torch.Tensor:
         """Context-parallel prefill of this rank's chunks (kda_context.py), as KDAttention's."""
-        segments, real = meta.cu_seqlens.shape[0] - 1, shard.cells.numel()
-        windows, exit_window = kda_context.entry_windows(
-            kda_context.segment_tails(qkv, meta.cu_seqlens, real, self.cfg.conv_size - 1),
-            shard.chunk_lengths, cache.conv[shard.seq_slots].transpose(1, 2), shard)
-        pool = torch.cat([windows, windows.new_zeros(segments - real, *windows.shape[1:])]).transpose(1, 2)
-        y = short_conv.short_conv_prefill(qkv, self._conv_weight(), pool.contiguous(), meta.cu_seqlens,
-                                          torch.arange(segments, dtype=torch.int32, device=qkv.device))
-        q, k, v, g, beta = self._recurrence_inputs(y, b, a)
-        M, B = kda_ops.kda_summary(k, v, g, beta, use_qk_l2norm_in_kernel=True, cu_seqlens=meta.cu_seqlens)
-        states, exit_state = kda_context.entry_states(M[:real], B[:real], cache.state[shard.seq_slots], shard)
-        initial = torch.cat([states, states.new_zeros(segments - real, *states.shape[1:])])
-        o, _ = kda_ops.chunk_kda(q, k, v, g, beta, initial_state=initial, use_qk_l2norm_in_kernel=True,
-                                 cu_seqlens=meta.cu_seqlens)
-        cache.state.index_copy_(0, shard.seq_slots, exit_state.to(cache.state.dtype))
-        cache.conv.index_copy_(0, shard.seq_slots, exit_window.transpose(1, 2).to(cache.conv.dtype))
-        return o[0]
+        return kda_context.prefill_across_ranks(qkv, self._conv_weight(), lambda y: self._recurrence_inputs(y, b, a),
+                                                meta, cache, shard)
 
     def _decode(self, qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, meta: StepMeta,
                 cache: KDACache) -> torch.Tensor:

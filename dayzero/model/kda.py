@@ -85,24 +85,9 @@ class KDAttention(nn.Module):
 
     def _prefill_across_ranks(self, p: dict[str, torch.Tensor], meta: StepMeta, cache: KDACache,
                               shard: ContextShard) -> torch.Tensor:
-        """Context-parallel prefill of this rank's chunks (kda_context.py): windows and states that enter them from
-        the other ranks' summaries, then the same conv and chunked recurrence from those."""
-        pre_conv, segments, real = self._pre_conv(p), meta.cu_seqlens.shape[0] - 1, shard.cells.numel()
-        windows, exit_window = kda_context.entry_windows(
-            kda_context.segment_tails(pre_conv, meta.cu_seqlens, real, self.cfg.conv_size - 1),
-            shard.chunk_lengths, cache.conv[shard.seq_slots].transpose(1, 2), shard)
-        pool = torch.cat([windows, windows.new_zeros(segments - real, *windows.shape[1:])]).transpose(1, 2)
-        qkv = short_conv.short_conv_prefill(pre_conv, self._conv_weight(), pool.contiguous(), meta.cu_seqlens,
-                                            torch.arange(segments, dtype=torch.int32, device=pre_conv.device))
-        q, k, v, g, beta = self._recurrence_inputs(p, qkv)
-        M, B = kda_ops.kda_summary(k, v, g, beta, use_qk_l2norm_in_kernel=True, cu_seqlens=meta.cu_seqlens)
-        states, exit_state = kda_context.entry_states(M[:real], B[:real], cache.state[shard.seq_slots], shard)
-        initial = torch.cat([states, states.new_zeros(segments - real, *states.shape[1:])])
-        o, _ = kda_ops.chunk_kda(q, k, v, g, beta, initial_state=initial, use_qk_l2norm_in_kernel=True,
-                                 cu_seqlens=meta.cu_seqlens)
-        cache.state.index_copy_(0, shard.seq_slots, exit_state.to(cache.state.dtype))
-        cache.conv.index_copy_(0, shard.seq_slots, exit_window.transpose(1, 2).to(cache.conv.dtype))
-        return o[0]
+        """Context-parallel prefill of this rank's chunks (kda_context.py)."""
+        return kda_context.prefill_across_ranks(self._pre_conv(p), self._conv_weight(),
+                                                lambda qkv: self._recurrence_inputs(p, qkv), meta, cache, shard)
 
     def _pre_conv(self, p: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.stack([p["q_proj"], p["k_proj"], p["v_proj"]], dim=1)  # [T, 3, C]

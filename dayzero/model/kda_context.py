@@ -12,10 +12,16 @@ Every rank ends with the same exit state and window, written to the sequence's s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+from dayzero.contract import StepMeta
 from dayzero.model.collectives import gather_ranks
+from dayzero.model.step import KDACache
 from dayzero.model.zigzag import LOCAL_CHUNKS, ContextShard
+from dayzero.plugins import kda as kda_ops
+from dayzero.plugins import short_conv
 
 
 def _sequence_order(gathered: torch.Tensor, shard: ContextShard) -> torch.Tensor:
@@ -81,3 +87,26 @@ def entry_windows(tails: torch.Tensor, lengths: torch.Tensor, initial: torch.Ten
         entries.append(window)
         window = _shift_in(window, chunks[:, chunk], lengths[:, chunk])
     return torch.stack(entries, dim=1).flatten(0, 1)[shard.chunks], window
+
+
+def prefill_across_ranks(pre_conv: torch.Tensor, conv_weight: torch.Tensor, recurrence_inputs: Callable,
+                         meta: StepMeta, cache: KDACache, shard: ContextShard) -> torch.Tensor:
+    """A KDA-family layer's prefill of this rank's chunks: the windows and states that enter them from the other ranks'
+    summaries, then the short conv of pre_conv [T, ..., C] and the chunked recurrence from those; the sequences' exit
+    state and window written to their slots. recurrence_inputs: the conv's output -> (q, k, v, g, beta) as chunk_kda
+    takes them. -> o [T, H, V]."""
+    segments, real = meta.cu_seqlens.shape[0] - 1, shard.cells.numel()
+    windows, exit_window = entry_windows(segment_tails(pre_conv, meta.cu_seqlens, real, conv_weight.shape[-1] - 1),
+                                         shard.chunk_lengths, cache.conv[shard.seq_slots].transpose(1, 2), shard)
+    pool = torch.cat([windows, windows.new_zeros(segments - real, *windows.shape[1:])]).transpose(1, 2)
+    conv = short_conv.short_conv_prefill(pre_conv, conv_weight, pool.contiguous(), meta.cu_seqlens,
+                                         torch.arange(segments, dtype=torch.int32, device=pre_conv.device))
+    q, k, v, g, beta = recurrence_inputs(conv)
+    M, B = kda_ops.kda_summary(k, v, g, beta, use_qk_l2norm_in_kernel=True, cu_seqlens=meta.cu_seqlens)
+    states, exit_state = entry_states(M[:real], B[:real], cache.state[shard.seq_slots], shard)
+    initial = torch.cat([states, states.new_zeros(segments - real, *states.shape[1:])])
+    o, _ = kda_ops.chunk_kda(q, k, v, g, beta, initial_state=initial, use_qk_l2norm_in_kernel=True,
+                             cu_seqlens=meta.cu_seqlens)
+    cache.state.index_copy_(0, shard.seq_slots, exit_state.to(cache.state.dtype))
+    cache.conv.index_copy_(0, shard.seq_slots, exit_window.transpose(1, 2).to(cache.conv.dtype))
+    return o[0]
