@@ -20,3 +20,11 @@ def dot(a, b):
     else:
         out = tl.dot(a, b)
     return out
+
+
+@triton.jit
+def mma(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + a @ b; UPCAST feeds fp32 copies (exact for bf16 values) where the dot cannot take bf16 directly."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    return tl.dot(a, b, acc, input_precision=PRECISION)

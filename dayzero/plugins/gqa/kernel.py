@@ -20,7 +20,7 @@ from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.quant.kernel import e4m3_decode
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
 from dayzero.plugins.sparse_mla.schedule import dense_block_schedule
-from dayzero.plugins.triton_utils import INTERPRETED
+from dayzero.plugins.triton_utils import INTERPRETED, mma
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -55,14 +55,6 @@ def _load_rows(cache, page, kv, head, offset, n_ok, num_kv_heads, dtype: tl.cons
     else:
         rows = tl.load(cache + (tile * PAGE + offset)[:, None] * D + d[None, :], mask=ok, other=0.0).to(dtype)
     return rows
-
-
-@triton.jit
-def _mma(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """acc + a @ b; UPCAST feeds fp32 copies where the interpreter cannot take bf16 dots."""
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    return tl.dot(a, b, acc, input_precision=PRECISION)
 
 
 @triton.jit
@@ -110,7 +102,7 @@ def _gqa_attention_kernel(
         page_next = tl.load(table_row + (n + BLOCK_N) // PAGE, mask=n + BLOCK_N < hi, other=0)
         k = _load_rows(cache, page, 0, kv_head, n % PAGE, n_ok, num_kv_heads, dtype, D, D_PAD, PAGE, FP8)
         v = _load_rows(cache, page, 1, kv_head, n % PAGE, n_ok, num_kv_heads, dtype, D, D_PAD, PAGE, FP8)
-        s = _mma(q_rows, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], tl.float32), PRECISION, UPCAST)
+        s = mma(q_rows, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], tl.float32), PRECISION, UPCAST)
         s = tl.where((n[None, :] <= pos[:, None]) & n_ok[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # rows that have seen no key yet keep m = -inf; exponentiate against 0 so that they stay exactly 0
@@ -118,7 +110,7 @@ def _gqa_attention_kernel(
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = _mma(p.to(dtype), v, acc * alpha[:, None], PRECISION, UPCAST)
+        acc = mma(p.to(dtype), v, acc * alpha[:, None], PRECISION, UPCAST)
         m_i = m_new
 
     seen = l_i > 0

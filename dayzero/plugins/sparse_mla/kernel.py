@@ -25,6 +25,7 @@ from dayzero.plugins.quant.reference import FP8_TILE
 from dayzero.plugins.sparse_mla import schedule
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
 from dayzero.plugins.sparse_mla.e4m3_bits import BITS_TO_SHIFTED, Q_SCALE, e4m3_bytes_as_bf16, e4m3_words_as_fp32
+from dayzero.plugins.triton_utils import mma
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -117,14 +118,6 @@ def _key_rows(row_base, table_row, n, hi, DENSE: tl.constexpr, PAGE: tl.constexp
 
 
 @triton.jit
-def _mma(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    """acc + a @ b; UPCAST feeds fp32 copies (exact for bf16 values) where the dot cannot take bf16 directly."""
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    return tl.dot(a, b, acc, input_precision=PRECISION)
-
-
-@triton.jit
 def _mla_attention_kernel(
     q, cache, block_table, rows, num_slots, positions, block_seq, block_first, cu_seqlens,
     o, lse, o_part, lse_part,
@@ -189,10 +182,10 @@ def _mla_attention_kernel(
         key_ok = row >= 0
         k_nope, k_pe = _gather_latent_rows(cache, row, key_ok, dtype, math_dtype, ROW, DV, DR, DV_PAD, DR_PAD,
                                            BLOCK_N, FP8, TILE, E4M3_BITS, INLINE_PTX)
-        s = _mma(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], tl.float32), PRECISION, UPCAST)
+        s = mma(q_nope, tl.trans(k_nope), tl.zeros([BLOCK_M, BLOCK_N], tl.float32), PRECISION, UPCAST)
         if E4M3_BITS:
             s = s * Q_SCALE
-        s = _mma(q_pe, tl.trans(k_pe), s, PRECISION, UPCAST)
+        s = mma(q_pe, tl.trans(k_pe), s, PRECISION, UPCAST)
         if DENSE:
             visible = (n[None, :] <= pos[:, None]) & key_ok[None, :]
         else:
@@ -205,7 +198,7 @@ def _mla_attention_kernel(
         p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         # the values are the nope columns of the same rows
-        acc = _mma(p.to(dtype), k_nope, acc * alpha[:, None], PRECISION, UPCAST)
+        acc = mma(p.to(dtype), k_nope, acc * alpha[:, None], PRECISION, UPCAST)
         m_i = m_new
 
     seen = l_i > 0
