@@ -6,6 +6,10 @@ byte of a request has come, or on a fresh connection, it waits without end. `Rea
 (h11) with one more timer: armed when a connection opens and when the first bytes of a next request come, disarmed
 when the request's last byte has. On expiry a request whose headers are still incomplete gets 408 and the connection
 closes; one whose body stalls is dropped (the route reading it sees the client gone).
+
+After a 408 the server closes its sending half and reads (and drops) what the client still sends for a moment
+before closing: closing a socket with unread input resets the connection, and a reset can discard the 408 before
+the client reads it (nginx's lingering close).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 READ_SECONDS = 30.0
 # h11 states of a client still sending its request (IDLE: waiting for its first byte, or some of its headers came)
 RECEIVING = (h11.IDLE, h11.SEND_BODY)
+# seconds a connection answered 408 keeps reading before it closes
+LINGER_SECONDS = 2.0
 
 
 def read_deadline_protocol(seconds: float) -> type[H11Protocol]:
@@ -33,6 +39,7 @@ class ReadDeadline(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
+        self._lingering = False
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -40,6 +47,8 @@ class ReadDeadline(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         super().data_received(data)
         self._follow()
 
@@ -73,7 +82,14 @@ class ReadDeadline(H11Protocol):
             return
         if self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE:
             self.transport.write(_timeout_response(self.read_seconds))
+            if self.transport.can_write_eof():
+                return self._linger()
         self.transport.close()
+
+    def _linger(self) -> None:
+        self.transport.write_eof()
+        self._lingering = True
+        self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
 
 def _timeout_response(seconds: float) -> bytes:

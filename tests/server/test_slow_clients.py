@@ -98,6 +98,19 @@ def test_half_a_header_trickled_is_dropped_at_the_deadline(served):
     assert received.startswith(b"HTTP/1.1 408")
 
 
+def test_a_client_still_sending_after_the_deadline_reads_its_408(served):
+    head, _ = request_bytes(greedy(prompt="x", max_tokens=2))
+    with connect(served[1]) as sock:
+        sock.sendall(head[:10])
+        select.select([sock], [], [], READ_SECONDS + LATE_S)
+        # bytes that reach a closed socket would reset the connection and could discard the answer unread
+        for _ in range(3):
+            sock.sendall(head[10:20])
+            time.sleep(0.05)
+        received = read_until_closed(sock)
+    assert received.startswith(b"HTTP/1.1 408")
+
+
 def test_headers_then_half_a_body_are_dropped_at_the_deadline(served):
     server, base = served
     head, content = request_bytes(greedy(prompt="x", max_tokens=2))
