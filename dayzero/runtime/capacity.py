@@ -52,10 +52,16 @@ def plan_capacity(manifest: EngineManifest, budget: int, max_batch: int, snapsho
     num_slots = (max_batch + 1 + snapshot_groups) * slots_per_seq
     slot_bytes, page_bytes = manifest.unit_bytes(SLOT), manifest.unit_bytes(PAGE)
     left = budget - num_slots * slot_bytes
-    num_pages = left // page_bytes if page_bytes else 2
-    if num_pages < 2:
+    num_pages = left // page_bytes if page_bytes else _costless_pages(manifest, max_batch + snapshot_groups)
+    if num_pages < 2 or left < 0:
         snapshots = f" and {snapshot_groups} prefix snapshots" if snapshot_groups else ""
         raise DayzeroError(f"a budget of {budget / 2**20:.1f} MiB holds the state of {max_batch} sequences"
                            f"{snapshots} ({num_slots * slot_bytes / 2**20:.1f} MiB) but no cache pages; give more "
                            "memory (--gpu-memory-fraction / --memory-mb) or a smaller --batch")
     return Capacity(int(num_pages), num_slots, manifest.page_size, slots_per_seq, budget, snapshot_groups)
+
+
+def _costless_pages(manifest: EngineManifest, sequences: int) -> int:
+    """A model without paged caches (every layer recurrent) still keeps page tables; its pages hold no bytes, so
+    every sequence gets its longest length's worth (+ the dummy)."""
+    return sequences * -(-manifest.max_len // manifest.page_size) + 1

@@ -13,7 +13,7 @@ from dayzero.model.eager_engine import EagerEngine, eager_manifest
 from dayzero.model.generate import greedy_generate
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
-from tests.helpers import random_model, tiny_config_dict
+from tests.helpers import layer_pattern, random_model, tiny_config_dict
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +112,18 @@ def test_too_small_memory_budget_says_what_to_do(model):
     manifest = eager_manifest(model, CacheFormat(), max_batch=4)
     with pytest.raises(DayzeroError, match="give more memory"):
         LLMEngine(EagerEngine(model, manifest), RuntimeOptions(memory_bytes=manifest.unit_bytes(SLOT)))
+
+
+def test_a_model_of_recurrent_layers_only_takes_long_prompts_side_by_side():
+    # no layer keeps a paged cache: pages hold no bytes, and the budget pays for state slots only
+    model = random_model(tiny_config_dict(num_hidden_layers=2, linear_attn_config=layer_pattern("kk")))
+    manifest = eager_manifest(model, CacheFormat(), max_batch=3, max_len=400)
+    assert manifest.unit_bytes(PAGE) == 0
+    engine = LLMEngine(EagerEngine(model, manifest),
+                       RuntimeOptions(token_budget=96, memory_bytes=4 * manifest.unit_bytes(SLOT)))
+    assert engine.capacity.tokens >= 3 * 400
+    ids = prompts([300, 170, 230], seed=3)
+    seqs = [engine.add_request(p, SamplingParams(max_tokens=4)) for p in ids]
+    while engine.has_work:
+        engine.step()
+    assert [s.output_ids for s in seqs] == [reference_tokens(model, p, 4) for p in ids]
