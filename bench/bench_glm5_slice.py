@@ -14,14 +14,8 @@ caches. Prefill against the measured matmul rate; each decode step against the l
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
-import torch
-
-from bench.bench_qwen3_next_slice import COLUMNS, bench_rows
-from bench.common import parser, print_tables, write_result
-from dayzero.model.checkpoint_writer import write_random_checkpoint
+from bench.slice_run import run_slice
 from dayzero.paths import bundled_config
 
 PER_LAYER = ("layer_types", "indexer_types", "mlp_layer_types")
@@ -40,31 +34,11 @@ def slice_config(layers: int | None, experts: int | None) -> dict:
     return data
 
 
-def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64])
-    p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--output-tokens", type=int, default=32)
-    p.add_argument("--layers", type=int, default=None)
-    p.add_argument("--experts", type=int, default=None)
-    p.add_argument("--device", default="cuda")
-    args = p.parse_args()
-    data = slice_config(args.layers, args.experts)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps(data))
-        checkpoint = write_random_checkpoint(Path(tmp) / "config.json", Path(tmp) / "ckpt", torch.bfloat16)
-        measured = bench_rows(checkpoint, args, Path(tmp) / "rows.json")
-    rows = [{key: row[key] for key in COLUMNS} for row in measured["rows"]]
-    table = {"title": "glm-5.3-flash-slice through the runtime (eager engine, CUDA-graph decode, bf16)", "rows": rows,
-             "columns": COLUMNS, "plot": {"x": "batch", "y": ["floor / step"], "ylabel": "decode floor / step"}}
-    ceilings = {"copy_GBps": round(measured["copy_bytes_per_s"] / 1e9, 1),
-                "bf16_matmul_TFLOPs": round(measured["matmul_flops_per_s"] / 1e12, 2)}
+def describe(data: dict) -> str:
     text = data["text_config"]
-    config = (f"glm-5.3-flash-slice: {text['num_hidden_layers']} layers, {text['n_routed_experts']} experts top-"
-              f"{text['num_experts_per_tok']}, pools of {text['index_kpool']}, random bf16 weights")
-    print_tables(write_result(args.out, "glm5_slice", {"decode": table}, config=config, ceilings=ceilings,
-                              engine=measured["engine"]))
+    return (f"glm-5.3-flash-slice: {text['num_hidden_layers']} layers, {text['n_routed_experts']} experts top-"
+            f"{text['num_experts_per_tok']}, pools of {text['index_kpool']}, random bf16 weights")
 
 
 if __name__ == "__main__":
-    main()
+    run_slice(__doc__, "glm5_slice", "glm-5.3-flash-slice", slice_config, describe)

@@ -13,20 +13,9 @@ against the least memory traffic it must move (dayzero/perf/decode_traffic.py) a
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
-import torch
-from click.testing import CliRunner
-
-from bench.common import parser, print_tables, write_result
-from dayzero.cli import cli
-from dayzero.model.checkpoint_writer import write_random_checkpoint
+from bench.slice_run import run_slice
 from dayzero.paths import bundled_config
-
-COLUMNS = {"batch": "batch", "prefill tok/s": "prefill tok/s", "prefill TFLOP/s": "prefill TFLOP/s",
-           "of matmul": "of matmul", "TTFT p50 ms": "TTFT p50 ms", "decode tok/s": "decode tok/s",
-           "step ms": "step ms", "floor ms": "floor ms", "floor / step": "floor / step", "floor MB": "floor MB"}
 
 
 def slice_config(layers: int | None, experts: int | None) -> dict:
@@ -40,41 +29,10 @@ def slice_config(layers: int | None, experts: int | None) -> dict:
     return data
 
 
-def bench_rows(checkpoint: Path, args, json_path: Path) -> list[dict]:
-    command = ["bench", str(checkpoint), "--device", args.device, "--dtype", "bfloat16",
-               "--prompt-tokens", str(args.prompt_tokens), "--output-tokens", str(args.output_tokens),
-               "--json", str(json_path), *(f"--batch={b}" for b in args.batch)]
-    result = CliRunner().invoke(cli, command, catch_exceptions=False)
-    print(result.output)
-    if result.exit_code != 0:
-        raise SystemExit(f"dayzero bench failed ({result.exit_code})")
-    return json.loads(json_path.read_text())
-
-
-def main() -> None:
-    p = parser(__doc__)
-    p.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64])
-    p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--output-tokens", type=int, default=32)
-    p.add_argument("--layers", type=int, default=None)
-    p.add_argument("--experts", type=int, default=None)
-    p.add_argument("--device", default="cuda")
-    args = p.parse_args()
-    data = slice_config(args.layers, args.experts)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps(data))
-        checkpoint = write_random_checkpoint(Path(tmp) / "config.json", Path(tmp) / "ckpt", torch.bfloat16)
-        measured = bench_rows(checkpoint, args, Path(tmp) / "rows.json")
-    rows = [{key: row[key] for key in COLUMNS} for row in measured["rows"]]
-    table = {"title": "qwen3-next-slice through the runtime (eager engine, CUDA-graph decode, bf16)", "rows": rows,
-             "columns": COLUMNS, "plot": {"x": "batch", "y": ["floor / step"], "ylabel": "decode floor / step"}}
-    ceilings = {"copy_GBps": round(measured["copy_bytes_per_s"] / 1e9, 1),
-                "bf16_matmul_TFLOPs": round(measured["matmul_flops_per_s"] / 1e12, 2)}
-    config = (f"qwen3-next-slice: {data['num_hidden_layers']} layers, {data['num_experts']} experts top-"
-              f"{data['num_experts_per_tok']}, random bf16 weights")
-    print_tables(write_result(args.out, "qwen3_next_slice", {"decode": table}, config=config, ceilings=ceilings,
-                              engine=measured["engine"]))
+def describe(data: dict) -> str:
+    return (f"qwen3-next-slice: {data['num_hidden_layers']} layers, {data['num_experts']} experts top-"
+            f"{data['num_experts_per_tok']}, random bf16 weights")
 
 
 if __name__ == "__main__":
-    main()
+    run_slice(__doc__, "qwen3_next_slice", "qwen3-next-slice", slice_config, describe)

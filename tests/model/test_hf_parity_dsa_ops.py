@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from dayzero.model import load
-from dayzero.plugins import registry
 from tests.helpers import rel_err
 from tests.hf_checkpoints import expected_logits
 from tests.model.dsa_checkpoints import ARCHITECTURES, TOPK, VOCAB, write_checkpoint
@@ -20,16 +19,6 @@ pytestmark = [needs_triton, pytest.mark.skipif(ON_GPU, reason="the interpreter r
 def checkpoint(request, tmp_path_factory):
     # a dense and a MoE layer: the interpreter runs each launch slowly
     return write_checkpoint(request.param, tmp_path_factory.mktemp(request.param), num_hidden_layers=2)
-
-
-@pytest.fixture
-def triton_bodies_on_cpu():
-    """Dispatch every plugin op on CPU to its Triton body (interpreter)."""
-    for op in registry.PLUGIN_OPS.values():
-        op.register_kernel("cpu", op.dayzero_impls["cuda"])
-    yield
-    for op in registry.PLUGIN_OPS.values():
-        op.register_kernel("cpu", op.dayzero_impls["cpu"])
 
 
 def test_plugin_ops_logits_match_transformers(checkpoint, triton_bodies_on_cpu):

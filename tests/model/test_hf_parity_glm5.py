@@ -16,16 +16,13 @@ from dayzero.contract import PAGE, SLOT
 from dayzero.model import load
 from dayzero.model.caches import CacheFormat
 from dayzero.model.eager_engine import EagerEngine, eager_manifest
-from dayzero.plugins import registry
-from dayzero.plugins.indexer import reference as indexer_reference
 from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from tests.helpers import rel_err
 from tests.hf_checkpoints import expected_logits
 from tests.model.glm5_checkpoints import KPOOL, TOPK, VOCAB, write_checkpoint
+from tests.model.hf_generation import NEW_TOKENS, HalfRightProposer, transformers_tokens
 from tests.plugins.triton_env import ON_GPU, needs_triton
-
-NEW_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
@@ -50,25 +47,6 @@ def generations(checkpoint):
     return tokens
 
 
-@pytest.fixture
-def untied(monkeypatch):
-    """Records, at every Top-K the reference indexer takes over more pools than it keeps, the gap between the last
-    kept and the first dropped score relative to the row's largest; the caller asserts they are far from 0."""
-    gaps = []
-    causal_topk = indexer_reference.causal_topk
-
-    def recording(scores, positions, topk):
-        visible = torch.arange(scores.shape[1])[None, :] <= positions[:, None]
-        ranked = scores.masked_fill(~visible, float("-inf")).sort(dim=-1, descending=True).values
-        rows = positions + 1 > topk
-        scale = ranked[rows, :1].abs()
-        gaps.extend(((ranked[rows, topk - 1 : topk] - ranked[rows, topk : topk + 1]) / scale).flatten().tolist())
-        return causal_topk(scores, positions, topk)
-
-    monkeypatch.setattr(indexer_reference, "causal_topk", recording)
-    return gaps
-
-
 def test_reference_logits_match_transformers(checkpoint, untied, caplog):
     directory, hf = checkpoint
     length = 40
@@ -84,31 +62,8 @@ def test_reference_logits_match_transformers(checkpoint, untied, caplog):
     assert len(untied) == indexers * 2 * selecting and min(untied) > 1e-5
 
 
-def transformers_tokens(hf, prompt: list[int]) -> list[int]:
-    tokens = torch.tensor([prompt])
-    with torch.no_grad():
-        # an explicit mask: without one, generate masks every prompt token equal to the pad id
-        out = hf.generate(tokens, attention_mask=torch.ones_like(tokens), max_new_tokens=NEW_TOKENS, do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt) :].tolist()
-
-
 def prompt(length: int) -> list[int]:
     return torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(length)).tolist()
-
-
-class HalfRightProposer:
-    """Drafts transformers' continuation, right for a varying number of tokens and then wrong, so that every
-    acceptance depth happens."""
-
-    def __init__(self, expected: dict[tuple[int, ...], list[int]]):
-        self.expected = expected
-
-    def __call__(self, token_ids: list[int], num_draft: int) -> list[int]:
-        start = next(p for p in self.expected if tuple(token_ids[: len(p)]) == p)
-        future = self.expected[start][len(token_ids) - len(start) :][:num_draft]
-        right = len(token_ids) % (num_draft + 1)
-        return future[:right] + [(t + 1) % VOCAB for t in future[right:]]
 
 
 def runtime(model, num_draft: int, pages: int, prefix_caching: bool = False) -> LLMEngine:
@@ -134,7 +89,7 @@ def test_runtime_greedy_tokens_equal_transformers_generate(checkpoint, generatio
     expected = {tuple(p): generations(p) for p in prompts}
     engine = runtime(load(directory, dtype=torch.float32), num_draft, pages=8)
     if num_draft:
-        engine.propose = HalfRightProposer(expected)
+        engine.propose = HalfRightProposer(expected, VOCAB)
     assert generate(engine, prompts) == list(expected.values())
     if num_draft:
         assert 0 < engine.stats.accepted_tokens < engine.stats.drafted_tokens
@@ -151,20 +106,10 @@ def test_prefix_caching_resumes_a_pool_across_the_cached_page(checkpoint, genera
     expected = {tuple(first): answer, tuple(second): generations(second)}
     engine = runtime(load(directory, dtype=torch.float32), num_draft, pages=12, prefix_caching=True)
     if num_draft:
-        engine.propose = HalfRightProposer(expected)
+        engine.propose = HalfRightProposer(expected, VOCAB)
     assert generate(engine, [first]) == [answer]
     assert generate(engine, [second]) == generate(engine, [second]) == [expected[tuple(second)]]
     assert engine.prefix_cache.hit_tokens == 2 * 64
-
-
-@pytest.fixture
-def triton_bodies_on_cpu():
-    """Dispatch every plugin op on CPU to its Triton body (interpreter)."""
-    for op in registry.PLUGIN_OPS.values():
-        op.register_kernel("cpu", op.dayzero_impls["cuda"])
-    yield
-    for op in registry.PLUGIN_OPS.values():
-        op.register_kernel("cpu", op.dayzero_impls["cpu"])
 
 
 @needs_triton

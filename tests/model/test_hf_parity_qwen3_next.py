@@ -19,8 +19,8 @@ from dayzero.runtime.llm_engine import LLMEngine, RuntimeOptions
 from dayzero.runtime.sampling import SamplingParams
 from tests.helpers import rel_err
 from tests.hf_checkpoints import expected_logits
+from tests.model.hf_generation import NEW_TOKENS, HalfRightProposer, transformers_tokens
 from tests.model.qwen3_next_checkpoints import VOCAB, write_checkpoint
-from tests.model.test_hf_parity_dsa import NEW_TOKENS, HalfRightProposer
 from tests.plugins.triton_env import gpu_only
 
 MAX_BATCH = 2
@@ -43,15 +43,6 @@ def test_reference_logits_match_transformers(checkpoint):
     ids = torch.randint(0, VOCAB, (2, 70))
     got = load(directory, dtype=torch.float32).logits(ids)
     assert rel_err(got, expected_logits(hf, ids)) < 1e-4
-
-
-def transformers_tokens(hf, prompt: list[int]) -> list[int]:
-    ids = torch.tensor([prompt])
-    with torch.no_grad():
-        # an explicit mask: without one, generate masks every prompt token equal to the pad id
-        out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False,
-                          eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt) :].tolist()
 
 
 def runtime(model, num_draft: int, prefix_caching: bool) -> LLMEngine:
@@ -78,7 +69,7 @@ def test_runtime_greedy_tokens_equal_transformers_generate(checkpoint, num_draft
     expected = {tuple(p): transformers_tokens(hf, p) for p in prompts(prefix_caching)}
     engine = runtime(load(directory, dtype=torch.float32), num_draft, prefix_caching)
     if num_draft:
-        engine.propose = HalfRightProposer(expected)
+        engine.propose = HalfRightProposer(expected, VOCAB)
     seqs = []
     for prompt in expected:
         seqs.append(engine.add_request(list(prompt), SamplingParams(max_tokens=NEW_TOKENS)))

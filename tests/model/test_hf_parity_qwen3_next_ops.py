@@ -11,7 +11,6 @@ from dayzero.model import load
 from tests.helpers import rel_err
 from tests.hf_checkpoints import expected_logits
 from tests.model.qwen3_next_checkpoints import VOCAB, write_checkpoint
-from tests.model.test_hf_parity_dsa_ops import triton_bodies_on_cpu  # noqa: F401 (a fixture)
 from tests.model.test_hf_parity_qwen3_next import verified_logits
 from tests.plugins.triton_env import ON_GPU, needs_triton
 
@@ -26,7 +25,7 @@ def checkpoint(tmp_path_factory):
                             layer_types=["linear_attention", "full_attention"])
 
 
-def test_plugin_ops_logits_match_transformers(checkpoint, triton_bodies_on_cpu):  # noqa: F811
+def test_plugin_ops_logits_match_transformers(checkpoint, triton_bodies_on_cpu):
     directory, hf = checkpoint
     # a prefill past one chunk of the chunked recurrence, then two verify steps of 2 tokens
     ids = torch.randint(0, VOCAB, (1, 70))
