@@ -1,6 +1,7 @@
 """Weight pre-layout, done once at export on the loaded reference model (in place; logits stay equal).
 
-* KDA: the six projections of the layer input (q, k, v, f_a, b, g or g_a) become one GEMM `in_proj`;
+* KDA: the six projections of the layer input (q, k, v, f_a, b, g or g_a) become one GEMM `in_proj` (q, k, v first,
+  so the conv input is a view of its output), and the three conv kernels one [3, C, W] weight `qkv_conv1d`;
 * gated DeltaNet: in_proj_qkvz and in_proj_ba become one GEMM `in_proj` with its rows regrouped by kind (q, k, v, z,
   b, a of all heads, not per key head), so the conv input and the gates are slices of its output;
 * MLA: W_UK and W_UV are split out of kv_b_proj once, as contiguous [H, n, c] / [H, v, c] weights (absorbed
@@ -19,7 +20,7 @@ from torch import nn
 
 from dayzero.model.gated_deltanet import GatedDeltaNet
 from dayzero.model.hybrid import HybridModel
-from dayzero.model.kda import KDAttention
+from dayzero.model.kda import ConvWeight, KDAttention
 from dayzero.model.mla import MLAttention
 
 
@@ -34,6 +35,19 @@ def fuse_kda_input_projections(model: HybridModel) -> int:
         for name in layer.input_projection_names():
             delattr(layer, name)
         layer.in_proj = fused
+    return len(layers)
+
+
+def stack_kda_convs(model: HybridModel) -> int:
+    """The q, k and v conv kernels [C, 1, W] as one [3, C, W] weight `qkv_conv1d`, as the conv ops take it."""
+    layers = [m for m in model.modules() if isinstance(m, KDAttention) and getattr(m, "qkv_conv1d", None) is None]
+    for layer in layers:
+        weight = layer._conv_weight().contiguous()
+        stacked = ConvWeight(0, 0)
+        stacked.weight = nn.Parameter(weight, requires_grad=False)
+        for name in ("q_conv1d", "k_conv1d", "v_conv1d"):
+            delattr(layer, name)
+        layer.qkv_conv1d = stacked
     return len(layers)
 
 
@@ -73,6 +87,7 @@ def fold_attnres_norms(model: HybridModel) -> int:
 
 LAYOUT_PASSES: dict[str, Callable[[HybridModel], int]] = {
     "kda_fused_input_projection": fuse_kda_input_projections,
+    "kda_stacked_convs": stack_kda_convs,
     "gdn_fused_input_projection": fuse_gdn_input_projections,
     "mla_absorbed_weights": split_mla_absorption,
     "attnres_folded_norms": fold_attnres_norms,

@@ -53,7 +53,11 @@ class KDAttention(nn.Module):
         return x.view(*x.shape[:-1], self.cfg.num_heads, self.cfg.head_dim)
 
     def _conv_weight(self) -> torch.Tensor:
-        return torch.stack([c.weight[:, 0] for c in (self.q_conv1d, self.k_conv1d, self.v_conv1d)])  # [3, C, W]
+        """[3, C, W]: stacked once by the export layout (`qkv_conv1d`), else from the checkpoint's three convs."""
+        stacked = getattr(self, "qkv_conv1d", None)
+        if stacked is not None:
+            return stacked.weight
+        return torch.stack([c.weight[:, 0] for c in (self.q_conv1d, self.k_conv1d, self.v_conv1d)])
 
     def input_projection_names(self) -> tuple[str, ...]:
         """The projections applied to the layer input x (export/layout.py fuses them into one GEMM, `in_proj`)."""
@@ -65,7 +69,11 @@ class KDAttention(nn.Module):
         fused = getattr(self, "in_proj", None)
         if fused is None:
             return {name: getattr(self, name)(x) for name in names}
-        return dict(zip(names, fused(x).split(self.in_proj_sizes, dim=-1)))
+        y = fused(x)
+        # q, k and v lead the fused output: the conv input [T, 3, C] is a view of it
+        width = self.in_proj_sizes[0]
+        qkv = y[..., : 3 * width].unflatten(-1, (3, width))
+        return {**dict(zip(names, y.split(self.in_proj_sizes, dim=-1))), "qkv": qkv}
 
     def _output_gate(self, p: dict[str, torch.Tensor]) -> torch.Tensor:
         gate = p["g_proj"] if self.cfg.full_rank_output_gate else self.g_b_proj(p["g_a_proj"])
@@ -90,6 +98,8 @@ class KDAttention(nn.Module):
                                                 lambda qkv: self._recurrence_inputs(p, qkv), meta, cache, shard)
 
     def _pre_conv(self, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        if "qkv" in p:
+            return p["qkv"]
         return torch.stack([p["q_proj"], p["k_proj"], p["v_proj"]], dim=1)  # [T, 3, C]
 
     def _recurrence_inputs(self, p: dict[str, torch.Tensor], qkv: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -23,10 +23,12 @@ def test_laid_out_model_matches_reference(variant):
     full, decoded = model.logits(ids), decode_logits(model, ids, prefix=33)
     counts = lay_out(model)
     kinds = model.config.layer_kinds
-    assert counts == {"kda_fused_input_projection": kinds.count("kda"), "gdn_fused_input_projection": 0,
+    assert counts == {"kda_fused_input_projection": kinds.count("kda"), "kda_stacked_convs": kinds.count("kda"),
+                      "gdn_fused_input_projection": 0,
                       "mla_absorbed_weights": kinds.count("mla"), "attnres_folded_norms": 2 * len(kinds) + 1}
     kda = next(m for m in model.modules() if hasattr(m, "in_proj"))
     assert not hasattr(kda, "q_proj") and kda.in_proj.weight.shape[0] == sum(kda.in_proj_sizes)
+    assert not hasattr(kda, "q_conv1d") and kda.qkv_conv1d.weight.shape == (3, kda.in_proj_sizes[0], 4)
     assert rel_err(model.logits(ids), full) < 1e-5
     assert rel_err(decode_logits(model, ids, prefix=33), decoded) < 1e-5
     assert lay_out(model) == dict.fromkeys(counts, 0) | {"attnres_folded_norms": counts["attnres_folded_norms"]}

@@ -190,6 +190,33 @@ def test_fused_kda_decode_matches_reference(B, L, H, K, W, dtype, lower_bound):
     assert torch.equal(got["conv_state"].cpu(), expected["conv_state"])
 
 
+@pytest.mark.parametrize("B, L", [(3, 2), (4, 1), (1, 3)])
+def test_fused_kda_decode_reads_views_of_the_fused_projection(B, L):
+    """qkv and beta_logits as slices of one [B * L, N] projection output (KDAttention's in_proj): no copies, same
+    result."""
+    from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher, has_flat_token_rows
+
+    H, K, W = 2, 16, 4
+    C, num_slots = H * K, B * L + 3
+    inputs = fused_inputs(B, L, H, K, W, torch.float32, num_slots)
+    slots, num_accepted = pool_slots(B, L, num_slots)
+    projection = torch.randn(B * L, 3 * C + H + 5).to(DEVICE)
+    projection[:, 2 : 2 + 3 * C] = inputs["qkv"].reshape(B * L, 3 * C).to(DEVICE)
+    projection[:, 3 * C + 4 : 3 * C + 4 + H] = inputs["beta_logits"].reshape(B * L, H).to(DEVICE)
+    views = {"qkv": projection[:, 2 : 2 + 3 * C].view(B, L, 3, C),
+             "beta_logits": projection[:, 3 * C + 4 : 3 * C + 4 + H].reshape(B, L, H)}
+    assert all(has_flat_token_rows(v) and not v.is_contiguous() for v in views.values())
+    results = []
+    for given in ({}, views):
+        got = {name: x.to(DEVICE, copy=True) for name, x in inputs.items()}
+        out = poisoned(B, L, H, K, dtype=torch.float32)
+        fused_kda_decode_launcher(**{**got, **given}, lower_bound=None, state_slots=slots.to(DEVICE),
+                                  num_accepted=num_accepted.to(DEVICE), out=out)
+        results.append((out.cpu(), got["state"].cpu(), got["conv_state"].cpu()))
+    for contiguous, viewed in zip(*results):
+        assert torch.equal(contiguous, viewed)
+
+
 def test_fused_decode_equals_unfused_steps():
     """Decoding token by token with the fused kernel follows the composition it replaces."""
     from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher

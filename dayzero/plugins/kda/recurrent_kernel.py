@@ -140,17 +140,18 @@ def silu_rounded(pre, dtype: tl.constexpr):
 
 
 @triton.jit
-def _fused_token_inputs(qkv, z, beta_logits, token, h, ok, ov, C, H: tl.constexpr, K: tl.constexpr):
-    """A token's projected q, k, v rows, gate input z and beta logit for head h, as stored."""
-    x_row = qkv + token * 3 * C + h * K
+def _fused_token_inputs(qkv, z, beta_logits, token, h, ok, ov, C, x_stride, beta_stride, K: tl.constexpr):
+    """A token's projected q, k, v rows, gate input z and beta logit for head h, as stored (qkv and beta rows
+    `x_stride` / `beta_stride` elements apart: views of the fused input projection)."""
+    x_row = qkv + token * x_stride + h * K
     return (tl.load(x_row + ok), tl.load(x_row + C + ok), tl.load(x_row + 2 * C + ov),
-            tl.load(z + token * C + h * K + ok), tl.load(beta_logits + token * H + h))
+            tl.load(z + token * C + h * K + ok), tl.load(beta_logits + token * beta_stride + h))
 
 
 @triton.jit(do_not_specialize=["L"])
 def _fused_kda_decode_kernel(
     qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
-    scale, lower_bound, L,
+    scale, lower_bound, L, x_stride, beta_stride,
     H: tl.constexpr, K: tl.constexpr, W: tl.constexpr, BV: tl.constexpr, USE_LOWER_BOUND: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -175,7 +176,7 @@ def _fused_kda_decode_kernel(
     dt = tl.load(dt_bias + h * K + ok).to(tl.float32)
     rate = tl.exp(tl.load(A_log + h).to(tl.float32))
     n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, (b * L).to(tl.int64), h, ok, ov, C,
-                                                        H, K)
+                                                        x_stride, beta_stride, K)
     slots = state_slots + b * L
     first, start = slot_row(slots, num_accepted, b, L)
     if first < 0:
@@ -198,7 +199,8 @@ def _fused_kda_decode_kernel(
         z_t = n_z.to(tl.float32) + dt
         b_beta = tl.sigmoid(n_beta.to(tl.float32))
         if t + 1 < L:
-            n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, token + 1, h, ok, ov, C, H, K)
+            n_xq, n_xk, n_xv, n_z, n_beta = _fused_token_inputs(qkv, z, beta_logits, token + 1, h, ok, ov, C,
+                                                                x_stride, beta_stride, K)
         b_q = silu_rounded(short_conv_row(taps_q, q0, q1, q2, xq), dtype)
         b_k = silu_rounded(short_conv_row(taps_k, k0, k1, k2, xk), dtype)
         b_v = silu_rounded(short_conv_row(taps_v, v0, v1, v2, xv), dtype)
@@ -231,6 +233,23 @@ def check_pool(state: torch.Tensor, state_slots: torch.Tensor, num_accepted: tor
     assert _is_pow2_at_least_16(dim_k) and _is_pow2_at_least_16(dim_v), "K and V must be powers of two >= 16"
     torch._check(length <= MAX_STEP_TOKENS,
                  lambda: f"at most {MAX_STEP_TOKENS} tokens a row per decode call (1 + draft tokens), got {length}")
+
+
+def has_flat_token_rows(x: torch.Tensor) -> bool:
+    """Whether x [B, L, ...] has each token's trailing block contiguous and its B * L tokens evenly strided (a view
+    of a [T, N] projection output), as `flat_token_stride` needs."""
+    expected = 1
+    for size, stride in zip(reversed(x.shape[2:]), reversed(x.stride()[2:])):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return x.shape[0] == 1 or x.shape[1] == 1 or x.stride(0) == x.shape[1] * x.stride(1)
+
+
+def flat_token_stride(x: torch.Tensor) -> int:
+    """Elements between consecutive tokens of x [B, L, ...] read as B * L rows (has_flat_token_rows holds)."""
+    assert has_flat_token_rows(x), f"tokens of {tuple(x.shape)} (strides {x.stride()}) are not evenly strided rows"
+    return x.stride(1) if x.shape[1] > 1 else x.stride(0) if x.shape[0] > 1 else x[0, 0].numel()
 
 
 def _token_strides(x: torch.Tensor, heads: int, dim: int | None = None) -> tuple[int, int]:
@@ -308,8 +327,9 @@ def fused_kda_decode_launcher(
     out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """One fused decode step (see reference.fused_kda_decode_reference): qkv [B, L, 3, H*K] -> o [B, L, H, K];
-    conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. One program per (row, head): the q/k
-    windows it reads are shared by the whole head (and may be its write slot), so V is not split over programs;
+    conv_state [S, 3, W-1, H*K] and state [S, H, K, K] updated in place. qkv and beta_logits may be views of the
+    fused input projection (tokens evenly strided, each token's block contiguous). One program per (row, head): the
+    q/k windows it reads are shared by the whole head (and may be its write slot), so V is not split over programs;
     inside the program the state tile is blocked as [K/BV, K, BV]. PDL as in recurrent_kda_pool_launcher."""
     batch, length, heads, dim = z.shape
     width = conv_weight.shape[-1]
@@ -321,8 +341,9 @@ def fused_kda_decode_launcher(
     assert conv_state.shape[1:] == (3, width - 1, channels), f"conv_state {tuple(conv_state.shape)}"
     assert beta_logits.shape == (batch, length, heads), f"beta_logits {tuple(beta_logits.shape)}"
     assert A_log.numel() == heads and dt_bias.numel() == channels, "A_log [H], dt_bias [H*K]"
-    for x in (qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits):
-        assert x.is_contiguous(), "fused_kda_decode needs contiguous inputs"
+    for x in (conv_weight, conv_state, z, A_log, dt_bias):
+        assert x.is_contiguous(), "fused_kda_decode needs contiguous weights, states and gate inputs"
+    x_stride, beta_stride = flat_token_stride(qkv), flat_token_stride(beta_logits)
     assert lower_bound is None or lower_bound < 0, "lower_bound must be None or negative"
     block_v = min(dim, FUSED_BLOCK_V)
     o = torch.empty((batch, length, heads, dim), dtype=qkv.dtype, device=qkv.device) if out is None else out
@@ -330,8 +351,8 @@ def fused_kda_decode_launcher(
     kernel = launch(_fused_kda_decode_kernel) if launch else _fused_kda_decode_kernel
     kernel[(batch * heads,)](
         qkv, conv_weight, conv_state, z, A_log, dt_bias, beta_logits, state, o, state_slots, num_accepted,
-        dim ** -0.5 if scale is None else scale, 0.0 if lower_bound is None else lower_bound, length,
-        heads, dim, width, block_v, lower_bound is not None, pdl, num_warps=FUSED_WARPS,
+        dim ** -0.5 if scale is None else scale, 0.0 if lower_bound is None else lower_bound, length, x_stride,
+        beta_stride, heads, dim, width, block_v, lower_bound is not None, pdl, num_warps=FUSED_WARPS,
         **dependent_launch.launch_options(pdl),
     )
     return o

@@ -68,10 +68,10 @@ def fused_kda_decode_op(qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state
                         num_accepted: torch.Tensor, scale: float) -> torch.Tensor:
     from torch.library import wrap_triton
 
-    from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher
+    from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher, has_flat_token_rows
 
-    inputs = (x.contiguous() for x in (qkv, conv_weight, z, A_log, dt_bias, beta_logits))
-    qkv, conv_weight, z, A_log, dt_bias, beta_logits = inputs
+    qkv, beta_logits = (x if has_flat_token_rows(x) else x.contiguous() for x in (qkv, beta_logits))
+    conv_weight, z, A_log, dt_bias = (x.contiguous() for x in (conv_weight, z, A_log, dt_bias))
     return fused_kda_decode_launcher(qkv, conv_weight, conv_state, z, A_log, dt_bias, lower_bound, beta_logits,
                                      state, state_slots.contiguous(), num_accepted, scale, launch=wrap_triton)
 
