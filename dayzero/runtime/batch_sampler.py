@@ -22,7 +22,7 @@ import torch
 from dayzero.runtime.logit_adjustments import masked, penalized_rows, with_bans, with_bias
 from dayzero.runtime.logprobs import TokenLogprob, entries, row_logprobs
 from dayzero.runtime.row_plan import RowPlan
-from dayzero.runtime.seeded_uniform import seeded_uniform
+from dayzero.runtime.seeded_uniform import BITS, uniform_bits
 from dayzero.runtime.sequence import Sequence
 from dayzero.runtime.token_counts import TokenCounts
 from dayzero.runtime.token_draw import draw_tokens
@@ -107,7 +107,8 @@ class BatchSampler:
                 for token in self._banned(seq, r, plan)]
         masked_rows = [r for b in range(len(seqs)) if bitmasks and bitmasks[b] is not None for r in plan.rows_of(b)]
         return upload({
-            "positions": [_emitted(seqs[plan.owners[r]]) + plan.offsets[r] for r in plan.random.rows],
+            "uniform_bits": [uniform_bits(seqs[plan.owners[r]].seed, _emitted(seqs[plan.owners[r]]) + plan.offsets[r])
+                             for r in plan.random.rows],
             "count_rows": [counting[plan.owners[r]] for r in plan.counting.rows],
             "increment_rows": [j for j, _ in increments], "increment_tokens": [t for _, t in increments],
             "ban_rows": [r for r, _ in bans], "ban_tokens": [t for _, t in bans], "masked": masked_rows,
@@ -146,7 +147,7 @@ class BatchSampler:
     def _tokens(self, work: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
         if not plan.random:
             return work.argmax(-1)
-        uniform = seeded_uniform(plan.random_rows.seeds, step["positions"])
+        uniform = (step["uniform_bits"].double() + 0.5) / 2**BITS
         drawn = draw_tokens(plan.random.take(work), plan.random_rows, uniform)
         if not plan.greedy:
             return drawn

@@ -15,7 +15,6 @@ import torch
 
 from dayzero.runtime.penalties import adjusts_logits
 from dayzero.runtime.sampling import SamplingParams
-from dayzero.runtime.seeded_uniform import seed_words
 from dayzero.runtime.sequence import Sequence
 from dayzero.runtime.transfers import upload
 
@@ -58,13 +57,12 @@ class RowSet:
 
 @dataclass(frozen=True)
 class RandomRows:
-    """The random rows' parameters: temperature, the support's bounds, and the seeds of their draws."""
+    """The random rows' parameters: temperature and the support's bounds."""
 
     temperature: torch.Tensor  # float32 [n]
     top_k: torch.Tensor  # int64 [n], at most the vocabulary; 0: no bound
     top_p: torch.Tensor  # float32 [n]
     log_min_p: torch.Tensor  # float32 [n]: log(min_p), -inf for 0
-    seeds: torch.Tensor  # int64 [n, 2] (seeded_uniform.seed_words)
     max_top_k: int
     any_top_p: bool
     any_min_p: bool
@@ -95,7 +93,6 @@ class RowPlan:
         counting = [params[r] for r in sets["counting"]]
         bias = [(r, token, value) for r, p in enumerate(params) for token, value in p.logit_bias]
         ints = upload({**sets, "top_k": [min(p.top_k, vocab_size) for p in random],
-                       "seeds": [word for r in sets["random"] for word in seed_words(seqs[self.owners[r]].seed)],
                        "bias_rows": [r for r, _, _ in bias], "bias_tokens": [t for _, t, _ in bias]},
                       torch.int64, device)
         floats = upload({"temperature": [p.temperature for p in random], "top_p": [p.top_p for p in random],
@@ -110,7 +107,7 @@ class RowPlan:
         self.bias = (ints["bias_rows"], ints["bias_tokens"], floats["bias_values"]) if bias else None
         self.num_top = [params[r].logprobs for r in sets["logprobs"]]
         self.random_rows = RandomRows(
-            floats["temperature"], ints["top_k"], floats["top_p"], floats["log_min_p"], ints["seeds"].view(-1, 2),
+            floats["temperature"], ints["top_k"], floats["top_p"], floats["log_min_p"],
             max((min(p.top_k, vocab_size) for p in random), default=0), any(p.top_p < 1 for p in random),
             any(p.min_p > 0 for p in random))
         self.counting_rows = CountingRows(

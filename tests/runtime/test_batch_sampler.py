@@ -203,9 +203,9 @@ def test_an_unseeded_request_gets_its_own_seed():
 
 
 def test_seeded_uniforms_are_uniform_and_differ_by_seed_and_position():
-    seeds = torch.tensor([seed_words(s) for s in (0, 1, -1, 2**64 + 1, 2**40)])
     assert seed_words(2**64 + 1) == seed_words(1) and seed_words(-1) == (2**32 - 1, 2**32 - 1)
-    grid = seeded_uniform(seeds.repeat_interleave(4000, 0), torch.arange(4000).repeat(5)).view(5, 4000)
+    grid = torch.tensor([[seeded_uniform(s, p) for p in range(4000)] for s in (0, 1, -1, 2**64 + 1, 2**40)],
+                        dtype=torch.float64)
     assert torch.equal(grid[1], grid[3])
     assert ((grid > 0) & (grid < 1)).all()
     for row in grid[[0, 1, 2, 4]]:
