@@ -134,13 +134,12 @@ def test_model_norms_on_cpu_are_their_torch_expressions_exactly(dtype):
 
     x, gate = _rows(4, 3, 40, dtype=dtype, device="cpu"), _rows(4, 3, 40, dtype=dtype, device="cpu")
     weight = _weight(40, False, dtype, device="cpu")
-    plain, centered, gated, gated_silu = RMSNorm(40, EPS), ZeroCenteredRMSNorm(40, EPS), GatedRMSNorm(40, EPS), \
-        GatedRMSNorm(40, EPS, gate="silu")
-    for module in (plain, centered, gated, gated_silu):
+    modules = RMSNorm(40, EPS), ZeroCenteredRMSNorm(40, EPS), GatedRMSNorm(40, EPS), GatedRMSNorm(40, EPS, gate="silu")
+    for module in modules:
         module.weight.data = weight.clone()
-    w = weight.float()
-    assert torch.equal(plain(x), (_normalized(x, EPS) * w).to(dtype))
-    assert torch.equal(centered(x), (_normalized(x, EPS) * (1.0 + w)).to(dtype))
-    assert torch.equal(gated(x, gate), (_normalized(x, EPS) * w * torch.sigmoid(gate.float())).to(dtype))
-    assert torch.equal(gated_silu(x, gate), (_normalized(x, EPS) * w * torch.nn.functional.silu(gate.float()))
-                       .to(dtype))
+    plain, centered, gated, gated_silu = modules
+    normed, w, g = _normalized(x, EPS), weight.float(), gate.float()
+    assert torch.equal(plain(x), (normed * w).to(dtype))
+    assert torch.equal(centered(x), (normed * (1.0 + w)).to(dtype))
+    assert torch.equal(gated(x, gate), (normed * w * torch.sigmoid(g)).to(dtype))
+    assert torch.equal(gated_silu(x, gate), (normed * w * torch.nn.functional.silu(g)).to(dtype))
