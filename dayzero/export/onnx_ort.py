@@ -176,6 +176,16 @@ def _mhc_post(out, residual, post, comb):
     return (ops.mhc_post(out, residual, post, comb),)
 
 
+@kernel("RmsNorm")
+def _rms_norm(x, weight, *, eps, zero_centered):
+    return (ops.rms_norm(x, weight, eps, bool(zero_centered)),)
+
+
+@kernel("GatedRmsNorm")
+def _gated_rms_norm(x, gate, weight, *, eps, activation):
+    return (ops.gated_rms_norm(x, gate, weight, eps, activation),)
+
+
 @kernel("MoeRoute")
 def _moe_route(logits, correction_bias=None, *, top_k, num_groups, topk_group, renormalize, scaling, activation,
                has_correction_bias):

@@ -1,14 +1,11 @@
-"""Normalization layers (fp32 math, result in the input's dtype)."""
+"""Normalization layers (fp32 math, result in the input's dtype); the RMSNorms run the `norm` plugin ops."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-
-def _rms(x: torch.Tensor, eps: float) -> torch.Tensor:
-    x = x.float()
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+from dayzero.plugins import norm as norm_ops
 
 
 class RMSNorm(nn.Module):
@@ -18,10 +15,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (_rms(x, self.eps) * self.weight.float()).to(x.dtype)
-
-
-GATES = {"sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu}
+        return norm_ops.rms_norm(x, self.weight, self.eps, False)
 
 
 class ZeroCenteredRMSNorm(nn.Module):
@@ -33,7 +27,7 @@ class ZeroCenteredRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (_rms(x, self.eps) * (1.0 + self.weight.float())).to(x.dtype)
+        return norm_ops.rms_norm(x, self.weight, self.eps, True)
 
 
 def rms_norm(dim: int, eps: float, zero_centered: bool = False) -> nn.Module:
@@ -48,10 +42,10 @@ class GatedRMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
         self.eps = eps
-        self.gate = GATES[gate]
+        self.activation = gate
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        return (_rms(x, self.eps) * self.weight.float() * self.gate(gate.float())).to(x.dtype)
+        return norm_ops.gated_rms_norm(x, gate, self.weight, self.eps, self.activation)
 
 
 class LayerNorm(nn.Module):

@@ -96,14 +96,14 @@ def _kda(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     recurrence = "chunk_kda + kda_summary" if cp > 1 else "chunk_kda"
     return (Piece("short conv", "short_conv_prefill", "fused_kda_decode"),
             Piece("gate", "torch (kda_gate)", "fused_kda_decode"),
-            Piece("delta rule", recurrence, "fused_kda_decode"))
+            Piece("delta rule", recurrence, "fused_kda_decode"), _same("gated output norm", "gated_rms_norm"))
 
 
 def _gdn(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     recurrence = "chunk_kda + kda_summary" if cp > 1 else "chunk_kda"
     return (Piece("short conv", "short_conv_prefill", "fused_gdn_decode"),
             Piece("gate", "torch (gdn_gate)", "fused_gdn_decode"),
-            Piece("delta rule", recurrence, "fused_gdn_decode"))
+            Piece("delta rule", recurrence, "fused_gdn_decode"), _same("gated output norm", "gated_rms_norm"))
 
 
 def _mla(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
@@ -145,7 +145,7 @@ def _hyper(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
 
 
 def _outside(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
-    return (_same("lookup, norm, LM head", "torch"),)
+    return _same("final norm", "rms_norm"), _same("lookup, LM head", "torch")
 
 
 PIECES: dict[Group, Callable[[ModelConfig, CacheFormat, int], tuple[Piece, ...]]] = {

@@ -37,7 +37,8 @@ KINDS = tuple(LABELS)
 PLUGINS = "dayzero.plugins"
 # plugin package -> kind of its kernels and ops (quant: the MXFP8 quantizer of the indexer's decode query)
 PACKAGE_KINDS = {"kda": KDA, "short_conv": KDA, "indexer": INDEXER, "quant": INDEXER, "sparse_mla": MLA, "gqa": GQA,
-                 "paged_cache": CACHE_WRITES, "attnres": ATTNRES, "mhc": MHC, "moe": MOE_EXPERTS}
+                 "paged_cache": CACHE_WRITES, "attnres": ATTNRES, "mhc": MHC, "moe": MOE_EXPERTS,
+                 "norm": NORMS}
 # a kernel module of a package whose kernels are not all of the package's kind
 MODULE_KINDS = {"moe.route_kernel": MOE_ROUTING, "moe.permute_kernel": MOE_ROUTING,
                 "moe.router_gemm_kernel": MOE_ROUTING, "gqa.write_kernel": CACHE_WRITES}

@@ -72,7 +72,8 @@ def test_fake_impls_match_the_triton_bodies_over_prefill_and_decode(triton_bodie
     engine.decode(torch.randint(0, 200, (3, 1)), contiguous_meta([5, 4, 3], [1, 1, 1], 3, decode=True), caches)
     assert mismatches == []
     assert {"chunk_kda", "fused_kda_decode", "write_latent", "write_index_keys", "index_topk_paged",
-            "sparse_mla_paged", "attnres_mix", "moe_route", "moe_permute", "moe_grouped_mlp"} <= set(calls)
+            "sparse_mla_paged", "attnres_mix", "moe_route", "moe_permute", "moe_grouped_mlp", "rms_norm",
+            "gated_rms_norm"} <= set(calls)
 
 
 def test_fake_impls_match_the_triton_bodies_of_glm5_next(triton_bodies_on_cpu):

@@ -176,7 +176,7 @@ def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_dra
     kernels = _kernels_of_plans_that_keep_the_ranges(laid_out_model, decode, num_draft)
     # at most 64 rows (decode) one AttnRes program per token; above, persistent programs
     attnres = "_attnres_mix_kernel" if decode and num_draft == 0 else "attnres_mix_pipelined_kernel"
-    assert {"_mla_attention_kernel", attnres} <= kernels, kernels
+    assert {"_mla_attention_kernel", attnres, "_rms_norm_kernel"} <= kernels, kernels
     # decode rows are few for any batch in range: the Triton grouped GEMM; verify and prefill may be many
     assert ("_grouped_gemm_kernel" in kernels) == (decode and num_draft == 0), kernels
 
@@ -224,5 +224,5 @@ def test_gqa_launch_plans_keep_the_traced_ranges(decode, num_draft):
     model = HybridModel(gqa_model_config()).to(torch.bfloat16)
     init_random_(model, 0)
     kernels = _kernels_of_plans_that_keep_the_ranges(model, decode, num_draft)
-    assert {"_write_kv_kernel", "_gqa_attention_kernel"} <= kernels
+    assert {"_write_kv_kernel", "_gqa_attention_kernel", "_rms_norm_kernel"} <= kernels
     assert ("_combine_splits_kernel" in kernels) == decode

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from dayzero.plugins.norm.reference import rms_norm
+
 
 def _stack(residuals: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
     if isinstance(residuals, torch.Tensor):
@@ -39,12 +41,6 @@ def attnres_mix(
     v = _stack(residuals)
     alpha = attnres_weights(query, v, rms_weight, eps)
     return (alpha[..., None] * v.float()).sum(0).to(v.dtype)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm(x) * weight in fp32, x's dtype out (the next sublayer's input norm)."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
 
 
 def attnres_mix_norm(

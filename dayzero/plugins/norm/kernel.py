@@ -1,0 +1,130 @@
+"""Triton RMSNorm over rows (reference.py): plain, zero-centered and gated, one launch, fp32 math.
+
+A program normalizes BLOCK_R rows, each held whole in one tile of BLOCK_D >= D columns: a row is read once, its
+sum of squares and its scaling come from the same registers. Inputs are [A, H, D] with unit column stride and any
+strides over A and H, so that heads split off a wider projection row (a gate next to its query, the latent next to
+its rotary part) are read where they lie: row r is (r // H, r % H). The output is contiguous.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from dayzero.plugins import dependent_launch
+from dayzero.plugins import device as device_info
+from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+
+GATES = {"sigmoid": 1, "silu": 2}
+# rows narrower than this many elements (heads) share a program, up to this many elements in all
+TILE_ELEMENTS = 2048
+# elements of a tile a thread holds, up to MAX_WARPS warps a program
+ELEMENTS_PER_THREAD = 16
+MAX_WARPS = 16
+# one tile a row (32 elements a thread at 16 warps): wider rows would need a loop over column tiles
+MAX_DIM = 16384
+
+
+@triton.jit
+def _activate(g, GATE: tl.constexpr):
+    if GATE == 1:
+        g = tl.sigmoid(g)
+    elif GATE == 2:
+        g = g * tl.sigmoid(g)
+    return g
+
+
+@triton.jit
+def _row_offsets(rows, H, outer_stride, inner_stride):
+    return (rows // H) * outer_stride + (rows % H) * inner_stride
+
+
+@triton.jit(do_not_specialize=["R"])
+def _rms_norm_kernel(
+    x, gate, weight, y, R, H, x_outer, x_inner, g_outer, g_inner, eps,
+    D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, ZERO_CENTERED: tl.constexpr,
+    GATE: tl.constexpr, PDL: tl.constexpr,
+):
+    wait_for_previous_kernel(PDL)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.arange(0, BLOCK_D)
+    c_mask = cols < D
+    mask = (rows < R)[:, None] & c_mask[None, :]
+    x_rows = _row_offsets(rows, H, x_outer, x_inner)
+    xs = tl.load(x + x_rows[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    # AOTInductor passes Python floats as fp64 scalars: keep the math in fp32
+    rstd = tl.rsqrt(tl.sum(xs * xs, axis=1) / D + tl.cast(eps, tl.float32))
+    w = tl.load(weight + cols, mask=c_mask, other=0.0).to(tl.float32)
+    if ZERO_CENTERED:
+        w = 1.0 + w
+    out = xs * rstd[:, None] * w[None, :]
+    if GATE != 0:
+        g_rows = _row_offsets(rows, H, g_outer, g_inner)
+        g = tl.load(gate + g_rows[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        out = out * _activate(g, GATE)
+    tl.store(y + rows[:, None] * D + cols[None, :], out.to(y.dtype.element_ty), mask=mask)
+
+
+def row_plan(dim: int) -> tuple[int, int, int]:
+    """(block_r rows, block_d columns, num_warps) of a program: a row's columns rounded up to a power of two, rows
+    added up to TILE_ELEMENTS, ELEMENTS_PER_THREAD elements a thread."""
+    block_d = triton.next_power_of_2(dim)
+    block_r = max(1, TILE_ELEMENTS // block_d)
+    return block_r, block_d, min(MAX_WARPS, max(1, block_r * block_d // (32 * ELEMENTS_PER_THREAD)))
+
+
+def _check_rows(name: str, t: torch.Tensor, dim: int) -> None:
+    assert t.dim() == 3 and t.shape[-1] == dim and t.stride(-1) == 1, (
+        f"{name} must be [A, H, {dim}] with unit column stride, got {tuple(t.shape)} strides {t.stride()}")
+
+
+def _output(given: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    if given is None:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    assert given.shape == x.shape and given.dtype == x.dtype and given.is_contiguous(), (
+        f"output buffer {tuple(given.shape)} {given.dtype} is not a contiguous {tuple(x.shape)} {x.dtype}")
+    return given
+
+
+def _launch(x, gate, weight, y, eps, zero_centered, gate_mode, launch) -> torch.Tensor:
+    outer, heads, dim = x.shape
+    assert dim <= MAX_DIM, f"rows of {dim} > {MAX_DIM} elements are not supported"
+    assert weight.shape == (dim,) and weight.is_contiguous(), f"weight must be a contiguous [{dim}] vector"
+    rows = outer * heads
+    if statically_known_true(rows == 0):
+        return y
+    block_r, block_d, num_warps = row_plan(dim)
+    programs = triton.cdiv(rows, block_r)
+    # PDL where the call is one wave of programs (a decode step's latency)
+    pdl = dependent_launch.pdl_mode(x, latency_bound=statically_known_true(
+        programs <= device_info.num_sms(x.device, cpu_default=2)))
+    kernel = launch(_rms_norm_kernel) if launch else _rms_norm_kernel
+    kernel[(programs,)](
+        x, gate, weight, y, rows, heads, x.stride(0), x.stride(1), gate.stride(0), gate.stride(1), eps,
+        dim, block_r, block_d, zero_centered, gate_mode, pdl, num_warps=num_warps,
+        **dependent_launch.launch_options(pdl))
+    return y
+
+
+def rms_norm_launcher(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False, *,
+    out: torch.Tensor | None = None, launch=None,
+) -> torch.Tensor:
+    """x [A, H, D] (unit column stride), weight [D] -> y [A, H, D] contiguous in x's dtype."""
+    _check_rows("x", x, x.shape[-1])
+    return _launch(x, x, weight, _output(out, x), eps, zero_centered, 0, launch)
+
+
+def gated_rms_norm_launcher(
+    x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float, activation: str = "sigmoid", *,
+    out: torch.Tensor | None = None, launch=None,
+) -> torch.Tensor:
+    """x, gate [A, H, D] (unit column stride, each its own strides), weight [D] -> y [A, H, D] contiguous in x's
+    dtype."""
+    _check_rows("x", x, x.shape[-1])
+    _check_rows("gate", gate, x.shape[-1])
+    assert gate.shape == x.shape, f"gate {tuple(gate.shape)} must have x's shape {tuple(x.shape)}"
+    assert activation in GATES, f"activation must be one of {sorted(GATES)}, got {activation!r}"
+    return _launch(x, gate, weight, _output(out, x), eps, False, GATES[activation], launch)
