@@ -417,8 +417,8 @@ def test_onnx_runtime_kernels_are_the_reference():
     (mixed,) = onnx_ort.KERNELS["MhcPost"](out, streams, *expected[1:])
     assert torch.equal(mixed, reference.mhc_post(out, streams, *expected[1:]))
     folded = onnx_ort.KERNELS["MhcPostProject"](out, streams, *expected[1:], fn)
-    want = reference.mhc_post_project(out, streams, *expected[1:], fn, folded[1].shape[0])
-    assert all(torch.equal(got, want) for got, want in zip(folded, want, strict=True))
+    expected_fold = reference.mhc_post_project(out, streams, *expected[1:], fn, folded[1].shape[0])
+    assert all(torch.equal(got, want) for got, want in zip(folded, expected_fold, strict=True))
     finished = onnx_ort.KERNELS["MhcPreFromPartials"](*folded, base, scale, norm_eps=NORM_EPS, hc_eps=HC_EPS,
                                                       sinkhorn_iters=7)
     expected = reference.mhc_pre_from_partials(*folded, base, scale, NORM_EPS, HC_EPS, 7)

@@ -1,14 +1,21 @@
-"""Fused Triton kernels of manifold-constrained hyper-connections (reference.py): the sublayer's input from the
-streams (`mhc_pre`, two kernels) and the streams after the sublayer (`mhc_post`, one).
+"""Fused Triton kernels of manifold-constrained hyper-connections (reference.py), launched as plan.py plans them.
 
-mhc_pre. _mhc_project_kernel multiplies the flattened streams [T, K = HC * D] by fn [M, K] and sums their squares,
-K cut into `splits` slices whose partial results it writes ([splits, T, MP], [splits, T]): at decode sizes the
-slices spread the read of fn (M x K, larger than the tokens' streams) over the SMs; at prefill sizes each program
-takes a block of 64 tokens, so that fn is read once per block. _mhc_finish_kernel adds a token's partials, turns them
-into pre / post / comb (sigmoids, softmax, Sinkhorn on [HC, HC]) and collapses the token's streams: at decode sizes
-one program per column tile (each recomputes the token's coefficients rather than waiting for them through memory),
-at prefill sizes one program per token.
-mhc_post. _mhc_post_kernel, one program per token and column tile: new x_j = post_j * o + sum_i comb[i, j] x_i.
+Between two sublayers the streams are read once: `mhc_post_project` (_mhc_post_project_kernel) writes the streams
+after a sublayer and, since the RMS norm of a token's flattened streams is one scalar, also the next connection's
+projection of them, un-normed: x' @ fn^T and the sum of squares, partial over slices of the columns D ([splits, T, M],
+[splits, T] fp32). Each program takes a block of tokens (16 at decode sizes, 64 at prefill sizes, so that fn is read
+once per block) and one slice, stepping through its columns: a step mixes a column tile of every stream
+(new x_j = post_j * o + sum_i comb[i, j] x_i, coefficients rounded to the streams' dtype), stores it, and projects the
+stored values with the tiles of fn they meet (one tensor-core dot over (stream, column)). At decode sizes the slices
+spread the read of fn (M x HC * D, larger than the tokens' streams) over the SMs.
+`mhc_pre_from_partials` (_mhc_finish_kernel) adds a token's partials, scales them by the token's rsqrt(mean square +
+eps), turns them into pre / post / comb (sigmoids, softmax, Sinkhorn on [HC, HC]) and collapses the token's streams:
+at decode sizes one program per column tile (each recomputes the token's coefficients rather than waiting for them
+through memory), at prefill sizes one program per token.
+
+The first connection (streams from the embeddings) runs `mhc_pre`: _mhc_project_kernel, the same projection of
+streams already in memory (split over K = HC * D), then _mhc_finish_kernel. After the last sublayer `mhc_post`
+(_mhc_post_kernel, one program per token and column tile) only mixes.
 """
 
 from __future__ import annotations
