@@ -16,7 +16,7 @@ from dayzero.errors import DayzeroError
 from dayzero.model.block import DecoderLayer
 from dayzero.model.caches import PLAIN_CACHE, CacheFormat, LayerCache, allocate_caches
 from dayzero.model.config import ModelConfig
-from dayzero.model.hyper_connections import HyperConnections
+from dayzero.model.hyper_connections import HyperConnections, layer_connections
 from dayzero.model.norm import linear, rms_norm
 from dayzero.model.residual import BlockAttnResidual, PlainResidual, mix_params
 from dayzero.model.scoring import score_rows
@@ -38,7 +38,7 @@ class Backbone(nn.Module):
 
     def _stream(self, embeddings: torch.Tensor):
         if self.cfg.hyper_connections is not None:
-            return HyperConnections(embeddings, self.cfg.hyper_connections.mult)
+            return HyperConnections(embeddings, self.cfg.hyper_connections.mult, layer_connections(self.layers))
         if self.cfg.attn_res_block_size is None:
             return PlainResidual(embeddings)
         return BlockAttnResidual(embeddings, self.cfg.attn_res_block_size)

@@ -1,13 +1,20 @@
 """Manifold-constrained hyper-connections (docs/models.md, "Hyper-connections"): HC residual streams a token in place
-of one residual, read and written around every sublayer by `mhc_pre` / `mhc_post`.
+of one residual, read and written around every sublayer.
 
 `HyperConnection` holds one sublayer's weights (the checkpoint's `attn_hc` / `ffn_hc`); `HyperConnections` is the
 stream a forward pass creates, with the interface of residual.py's streams: each decoder layer asks it for its
 attention input, adds the attention output, asks for its MLP input and adds the MLP output (found as the layer's
 `attn_hc` and `ffn_hc`); the model asks for the final hidden state.
+
+The stream knows every connection in the order the sublayers run, so that adding a sublayer's output also projects
+the new streams for the next connection (`mhc_post_project`) and that connection only finishes the projection
+(`mhc_pre_from_partials`): the streams are read once between two sublayers. The first connection (streams from the
+embeddings) runs the whole `mhc_pre`, the last output is added by `mhc_post`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -26,17 +33,32 @@ class HyperConnection(nn.Module):
         self.scale = nn.Parameter(torch.ones(3, dtype=torch.float32), requires_grad=False)
         self.sinkhorn_iters, self.hc_eps, self.norm_eps = sinkhorn_iters, hc_eps, norm_eps
 
-    def forward(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """streams [T, HC, D] -> (the sublayer's input [T, D], post [T, HC], comb [T, HC, HC])."""
-        return mhc.mhc_pre(streams, self.fn, self.base, self.scale, self.norm_eps, self.hc_eps, self.sinkhorn_iters)
+    def forward(self, streams: torch.Tensor, partials: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """streams [T, HC, D] and, where the step that wrote them computed it, their projection by this connection's
+        fn (`mhc_post_project`'s partials) -> (the sublayer's input [T, D], post [T, HC], comb [T, HC, HC])."""
+        if partials is None:
+            return mhc.mhc_pre(streams, self.fn, self.base, self.scale, self.norm_eps, self.hc_eps,
+                               self.sinkhorn_iters)
+        return mhc.mhc_pre_from_partials(streams, *partials, self.base, self.scale, self.norm_eps, self.hc_eps,
+                                         self.sinkhorn_iters)
+
+
+def layer_connections(layers) -> list[HyperConnection]:
+    """Every sublayer's connection in the order they run: each layer's `attn_hc`, then its `ffn_hc`."""
+    return [connection for layer in layers for connection in (layer.attn_hc, layer.ffn_hc)]
 
 
 class HyperConnections:
-    """The streams [T, HC, D] and the coefficients of the sublayer whose output is added next."""
+    """The streams [T, HC, D] of a pass through `connections` (layer_connections' order), the coefficients of the
+    sublayer whose output is added next, and the next connection's projection partials where the add computed them."""
 
-    def __init__(self, embeddings: torch.Tensor, hc_mult: int):
+    def __init__(self, embeddings: torch.Tensor, hc_mult: int, connections: Sequence[HyperConnection]):
         self.streams = embeddings.unsqueeze(1).expand(-1, hc_mult, -1).contiguous()
+        self.connections = connections
+        self.position = 0
         self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.partials: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def attn_input(self, layer) -> torch.Tensor:
         return self._collapse(layer.attn_hc)
@@ -45,14 +67,22 @@ class HyperConnections:
         return self._collapse(layer.ffn_hc)
 
     def _collapse(self, connection: HyperConnection) -> torch.Tensor:
-        x, post, comb = connection(self.streams)
-        self.pending = (post, comb)
+        assert self.position < len(self.connections) and connection is self.connections[self.position], (
+            "sublayers ask the stream for their inputs in the order of its connections")
+        x, post, comb = connection(self.streams, self.partials)
+        self.pending, self.partials = (post, comb), None
         return x
 
     def add(self, output: torch.Tensor) -> None:
         assert self.pending is not None, "a sublayer's output is added after the stream gave the sublayer its input"
         post, comb = self.pending
-        self.streams = mhc.mhc_post(output, self.streams, post, comb)
+        self.position += 1
+        if self.position < len(self.connections):
+            following = self.connections[self.position]
+            self.streams, *partials = mhc.mhc_post_project(output, self.streams, post, comb, following.fn)
+            self.partials = tuple(partials)
+        else:
+            self.streams = mhc.mhc_post(output, self.streams, post, comb)
         self.pending = None
 
     def output(self, model) -> torch.Tensor:

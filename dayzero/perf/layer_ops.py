@@ -141,7 +141,10 @@ def _attnres(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
 
 
 def _hyper(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
-    return _same("collapse (pre, Sinkhorn)", "mhc_pre"), _same("expand, mix (post)", "mhc_post")
+    # each add projects the streams it writes for the next connection; the first connection projects them itself
+    return (_same("collapse (pre, Sinkhorn)", "mhc_pre_from_partials"),
+            _same("expand, mix, next projection", "mhc_post_project"),
+            _same("first collapse, last expand", "mhc_pre", "mhc_post"))
 
 
 def _outside(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from dayzero.model.hyper_connections import HyperConnection, HyperConnections
+from dayzero.model.hyper_connections import HyperConnection, HyperConnections, layer_connections
 from tests.helpers import rel_err
 
 glm5 = pytest.importorskip("transformers.models.glm5_next.modeling_glm5_next")
@@ -57,16 +57,16 @@ class _Layer:
 
 def _through_stream(embeddings, config, layers):
     # block.py's order of calls, with transformers' sublayers and norms
-    stream = HyperConnections(embeddings, HC)
-    for theirs in layers:
-        ours = _Layer(config, theirs)
-        stream.add(theirs.self_attn(theirs.input_layernorm(stream.attn_input(ours))))
-        stream.add(theirs.mlp(theirs.post_attention_layernorm(stream.mlp_input(ours))))
+    ours = [_Layer(config, theirs) for theirs in layers]
+    stream = HyperConnections(embeddings, HC, layer_connections(ours))
+    for layer, theirs in zip(ours, layers):
+        stream.add(theirs.self_attn(theirs.input_layernorm(stream.attn_input(layer))))
+        stream.add(theirs.mlp(theirs.post_attention_layernorm(stream.mlp_input(layer))))
     return stream.output(None)
 
 
 def test_stream_matches_transformers_layers_and_head():
-    config, layers = _glm5_layers()
+    config, layers = _glm5_layers(num_layers=3)
     embeddings = torch.randn(TOKENS, DIM)
     with torch.no_grad():
         hidden = embeddings.view(1, TOKENS, DIM).unsqueeze(2).expand(-1, -1, HC, -1).contiguous()
@@ -77,7 +77,31 @@ def test_stream_matches_transformers_layers_and_head():
     assert rel_err(got, expected) < 1e-5
 
 
+def test_each_add_projects_for_the_next_connection(monkeypatch):
+    """The first connection projects its streams itself, the last add only mixes; in between, each add computes the
+    next connection's projection and that connection only finishes it."""
+    from dayzero.plugins import mhc
+
+    calls = []
+    for name in ("mhc_pre", "mhc_post", "mhc_post_project", "mhc_pre_from_partials"):
+        op = getattr(mhc, name)
+        monkeypatch.setattr(mhc, name, lambda *args, op=op, name=name: calls.append(name) or op(*args))
+    config, layers = _glm5_layers()
+    with torch.no_grad():
+        _through_stream(torch.randn(TOKENS, DIM), config, layers)
+    folded = ["mhc_post_project", "mhc_pre_from_partials"]
+    assert calls == ["mhc_pre", *folded * 3, "mhc_post"]
+
+
 def test_adding_before_an_input_is_refused():
-    stream = HyperConnections(torch.randn(2, DIM), HC)
+    stream = HyperConnections(torch.randn(2, DIM), HC, [])
     with pytest.raises(AssertionError, match="after the stream gave"):
         stream.add(torch.randn(2, DIM))
+
+
+def test_sublayers_out_of_the_connections_order_are_refused():
+    config, layers = _glm5_layers()
+    ours = [_Layer(config, theirs) for theirs in layers]
+    stream = HyperConnections(torch.randn(2, DIM), HC, layer_connections(ours))
+    with pytest.raises(AssertionError, match="in the order of its connections"):
+        stream.mlp_input(ours[0])

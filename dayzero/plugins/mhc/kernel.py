@@ -1,19 +1,24 @@
-"""Fused Triton kernels of manifold-constrained hyper-connections (reference.py): the sublayer's input from the
-streams (`mhc_pre`, two kernels) and the streams after the sublayer (`mhc_post`, one).
+"""Fused Triton kernels of manifold-constrained hyper-connections (reference.py), launched as plan.py plans them.
 
-mhc_pre. _mhc_project_kernel multiplies the flattened streams [T, K = HC * D] by fn [M, K] and sums their squares,
-K cut into `splits` slices whose partial results it writes ([splits, T, MP], [splits, T]): at decode sizes the
-slices spread the read of fn (M x K, larger than the tokens' streams) over the SMs; at prefill sizes each program
-takes a block of 64 tokens, so that fn is read once per block. _mhc_finish_kernel adds a token's partials, turns them
-into pre / post / comb (sigmoids, softmax, Sinkhorn on [HC, HC]) and collapses the token's streams: at decode sizes
-one program per column tile (each recomputes the token's coefficients rather than waiting for them through memory),
-at prefill sizes one program per token.
-mhc_post. _mhc_post_kernel, one program per token and column tile: new x_j = post_j * o + sum_i comb[i, j] x_i.
+Between two sublayers the streams are read once: `mhc_post_project` (_mhc_post_project_kernel) writes the streams
+after a sublayer and, since the RMS norm of a token's flattened streams is one scalar, also the next connection's
+projection of them, un-normed: x' @ fn^T and the sum of squares, partial over slices of the columns D ([splits, T, M],
+[splits, T] fp32). Each program takes a block of tokens (16 at decode sizes, 64 at prefill sizes, so that fn is read
+once per block) and one slice, stepping through its columns: a step mixes a column tile of every stream
+(new x_j = post_j * o + sum_i comb[i, j] x_i, coefficients rounded to the streams' dtype), stores it, and projects the
+stored values with the tiles of fn they meet (one tensor-core dot over (stream, column)). At decode sizes the slices
+spread the read of fn (M x HC * D, larger than the tokens' streams) over the SMs.
+`mhc_pre_from_partials` (_mhc_finish_kernel) adds a token's partials, scales them by the token's rsqrt(mean square +
+eps), turns them into pre / post / comb (sigmoids, softmax, Sinkhorn on [HC, HC]) and collapses the token's streams:
+at decode sizes one program per column tile (each recomputes the token's coefficients rather than waiting for them
+through memory), at prefill sizes one program per token.
+
+The first connection (streams from the embeddings) runs `mhc_pre`: _mhc_project_kernel, the same projection of
+streams already in memory (split over K = HC * D), then _mhc_finish_kernel. After the last sublayer `mhc_post`
+(_mhc_post_kernel, one program per token and column tile) only mixes.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -23,12 +28,16 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from dayzero.plugins import dependent_launch
 from dayzero.plugins import device as device_info
 from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.mhc.plan import (
+    INTERPRETER_SMS,
+    finish_plan,
+    is_decode,
+    mix_width,
+    post_plan,
+    post_project_plan,
+    project_plan,
+)
 from dayzero.plugins.triton_utils import INTERPRETED
-
-# at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
-DECODE_TOKENS = 64
-# projection programs a call aims for: two per SM, so that one's loads overlap the other's reduction
-PROGRAMS_PER_SM = 2
 
 
 @triton.jit
@@ -68,20 +77,20 @@ def _mhc_project_kernel(
         xf = xs.to(tl.float32)
         squares += tl.sum(xf * xf, axis=1)
     row = split.to(tl.int64) * T + tokens
-    tl.store(mix_part + row[:, None] * MP + rows[None, :], acc, mask=t_mask[:, None])
+    tl.store(mix_part + row[:, None] * M + rows[None, :], acc, mask=t_mask[:, None] & (rows < M)[None, :])
     tl.store(sq_part + row, squares, mask=t_mask)
 
 
 @triton.jit
 def _token_partials(mix_part, sq_part, t, T, num_splits, HC: tl.constexpr, HCP: tl.constexpr, SP: tl.constexpr,
-                    MP: tl.constexpr):
+                    M: tl.constexpr):
     """Token t's projection summed over its splits: (pre [HCP], post [HCP], comb [HCP, HCP] columns of mix, sum of
     squares), zero past HC."""
     s = tl.arange(0, SP)
     i = tl.arange(0, HCP)
     s_mask = s < num_splits
     i_mask = i < HC
-    rows = (s.to(tl.int64) * T + t) * MP
+    rows = (s.to(tl.int64) * T + t) * M
     squares = tl.sum(tl.load(sq_part + s.to(tl.int64) * T + t, mask=s_mask, other=0.0), axis=0)
     vec_mask = s_mask[:, None] & i_mask[None, :]
     pre_w = tl.sum(tl.load(mix_part + rows[:, None] + i[None, :], mask=vec_mask, other=0.0), axis=0)
@@ -139,7 +148,7 @@ def _store_collapsed(collapsed, pre, xs, t, tile, D: tl.constexpr, BLOCK_D: tl.c
 @triton.jit
 def _mhc_finish_kernel(
     mix_part, sq_part, base, scale, x, collapsed, post, comb, T, K, num_splits, norm_eps, hc_eps,
-    D: tl.constexpr, HC: tl.constexpr, HCP: tl.constexpr, SP: tl.constexpr, MP: tl.constexpr,
+    D: tl.constexpr, HC: tl.constexpr, HCP: tl.constexpr, SP: tl.constexpr, M: tl.constexpr,
     BLOCK_D: tl.constexpr, TILES: tl.constexpr, ITERS: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
@@ -149,7 +158,7 @@ def _mhc_finish_kernel(
     i_mask = i < HC
     # the first tile of the streams is loaded first: its bytes are in flight while the coefficients are computed
     xs = _load_tile(x, t, first, D, HC, HCP, BLOCK_D)
-    pre_w, post_w, comb_w, squares = _token_partials(mix_part, sq_part, t, T, num_splits, HC, HCP, SP, MP)
+    pre_w, post_w, comb_w, squares = _token_partials(mix_part, sq_part, t, T, num_splits, HC, HCP, SP, M)
     # AOTInductor passes Python floats as fp64 scalars: keep the math in fp32
     pre, post_c, comb_c = _coefficients(pre_w, post_w, comb_w, squares, base, scale, K,
                                         tl.cast(norm_eps, tl.float32), tl.cast(hc_eps, tl.float32), HC, HCP, ITERS)
@@ -185,65 +194,57 @@ def _mhc_post_kernel(
              mask=j_mask[:, None] & c_mask[None, :])
 
 
-@dataclass(frozen=True)
-class ProjectPlan:
-    """The projection's launch: `block_t` tokens a program (>= 16, the tensor cores' smallest tile), K in `splits`
-    slices of `k_split` columns (a multiple of `block_k`, the columns one step loads)."""
-
-    block_t: int
-    block_k: int
-    splits: int
-    k_split: int
-    num_warps: int
-    num_stages: int
+@triton.jit
+def _block_coefficients(coefficients, tokens, t_mask, ROWS: tl.constexpr, row: tl.constexpr, HC: tl.constexpr,
+                        HCP: tl.constexpr, dtype: tl.constexpr):
+    """Row `row` of each token's [ROWS, HC] coefficients (post: 1 row, comb: HC) for a block of tokens: [BT, HCP],
+    rounded to the streams' dtype as the model applies them, zero past HC and past T."""
+    j = tl.arange(0, HCP)
+    where = coefficients + (tokens[:, None] * ROWS + row) * HC + j[None, :]
+    return tl.load(where, mask=t_mask[:, None] & (j < HC)[None, :], other=0.0).to(dtype).to(tl.float32)
 
 
-@dataclass(frozen=True)
-class RowPlan:
-    """The finish and post kernels' launch: per token, programs of `tiles` tiles of `block_d` columns each."""
-
-    block_d: int
-    tiles: int
-    num_warps: int
-
-
-def is_decode(tokens) -> bool:
-    """Whether a call of `tokens` tokens is a decode step; a symbolic count only where its traced range proves it."""
-    return statically_known_true(tokens <= DECODE_TOKENS)
-
-
-def project_plan(tokens, k: int, sms: int) -> ProjectPlan:
-    """Decode: 16-token blocks, 128 columns a step, K cut so that about PROGRAMS_PER_SM programs per SM share the
-    read of fn. Prefill: 64-token blocks (fn read once per 64 tokens), 64 columns a step, 4 steps in flight, K cut
-    only where the blocks alone leave SMs idle. A symbolic token count (an exported engine) takes the decode
-    range's largest count or, for prefill, one slice: no comparison on it becomes a guard."""
-    decode = is_decode(tokens)
-    block_t, block_k, num_stages = (16, 128, 2) if decode else (64, 64, 4)
-    block_k = min(block_k, max(16, triton.next_power_of_2(k)))
-    if isinstance(tokens, int):
-        blocks = triton.cdiv(tokens, block_t)
-    else:
-        blocks = DECODE_TOKENS // block_t if decode else PROGRAMS_PER_SM * sms
-    splits = max(1, min(triton.cdiv(k, block_k), PROGRAMS_PER_SM * sms // max(1, blocks)))
-    k_split = triton.cdiv(triton.cdiv(k, splits), block_k) * block_k
-    return ProjectPlan(block_t, block_k, triton.cdiv(k, k_split), k_split, 4, num_stages)
-
-
-def finish_plan(tokens, dim: int) -> RowPlan:
-    """Decode: one program per tile of 256 columns (16 a token at D 4096), one warp, so that the Sinkhorn steps'
-    reductions stay within the warp (no shared-memory round trip between warps on the step's latency path). Prefill:
-    one program per token over all its tiles of 1024 columns, 4 warps: the coefficients computed once a token."""
-    if is_decode(tokens):
-        return RowPlan(min(256, triton.next_power_of_2(dim)), 1, 1)
-    block_d = min(1024, triton.next_power_of_2(dim))
-    return RowPlan(block_d, triton.cdiv(dim, block_d), 4)
-
-
-def post_plan(tokens, dim: int) -> RowPlan:
-    """One program per tile: decode 512 columns (8 programs a token at D 4096, 4 elements a thread and row); prefill
-    2048, 8 warps (8 a thread and row)."""
-    block_d, num_warps = (512, 4) if is_decode(tokens) else (2048, 8)
-    return RowPlan(min(block_d, triton.next_power_of_2(dim)), 1, num_warps)
+@triton.jit
+def _mhc_post_project_kernel(
+    out, residual, post, comb, fn, streams, mix_part, sq_part, T, d_split,
+    D: tl.constexpr, HC: tl.constexpr, HCP: tl.constexpr, M: tl.constexpr, MP: tl.constexpr, BT: tl.constexpr,
+    BD: tl.constexpr, SAME_DTYPE: tl.constexpr, PDL: tl.constexpr,
+):
+    wait_for_previous_kernel(PDL)
+    split = tl.program_id(0)
+    tokens = (tl.program_id(1) * BT + tl.arange(0, BT)).to(tl.int64)
+    t_mask = tokens < T
+    j = tl.arange(0, HCP)
+    rows = tl.arange(0, MP)
+    # the dot's K index q = (stream, column): stream q // BD, column q % BD of the step's tile
+    q = tl.arange(0, HCP * BD)
+    fn_mask = (rows[:, None] < M) & (q // BD < HC)[None, :]
+    dtype = streams.dtype.element_ty
+    p = _block_coefficients(post, tokens, t_mask, 1, 0, HC, HCP, dtype)
+    acc = tl.zeros([BT, MP], tl.float32)
+    squares = tl.zeros([BT], tl.float32)
+    start = split * d_split
+    for d0 in range(start, start + d_split, BD):
+        cols = d0 + tl.arange(0, BD)
+        tc_mask = t_mask[:, None] & (cols < D)[None, :]
+        o = tl.load(out + tokens[:, None] * D + cols[None, :], mask=tc_mask, other=0.0).to(tl.float32)
+        x = p[:, :, None] * o[:, None, :]
+        for src in tl.static_range(HC):
+            r = tl.load(residual + (tokens[:, None] * HC + src) * D + cols[None, :], mask=tc_mask, other=0.0)
+            c = _block_coefficients(comb, tokens, t_mask, HC, src, HC, HCP, dtype)
+            x += c[:, :, None] * r.to(tl.float32)[:, None, :]
+        # [BT, HCP, BD], zero past HC, D and T: the projection and the squares see the stored (rounded) streams
+        x = x.to(dtype)
+        tl.store(streams + (tokens[:, None, None] * HC + j[None, :, None]) * D + cols[None, None, :], x,
+                 mask=tc_mask[:, None, :] & (j < HC)[None, :, None])
+        ws = tl.load(fn + rows[:, None] * (HC * D) + ((q // BD) * D + d0 + q % BD)[None, :],
+                     mask=fn_mask & (d0 + q % BD < D)[None, :], other=0.0)
+        acc = _project(tl.reshape(x, [BT, HCP * BD]), ws, acc, SAME_DTYPE)
+        xf = x.to(tl.float32)
+        squares += tl.sum(tl.sum(xf * xf, axis=2), axis=1)
+    row = split.to(tl.int64) * T + tokens
+    tl.store(mix_part + row[:, None] * M + rows[None, :], acc, mask=t_mask[:, None] & (rows < M)[None, :])
+    tl.store(sq_part + row, squares, mask=t_mask)
 
 
 def _check_streams(streams: torch.Tensor) -> tuple[int, int, int]:
@@ -270,31 +271,33 @@ def _pdl(like: torch.Tensor, tokens) -> tuple[int, dict]:
     return pdl, dependent_launch.launch_options(pdl)
 
 
-def _mix_width(hc: int) -> int:
-    return max(16, triton.next_power_of_2((2 + hc) * hc))
+def _check_fn(fn: torch.Tensor, hc: int, dim: int) -> int:
+    m, k = (2 + hc) * hc, hc * dim
+    assert fn.shape == (m, k) and fn.is_contiguous(), f"fn must be a contiguous [{m}, {k}] matrix, got {fn.shape}"
+    return m
+
+
+def _tensor_core_dtypes(streams: torch.Tensor, fn: torch.Tensor) -> bool:
+    return streams.dtype == fn.dtype and streams.element_size() == 2
 
 
 def mhc_project_launcher(
     streams: torch.Tensor, fn: torch.Tensor, mix_part: torch.Tensor | None = None,
     sq_part: torch.Tensor | None = None, launch=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """streams [T, HC, D], fn [(2 + HC) * HC, HC * D] -> partial projections [splits, T, MP] fp32 (MP the mix width
-    rounded up to a power of two >= 16; columns past (2 + HC) * HC hold zeros) and partial sums of squares
-    [splits, T] fp32, splits as project_plan cuts K."""
+    """streams [T, HC, D], fn [M = (2 + HC) * HC, HC * D] -> partial projections [splits, T, M] fp32 and partial sums
+    of squares [splits, T] fp32, splits as project_plan cuts K = HC * D."""
     tokens, hc, dim = _check_streams(streams)
-    k, m = hc * dim, (2 + hc) * hc
-    assert fn.shape == (m, k) and fn.is_contiguous(), f"fn must be a contiguous [{m}, {k}] matrix, got {fn.shape}"
-    plan = project_plan(tokens, k, device_info.num_sms(streams.device, cpu_default=2))
-    mp = _mix_width(hc)
-    mix_part = _output(mix_part, (plan.splits, tokens, mp), torch.float32, streams)
+    m, k = _check_fn(fn, hc, dim), hc * dim
+    plan = project_plan(tokens, k, device_info.num_sms(streams.device, cpu_default=INTERPRETER_SMS))
+    mix_part = _output(mix_part, (plan.splits, tokens, m), torch.float32, streams)
     sq_part = _output(sq_part, (plan.splits, tokens), torch.float32, streams)
     if statically_known_true(tokens == 0):
         return mix_part, sq_part
-    same_dtype = streams.dtype == fn.dtype and streams.element_size() == 2
     pdl, options = _pdl(streams, tokens)
     _launcher(_mhc_project_kernel, launch)[(plan.splits, triton.cdiv(tokens, plan.block_t))](
-        streams, fn, mix_part, sq_part, tokens, k, plan.k_split, m, mp, plan.block_t, plan.block_k, same_dtype, pdl,
-        num_warps=plan.num_warps, num_stages=plan.num_stages, **options)
+        streams, fn, mix_part, sq_part, tokens, k, plan.k_split, m, mix_width(hc), plan.block_t, plan.block_k,
+        _tensor_core_dtypes(streams, fn), pdl, num_warps=plan.num_warps, num_stages=plan.num_stages, **options)
     return mix_part, sq_part
 
 
@@ -303,13 +306,15 @@ def mhc_finish_launcher(
     norm_eps: float, hc_eps: float, sinkhorn_iters: int, collapsed: torch.Tensor | None = None,
     post: torch.Tensor | None = None, comb: torch.Tensor | None = None, launch=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The partials of mhc_project_launcher and the streams [T, HC, D] -> (collapsed [T, D] in the streams' dtype,
-    post [T, HC] fp32, comb [T, HC, HC] fp32). Outputs may be given (preallocated, contiguous)."""
+    """Partials [splits, T, M], [splits, T] (mhc_project_launcher's or mhc_post_project_launcher's) and the streams
+    [T, HC, D] -> (collapsed [T, D] in the streams' dtype, post [T, HC] fp32, comb [T, HC, HC] fp32). Outputs may be
+    given (preallocated, contiguous)."""
     tokens, hc, dim = _check_streams(streams)
-    num_splits, mp = mix_part.shape[0], _mix_width(hc)
-    assert mix_part.shape[1:] == (tokens, mp) and sq_part.shape == (num_splits, tokens), (
-        f"partials {tuple(mix_part.shape)} / {tuple(sq_part.shape)} do not match {tokens} tokens of width {mp}")
-    assert base.numel() == (2 + hc) * hc and scale.numel() == 3 and base.is_contiguous() and scale.is_contiguous()
+    num_splits, m = mix_part.shape[0], (2 + hc) * hc
+    assert mix_part.shape[1:] == (tokens, m) and sq_part.shape == (num_splits, tokens), (
+        f"partials {tuple(mix_part.shape)} / {tuple(sq_part.shape)} do not match {tokens} tokens of width {m}")
+    assert mix_part.is_contiguous() and sq_part.is_contiguous(), "the partials must be contiguous"
+    assert base.numel() == m and scale.numel() == 3 and base.is_contiguous() and scale.is_contiguous()
     collapsed = _output(collapsed, (tokens, dim), streams.dtype, streams)
     post = _output(post, (tokens, hc), torch.float32, streams)
     comb = _output(comb, (tokens, hc, hc), torch.float32, streams)
@@ -320,7 +325,7 @@ def mhc_finish_launcher(
     grid = (tokens, triton.cdiv(triton.cdiv(dim, plan.block_d), plan.tiles))
     _launcher(_mhc_finish_kernel, launch)[grid](
         mix_part, sq_part, base, scale, streams, collapsed, post, comb, tokens, hc * dim, num_splits, norm_eps,
-        hc_eps, dim, hc, triton.next_power_of_2(hc), triton.next_power_of_2(num_splits), mp, plan.block_d,
+        hc_eps, dim, hc, triton.next_power_of_2(hc), triton.next_power_of_2(num_splits), m, plan.block_d,
         plan.tiles, sinkhorn_iters, pdl, num_warps=plan.num_warps, **options)
     return collapsed, post, comb
 
@@ -335,16 +340,21 @@ def mhc_pre_launcher(
                                launch=launch)
 
 
+def _check_update(out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor):
+    tokens, hc, dim = _check_streams(residual)
+    assert out.shape == (tokens, dim) and out.is_contiguous(), f"out must be a contiguous [{tokens}, {dim}] tensor"
+    assert post.shape == (tokens, hc) and comb.shape == (tokens, hc, hc), "post / comb do not match the streams"
+    assert post.is_contiguous() and comb.is_contiguous(), "post and comb must be contiguous"
+    return tokens, hc, dim
+
+
 def mhc_post_launcher(
     out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
     streams: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """out [T, D], residual [T, HC, D], post [T, HC], comb [T, HC, HC] -> streams [T, HC, D] (residual's dtype;
     may be given, preallocated and contiguous, but not the residual itself)."""
-    tokens, hc, dim = _check_streams(residual)
-    assert out.shape == (tokens, dim) and out.is_contiguous(), f"out must be a contiguous [{tokens}, {dim}] tensor"
-    assert post.shape == (tokens, hc) and comb.shape == (tokens, hc, hc), "post / comb do not match the streams"
-    assert post.is_contiguous() and comb.is_contiguous(), "post and comb must be contiguous"
+    tokens, hc, dim = _check_update(out, residual, post, comb)
     streams = _output(streams, residual.shape, residual.dtype, residual)
     if statically_known_true(tokens == 0):
         return streams
@@ -354,3 +364,27 @@ def mhc_post_launcher(
         out, residual, post, comb, streams, dim, hc, triton.next_power_of_2(hc), plan.block_d, pdl,
         num_warps=plan.num_warps, **options)
     return streams
+
+
+def mhc_post_project_launcher(
+    out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor, fn: torch.Tensor,
+    streams: torch.Tensor | None = None, mix_part: torch.Tensor | None = None, sq_part: torch.Tensor | None = None,
+    launch=None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """mhc_post_launcher's update, and the next connection's projection of the streams it writes: fn
+    [M = (2 + HC) * HC, HC * D] -> (streams [T, HC, D], partial projections [splits, T, M] fp32, partial sums of
+    squares [splits, T] fp32), splits as post_project_plan cuts D. Outputs may be given (preallocated, contiguous)."""
+    tokens, hc, dim = _check_update(out, residual, post, comb)
+    m = _check_fn(fn, hc, dim)
+    plan = post_project_plan(tokens, dim, device_info.num_sms(residual.device, cpu_default=INTERPRETER_SMS))
+    streams = _output(streams, residual.shape, residual.dtype, residual)
+    mix_part = _output(mix_part, (plan.splits, tokens, m), torch.float32, residual)
+    sq_part = _output(sq_part, (plan.splits, tokens), torch.float32, residual)
+    if statically_known_true(tokens == 0):
+        return streams, mix_part, sq_part
+    pdl, options = _pdl(residual, tokens)
+    _launcher(_mhc_post_project_kernel, launch)[(plan.splits, triton.cdiv(tokens, plan.block_t))](
+        out, residual, post, comb, fn, streams, mix_part, sq_part, tokens, plan.d_split, dim, hc,
+        triton.next_power_of_2(hc), m, mix_width(hc), plan.block_t, plan.block_d, _tensor_core_dtypes(residual, fn),
+        pdl, num_warps=plan.num_warps, num_stages=plan.num_stages, **options)
+    return streams, mix_part, sq_part
