@@ -33,6 +33,7 @@ def test_gated_deltanet_keeps_a_state_and_a_conv_window_per_sequence(case):
     assert gdn.layers == 36 and {line.per for line in gdn.caches} == {SEQUENCE}
     lines = {line.tensor: line.bytes for line in gdn.caches}
     assert lines == {"state": (32 * 128 * 128 * 4,), "conv": (3 * 8192 * 2,)}
-    assert [piece.decode for piece in gdn.pieces] == ["fused_gdn_decode"] * 3
-    assert {"short_conv_prefill", "chunk_kda", "fused_gdn_decode"} <= set(PLUGIN_OPS)
-    assert [piece.prefill for piece in gdn.pieces] == ["short_conv_prefill", "torch (gdn_gate)", "chunk_kda"]
+    assert [piece.decode for piece in gdn.pieces] == ["fused_gdn_decode"] * 3 + ["gated_rms_norm"]
+    assert {"short_conv_prefill", "chunk_kda", "fused_gdn_decode", "gated_rms_norm"} <= set(PLUGIN_OPS)
+    assert [piece.prefill for piece in gdn.pieces] == ["short_conv_prefill", "torch (gdn_gate)", "chunk_kda",
+                                                       "gated_rms_norm"]
