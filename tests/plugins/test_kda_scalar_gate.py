@@ -240,6 +240,34 @@ def test_fused_gdn_decode_matches_reference(B, L, Hk, H, K, V, W, dtype):
     assert torch.equal(got["conv_state"].cpu(), expected["conv_state"])
 
 
+@pytest.mark.parametrize("B, L", [(3, 2), (4, 1)])
+def test_fused_gdn_decode_reads_views_of_the_fused_projection(B, L):
+    """qkv, a and b as slices of one [B * L, N] projection output (GatedDeltaNet's in_proj): no copies, same
+    result."""
+    from dayzero.plugins.kda.gdn_decode_kernel import fused_gdn_decode_launcher
+
+    Hk, H, K, V, W = 1, 2, 16, 32, 4
+    C, num_slots = 2 * Hk * K + H * V, B * L + 3
+    inputs = gdn_decode_inputs(B, L, Hk, H, K, V, W, torch.float32, num_slots)
+    slots, num_accepted = pool_slots(B, L, num_slots)
+    projection = torch.randn(B * L, C + 2 * H + 7).to(DEVICE)
+    columns = {"qkv": (1, C), "b": (C + 3, H), "a": (C + 3 + H + 2, H)}
+    views = {}
+    for name, (start, width) in columns.items():
+        projection[:, start : start + width] = inputs[name].reshape(B * L, width).to(DEVICE)
+        views[name] = projection[:, start : start + width].view(B, L, width)
+    assert not any(v.is_contiguous() for v in views.values())
+    results = []
+    for given in ({}, views):
+        got = {name: x.to(DEVICE, copy=True) for name, x in inputs.items()}
+        out = poisoned(B, L, H, V, dtype=torch.float32)
+        fused_gdn_decode_launcher(**{**got, **given}, state_slots=slots.to(DEVICE),
+                                  num_accepted=num_accepted.to(DEVICE), out=out)
+        results.append((out.cpu(), got["state"].cpu(), got["conv_state"].cpu()))
+    for contiguous, viewed in zip(*results):
+        assert torch.equal(contiguous, viewed)
+
+
 def test_fused_gdn_decode_op_on_cpu_is_the_reference():
     from dayzero.plugins.kda import fused_gdn_decode
 

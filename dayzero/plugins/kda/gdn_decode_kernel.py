@@ -25,6 +25,7 @@ from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 from dayzero.plugins.kda.recurrent_kernel import (
     LATENCY_BOUND_PAIRS,
     check_pool,
+    flat_token_stride,
     gate_decay,
     short_conv_row,
     silu_rounded,
@@ -41,16 +42,18 @@ MAX_WARPS = 8
 
 
 @triton.jit
-def _qk_inputs(qkv, token, q_ch, k_ch, C: tl.constexpr):
-    """A token's projected q, k rows [K] of the program's key head, as stored."""
-    row = qkv + token * C
+def _qk_inputs(qkv, token, q_ch, k_ch, x_stride):
+    """A token's projected q, k rows [K] of the program's key head, as stored (token rows `x_stride` apart)."""
+    row = qkv + token * x_stride
     return tl.load(row + q_ch), tl.load(row + k_ch)
 
 
 @triton.jit
-def _v_inputs(qkv, a, b_logits, token, v_ch, head, C: tl.constexpr, H: tl.constexpr):
-    """A token's projected v row [BV] of a block and its value head's gate and beta pre-activations, as stored."""
-    return tl.load(qkv + token * C + v_ch), tl.load(a + token * H + head), tl.load(b_logits + token * H + head)
+def _v_inputs(qkv, a, b_logits, token, v_ch, head, x_stride, a_stride, b_stride):
+    """A token's projected v row [BV] of a block and its value head's gate and beta pre-activations, as stored
+    (token rows of qkv, a and b `x_stride`, `a_stride`, `b_stride` apart)."""
+    return (tl.load(qkv + token * x_stride + v_ch), tl.load(a + token * a_stride + head),
+            tl.load(b_logits + token * b_stride + head))
 
 
 @triton.jit
@@ -72,8 +75,8 @@ def _shift(window, x):
 
 @triton.jit
 def _block_inputs(qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, state, start, first_token, hk, j, ok,
-                  ov, H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-                  BV: tl.constexpr):
+                  ov, x_stride, a_stride, b_stride, H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr,
+                  V: tl.constexpr, W: tl.constexpr, BV: tl.constexpr):
     """Block j's start state tile [K, BV], v window, conv taps, gate constants and first token's inputs."""
     C: tl.constexpr = 2 * HK * K + H * V
     G: tl.constexpr = H // HK
@@ -86,7 +89,7 @@ def _block_inputs(qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, sta
     taps = load_short_weights(conv_weight, v_ch, W)
     dt = tl.load(dt_bias + head).to(tl.float32)
     rate = tl.exp(tl.load(A_log + head).to(tl.float32))
-    return S, window, taps, dt, rate, _v_inputs(qkv, a, b_logits, first_token, v_ch, head, C, H)
+    return S, window, taps, dt, rate, _v_inputs(qkv, a, b_logits, first_token, v_ch, head, x_stride, a_stride, b_stride)
 
 
 @triton.jit
@@ -101,8 +104,8 @@ def _zero_group_rows(o, b, L, hk, ov, H: tl.constexpr, V: tl.constexpr, G: tl.co
 @triton.jit(do_not_specialize=["L"])
 def _fused_gdn_decode_kernel(
     qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, state, o, state_slots, num_accepted, scale, L,
-    H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr, BV: tl.constexpr,
-    PDL: tl.constexpr,
+    x_stride, a_stride, b_stride, H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    W: tl.constexpr, BV: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
     C: tl.constexpr = 2 * HK * K + H * V
@@ -121,7 +124,7 @@ def _fused_gdn_decode_kernel(
     # constants and the first token's rows do not depend on the slots: loaded first, they arrive with the state
     taps_q = load_short_weights(conv_weight, q_ch, W)
     taps_k = load_short_weights(conv_weight, k_ch, W)
-    xq, xk = _qk_inputs(qkv, first_token, q_ch, k_ch, C)
+    xq, xk = _qk_inputs(qkv, first_token, q_ch, k_ch, x_stride)
     slots = state_slots + b * L
     first, start = slot_row(slots, num_accepted, b, L)
     if first < 0:
@@ -131,7 +134,7 @@ def _fused_gdn_decode_kernel(
     start_wq = load_short_window(window, C, q_ch, W)
     start_wk = load_short_window(window, C, k_ch, W)
     nxt = _block_inputs(qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, state, start, first_token, hk, 0,
-                        ok, ov, H, HK, K, V, W, BV)
+                        ok, ov, x_stride, a_stride, b_stride, H, HK, K, V, W, BV)
     dtype = qkv.dtype.element_ty
     # the first token's q and k are the same for every block
     q_first, k_first = _conv_qk(taps_q, taps_k, start_wq, start_wk, xq, xk, scale, dtype)
@@ -142,7 +145,7 @@ def _fused_gdn_decode_kernel(
         S, wv, taps_v, dt, rate, inputs = nxt
         if j + 1 < NB:
             nxt = _block_inputs(qkv, conv_weight, conv_state, a, A_log, dt_bias, b_logits, state, start, first_token,
-                                hk, j + 1, ok, ov, H, HK, K, V, W, BV)
+                                hk, j + 1, ok, ov, x_stride, a_stride, b_stride, H, HK, K, V, W, BV)
         tl.debug_barrier()
         head = hk * G + j // NVH
         cols = j % NVH * BV + ov
@@ -154,8 +157,8 @@ def _fused_gdn_decode_kernel(
             token = first_token + t
             n_xv, n_a, n_b = inputs
             if t + 1 < L:
-                inputs = _v_inputs(qkv, a, b_logits, token + 1, v_ch, head, C, H)
-                n_xq, n_xk = _qk_inputs(qkv, token + 1, q_ch, k_ch, C)
+                inputs = _v_inputs(qkv, a, b_logits, token + 1, v_ch, head, x_stride, a_stride, b_stride)
+                n_xq, n_xk = _qk_inputs(qkv, token + 1, q_ch, k_ch, x_stride)
             v0, v1, v2 = wv
             b_v = silu_rounded(short_conv_row(taps_v, v0, v1, v2, n_xv.to(tl.float32)), dtype)
             wv = _shift(wv, n_xv)
@@ -175,7 +178,7 @@ def _fused_gdn_decode_kernel(
     wq, wk = start_wq, start_wk
     for t in range(L):
         if t > 0:
-            xq, xk = _qk_inputs(qkv, first_token + t, q_ch, k_ch, C)
+            xq, xk = _qk_inputs(qkv, first_token + t, q_ch, k_ch, x_stride)
         wq = _shift(wq, xq)
         wk = _shift(wk, xk)
         slot = tl.load(slots + t).to(tl.int64)
@@ -197,7 +200,8 @@ def fused_gdn_decode_launcher(
     num_accepted: torch.Tensor, scale: float | None = None, *, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
     """qkv [B, L, C] (C = 2*Hk*K + H*V: q | k | v before the conv) -> o [B, L, H, V]; conv_state [S, 1, W-1, C] and
-    state [S, H, K, V] updated in place; a, b [B, L, H]; A_log, dt_bias [H]. PDL as in recurrent_kda_pool_launcher."""
+    state [S, H, K, V] updated in place; a, b [B, L, H]; A_log, dt_bias [H]. qkv, a and b may be views of the fused
+    input projection (tokens evenly strided, each token's row contiguous). PDL as in recurrent_kda_pool_launcher."""
     batch, length, channels = qkv.shape
     heads, dim_k, dim_v = state.shape[1:]
     key_heads = (channels - heads * dim_v) // (2 * dim_k)
@@ -210,15 +214,16 @@ def fused_gdn_decode_launcher(
     assert conv_state.shape[1:] == (1, width - 1, channels), f"conv_state {tuple(conv_state.shape)}"
     assert a.shape == b.shape == (batch, length, heads), f"a {tuple(a.shape)}, b {tuple(b.shape)} vs [B, L, {heads}]"
     assert A_log.numel() == heads and dt_bias.numel() == heads, "A_log [H], dt_bias [H]"
-    for x in (qkv, conv_weight, conv_state, a, A_log, dt_bias, b):
-        assert x.is_contiguous(), "fused_gdn_decode needs contiguous inputs"
+    for x in (conv_weight, conv_state, A_log, dt_bias):
+        assert x.is_contiguous(), "fused_gdn_decode needs contiguous weights and states"
+    strides = [flat_token_stride(x) for x in (qkv, a, b)]
     block_v = min(dim_v, BLOCK_V)
     o = torch.empty((batch, length, heads, dim_v), dtype=qkv.dtype, device=qkv.device) if out is None else out
     pdl = dependent_launch.pdl_mode(state, latency_bound=batch * heads < LATENCY_BOUND_PAIRS)
     kernel = launch(_fused_gdn_decode_kernel) if launch else _fused_gdn_decode_kernel
     kernel[(batch * key_heads,)](
         qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state, o, state_slots, num_accepted,
-        dim_k ** -0.5 if scale is None else scale, length,
+        dim_k ** -0.5 if scale is None else scale, length, *strides,
         heads, key_heads, dim_k, dim_v, width, block_v, pdl,
         num_warps=_warps(dim_k, block_v), **dependent_launch.launch_options(pdl),
     )

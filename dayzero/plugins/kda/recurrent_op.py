@@ -94,8 +94,10 @@ def fused_gdn_decode_op(qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state
     from torch.library import wrap_triton
 
     from dayzero.plugins.kda.gdn_decode_kernel import fused_gdn_decode_launcher
+    from dayzero.plugins.kda.recurrent_kernel import has_flat_token_rows
 
-    qkv, conv_weight, a, A_log, dt_bias, b = (x.contiguous() for x in (qkv, conv_weight, a, A_log, dt_bias, b))
+    qkv, a, b = (x if has_flat_token_rows(x) else x.contiguous() for x in (qkv, a, b))
+    conv_weight, A_log, dt_bias = (x.contiguous() for x in (conv_weight, A_log, dt_bias))
     return fused_gdn_decode_launcher(qkv, conv_weight, conv_state, a, A_log, dt_bias, b, state,
                                      state_slots.contiguous(), num_accepted, scale, launch=wrap_triton)
 
