@@ -45,6 +45,8 @@ PREFILL = [(1, 8192), (8, 1024)]  # (sequences, tokens each)
 DECODE_BATCHES = [1, 16, 64]
 # loose bounds that catch wrong kernels, not rounding (bf16 inputs)
 MAX_ERR = 3e-2
+# dayzero's per-head-gate stages: the profiler's kernel names that hold each
+STAGES = {"tables_ms": "_chunk_tables", "intra_ms": "gdn_intra", "wy_ms": "gdn_wy", "state_ms": "_state_kernel"}
 
 
 def gate_params(gen):
@@ -112,7 +114,7 @@ def prefill_row(num_seqs: int, length: int, fla_chunk) -> dict:
     o, s = run()
     row["dayzero_ms"] = bench_ms(run)
     row["dayzero_graph_ms"] = graph_replay_ms([run])
-    row.update(stage_times(run))
+    row.update(stage_times(run, STAGES))
     if fla_chunk is None:
         return row
     for repeat in (False, True):
@@ -264,8 +266,8 @@ def takes_state_indices(fla_recurrent) -> bool:
 
 PREFILL_COLUMNS = {"case": "sequences x tokens", "dayzero_ms": "dayzero eager ms", "fla_ms": "fla eager ms",
                    "ratio": "fla / dayzero (eager)", "dayzero_graph_ms": "dayzero graph ms",
-                   "fla_graph_ms": "fla graph ms", "ratio_graph": "fla / dayzero (graph)", "pair_ms": "pair",
-                   "solve_ms": "solve", "wy_ms": "WY", "state_ms": "state"}
+                   "fla_graph_ms": "fla graph ms", "ratio_graph": "fla / dayzero (graph)", "tables_ms": "chunk tables",
+                   "intra_ms": "intra (G, Aqk, solve)", "wy_ms": "WY", "state_ms": "state"}
 DECODE_COLUMNS = {"case": "batch", "pool_graph_us": "pool graph us", "fused_graph_us": "fused step graph us",
                   "fla_graph_us": "fla graph us", "ratio_graph": "fla / pool (graph)",
                   "pool_kernel_us": "pool kernel us", "fused_kernel_us": "fused step kernel us",
