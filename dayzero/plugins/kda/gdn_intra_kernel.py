@@ -1,5 +1,5 @@
-"""Intra-chunk terms of chunked gated DeltaNet (a per-head gate: one decay a token and value head), one program per
-(chunk, value head): the work that the per-channel path spreads over three kernels (gate_cumsum_kernel.py,
+"""Intra-chunk terms of chunked gated DeltaNet (a per-head gate: one decay a token and value head) in one launch, two
+programs per (chunk, value head): the work that the per-channel path spreads over three kernels (gate_cumsum_kernel.py,
 chunk_intra_kernel.py, solve_kernel.py) with two intermediates in memory (G and an fp32 Akk).
 
 For the rows r and columns j of a chunk, with G the in-chunk cumsum of g and q_inv, k_inv = 1 / ||q_r||, 1 / ||k_r||
@@ -10,12 +10,13 @@ and the row factors that let the later stages read q and k as they are, on their
 writes gated copies per value head ([T, H, K] each):
     w_scale = beta e^G k_inv                                         (W = X (w_scale k), gdn_wy_kernel)
     q_scale = scale q_inv e^G,  k_scale = k_inv e^{G_C - G},  decay = e^{G_C}  (the state kernel, chunk_kernel.py)
-A decay that is one number a (token, head) factors out of the dot products, so the K loop is plain dots in the inputs'
-dtype (bf16 MMA for bf16 q, k): Akk as its ten 16 x 16 blocks on and below the diagonal (the form of the blockwise
-solve), Aqk as one [64, 64] tile. The exact pairwise decays multiply the blocks once after the loop. A program of
-value head h reads the q and k of key head h // (H // Hk).
+A decay that is one number a (token, head) factors out of the dot products, so the K loops are plain dots in the
+inputs' dtype (bf16 MMA for bf16 q, k), and the exact pairwise decays multiply the results once after them. The first
+program of a (chunk, head) takes Akk as its ten 16 x 16 blocks on and below the diagonal (the form of the blockwise
+solve) and solves; the second takes Aqk as one [64, 64] tile, the norms and the row factors. Split so, neither holds
+the other's registers: ptxas for sm_90a (K 128, bf16) gives 210 registers to the kernel and spills nothing, where one
+program doing both takes all 255. A program of value head h reads the q and k of key head h // (H // Hk).
 """
-
 from __future__ import annotations
 
 import torch
@@ -73,82 +74,132 @@ def _store_aqk(aqk_out, acc, G, q_rows, k_inv, start, eos, h, H: tl.constexpr):
 
 
 @triton.jit
+def _chunk_gate(g, start, eos, h, H: tl.constexpr):
+    """G [BT] = the in-chunk cumsum of g (fp32) and G_C, its last value: rows past the sequence end read g = 0, so G
+    stays at G_C there and row BT - 1 holds it."""
+    rows = tl.arange(0, BT)
+    t = start + rows
+    G = tl.cumsum(tl.load(g + t * H + h, mask=t < eos, other=0.0).to(tl.float32), axis=0)
+    return G, tl.sum(tl.where(rows == BT - 1, G, 0.0), axis=0)
+
+
+@triton.jit
+def _scores_and_factors(q, k, g, beta, aqk_out, w_scale_out, q_scale_out, k_scale_out, decay_out, scale, chunk, start,
+                        eos, h, hk, H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, BK: tl.constexpr,
+                        USE_L2NORM: tl.constexpr):
+    """Aqk, the row factors and the chunk decay of value head h (key head hk)."""
+    rows = tl.arange(0, BT)
+    t = start + rows
+    valid = t < eos
+    acc = tl.zeros([BT, BT], tl.float32)
+    q_sq = tl.zeros([BT], tl.float32)
+    k_sq = tl.zeros([BT], tl.float32)
+    for d0 in range(0, K, BK):
+        kc = d0 + tl.arange(0, BK)
+        qq = _rows(q, t, valid, hk, HK, K, kc)
+        kk = _rows(k, t, valid, hk, HK, K, kc)
+        acc += dot(qq, tl.trans(kk))
+        qf, kf = qq.to(tl.float32), kk.to(tl.float32)
+        q_sq += tl.sum(qf * qf, axis=1)
+        k_sq += tl.sum(kf * kf, axis=1)
+    G, G_last = _chunk_gate(g, start, eos, h, H)
+    q_rows = scale * inverse_norm(q_sq, USE_L2NORM)
+    k_inv = inverse_norm(k_sq, USE_L2NORM)
+    _store_aqk(aqk_out, acc, G, q_rows, k_inv, start, eos, h, H)
+    eG = tl.exp(G)
+    b = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
+    tl.store(w_scale_out + t * H + h, b * eG * k_inv, mask=valid)
+    tl.store(q_scale_out + t * H + h, q_rows * eG, mask=valid)
+    tl.store(k_scale_out + t * H + h, k_inv * tl.exp(G_last - G), mask=valid)
+    tl.store(decay_out + chunk * H + h, tl.exp(G_last))
+
+
+@triton.jit
+def _sub_chunk_rows(k, start, eos, hk, i: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, kc):
+    """Sub-chunk i's keys [BC, BK] (stored dtype, key head hk)."""
+    t = start + i * BC + tl.arange(0, BC)
+    return _rows(k, t, t < eos, hk, HK, K, kc)
+
+
+@triton.jit
+def _block_rows(beta, k_sq, start, eos, h, i: tl.constexpr, H: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """Sub-chunk i's column factors k_inv and row factors beta k_inv [BC]."""
+    t = start + i * BC + tl.arange(0, BC)
+    k_inv = inverse_norm(k_sq, USE_L2NORM)
+    return k_inv, tl.load(beta + t * H + h, mask=t < eos, other=0.0).to(tl.float32) * k_inv
+
+
+@triton.jit
+def _solved_keys(k, g, beta, x_out, start, eos, h, hk, H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr,
+                 BK: tl.constexpr, USE_L2NORM: tl.constexpr):
+    """X = (I + Akk)^{-1} of value head h (key head hk): the ten key blocks, then the blockwise solve."""
+    A00 = tl.zeros([BC, BC], tl.float32)
+    A10 = tl.zeros([BC, BC], tl.float32)
+    A11 = tl.zeros([BC, BC], tl.float32)
+    A20 = tl.zeros([BC, BC], tl.float32)
+    A21 = tl.zeros([BC, BC], tl.float32)
+    A22 = tl.zeros([BC, BC], tl.float32)
+    A30 = tl.zeros([BC, BC], tl.float32)
+    A31 = tl.zeros([BC, BC], tl.float32)
+    A32 = tl.zeros([BC, BC], tl.float32)
+    A33 = tl.zeros([BC, BC], tl.float32)
+    sq0 = tl.zeros([BC], tl.float32)
+    sq1 = tl.zeros([BC], tl.float32)
+    sq2 = tl.zeros([BC], tl.float32)
+    sq3 = tl.zeros([BC], tl.float32)
+    for d0 in range(0, K, BK):
+        kc = d0 + tl.arange(0, BK)
+        k0 = _sub_chunk_rows(k, start, eos, hk, 0, HK, K, kc)
+        k1 = _sub_chunk_rows(k, start, eos, hk, 1, HK, K, kc)
+        k2 = _sub_chunk_rows(k, start, eos, hk, 2, HK, K, kc)
+        k3 = _sub_chunk_rows(k, start, eos, hk, 3, HK, K, kc)
+        A00 += dot(k0, tl.trans(k0))
+        A10 += dot(k1, tl.trans(k0))
+        A11 += dot(k1, tl.trans(k1))
+        A20 += dot(k2, tl.trans(k0))
+        A21 += dot(k2, tl.trans(k1))
+        A22 += dot(k2, tl.trans(k2))
+        A30 += dot(k3, tl.trans(k0))
+        A31 += dot(k3, tl.trans(k1))
+        A32 += dot(k3, tl.trans(k2))
+        A33 += dot(k3, tl.trans(k3))
+        sq0 += tl.sum(k0.to(tl.float32) * k0.to(tl.float32), axis=1)
+        sq1 += tl.sum(k1.to(tl.float32) * k1.to(tl.float32), axis=1)
+        sq2 += tl.sum(k2.to(tl.float32) * k2.to(tl.float32), axis=1)
+        sq3 += tl.sum(k3.to(tl.float32) * k3.to(tl.float32), axis=1)
+    G, _ = _chunk_gate(g, start, eos, h, H)
+    G0, G1, G2, G3 = _sub_chunk(G, 0), _sub_chunk(G, 1), _sub_chunk(G, 2), _sub_chunk(G, 3)
+    c0, r0 = _block_rows(beta, sq0, start, eos, h, 0, H, USE_L2NORM)
+    c1, r1 = _block_rows(beta, sq1, start, eos, h, 1, H, USE_L2NORM)
+    c2, r2 = _block_rows(beta, sq2, start, eos, h, 2, H, USE_L2NORM)
+    c3, r3 = _block_rows(beta, sq3, start, eos, h, 3, H, USE_L2NORM)
+    X00, X10, X11, X20, X21, X22, X30, X31, X32, X33 = invert_blocks(
+        _diagonal(A00, G0, r0, c0),
+        _off_diagonal(A10, G1, G0, r1, c0), _diagonal(A11, G1, r1, c1),
+        _off_diagonal(A20, G2, G0, r2, c0), _off_diagonal(A21, G2, G1, r2, c1), _diagonal(A22, G2, r2, c2),
+        _off_diagonal(A30, G3, G0, r3, c0), _off_diagonal(A31, G3, G1, r3, c1),
+        _off_diagonal(A32, G3, G2, r3, c2), _diagonal(A33, G3, r3, c3),
+    )
+    store_lower_blocks(x_out, start, eos, h, H, X00, X10, X11, X20, X21, X22, X30, X31, X32, X33)
+
+
+@triton.jit
 def gdn_intra_kernel(
     q, k, g, beta, bounds, x_out, aqk_out, w_scale_out, q_scale_out, k_scale_out, decay_out, scale,
     H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
 ):
     # AOTInductor passes Python floats as fp64 scalars
     scale = tl.cast(scale, tl.float32)
-    chunk = tl.program_id(0)
-    h = tl.program_id(1)
+    chunk = tl.program_id(1)
+    h = tl.program_id(2)
     hk = h // (H // HK)
     start, eos, live = chunk_span(bounds, chunk)
     if live:
-        rows = tl.arange(0, BT)
-        sub = tl.arange(0, BC)
-        t = start + rows
-        valid = t < eos
-        t0, t1, t2, t3 = start + sub, start + BC + sub, start + 2 * BC + sub, start + 3 * BC + sub
-        acc_qk = tl.zeros([BT, BT], tl.float32)
-        A00 = tl.zeros([BC, BC], tl.float32)
-        A10 = tl.zeros([BC, BC], tl.float32)
-        A11 = tl.zeros([BC, BC], tl.float32)
-        A20 = tl.zeros([BC, BC], tl.float32)
-        A21 = tl.zeros([BC, BC], tl.float32)
-        A22 = tl.zeros([BC, BC], tl.float32)
-        A30 = tl.zeros([BC, BC], tl.float32)
-        A31 = tl.zeros([BC, BC], tl.float32)
-        A32 = tl.zeros([BC, BC], tl.float32)
-        A33 = tl.zeros([BC, BC], tl.float32)
-        q_sq = tl.zeros([BT], tl.float32)
-        k_sq = tl.zeros([BT], tl.float32)
-        for d0 in range(0, K, BK):
-            kc = d0 + tl.arange(0, BK)
-            qq = _rows(q, t, valid, hk, HK, K, kc)
-            kk = _rows(k, t, valid, hk, HK, K, kc)
-            k0 = _rows(k, t0, t0 < eos, hk, HK, K, kc)
-            k1 = _rows(k, t1, t1 < eos, hk, HK, K, kc)
-            k2 = _rows(k, t2, t2 < eos, hk, HK, K, kc)
-            k3 = _rows(k, t3, t3 < eos, hk, HK, K, kc)
-            acc_qk += dot(qq, tl.trans(kk))
-            A00 += dot(k0, tl.trans(k0))
-            A10 += dot(k1, tl.trans(k0))
-            A11 += dot(k1, tl.trans(k1))
-            A20 += dot(k2, tl.trans(k0))
-            A21 += dot(k2, tl.trans(k1))
-            A22 += dot(k2, tl.trans(k2))
-            A30 += dot(k3, tl.trans(k0))
-            A31 += dot(k3, tl.trans(k1))
-            A32 += dot(k3, tl.trans(k2))
-            A33 += dot(k3, tl.trans(k3))
-            qf, kf = qq.to(tl.float32), kk.to(tl.float32)
-            q_sq += tl.sum(qf * qf, axis=1)
-            k_sq += tl.sum(kf * kf, axis=1)
-        # rows past the sequence end read g = 0: G stays at the chunk's last value, and row BT - 1 holds it
-        G = tl.cumsum(tl.load(g + t * H + h, mask=valid, other=0.0).to(tl.float32), axis=0)
-        G_last = tl.sum(tl.where(rows == BT - 1, G, 0.0), axis=0)
-        b = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32)
-        q_inv = inverse_norm(q_sq, USE_L2NORM)
-        k_inv = inverse_norm(k_sq, USE_L2NORM)
-        q_rows = scale * q_inv
-        _store_aqk(aqk_out, acc_qk, G, q_rows, k_inv, start, eos, h, H)
-        eG = tl.exp(G)
-        tl.store(w_scale_out + t * H + h, b * eG * k_inv, mask=valid)
-        tl.store(q_scale_out + t * H + h, q_rows * eG, mask=valid)
-        tl.store(k_scale_out + t * H + h, k_inv * tl.exp(G_last - G), mask=valid)
-        tl.store(decay_out + chunk * H + h, tl.exp(G_last))
-        G0, G1, G2, G3 = _sub_chunk(G, 0), _sub_chunk(G, 1), _sub_chunk(G, 2), _sub_chunk(G, 3)
-        c0, c1, c2, c3 = _sub_chunk(k_inv, 0), _sub_chunk(k_inv, 1), _sub_chunk(k_inv, 2), _sub_chunk(k_inv, 3)
-        akk_rows = b * k_inv
-        r1, r2, r3 = _sub_chunk(akk_rows, 1), _sub_chunk(akk_rows, 2), _sub_chunk(akk_rows, 3)
-        X00, X10, X11, X20, X21, X22, X30, X31, X32, X33 = invert_blocks(
-            _diagonal(A00, G0, _sub_chunk(akk_rows, 0), c0),
-            _off_diagonal(A10, G1, G0, r1, c0), _diagonal(A11, G1, r1, c1),
-            _off_diagonal(A20, G2, G0, r2, c0), _off_diagonal(A21, G2, G1, r2, c1), _diagonal(A22, G2, r2, c2),
-            _off_diagonal(A30, G3, G0, r3, c0), _off_diagonal(A31, G3, G1, r3, c1),
-            _off_diagonal(A32, G3, G2, r3, c2), _diagonal(A33, G3, r3, c3),
-        )
-        store_lower_blocks(x_out, start, eos, h, H, X00, X10, X11, X20, X21, X22, X30, X31, X32, X33)
+        if tl.program_id(0) == 0:
+            _solved_keys(k, g, beta, x_out, start, eos, h, hk, H, HK, K, BK, USE_L2NORM)
+        else:
+            _scores_and_factors(q, k, g, beta, aqk_out, w_scale_out, q_scale_out, k_scale_out, decay_out, scale, chunk,
+                                start, eos, h, hk, H, HK, K, BK, USE_L2NORM)
 
 
 def gdn_intra_terms(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, scale: float,
@@ -160,7 +211,7 @@ def gdn_intra_terms(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor, beta: tor
     cumulated), beta [T, H]. block_k: K columns a step (tests shrink it to cross K tiles)."""
     T, HK, K = k.shape
     H = beta.shape[1]
-    (launch or (lambda fn: fn))(gdn_intra_kernel)[(bounds.shape[0], H)](
+    (launch or (lambda fn: fn))(gdn_intra_kernel)[(2, bounds.shape[0], H)](
         q, k, g, beta, bounds, x, aqk, w_scale, q_scale, k_scale, decay, scale,
         H=H, HK=HK, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, num_warps=4, num_stages=1,
     )
