@@ -14,7 +14,7 @@ A decay that is one number a (token, head) factors out of the dot products, so t
 inputs' dtype (bf16 MMA for bf16 q, k), and the exact pairwise decays multiply the results once after them. The first
 program of a (chunk, head) takes Akk as its ten 16 x 16 blocks on and below the diagonal (the form of the blockwise
 solve) and solves; the second takes Aqk as one [64, 64] tile, the norms and the row factors. Split so, neither holds
-the other's registers: ptxas for sm_90a (K 128, bf16) gives 210 registers to the kernel and spills nothing, where one
+the other's registers: Triton 3.9's build for sm_90a (K 128, bf16) takes 210 registers and spills nothing, where one
 program doing both takes all 255. A program of value head h reads the q and k of key head h // (H // Hk).
 """
 from __future__ import annotations
@@ -27,8 +27,10 @@ from dayzero.plugins.kda.chunk_common import BC, BT, chunk_span, inverse_norm
 from dayzero.plugins.kda.solve_kernel import invert_blocks, store_lower_blocks
 from dayzero.plugins.triton_utils import dot
 
-# K columns a step of the K loop
+# K columns a step of the K loops, and warps a program (bench/bench_gated_deltanet.py's `intra tiles` table times other
+# choices)
 INTRA_BLOCK_K = 64
+INTRA_WARPS = 4
 
 
 @triton.jit
@@ -213,5 +215,5 @@ def gdn_intra_terms(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor, beta: tor
     H = beta.shape[1]
     (launch or (lambda fn: fn))(gdn_intra_kernel)[(2, bounds.shape[0], H)](
         q, k, g, beta, bounds, x, aqk, w_scale, q_scale, k_scale, decay, scale,
-        H=H, HK=HK, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, num_warps=4, num_stages=1,
+        H=H, HK=HK, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, num_warps=INTRA_WARPS, num_stages=1,
     )
