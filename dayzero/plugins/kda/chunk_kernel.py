@@ -13,8 +13,8 @@ The pair kernel runs one program per 16-column block, chunk and head; the solve,
 V tile per program so that several programs share an SM (bench/bench_kda_prefill.py measures them). Varlen needs no
 host sync: chunk ids are found on the device from cu_seqlens.
 
-A per-head gate (gated DeltaNet, g [T, H]) makes every gate factor a row scale: one kernel a (chunk, head) computes
-G, the norms, Aqk and X (gdn_intra_kernel.py), gdn_wy_kernel writes W and U only, and the state kernel reads q and k
+A per-head gate (gated DeltaNet, g [T, H]) makes every gate factor a row or pair scale: one kernel computes G, the
+norms, Aqk and X (gdn_intra_kernel.py), gdn_wy_kernel writes W and U only, and the state kernel reads q and k
 themselves on their key head with the row factors q_scale = scale q_inv e^G and k_scale = k_inv e^{G_C - G}:
     o = q_scale * (q S) + Aqk v';   S = decay * S + k^T (k_scale * v')
 so no [T, H, K] copy of q or k is written (bench/bench_gated_deltanet.py measures it against fla).
