@@ -12,7 +12,8 @@ state indices, else from and to a gathered state batch (`fla_in_place`); graph r
 64-call graphs, each over input sets that outgrow the L2. fla gets q and k on the key heads where it computes grouped
 value heads right, else (`fla_qk_repeated`) q and k repeated to the value heads outside the timed call. Every kernel is
 checked first: dayzero against the fp32 reference and against fla. ratio = fla time / dayzero time (> 1: dayzero
-faster).
+faster). The `intra tiles` table times the per-head intra-chunk kernel (gdn_intra_kernel.py) alone at 1 x 8192 tokens
+for other (K step, warps) choices than the module's, to keep its choice.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from bench.common import (
     rel_err,
     write_result,
 )
+from dayzero.plugins.kda import gdn_intra_kernel as intra
 from dayzero.plugins.kda import reference as R
+from dayzero.plugins.kda.chunk_common import CHUNK, chunk_tables
 from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher
 from dayzero.plugins.kda.gdn_decode_kernel import fused_gdn_decode_launcher
 from dayzero.plugins.kda.recurrent_kernel import recurrent_kda_pool_launcher
@@ -45,6 +48,10 @@ PREFILL = [(1, 8192), (8, 1024)]  # (sequences, tokens each)
 DECODE_BATCHES = [1, 16, 64]
 # loose bounds that catch wrong kernels, not rounding (bf16 inputs)
 MAX_ERR = 3e-2
+# dayzero's per-head-gate stages: the profiler's kernel names that hold each
+STAGES = {"tables_ms": "_chunk_tables", "intra_ms": "gdn_intra", "wy_ms": "gdn_wy", "state_ms": "_state_kernel"}
+# (K columns a step, warps) of gdn_intra_kernel, the module's choice first
+INTRA_TILES = [(intra.INTRA_BLOCK_K, intra.INTRA_WARPS), (32, 4), (64, 8), (32, 8), (64, 2), (32, 2)]
 
 
 def gate_params(gen):
@@ -112,7 +119,7 @@ def prefill_row(num_seqs: int, length: int, fla_chunk) -> dict:
     o, s = run()
     row["dayzero_ms"] = bench_ms(run)
     row["dayzero_graph_ms"] = graph_replay_ms([run])
-    row.update(stage_times(run))
+    row.update(stage_times(run, STAGES))
     if fla_chunk is None:
         return row
     for repeat in (False, True):
@@ -136,6 +143,41 @@ def prefill_row(num_seqs: int, length: int, fla_chunk) -> dict:
     row["ratio"] = row["fla_ms"] / row["dayzero_ms"]
     row["ratio_graph"] = row["fla_graph_ms"] / row["dayzero_graph_ms"]
     return row
+
+
+def intra_tile_rows() -> list[dict]:
+    """gdn_intra_kernel alone (both programs of every chunk and head) at each INTRA_TILES choice, 1 x 8192 tokens;
+    its outputs checked against the module's choice."""
+    q, k, _, g, beta, cu = prefill_inputs(1, 8192)
+    T = q.shape[0]
+    chunks = T // CHUNK + 1
+    _, bounds = chunk_tables(cu, chunks)
+
+    def outputs():
+        return ([torch.empty(T, HV, CHUNK, device=q.device, dtype=torch.bfloat16) for _ in range(2)]
+                + [torch.empty(T, HV, device=q.device) for _ in range(3)] + [torch.empty(chunks, HV, device=q.device)])
+
+    def call(out, block_k, warps):
+        return lambda: intra.gdn_intra_kernel[(2, chunks, HV)](
+            q, k, g, beta, bounds, *out, K ** -0.5, H=HV, HK=HK, K=K, BK=block_k, USE_L2NORM=True, num_warps=warps,
+            num_stages=1)
+
+    expected = outputs()
+    call(expected, *INTRA_TILES[0])()
+    # X and Aqk hold their blocks on and below the diagonal only: compare the lower triangles (one sequence)
+    lower = torch.ones(CHUNK, CHUNK, device=q.device).tril().bool()[torch.arange(T, device=q.device) % CHUNK][:, None]
+    masked = lambda out: [torch.where(lower, x.float(), 0.0) for x in out[:2]] + out[2:]  # noqa: E731
+    rows = []
+    for block_k, warps in INTRA_TILES:
+        def row(block_k=block_k, warps=warps) -> dict:
+            out = outputs()
+            fn = call(out, block_k, warps)
+            fn()
+            err = max(rel_err(a, b) for a, b in zip(masked(out), masked(expected)))
+            return {"case": f"BK {block_k}, {warps} warps", "kernel_us": kernel_ms([fn]) * 1e3, "err": err}
+
+        attempt(rows, f"BK {block_k} w{warps}", row)
+    return rows
 
 
 def decode_sets(batch: int, rounds: int | None = None) -> list[dict]:
@@ -264,19 +306,22 @@ def takes_state_indices(fla_recurrent) -> bool:
 
 PREFILL_COLUMNS = {"case": "sequences x tokens", "dayzero_ms": "dayzero eager ms", "fla_ms": "fla eager ms",
                    "ratio": "fla / dayzero (eager)", "dayzero_graph_ms": "dayzero graph ms",
-                   "fla_graph_ms": "fla graph ms", "ratio_graph": "fla / dayzero (graph)", "pair_ms": "pair",
-                   "solve_ms": "solve", "wy_ms": "WY", "state_ms": "state"}
+                   "fla_graph_ms": "fla graph ms", "ratio_graph": "fla / dayzero (graph)", "tables_ms": "chunk tables",
+                   "intra_ms": "intra (G, Aqk, solve)", "wy_ms": "WY", "state_ms": "state"}
 DECODE_COLUMNS = {"case": "batch", "pool_graph_us": "pool graph us", "fused_graph_us": "fused step graph us",
                   "fla_graph_us": "fla graph us", "ratio_graph": "fla / pool (graph)",
                   "pool_kernel_us": "pool kernel us", "fused_kernel_us": "fused step kernel us",
                   "fla_kernel_us": "fla kernel us", "ratio_kernel": "fla / pool (kernel)"}
 
 
-def tables(prefill: list, decode: list) -> dict:
+def tables(prefill: list, intra_tiles: list, decode: list) -> dict:
     return {
         "prefill": {"title": "Gated DeltaNet chunked prefill, 8192 tokens, Hk 16, Hv 32, K = V = 128", "rows": prefill,
                     "columns": PREFILL_COLUMNS,
                     "plot": {"x": "case", "y": ["dayzero_graph_ms", "fla_graph_ms"], "ylabel": "ms (graph replay)"}},
+        "intra_tiles": {"title": "gdn_intra_kernel tiles, 1 x 8192 tokens, kernel time in graphs", "rows": intra_tiles,
+                        "columns": {"case": "K step, warps", "kernel_us": "kernel us",
+                                    "err": "outputs vs the module's choice"}},
         "decode": {"title": "Gated DeltaNet decode, one token a row, Hk 16, Hv 32, K = V = 128", "rows": decode,
                    "columns": DECODE_COLUMNS,
                    "plot": {"x": "case", "y": ["pool_kernel_us", "fused_kernel_us", "fla_kernel_us"],
@@ -296,9 +341,10 @@ def main() -> None:
     with torch.inference_mode():
         for num_seqs, length in PREFILL:
             attempt(prefill, f"{num_seqs}x{length}", lambda n=num_seqs, t=length: prefill_row(n, t, fla_chunk))
+        intra_tiles = intra_tile_rows()
         for batch in DECODE_BATCHES:
             attempt(decode, f"B{batch}", lambda b=batch: decode_row(b, fla_recurrent))
-    path = write_result(args.out, "gated_deltanet", tables(prefill, decode), reference_check=check,
+    path = write_result(args.out, "gated_deltanet", tables(prefill, intra_tiles, decode), reference_check=check,
                         peer="fla 0.6.0 chunk_gated_delta_rule / fused_recurrent_gated_delta_rule")
     print_tables(path)
 

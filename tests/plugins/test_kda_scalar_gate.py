@@ -33,22 +33,28 @@ def varlen_inputs(lengths, Hk, H, K, V, dtype, per_head=True):
 BF16, FP32 = torch.bfloat16, torch.float32
 
 
-@pytest.mark.parametrize("lengths, Hk, H, K, V, per_head, dtype", sizes(
-    cpu=[((70,), 1, 2, 16, 32, True, FP32), ((5, 64, 1), 1, 3, 16, 16, True, BF16), ((67,), 1, 2, 32, 16, False, FP32)],
-    gpu=[((8192,), 16, 32, 128, 128, True, BF16), ((8192,), 16, 32, 128, 128, True, FP32),
-         ((1000, 77, 4096, 1), 4, 12, 128, 128, True, BF16), ((333,), 16, 32, 64, 128, False, BF16)],
+@pytest.mark.parametrize("lengths, Hk, H, K, V, per_head, dtype, initial", sizes(
+    cpu=[((70,), 1, 2, 16, 32, True, FP32, True), ((5, 64, 1), 1, 3, 16, 16, True, BF16, True),
+         ((67,), 1, 2, 32, 16, False, FP32, True), ((33, 0, 1, 100), 2, 2, 32, 16, True, FP32, False),
+         ((1, 70, 9), 2, 4, 16, 32, True, BF16, False), ((130, 1), 2, 4, 32, 16, True, FP32, True)],
+    gpu=[((8192,), 16, 32, 128, 128, True, BF16, True), ((8192,), 16, 32, 128, 128, True, FP32, True),
+         ((1000, 77, 4096, 1), 4, 12, 128, 128, True, BF16, True), ((333,), 16, 32, 64, 128, False, BF16, True),
+         ((1000, 77, 1, 333), 16, 16, 128, 64, True, BF16, False), ((8191, 1), 16, 32, 128, 128, True, BF16, False)],
 ))
-def test_chunk_matches_reference(lengths, Hk, H, K, V, per_head, dtype):
+def test_chunk_matches_reference(lengths, Hk, H, K, V, per_head, dtype, initial):
+    """Per-head gates at odd sizes: partial last chunks, sequences of one and of no token, Hv = Hk and Hv a multiple
+    of Hk, K != V, with and without initial states."""
     from dayzero.plugins.kda.chunk_kernel import chunk_kda_launcher
 
     q, k, v, g, beta, cu = varlen_inputs(lengths, Hk, H, K, V, dtype, per_head)
-    S0 = torch.randn(len(lengths), H, K, V)
+    S0 = torch.randn(len(lengths), H, K, V) if initial else None
+    on_device = None if S0 is None else S0.to(DEVICE)
     ref_o, ref_s = R.chunk_kda(*(x.float()[None].to(DEVICE) for x in (q, k, v, g, beta)),
-                               initial_state=S0.to(DEVICE), output_final_state=True, use_qk_l2norm_in_kernel=True,
+                               initial_state=on_device, output_final_state=True, use_qk_l2norm_in_kernel=True,
                                cu_seqlens=cu.to(DEVICE))
     out, final = poisoned(sum(lengths), H, V, dtype=dtype), poisoned(len(lengths), H, K, V)
     dev = [x.to(DEVICE) for x in (q, k, v, g, beta)]
-    chunk_kda_launcher(*dev, K ** -0.5, S0.to(DEVICE), cu.to(DEVICE), True, True, out=out, final_out=final)
+    chunk_kda_launcher(*dev, K ** -0.5, on_device, cu.to(DEVICE), True, True, out=out, final_out=final)
     tol = 2e-2 if dtype == torch.bfloat16 else (5e-3 if ON_GPU else 1e-5)
     assert rel_err(out.float().cpu(), ref_o[0].cpu()) < tol
     assert rel_err(final.cpu(), ref_s.cpu()) < tol
@@ -78,7 +84,7 @@ def test_chunk_unwritten_intermediates_never_reach_the_output(monkeypatch):
         return out.fill_(float("nan")) if out.is_floating_point() else out
 
     monkeypatch.setattr(torch, "empty", nan_empty)
-    test_chunk_matches_reference((70, 5), 1, 2, 16, 16, True, torch.float32)
+    test_chunk_matches_reference((70, 5), 1, 2, 16, 16, True, torch.float32, True)
 
 
 def test_chunk_op_wrapper_takes_batched_grouped_inputs():

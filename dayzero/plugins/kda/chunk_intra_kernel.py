@@ -12,9 +12,9 @@ decay is factored around the last row m_j of sub-chunk j: the key side e^{G_m - 
 e^{G_r - G_m} for the rows after sub-chunk j. Inside sub-chunk j the row side is >= 1; it is exact while a channel
 decays by at most EXP_CAP nats inside the sub-chunk (the factor is capped there), else the column block is recomputed
 with exact pairwise exponentials. Rows before sub-chunk j are zeroed. L2 normalization and beta are row and column
-scalings, applied after the K loop, and the key norms and largest decay are reduced once after it. A per-head gate
-(gated DeltaNet) makes the decay one factor a pair: the K loop is plain dots and the exact pairwise decays multiply the
-block once after it. Grouped value heads: a program of value head h reads the q and k of key head h // (H // Hk).
+scalings, applied after the K loop, and the key norms and largest decay are reduced once after it. Grouped value
+heads: a program of value head h reads the q and k of key head h // (H // Hk). A per-head gate (gated DeltaNet) takes
+gdn_intra_kernel.py instead.
 
 The column block on the grid keeps a program at K / BK dependent steps: one program a chunk looping over its four
 column blocks takes 4 x K / BK (32 serial K steps of 6 bar.sync each in the sm_90 build, 3 programs an SM) and twice
@@ -49,20 +49,6 @@ def _key_gates(g_cum, start, eos, h, H: tl.constexpr, K: tl.constexpr, kc, j):
     last = tl.minimum(start + j * BC + BC, eos) - 1
     g_last = tl.load(g_cum + (last * H + h) * K + kc, mask=kc < K, other=0.0)
     return load_rows(g_cum, t, t < eos, h, H, K, kc), g_last
-
-
-@triton.jit
-def _head_pair_decay(g_cum, start, eos, h, H: tl.constexpr, j):
-    """e^{G_r - G_j} [BT, BC] of a per-head gate (G [T, H]) for the chunk's rows r against sub-chunk j's columns,
-    zero above the diagonal: exact, as the difference of two cumsums is never positive on or below it."""
-    rows = tl.arange(0, BT)
-    t = start + rows
-    cols = j * BC + tl.arange(0, BC)
-    G_rows = tl.load(g_cum + t * H + h, mask=t < eos, other=0.0)
-    G_cols = tl.load(g_cum + (start + cols) * H + h, mask=start + cols < eos, other=0.0)
-    # rows past the sequence end read G = 0: kept out like the pairs above the diagonal
-    causal = (rows[:, None] >= cols[None, :]) & (t < eos)[:, None]
-    return tl.where(causal, tl.exp(tl.where(causal, G_rows[:, None] - G_cols[None, :], 0.0)), 0.0)
 
 
 @triton.jit
@@ -101,14 +87,13 @@ def _exact_column_block(q, k, g_cum, start, eos, h, hk, H: tl.constexpr, HK: tl.
 @triton.jit
 def _store_column_block(q, k, g_cum, start, eos, h, hk, H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, j,
                         acc_kk, acc_qk, spread, col_sum_sq, akk_rows, aqk_rows, akk_out, aqk_out,
-                        USE_L2NORM: tl.constexpr, PER_HEAD_GATE: tl.constexpr):
+                        USE_L2NORM: tl.constexpr):
     """Scale column block j by its row and column factors and store it: Akk strictly lower (zero on and above the
     diagonal inside block (j, j), which the solve reads whole), Aqk lower with the diagonal; rows before sub-chunk j
-    are not written. A factored block (per-channel gate) is exact while no channel decays by more than EXP_CAP inside
-    the sub-chunk; else recompute it pairwise (rare, and outside the main loop to keep that lean)."""
-    if not PER_HEAD_GATE:
-        if spread > EXP_CAP:
-            acc_kk, acc_qk = _exact_column_block(q, k, g_cum, start, eos, h, hk, H, HK, K, j)
+    are not written. A factored block is exact while no channel decays by more than EXP_CAP inside the sub-chunk;
+    else recompute it pairwise (rare, and outside the main loop to keep that lean)."""
+    if spread > EXP_CAP:
+        acc_kk, acc_qk = _exact_column_block(q, k, g_cum, start, eos, h, hk, H, HK, K, j)
     rows = tl.arange(0, BT)
     cols = j * BC + tl.arange(0, BC)
     col_inv = inverse_norm(col_sum_sq, USE_L2NORM)
@@ -125,7 +110,6 @@ def _store_column_block(q, k, g_cum, start, eos, h, hk, H: tl.constexpr, HK: tl.
 def column_grid_pairs_kernel(
     q, k, g_cum, beta, bounds, akk_out, aqk_out, q_inv_out, k_inv_out, scale,
     H: tl.constexpr, HK: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, USE_L2NORM: tl.constexpr,
-    PER_HEAD_GATE: tl.constexpr,
 ):
     # AOTInductor passes Python floats as fp64 scalars
     scale = tl.cast(scale, tl.float32)
@@ -151,24 +135,13 @@ def column_grid_pairs_kernel(
             qq = load_rows(q, t, valid, hk, HK, K, kc)
             kk = load_rows(k, t, valid, hk, HK, K, kc)
             kj = _keys(k, start, eos, hk, HK, K, kc, j)
-            if PER_HEAD_GATE:
-                # the decay is one factor a (row, column) pair, applied once after the loop; the operands go back to
-                # their stored dtype (exact: they were loaded from it) for the faster bf16 MMA
-                key = tl.trans(kj).to(k.dtype.element_ty)
-                acc_kk += dot(kk.to(k.dtype.element_ty), key)
-                acc_qk += dot(qq.to(q.dtype.element_ty), key)
-            else:
-                G = load_rows(g_cum, t, valid, h, H, K, kc)
-                Gj, g_last = _key_gates(g_cum, start, eos, h, H, K, kc, j)
-                acc_kk, acc_qk = _factored_dots(qq, kk, G, kj, Gj, g_last, valid, acc_kk, acc_qk)
-                spread = tl.maximum(spread, tl.where(key_valid[:, None], Gj - g_last[None, :], 0.0))
+            G = load_rows(g_cum, t, valid, h, H, K, kc)
+            Gj, g_last = _key_gates(g_cum, start, eos, h, H, K, kc, j)
+            acc_kk, acc_qk = _factored_dots(qq, kk, G, kj, Gj, g_last, valid, acc_kk, acc_qk)
+            spread = tl.maximum(spread, tl.where(key_valid[:, None], Gj - g_last[None, :], 0.0))
             q_sq += tl.sum(qq * qq, axis=1)
             k_sq += tl.sum(kk * kk, axis=1)
             col_sq += kj * kj
-        if PER_HEAD_GATE:
-            pair_decay = _head_pair_decay(g_cum, start, eos, h, H, j)
-            acc_kk *= pair_decay
-            acc_qk *= pair_decay
         q_inv = inverse_norm(q_sq, USE_L2NORM)
         k_inv = inverse_norm(k_sq, USE_L2NORM)
         # every program past sub-chunk j's start has these rows' norms; the one of their own sub-chunk writes them
@@ -178,7 +151,7 @@ def column_grid_pairs_kernel(
         akk_rows = tl.load(beta + t * H + h, mask=valid, other=0.0).to(tl.float32) * k_inv
         _store_column_block(q, k, g_cum, start, eos, h, hk, H, HK, K, j, acc_kk, acc_qk,
                             tl.max(tl.max(spread, axis=1), axis=0), tl.sum(col_sq, axis=1), akk_rows, scale * q_inv,
-                            akk_out, aqk_out, USE_L2NORM, PER_HEAD_GATE)
+                            akk_out, aqk_out, USE_L2NORM)
 
 
 def pair_terms(q: torch.Tensor, k: torch.Tensor, g_cum: torch.Tensor, beta: torch.Tensor, scale: float,
@@ -186,9 +159,8 @@ def pair_terms(q: torch.Tensor, k: torch.Tensor, g_cum: torch.Tensor, beta: torc
                x: torch.Tensor, aqk: torch.Tensor, q_inv: torch.Tensor, k_inv: torch.Tensor, launch=None,
                block_k: int = PAIR_BLOCK_K) -> None:
     """Fill x = (I + Akk)^{-1} and aqk [T, H, BT] (blocks on and below the diagonal), q_inv and k_inv [T, H] fp32
-    (1/||x|| per token) for q, k [T, Hk, K], g_cum [T, H, K] or [T, H] (per-head gate) fp32, beta [T, H]; value head
-    h reads key head h // (H // Hk); Akk goes through an fp32 buffer. block_k: K columns a step (tests shrink it to
-    cross K tiles)."""
+    (1/||x|| per token) for q, k [T, Hk, K], g_cum [T, H, K] fp32, beta [T, H]; value head h reads key head
+    h // (H // Hk); Akk goes through an fp32 buffer. block_k: K columns a step (tests shrink it to cross K tiles)."""
     T, HK, K = k.shape
     H = beta.shape[1]
     num_chunks = bounds.shape[0]
@@ -196,7 +168,6 @@ def pair_terms(q: torch.Tensor, k: torch.Tensor, g_cum: torch.Tensor, beta: torc
     akk = torch.empty(T, H, CHUNK, device=q.device, dtype=torch.float32)
     launch(column_grid_pairs_kernel)[(CHUNK // BC.value, num_chunks, H)](
         q, k, g_cum, beta, bounds, akk, aqk, q_inv, k_inv, scale,
-        H=H, HK=HK, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, PER_HEAD_GATE=g_cum.dim() == 2, num_warps=4,
-        num_stages=1,
+        H=H, HK=HK, K=K, BK=min(K, block_k), USE_L2NORM=use_qk_l2norm, num_warps=4, num_stages=1,
     )
     launch(solve_kernel)[(num_chunks, H)](akk, x, bounds, H=H, num_warps=4)

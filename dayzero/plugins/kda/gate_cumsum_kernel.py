@@ -1,8 +1,8 @@
-"""G = in-chunk cumsum of the log-space gate g, one program per (K tile, chunk, head) (per (chunk, head) for a
-per-head gate), stored in fp32.
+"""G = in-chunk cumsum of the per-channel log-space gate g, one program per (K tile, chunk, head), stored in fp32.
 
 Computed once here because a Triton scan along the token axis is slow and the pair and WY kernels need G in
-several programs per chunk (on the H200 the pair kernel with its own scans takes 1.3 ms at T8192 H32)."""
+several programs per chunk (on the H200 the pair kernel with its own scans takes 1.3 ms at T8192 H32). A per-head
+gate is cumulated inside gdn_intra_kernel.py, one [64] scan a program."""
 
 from __future__ import annotations
 
@@ -13,18 +13,12 @@ from dayzero.plugins.kda.chunk_common import BT, chunk_span, load_rows
 
 
 @triton.jit
-def gate_cumsum_kernel(g, g_cum, bounds, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr,
-                       PER_HEAD_GATE: tl.constexpr):
+def gate_cumsum_kernel(g, g_cum, bounds, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
     h = tl.program_id(2)
     start, eos, live = chunk_span(bounds, tl.program_id(1))
     if live:
         t = start + tl.arange(0, BT)
         valid = t < eos
-        if PER_HEAD_GATE:
-            # g and G are [T, H]: one program a (chunk, head)
-            G = tl.cumsum(tl.load(g + t * H + h, mask=valid, other=0.0).to(tl.float32), axis=0)
-            tl.store(g_cum + t * H + h, G, mask=valid)
-        else:
-            kc = tl.program_id(0) * BK + tl.arange(0, BK)
-            G = tl.cumsum(load_rows(g, t, valid, h, H, K, kc), axis=0)
-            tl.store(g_cum + (t[:, None] * H + h) * K + kc[None, :], G, mask=valid[:, None] & (kc[None, :] < K))
+        kc = tl.program_id(0) * BK + tl.arange(0, BK)
+        G = tl.cumsum(load_rows(g, t, valid, h, H, K, kc), axis=0)
+        tl.store(g_cum + (t[:, None] * H + h) * K + kc[None, :], G, mask=valid[:, None] & (kc[None, :] < K))

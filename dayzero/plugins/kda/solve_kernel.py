@@ -5,6 +5,7 @@ sum_n N^n = (I + N)(I + N^2)(I + N^4)(I + N^8)), then the off-diagonal blocks fo
 X_ij = -X_ii sum_{m=j}^{i-1} L_im X_mj. All dots are 16x16x16 in full fp32: the solve is a tiny share of the work
 and the errors of X reach every output. `solve_kernel` reads the fp32 Akk that the pair kernel
 (chunk_intra_kernel.py) stores; the solve stays out of the pair kernel so that neither holds the other's registers.
+Under a per-head gate the Akk blocks come from plain dots, and gdn_intra_kernel.py inverts them in its registers.
 """
 
 from __future__ import annotations
