@@ -10,7 +10,7 @@ import torch
 from dayzero.plugins import norm
 from dayzero.plugins.norm import reference
 from tests.helpers import rel_err
-from tests.plugins.triton_env import DEVICE, ON_GPU, needs_triton, poisoned, sizes
+from tests.plugins.triton_env import DEVICE, ON_GPU, gpu_only, needs_triton, poisoned, sizes
 
 # the CPU interpreter truncates fp32 -> bf16 where the GPU rounds to nearest, hence the loose bf16 bound
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -137,6 +137,26 @@ def test_add_rms_norm_reads_strided_rows_and_writes_contiguous_ones(dtype):
     total, normed = add_rms_norm_launcher(hidden, delta, weight, EPS, True)
     assert total.is_contiguous() and normed.is_contiguous() and total.shape == normed.shape == (7, 3, 24)
     _check_add_rms_norm(hidden, delta, weight, True, total, normed)
+
+
+@pytest.mark.parametrize("tokens", [pytest.param(t, marks=gpu_only) for t in (1, 64)])
+def test_add_rms_norm_compiled_and_replayed_is_the_add_then_the_norm_exactly(tokens):
+    """torch.compile takes the op's kernel in (as the compiled engines do) and a CUDA graph replays it (a decode
+    step): bit for bit torch's add and the rms_norm op, on the inputs the replay reads."""
+    dim = 7168
+    hidden, delta = _rows(tokens, dim, dtype=torch.bfloat16), _rows(tokens, dim, dtype=torch.bfloat16)
+    weight = _weight(dim, True, torch.bfloat16)
+    step = torch.compile(lambda h, d: norm.add_rms_norm(h, d, weight, EPS, True), fullgraph=True)
+    step(hidden, delta)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        total, normed = step(hidden, delta)
+    hidden.copy_(_rows(tokens, dim, dtype=torch.bfloat16))
+    delta.copy_(_rows(tokens, dim, dtype=torch.bfloat16))
+    graph.replay()
+    assert torch.equal(total, hidden + delta)
+    assert torch.equal(normed, norm.rms_norm(hidden + delta, weight, EPS, True))
 
 
 @needs_triton

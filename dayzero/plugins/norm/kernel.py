@@ -100,7 +100,8 @@ def _output(given: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
 
 
 def _launch(x, other, weight, y, eps, zero_centered, gate_mode, launch, total=None) -> None:
-    """y = the norm of x, or with `total` of x + other (written to total); other is the gate under gate_mode."""
+    """y = the norm of x, or with `total` of x + other (written to total); other is the gate under gate_mode. An
+    input a variant does not read or write is passed as x (read-only), as the plain norm passes x for the gate."""
     outer, heads, dim = x.shape
     assert dim <= MAX_DIM, f"rows of {dim} > {MAX_DIM} elements are not supported"
     assert weight.shape == (dim,) and weight.is_contiguous(), f"weight must be a contiguous [{dim}] vector"
@@ -114,7 +115,7 @@ def _launch(x, other, weight, y, eps, zero_centered, gate_mode, launch, total=No
         programs <= device_info.num_sms(x.device, cpu_default=2)))
     kernel = launch(_rms_norm_kernel) if launch else _rms_norm_kernel
     kernel[(programs,)](
-        x, other, weight, y, y if total is None else total, rows, heads, x.stride(0), x.stride(1), other.stride(0),
+        x, other, weight, y, x if total is None else total, rows, heads, x.stride(0), x.stride(1), other.stride(0),
         other.stride(1), eps, dim, block_r, block_d, zero_centered, gate_mode, total is not None, pdl,
         num_warps=num_warps, **dependent_launch.launch_options(pdl))
 
