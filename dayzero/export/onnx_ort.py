@@ -181,6 +181,11 @@ def _rms_norm(x, weight, *, eps, zero_centered):
     return (ops.rms_norm(x, weight, eps, bool(zero_centered)),)
 
 
+@kernel("AddRmsNorm")
+def _add_rms_norm(hidden, delta, weight, *, eps, zero_centered):
+    return ops.add_rms_norm(hidden, delta, weight, eps, bool(zero_centered))
+
+
 @kernel("GatedRmsNorm")
 def _gated_rms_norm(x, gate, weight, *, eps, activation):
     return (ops.gated_rms_norm(x, gate, weight, eps, activation),)

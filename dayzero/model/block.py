@@ -1,5 +1,5 @@
 """One decoder layer: token mixer (KDA, gated DeltaNet, MLA or gated GQA) and feed-forward (dense MLP or MoE), each
-pre-normed."""
+pre-normed (the stream applies `input_layernorm` and `post_attention_layernorm`, residual.py)."""
 
 from __future__ import annotations
 
@@ -54,11 +54,11 @@ class DecoderLayer(nn.Module):
                 picks: torch.Tensor | None = None) -> torch.Tensor | None:
         """Adds the layer's token mixer and feed-forward to the stream; -> the latest DSA Top-K picks (this layer's,
         or `picks` passed on), which a later layer may share."""
-        x = self.input_layernorm(stream.attn_input(self))
+        x = stream.attn_input(self)
         if self.kind in (KDA, GDN, GQA):
             out = self.self_attn(x, meta, cache, decode, shard)
         else:
             out, picks = self.self_attn(x, meta, cache, decode, shard, picks)
         stream.add(out)
-        stream.add(self.ffn(self.post_attention_layernorm(stream.mlp_input(self)), decode))
+        stream.add(self.ffn(stream.mlp_input(self), decode))
         return picks

@@ -53,14 +53,8 @@ class Backbone(nn.Module):
         for layer, cache in zip(self.layers, caches):
             picks = layer(stream, meta, cache, decode, shard, picks)
             if layer_states is not None:
-                layer_states.append(_layer_state(stream))
-        return self.norm(stream.output(self))
-
-
-def _layer_state(stream) -> torch.Tensor:
-    if isinstance(stream, PlainResidual):
-        return stream.hidden
-    return stream.streams if isinstance(stream, HyperConnections) else stream.partial
+                layer_states.append(stream.state())
+        return stream.output(self)
 
 
 class HybridModel(nn.Module):

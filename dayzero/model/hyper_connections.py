@@ -4,7 +4,8 @@ of one residual, read and written around every sublayer.
 `HyperConnection` holds one sublayer's weights (the checkpoint's `attn_hc` / `ffn_hc`); `HyperConnections` is the
 stream a forward pass creates, with the interface of residual.py's streams: each decoder layer asks it for its
 attention input, adds the attention output, asks for its MLP input and adds the MLP output (found as the layer's
-`attn_hc` and `ffn_hc`); the model asks for the final hidden state.
+`attn_hc` and `ffn_hc`); the model asks for the final hidden state. Inputs and the final state come normed by the
+sublayer's input norm and the model's final norm.
 
 The stream knows every connection in the order the sublayers run, so that adding a sublayer's output also projects
 the new streams for the next connection (`mhc_post_project`) and that connection only finishes the projection
@@ -61,10 +62,10 @@ class HyperConnections:
         self.partials: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def attn_input(self, layer) -> torch.Tensor:
-        return self._collapse(layer.attn_hc)
+        return layer.input_layernorm(self._collapse(layer.attn_hc))
 
     def mlp_input(self, layer) -> torch.Tensor:
-        return self._collapse(layer.ffn_hc)
+        return layer.post_attention_layernorm(self._collapse(layer.ffn_hc))
 
     def _collapse(self, connection: HyperConnection) -> torch.Tensor:
         assert self.position < len(self.connections) and connection is self.connections[self.position], (
@@ -86,4 +87,8 @@ class HyperConnections:
         self.pending = None
 
     def output(self, model) -> torch.Tensor:
-        return mhc.mhc_head(self.streams)
+        return model.norm(mhc.mhc_head(self.streams))
+
+    def state(self) -> torch.Tensor:
+        """The streams [T, HC, D] after the latest add."""
+        return self.streams

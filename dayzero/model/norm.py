@@ -9,25 +9,25 @@ from dayzero.plugins import norm as norm_ops
 
 
 class RMSNorm(nn.Module):
+    zero_centered = False
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.weight = nn.Parameter(torch.zeros(dim) if self.zero_centered else torch.ones(dim), requires_grad=False)
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return norm_ops.rms_norm(x, self.weight, self.eps, False)
+        return norm_ops.rms_norm(x, self.weight, self.eps, self.zero_centered)
+
+    def after_add(self, hidden: torch.Tensor, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden + delta in hidden's dtype, this norm of it): a residual add and the next norm in one launch."""
+        return norm_ops.add_rms_norm(hidden, delta, self.weight, self.eps, self.zero_centered)
 
 
-class ZeroCenteredRMSNorm(nn.Module):
+class ZeroCenteredRMSNorm(RMSNorm):
     """RMSNorm whose stored weight is the offset from 1: x * rsqrt(mean(x^2) + eps) * (1 + weight) (Qwen3-Next)."""
 
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(dim), requires_grad=False)
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return norm_ops.rms_norm(x, self.weight, self.eps, True)
+    zero_centered = True
 
 
 def rms_norm(dim: int, eps: float, zero_centered: bool = False) -> nn.Module:

@@ -2,7 +2,10 @@
 "Attention residuals").
 
 A stream is created per forward pass. Each decoder layer asks it for its attention input, adds the attention
-output, asks for its MLP input and adds the MLP output; the model asks for the final hidden state.
+output, asks for its MLP input and adds the MLP output; the model asks for the final hidden state. Inputs and the
+final state come normed, by the sublayer's input norm (`layer.input_layernorm`, `layer.post_attention_layernorm`) and
+the model's final norm (`model.norm`): the plain stream runs each add together with the norm that follows it.
+`state()` is the residual after the latest add (what `dayzero check` compares per layer).
 """
 
 from __future__ import annotations
@@ -24,20 +27,40 @@ def depth_mix(norm: RMSNorm, proj: nn.Linear, sources: list[torch.Tensor]) -> to
 
 
 class PlainResidual:
+    """The residual sum, and the latest sublayer output until the next norm adds it (`add_rms_norm`: one launch for
+    the add and the norm, the sum rounded to the stream's dtype as a separate add would)."""
+
     def __init__(self, embeddings: torch.Tensor):
         self.hidden = embeddings
+        self.pending: torch.Tensor | None = None
 
     def attn_input(self, layer) -> torch.Tensor:
-        return self.hidden
+        return self._normed(layer.input_layernorm)
 
     def mlp_input(self, layer) -> torch.Tensor:
-        return self.hidden
+        return self._normed(layer.post_attention_layernorm)
 
     def add(self, output: torch.Tensor) -> None:
-        self.hidden = self.hidden + output
+        self._settle()
+        self.pending = output
 
     def output(self, model) -> torch.Tensor:
+        return self._normed(model.norm)
+
+    def state(self) -> torch.Tensor:
+        self._settle()
         return self.hidden
+
+    def _normed(self, norm) -> torch.Tensor:
+        if self.pending is None:
+            return norm(self.hidden)
+        self.hidden, normed = norm.after_add(self.hidden, self.pending)
+        self.pending = None
+        return normed
+
+    def _settle(self) -> None:
+        if self.pending is not None:
+            self.hidden, self.pending = self.hidden + self.pending, None
 
 
 class BlockAttnResidual:
@@ -58,13 +81,19 @@ class BlockAttnResidual:
         if layer.index % self.block_size == 0:
             self.blocks.append(self.partial)
             self.partial = None
-        return x
+        return layer.input_layernorm(x)
 
     def mlp_input(self, layer) -> torch.Tensor:
-        return depth_mix(layer.mlp_res_norm, layer.mlp_res_proj, [*self.blocks, self.partial])
+        return layer.post_attention_layernorm(
+            depth_mix(layer.mlp_res_norm, layer.mlp_res_proj, [*self.blocks, self.partial]))
 
     def add(self, output: torch.Tensor) -> None:
         self.partial = output if self.partial is None else self.partial + output
 
     def output(self, model) -> torch.Tensor:
-        return depth_mix(model.output_attn_res_norm, model.output_attn_res_proj, [*self.blocks, self.partial])
+        return model.norm(
+            depth_mix(model.output_attn_res_norm, model.output_attn_res_proj, [*self.blocks, self.partial]))
+
+    def state(self) -> torch.Tensor:
+        """The current block's partial sum: what an AttnRes decoder layer returns."""
+        return self.partial

@@ -148,7 +148,9 @@ def _hyper(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
 
 
 def _outside(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
-    return _same("final norm", "rms_norm"), _same("lookup, LM head", "torch")
+    # the plain residual adds each sublayer output with the norm after it: the last one with the final norm
+    norm = _same("final norm", "rms_norm") if residual_kind(cfg) else _same("last add, final norm", "add_rms_norm")
+    return norm, _same("lookup, LM head", "torch")
 
 
 PIECES: dict[Group, Callable[[ModelConfig, CacheFormat, int], tuple[Piece, ...]]] = {

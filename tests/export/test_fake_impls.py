@@ -76,6 +76,22 @@ def test_fake_impls_match_the_triton_bodies_over_prefill_and_decode(triton_bodie
             "gated_rms_norm"} <= set(calls)
 
 
+def test_fake_impls_match_the_triton_bodies_of_a_plain_residual(triton_bodies_on_cpu):
+    """Without AttnRes (Kimi-Linear's plain residual) each add runs with the norm after it: one KDA layer, the dense
+    MLP."""
+    calls, mismatches = triton_bodies_on_cpu
+    config = tiny_config_dict(attn_res_block_size=None, num_hidden_layers=1, linear_attn_config=layer_pattern("k"))
+    model = random_model(config, dtype=torch.bfloat16)
+    manifest = eager_manifest(model, CacheFormat(), max_batch=4, max_len=128)
+    engine = EagerEngine(model, manifest)
+    caches = allocate_flat_caches(manifest, 5, 4)
+    engine.prefill(torch.randint(0, 200, (7,)), contiguous_meta([0, 0], [4, 3], 2), caches)
+    engine.decode(torch.randint(0, 200, (2, 1)), contiguous_meta([4, 3], [1, 1], 2, decode=True), caches)
+    assert mismatches == []
+    assert {"add_rms_norm", "rms_norm", "chunk_kda", "fused_kda_decode"} <= set(calls)
+    assert "attnres_mix" not in calls
+
+
 def test_fake_impls_match_the_triton_bodies_of_glm5_next(triton_bodies_on_cpu):
     """Hyper-connections and pooled index keys (pools of 4, whole in pages: the Top-K kernels' case) over FP8 latent
     and MXFP8 pooled caches, in a prefill and a verify step of two tokens."""

@@ -49,31 +49,48 @@ def _connection(config, theirs) -> HyperConnection:
 
 
 class _Layer:
-    """What the stream asks of a dayzero decoder layer: its two hyper-connections."""
+    """What the stream asks of a dayzero decoder layer: its two hyper-connections and its two input norms
+    (transformers')."""
 
     def __init__(self, config, theirs):
         self.attn_hc, self.ffn_hc = _connection(config, theirs.attn_hc), _connection(config, theirs.ffn_hc)
+        self.input_layernorm, self.post_attention_layernorm = theirs.input_layernorm, theirs.post_attention_layernorm
 
 
-def _through_stream(embeddings, config, layers):
+def _final_norm(config) -> nn.Module:
+    norm = glm5.Glm5NextTextRMSNorm(DIM, eps=config.rms_norm_eps)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    return norm
+
+
+class _Model:
+    """What the stream asks of the dayzero model: its final norm."""
+
+    def __init__(self, norm: nn.Module):
+        self.norm = norm
+
+
+def _through_stream(embeddings, config, layers, final_norm):
     # block.py's order of calls, with transformers' sublayers and norms
     ours = [_Layer(config, theirs) for theirs in layers]
     stream = HyperConnections(embeddings, HC, layer_connections(ours))
     for layer, theirs in zip(ours, layers):
-        stream.add(theirs.self_attn(theirs.input_layernorm(stream.attn_input(layer))))
-        stream.add(theirs.mlp(theirs.post_attention_layernorm(stream.mlp_input(layer))))
-    return stream.output(None)
+        stream.add(theirs.self_attn(stream.attn_input(layer)))
+        stream.add(theirs.mlp(stream.mlp_input(layer)))
+    return stream.output(_Model(final_norm))
 
 
-def test_stream_matches_transformers_layers_and_head():
+def test_stream_matches_transformers_layers_head_and_final_norm():
     config, layers = _glm5_layers(num_layers=3)
+    final_norm = _final_norm(config)
     embeddings = torch.randn(TOKENS, DIM)
     with torch.no_grad():
         hidden = embeddings.view(1, TOKENS, DIM).unsqueeze(2).expand(-1, -1, HC, -1).contiguous()
         for layer in layers:
             hidden, _ = layer(hidden)
-        expected = glm5.Glm5NextTextHyperHead()(hidden)[0]
-        got = _through_stream(embeddings, config, layers)
+        expected = final_norm(glm5.Glm5NextTextHyperHead()(hidden))[0]
+        got = _through_stream(embeddings, config, layers, final_norm)
     assert rel_err(got, expected) < 1e-5
 
 
@@ -88,7 +105,7 @@ def test_each_add_projects_for_the_next_connection(monkeypatch):
         monkeypatch.setattr(mhc, name, lambda *args, op=op, name=name: calls.append(name) or op(*args))
     config, layers = _glm5_layers()
     with torch.no_grad():
-        _through_stream(torch.randn(TOKENS, DIM), config, layers)
+        _through_stream(torch.randn(TOKENS, DIM), config, layers, _final_norm(config))
     folded = ["mhc_post_project", "mhc_pre_from_partials"]
     assert calls == ["mhc_pre", *folded * 3, "mhc_post"]
 

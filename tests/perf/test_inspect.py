@@ -161,8 +161,9 @@ def test_glm5_next_shows_hyper_connections_pooled_keys_and_the_unloaded_vision_t
 def test_the_table_lists_every_kind_and_the_totals():
     report = profile(bundled("kimi-linear-48b-a3b"), "kimi-linear-48b-a3b", InspectOptions(tp=2))
     text = render(report)
+    # Kimi-Linear's plain residual: the last add runs with the final norm
     for label in ("KDA", "dense MLA", "dense MLP", "MoE", "per rank (--tp 2 --ep 1)", "chunk_kda",
-                  "dense_mla_paged", "1152 B bfloat16", "656 B fp8", "per sequence, not per token"):
+                  "dense_mla_paged", "1152 B bfloat16", "656 B fp8", "per sequence, not per token", "add_rms_norm"):
         assert label in text
     assert "index keys" not in text.splitlines()[0] and max(len(line) for line in text.splitlines()) <= 120
 

@@ -1,3 +1,3 @@
-from dayzero.plugins.norm.op import gated_rms_norm, rms_norm
+from dayzero.plugins.norm.op import add_rms_norm, gated_rms_norm, rms_norm
 
-__all__ = ["gated_rms_norm", "rms_norm"]
+__all__ = ["add_rms_norm", "gated_rms_norm", "rms_norm"]

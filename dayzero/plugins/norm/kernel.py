@@ -1,9 +1,14 @@
-"""Triton RMSNorm over rows (reference.py): plain, zero-centered and gated, one launch, fp32 math.
+"""Triton RMSNorm over rows (reference.py): plain, zero-centered, gated, and after a residual add, one launch, fp32
+math.
 
 A program normalizes BLOCK_R rows, each held whole in one tile of BLOCK_D >= D columns: a row is read once, its
 sum of squares and its scaling come from the same registers. Inputs are [A, H, D] with unit column stride and any
 strides over A and H, so that heads split off a wider projection row (a gate next to its query, the latent next to
 its rotary part) are read where they lie: row r is (r // H, r % H). The output is contiguous.
+
+The second input (`other`, read at its own strides) is the gate of a gated norm, or the delta of a residual add:
+then the kernel also writes x + delta rounded to x's dtype (contiguous) and normalizes that rounded sum, so that the
+sum and its norm are those of an add followed by the plain norm.
 """
 
 from __future__ import annotations
@@ -43,9 +48,9 @@ def _row_offsets(rows, H, outer_stride, inner_stride):
 
 @triton.jit(do_not_specialize=["R"])
 def _rms_norm_kernel(
-    x, gate, weight, y, R, H, x_outer, x_inner, g_outer, g_inner, eps,
+    x, other, weight, y, total, R, H, x_outer, x_inner, o_outer, o_inner, eps,
     D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, ZERO_CENTERED: tl.constexpr,
-    GATE: tl.constexpr, PDL: tl.constexpr,
+    GATE: tl.constexpr, ADD: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_previous_kernel(PDL)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -54,6 +59,13 @@ def _rms_norm_kernel(
     mask = (rows < R)[:, None] & c_mask[None, :]
     x_rows = _row_offsets(rows, H, x_outer, x_inner)
     xs = tl.load(x + x_rows[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    o_rows = _row_offsets(rows, H, o_outer, o_inner)
+    if ADD:
+        delta = tl.load(other + o_rows[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        # the norm reads the sum as stored (rounded to x's dtype), as an add then a norm would
+        summed = (xs + delta).to(total.dtype.element_ty)
+        tl.store(total + rows[:, None] * D + cols[None, :], summed, mask=mask)
+        xs = summed.to(tl.float32)
     # AOTInductor passes Python floats as fp64 scalars: keep the math in fp32
     rstd = tl.rsqrt(tl.sum(xs * xs, axis=1) / D + tl.cast(eps, tl.float32))
     w = tl.load(weight + cols, mask=c_mask, other=0.0).to(tl.float32)
@@ -61,8 +73,7 @@ def _rms_norm_kernel(
         w = 1.0 + w
     out = xs * rstd[:, None] * w[None, :]
     if GATE != 0:
-        g_rows = _row_offsets(rows, H, g_outer, g_inner)
-        g = tl.load(gate + g_rows[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        g = tl.load(other + o_rows[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         out = out * _activate(g, GATE)
     tl.store(y + rows[:, None] * D + cols[None, :], out.to(y.dtype.element_ty), mask=mask)
 
@@ -88,13 +99,15 @@ def _output(given: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
     return given
 
 
-def _launch(x, gate, weight, y, eps, zero_centered, gate_mode, launch) -> torch.Tensor:
+def _launch(x, other, weight, y, eps, zero_centered, gate_mode, launch, total=None) -> None:
+    """y = the norm of x, or with `total` of x + other (written to total); other is the gate under gate_mode. An
+    input a variant does not read or write is passed as x (read-only), as the plain norm passes x for the gate."""
     outer, heads, dim = x.shape
     assert dim <= MAX_DIM, f"rows of {dim} > {MAX_DIM} elements are not supported"
     assert weight.shape == (dim,) and weight.is_contiguous(), f"weight must be a contiguous [{dim}] vector"
     rows = outer * heads
     if statically_known_true(rows == 0):
-        return y
+        return
     block_r, block_d, num_warps = row_plan(dim)
     programs = triton.cdiv(rows, block_r)
     # PDL where the call is one wave of programs (a decode step's latency)
@@ -102,10 +115,9 @@ def _launch(x, gate, weight, y, eps, zero_centered, gate_mode, launch) -> torch.
         programs <= device_info.num_sms(x.device, cpu_default=2)))
     kernel = launch(_rms_norm_kernel) if launch else _rms_norm_kernel
     kernel[(programs,)](
-        x, gate, weight, y, rows, heads, x.stride(0), x.stride(1), gate.stride(0), gate.stride(1), eps,
-        dim, block_r, block_d, zero_centered, gate_mode, pdl, num_warps=num_warps,
-        **dependent_launch.launch_options(pdl))
-    return y
+        x, other, weight, y, x if total is None else total, rows, heads, x.stride(0), x.stride(1), other.stride(0),
+        other.stride(1), eps, dim, block_r, block_d, zero_centered, gate_mode, total is not None, pdl,
+        num_warps=num_warps, **dependent_launch.launch_options(pdl))
 
 
 def rms_norm_launcher(
@@ -114,7 +126,9 @@ def rms_norm_launcher(
 ) -> torch.Tensor:
     """x [A, H, D] (unit column stride), weight [D] -> y [A, H, D] contiguous in x's dtype."""
     _check_rows("x", x, x.shape[-1])
-    return _launch(x, x, weight, _output(out, x), eps, zero_centered, 0, launch)
+    y = _output(out, x)
+    _launch(x, x, weight, y, eps, zero_centered, 0, launch)
+    return y
 
 
 def gated_rms_norm_launcher(
@@ -127,4 +141,21 @@ def gated_rms_norm_launcher(
     _check_rows("gate", gate, x.shape[-1])
     assert gate.shape == x.shape, f"gate {tuple(gate.shape)} must have x's shape {tuple(x.shape)}"
     assert activation in GATES, f"activation must be one of {sorted(GATES)}, got {activation!r}"
-    return _launch(x, gate, weight, _output(out, x), eps, False, GATES[activation], launch)
+    y = _output(out, x)
+    _launch(x, gate, weight, y, eps, False, GATES[activation], launch)
+    return y
+
+
+def add_rms_norm_launcher(
+    hidden: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False, *,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None, launch=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden, delta [A, H, D] (unit column stride, each its own strides), weight [D] -> (hidden + delta, its norm),
+    both [A, H, D] contiguous in hidden's dtype; out: the (sum, norm) buffers."""
+    _check_rows("hidden", hidden, hidden.shape[-1])
+    _check_rows("delta", delta, hidden.shape[-1])
+    assert delta.shape == hidden.shape, f"delta {tuple(delta.shape)} must have hidden's shape {tuple(hidden.shape)}"
+    total, y = (None, None) if out is None else out
+    total, y = _output(total, hidden), _output(y, hidden)
+    _launch(hidden, delta, weight, y, eps, zero_centered, 0, launch, total=total)
+    return total, y

@@ -1,4 +1,5 @@
-"""`torch.ops.dayzero.rms_norm` / `gated_rms_norm`: RMSNorm of the last dimension in one launch (reference.py)."""
+"""`torch.ops.dayzero.rms_norm` / `gated_rms_norm` / `add_rms_norm`: RMSNorm of the last dimension (after a residual
+add) in one launch (reference.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def _fake(x: torch.Tensor, *args) -> torch.Tensor:
     return x.new_empty(x.shape)
 
 
+def _add_fake(hidden: torch.Tensor, *args) -> tuple[torch.Tensor, torch.Tensor]:
+    return hidden.new_empty(hidden.shape), hidden.new_empty(hidden.shape)
+
+
 @plugin_op("rms_norm", cpu=reference.rms_norm, fake=_fake)
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False) -> torch.Tensor:
     from torch.library import wrap_triton
@@ -45,6 +50,18 @@ def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
                                    launch=wrap_triton).view(x.shape)
 
 
+@plugin_op("add_rms_norm", cpu=reference.add_rms_norm, fake=_add_fake)
+def add_rms_norm(hidden: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float,
+                 zero_centered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.norm.kernel import add_rms_norm_launcher
+
+    total, y = add_rms_norm_launcher(as_rows(hidden), as_rows(delta), weight.contiguous(), eps, zero_centered,
+                                     launch=wrap_triton)
+    return total.view(hidden.shape), y.view(hidden.shape)
+
+
 @onnx_translation(rms_norm)
 def _rms_norm_onnx(x, weight, eps: float, zero_centered: bool = False):
     return dayzero_node("RmsNorm", [x, weight], [x], eps=eps, zero_centered=zero_centered)
@@ -53,3 +70,8 @@ def _rms_norm_onnx(x, weight, eps: float, zero_centered: bool = False):
 @onnx_translation(gated_rms_norm)
 def _gated_rms_norm_onnx(x, gate, weight, eps: float, activation: str = "sigmoid"):
     return dayzero_node("GatedRmsNorm", [x, gate, weight], [x], eps=eps, activation=activation)
+
+
+@onnx_translation(add_rms_norm)
+def _add_rms_norm_onnx(hidden, delta, weight, eps: float, zero_centered: bool = False):
+    return dayzero_node("AddRmsNorm", [hidden, delta, weight], [hidden, hidden], eps=eps, zero_centered=zero_centered)

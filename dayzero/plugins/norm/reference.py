@@ -3,8 +3,10 @@
 For a row x [D] in fp32:
     rms_norm:        y = x * rsqrt(mean(x^2) + eps) * w          w = weight, or 1 + weight where zero-centered
     gated_rms_norm:  y = x * rsqrt(mean(x^2) + eps) * weight * act(gate)    act = sigmoid or SiLU
+    add_rms_norm:    s = hidden + delta in hidden's dtype, then (s, rms_norm(s))
 The result takes x's dtype. The decoder's input norms, the attention's q / k and latent norms, the MoE latent norm
-(rms_norm) and the KDA / gated DeltaNet output norms (gated_rms_norm, sigmoid / SiLU, rows are heads).
+(rms_norm), the KDA / gated DeltaNet output norms (gated_rms_norm, sigmoid / SiLU, rows are heads), and the plain
+residual add with the next sublayer's input norm or the final norm (add_rms_norm).
 """
 
 from __future__ import annotations
@@ -30,3 +32,11 @@ def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, ep
                    activation: str = "sigmoid") -> torch.Tensor:
     """x [..., D], gate [..., D] (x's shape), weight [D] -> [..., D] in x's dtype."""
     return (normalized(x, eps) * weight.float() * GATES[activation](gate.float())).to(x.dtype)
+
+
+def add_rms_norm(hidden: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float,
+                 zero_centered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden [..., D], delta [..., D] (hidden's shape), weight [D] -> (sum, rms_norm(sum)), both in hidden's dtype:
+    the sum is `hidden + delta` rounded to hidden's dtype, and the norm reads it so rounded."""
+    summed = (hidden + delta).to(hidden.dtype)
+    return summed, rms_norm(summed, weight, eps, zero_centered)
