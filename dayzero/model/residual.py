@@ -22,8 +22,12 @@ def mix_params(hidden_size: int, eps: float) -> tuple[RMSNorm, nn.Linear]:
     return RMSNorm(hidden_size, eps), linear(hidden_size, 1)
 
 
-def depth_mix(norm: RMSNorm, proj: nn.Linear, sources: list[torch.Tensor]) -> torch.Tensor:
-    return attnres.attnres_mix(proj.weight[0], sources, norm.weight, norm.eps)
+def normed_depth_mix(mix_norm: RMSNorm, proj: nn.Linear, sources: list[torch.Tensor], norm: RMSNorm) -> torch.Tensor:
+    """`norm` of the depth mix of `sources` (scored through the checkpoint's `*_res_norm` and `*_res_proj`): one
+    launch (`attnres_mix_norm`) where `norm` scales by its weight."""
+    if norm.zero_centered:
+        return norm(attnres.attnres_mix(proj.weight[0], sources, mix_norm.weight, mix_norm.eps))
+    return attnres.attnres_mix(proj.weight[0], sources, mix_norm.weight, mix_norm.eps, norm.weight, norm.eps)[1]
 
 
 class PlainResidual:
@@ -76,23 +80,26 @@ class BlockAttnResidual:
         self.block_size = block_size
 
     def attn_input(self, layer) -> torch.Tensor:
-        x = depth_mix(layer.self_attention_res_norm, layer.self_attention_res_proj,
-                                  [*self.blocks, self.partial]) if self.blocks else self.partial
+        if self.blocks:
+            x = normed_depth_mix(layer.self_attention_res_norm, layer.self_attention_res_proj,
+                                 [*self.blocks, self.partial], layer.input_layernorm)
+        else:
+            x = layer.input_layernorm(self.partial)
         if layer.index % self.block_size == 0:
             self.blocks.append(self.partial)
             self.partial = None
-        return layer.input_layernorm(x)
+        return x
 
     def mlp_input(self, layer) -> torch.Tensor:
-        return layer.post_attention_layernorm(
-            depth_mix(layer.mlp_res_norm, layer.mlp_res_proj, [*self.blocks, self.partial]))
+        return normed_depth_mix(layer.mlp_res_norm, layer.mlp_res_proj, [*self.blocks, self.partial],
+                                layer.post_attention_layernorm)
 
     def add(self, output: torch.Tensor) -> None:
         self.partial = output if self.partial is None else self.partial + output
 
     def output(self, model) -> torch.Tensor:
-        return model.norm(
-            depth_mix(model.output_attn_res_norm, model.output_attn_res_proj, [*self.blocks, self.partial]))
+        return normed_depth_mix(model.output_attn_res_norm, model.output_attn_res_proj, [*self.blocks, self.partial],
+                                model.norm)
 
     def state(self) -> torch.Tensor:
         """The current block's partial sum: what an AttnRes decoder layer returns."""

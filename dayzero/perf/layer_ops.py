@@ -137,7 +137,7 @@ def _dense(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
 
 
 def _attnres(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
-    return (_same("depth mix", "attnres_mix"),)
+    return (_same("depth mix and the next input norm", "attnres_mix_norm"),)
 
 
 def _hyper(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:

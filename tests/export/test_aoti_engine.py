@@ -23,7 +23,7 @@ from tests.helpers import TINY_CONFIG, rel_err, run_steps
 
 OPTIONS = ExportOptions(backend="aoti", max_batch=4, num_draft=1, device="cpu", dtype="float32")
 DECODE_OPS = {"fused_kda_decode", "write_latent", "write_index_keys", "index_topk_paged", "sparse_mla_paged",
-              "attnres_mix", "moe_route", "moe_permute", "moe_grouped_mlp", "moe_unpermute"}
+              "attnres_mix_norm", "moe_route", "moe_permute", "moe_grouped_mlp", "moe_unpermute"}
 
 
 @pytest.fixture(scope="module")

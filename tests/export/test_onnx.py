@@ -53,7 +53,7 @@ def test_each_plugin_op_is_one_custom_node(exported):
     assert sum(custom_nodes.values()) == sum(plugin_calls.values()) > 0
     assert sorted(custom_nodes.values()) == sorted(plugin_calls.values())
     assert {"fused_kda_decode", "WriteLatent", "WriteIndexKeys", "IndexTopkPaged", "sparse_mla_paged",
-            "AttnresMix", "MoeGroupedMlp", "RmsNorm", "GatedRmsNorm"} <= set(custom_nodes)
+            "AttnresMixNorm", "MoeGroupedMlp", "RmsNorm", "GatedRmsNorm"} <= set(custom_nodes)
     assert {n.domain for n in graph.node} <= {"", ONNX_DOMAIN}
 
 

@@ -174,8 +174,8 @@ def _kernels_of_plans_that_keep_the_ranges(model, decode: bool, num_draft: int) 
 @pytest.mark.parametrize("decode, num_draft", [(True, 0), (True, 2), (False, 0)], ids=["decode", "verify", "prefill"])
 def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_draft):
     kernels = _kernels_of_plans_that_keep_the_ranges(laid_out_model, decode, num_draft)
-    # at most 64 rows (decode) one AttnRes program per token; above, persistent programs
-    attnres = "_attnres_mix_kernel" if decode and num_draft == 0 else "attnres_mix_pipelined_kernel"
+    # at most 64 rows (decode) one AttnRes program per token; above, persistent programs (the mix with its norm)
+    attnres = "_attnres_mix_kernel" if decode and num_draft == 0 else "attnres_mix_persistent_kernel"
     assert {"_mla_attention_kernel", attnres, "_rms_norm_kernel"} <= kernels, kernels
     # decode rows are few for any batch in range: the Triton grouped GEMM; verify and prefill may be many
     assert ("_grouped_gemm_kernel" in kernels) == (decode and num_draft == 0), kernels
