@@ -6,7 +6,8 @@
   b, a of all heads, not per key head), so the conv input and the gates are slices of its output;
 * MLA: W_UK and W_UV are split out of kv_b_proj once, as contiguous [H, n, c] / [H, v, c] weights (absorbed
   attention: W_UK folds into the query, W_UV follows the attention), instead of views sliced every step;
-* AttnRes: each mix's RMSNorm weight folds into its score vector (proj ⊙ norm), the norm weight becomes ones.
+* AttnRes: each mix's RMSNorm weight folds into its score vector (proj ⊙ norm), the norm weight becomes ones;
+* dense MLPs and shared experts: gate_proj and up_proj become one GEMM `gate_up_proj`.
 Routed experts are already stacked as the grouped GEMM wants them ([E, I, D] gate/up, [E, D, I] down): nothing to
 pack. Each pass is a registry entry so that a target can choose its own set.
 """
@@ -22,6 +23,7 @@ from dayzero.model.gated_deltanet import GatedDeltaNet
 from dayzero.model.hybrid import HybridModel
 from dayzero.model.kda import ConvWeight, KDAttention
 from dayzero.model.mla import MLAttention
+from dayzero.model.mlp import GatedMLP
 
 
 def fuse_kda_input_projections(model: HybridModel) -> int:
@@ -49,6 +51,18 @@ def stack_kda_convs(model: HybridModel) -> int:
             delattr(layer, name)
         layer.qkv_conv1d = stacked
     return len(layers)
+
+
+def fuse_gated_mlp_projections(model: HybridModel) -> int:
+    """Dense MLPs and shared experts: gate_proj and up_proj [I, D] become one GEMM `gate_up_proj` [2I, D]."""
+    mlps = [m for m in model.modules() if isinstance(m, GatedMLP) and getattr(m, "gate_up_proj", None) is None]
+    for mlp in mlps:
+        weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+        fused.weight = nn.Parameter(weight, requires_grad=False)
+        del mlp.gate_proj, mlp.up_proj
+        mlp.gate_up_proj = fused
+    return len(mlps)
 
 
 def fuse_gdn_input_projections(model: HybridModel) -> int:
@@ -91,6 +105,7 @@ LAYOUT_PASSES: dict[str, Callable[[HybridModel], int]] = {
     "gdn_fused_input_projection": fuse_gdn_input_projections,
     "mla_absorbed_weights": split_mla_absorption,
     "attnres_folded_norms": fold_attnres_norms,
+    "mlp_fused_gate_up": fuse_gated_mlp_projections,
 }
 
 

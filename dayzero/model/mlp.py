@@ -22,6 +22,7 @@ class GatedMLP(nn.Module):
         self.tp_group: str | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = moe_ops.gated_mlp(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight, self.activation,
-                              **self.act_params)
+        fused = getattr(self, "gate_up_proj", None)
+        gate, up = (fused.weight, None) if fused is not None else (self.gate_proj.weight, self.up_proj.weight)
+        y = moe_ops.gated_mlp(x, gate, up, self.down_proj.weight, self.activation, **self.act_params)
         return reduce_partial(y, self.tp_group)

@@ -223,6 +223,18 @@ def test_gated_activation_matches_reference(rows, cols, dtype, activation):
     assert rel_err(got, gated_activation(gate, up, activation, **params)) < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("rows, cols", [(5, 33), (2, 3000), (3, 16)])
+def test_gated_activation_reads_the_halves_of_a_fused_projection(rows, cols):
+    """gate and up as the two halves of one [R, 2I] GEMM output (GatedMLP's gate_up_proj): read in place."""
+    from dayzero.plugins.moe.activation_kernel import gated_activation_launcher
+
+    fused = torch.randn(rows, 2 * cols + 6, device=DEVICE)[:, 3 : 3 + 2 * cols]
+    gate, up = fused.chunk(2, dim=-1)
+    assert not gate.is_contiguous()
+    got = gated_activation_launcher(gate, up, "silu", out=poisoned(rows, cols, dtype=torch.float32))
+    assert rel_err(got, gated_activation(gate, up, "silu")) < 1e-6
+
+
 def test_registered_ops_dispatch_to_reference_on_cpu():
     from dayzero.plugins import moe
 

@@ -40,29 +40,46 @@ def gated_act(gate, up, beta, linear_beta, ACTIVATION: tl.constexpr, HAS_LINEAR_
 
 
 @triton.jit
-def _gated_activation_kernel(gate, up, out, n, beta, linear_beta, BLOCK: tl.constexpr, ACTIVATION: tl.constexpr,
-                             HAS_LINEAR_BETA: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    g = tl.load(gate + offs, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(up + offs, mask=mask, other=0.0).to(tl.float32)
+def _gated_activation_kernel(gate, up, out, cols, col_blocks, gate_stride, up_stride, beta, linear_beta,
+                             BLOCK: tl.constexpr, ACTIVATION: tl.constexpr, HAS_LINEAR_BETA: tl.constexpr):
+    row = (tl.program_id(0) // col_blocks).to(tl.int64)
+    offs = tl.program_id(0) % col_blocks * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < cols
+    g = tl.load(gate + row * gate_stride + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(up + row * up_stride + offs, mask=mask, other=0.0).to(tl.float32)
     h = gated_act(g, u, beta, linear_beta, ACTIVATION, HAS_LINEAR_BETA)
-    tl.store(out + offs, h.to(out.dtype.element_ty), mask=mask)
+    tl.store(out + row * cols + offs, h.to(out.dtype.element_ty), mask=mask)
+
+
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """t [..., I] as [R, I] rows with unit column stride: a view where the layout allows (the halves of a fused
+    gate / up projection), else a copy."""
+    if t.stride(-1) != 1:
+        t = t.contiguous()
+    try:
+        return t.view(-1, t.shape[-1])
+    except RuntimeError:
+        return t.contiguous().view(-1, t.shape[-1])
 
 
 def gated_activation_launcher(
     gate: torch.Tensor, up: torch.Tensor, activation: str, beta: float = 1.0, linear_beta: float | None = None,
     out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
-    """act(gate) * up in fp32 -> gate's dtype: gate, up [..., I] contiguous."""
-    assert gate.shape == up.shape and gate.is_contiguous() and up.is_contiguous(), "gate/up: same shape, contiguous"
-    out = torch.empty_like(gate) if out is None else out
+    """act(gate) * up in fp32 -> gate's dtype, contiguous: gate, up [..., I], each row's I values contiguous (rows
+    may be strided: the two halves of one [T, 2I] projection)."""
+    assert gate.shape == up.shape, f"gate {tuple(gate.shape)} and up {tuple(up.shape)} differ"
+    out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device) if out is None else out
     assert out.shape == gate.shape and out.is_contiguous()
-    n = gate.numel()
-    if n == 0:
+    cols = gate.shape[-1]
+    if gate.numel() == 0:
         return out
-    block = 2048
+    gate_rows, up_rows = as_rows(gate), as_rows(up)
+    block = min(2048, triton.next_power_of_2(cols))
+    col_blocks = triton.cdiv(cols, block)
     kernel = launch(_gated_activation_kernel) if launch else _gated_activation_kernel
-    kernel[(triton.cdiv(n, block),)](gate, up, out, n, beta, 1.0 if linear_beta is None else linear_beta, block,
-                                     ACTIVATION_CODES[activation], linear_beta is not None, num_warps=4)
+    kernel[(gate_rows.shape[0] * col_blocks,)](
+        gate_rows, up_rows, out, cols, col_blocks, gate_rows.stride(0), up_rows.stride(0), beta,
+        1.0 if linear_beta is None else linear_beta, block, ACTIVATION_CODES[activation], linear_beta is not None,
+        num_warps=4)
     return out

@@ -154,8 +154,7 @@ def moe_gated_activation(gate: torch.Tensor, up: torch.Tensor, activation: str, 
 
     from dayzero.plugins.moe.activation_kernel import gated_activation_launcher
 
-    return gated_activation_launcher(gate.contiguous(), up.contiguous(), activation, beta, linear_beta,
-                                     launch=wrap_triton)
+    return gated_activation_launcher(gate, up, activation, beta, linear_beta, launch=wrap_triton)
 
 
 def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -221,11 +220,15 @@ def moe_local_experts(
     return unpermute(y_sorted, weights, positions)
 
 
-def gated_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor, activation: str = "silu",
+def gated_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor | None, w2: torch.Tensor, activation: str = "silu",
               **act_params) -> torch.Tensor:
-    """One gated MLP: x [T, D], w1/w3 [I, D], w2 [D, I] -> [T, D] (fp32 activation, x's dtype out)."""
-    h = moe_gated_activation(x @ w1.t(), x @ w3.t(), activation, *activation_args(activation, act_params))
-    return h @ w2.t()
+    """One gated MLP: x [T, D], w1/w3 [I, D], w2 [D, I] -> [T, D] (fp32 activation, x's dtype out). w3 None: w1 is
+    the gate and up rows stacked [2I, D] (one GEMM; the activation reads the halves of its output in place)."""
+    if w3 is None:
+        gate, up = (x @ w1.t()).chunk(2, dim=-1)
+    else:
+        gate, up = x @ w1.t(), x @ w3.t()
+    return moe_gated_activation(gate, up, activation, *activation_args(activation, act_params)) @ w2.t()
 
 
 @onnx_translation(moe_router_logits)
