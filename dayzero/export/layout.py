@@ -26,13 +26,18 @@ from dayzero.model.mla import MLAttention
 from dayzero.model.mlp import GatedMLP
 
 
+def frozen_linear(weight: torch.Tensor) -> nn.Linear:
+    """A bias-free projection holding `weight` [out, in] as it is."""
+    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    layer.weight = nn.Parameter(weight, requires_grad=False)
+    return layer
+
+
 def fuse_kda_input_projections(model: HybridModel) -> int:
     layers = [m for m in model.modules() if isinstance(m, KDAttention) and getattr(m, "in_proj", None) is None]
     for layer in layers:
         parts = [getattr(layer, name) for name in layer.input_projection_names()]
-        weight = torch.cat([p.weight for p in parts])
-        fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
-        fused.weight = nn.Parameter(weight, requires_grad=False)
+        fused = frozen_linear(torch.cat([p.weight for p in parts]))
         layer.in_proj_sizes = [p.out_features for p in parts]
         for name in layer.input_projection_names():
             delattr(layer, name)
@@ -57,9 +62,7 @@ def fuse_gated_mlp_projections(model: HybridModel) -> int:
     """Dense MLPs and shared experts: gate_proj and up_proj [I, D] become one GEMM `gate_up_proj` [2I, D]."""
     mlps = [m for m in model.modules() if isinstance(m, GatedMLP) and getattr(m, "gate_up_proj", None) is None]
     for mlp in mlps:
-        weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
-        fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
-        fused.weight = nn.Parameter(weight, requires_grad=False)
+        fused = frozen_linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
         del mlp.gate_proj, mlp.up_proj
         mlp.gate_up_proj = fused
     return len(mlps)
@@ -69,9 +72,7 @@ def fuse_gdn_input_projections(model: HybridModel) -> int:
     layers = [m for m in model.modules() if isinstance(m, GatedDeltaNet) and getattr(m, "in_proj", None) is None]
     for layer in layers:
         rows = layer.input_rows().to(layer.in_proj_ba.weight.device)
-        weight = torch.cat([layer.in_proj_qkvz.weight, layer.in_proj_ba.weight])[rows]
-        fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
-        fused.weight = nn.Parameter(weight, requires_grad=False)
+        fused = frozen_linear(torch.cat([layer.in_proj_qkvz.weight, layer.in_proj_ba.weight])[rows])
         del layer.in_proj_qkvz, layer.in_proj_ba
         layer.in_proj = fused
     return len(layers)
