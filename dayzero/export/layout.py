@@ -1,7 +1,8 @@
 """Weight pre-layout, done once at export on the loaded reference model (in place; logits stay equal).
 
-* KDA: the six projections of the layer input (q, k, v, f_a, b, g or g_a) become one GEMM `in_proj` (q, k, v first,
-  so the conv input is a view of its output), and the three conv kernels one [3, C, W] weight `qkv_conv1d`;
+* KDA: the six projections of the layer input (q, k, v, f_a, g or g_a, b) become one GEMM `in_proj` (q, k, v first,
+  so the conv input is a view of its output), the three conv kernels one [3, C, W] weight `qkv_conv1d`, and the
+  low-rank gates' two up-projections one batched GEMM `fg_b_proj`;
 * gated DeltaNet: in_proj_qkvz and in_proj_ba become one GEMM `in_proj` with its rows regrouped by kind (q, k, v, z,
   b, a of all heads, not per key head), so the conv input and the gates are slices of its output;
 * MLA: W_UK and W_UV are split out of kv_b_proj once, as contiguous [H, n, c] / [H, v, c] weights (absorbed
@@ -42,6 +43,18 @@ def fuse_kda_input_projections(model: HybridModel) -> int:
         for name in layer.input_projection_names():
             delattr(layer, name)
         layer.in_proj = fused
+    return len(layers)
+
+
+def stack_kda_gate_up_projections(model: HybridModel) -> int:
+    """The low-rank gates' up-projections f_b_proj and g_b_proj [C, r] as one [2, C, r] weight `fg_b_proj`: one
+    batched GEMM over the f_a | g_a columns of `in_proj`'s output."""
+    layers = [m for m in model.modules() if isinstance(m, KDAttention) and not m.cfg.full_rank_output_gate
+              and getattr(m, "fg_b_proj", None) is None and getattr(m, "in_proj", None) is not None]
+    for layer in layers:
+        layer.fg_b_proj = nn.Parameter(torch.stack([layer.f_b_proj.weight, layer.g_b_proj.weight]),
+                                       requires_grad=False)
+        del layer.f_b_proj, layer.g_b_proj
     return len(layers)
 
 
@@ -103,6 +116,7 @@ def fold_attnres_norms(model: HybridModel) -> int:
 LAYOUT_PASSES: dict[str, Callable[[HybridModel], int]] = {
     "kda_fused_input_projection": fuse_kda_input_projections,
     "kda_stacked_convs": stack_kda_convs,
+    "kda_stacked_gate_up": stack_kda_gate_up_projections,
     "gdn_fused_input_projection": fuse_gdn_input_projections,
     "mla_absorbed_weights": split_mla_absorption,
     "attnres_folded_norms": fold_attnres_norms,

@@ -60,9 +60,10 @@ class KDAttention(nn.Module):
         return torch.stack([c.weight[:, 0] for c in (self.q_conv1d, self.k_conv1d, self.v_conv1d)])
 
     def input_projection_names(self) -> tuple[str, ...]:
-        """The projections applied to the layer input x (export/layout.py fuses them into one GEMM, `in_proj`)."""
-        gate = ("g_proj",) if self.cfg.full_rank_output_gate else ("g_a_proj",)
-        return ("q_proj", "k_proj", "v_proj", "f_a_proj", "b_proj", *gate)
+        """The projections applied to the layer input x (export/layout.py fuses them into one GEMM, `in_proj`): q, k
+        and v first, then the two gates' inputs side by side."""
+        gate = "g_proj" if self.cfg.full_rank_output_gate else "g_a_proj"
+        return ("q_proj", "k_proj", "v_proj", "f_a_proj", gate, "b_proj")
 
     def _project_inputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         names = self.input_projection_names()
@@ -70,14 +71,23 @@ class KDAttention(nn.Module):
         if fused is None:
             return {name: getattr(self, name)(x) for name in names}
         y = fused(x)
-        # q, k and v lead the fused output: the conv input [T, 3, C] is a view of it
-        width = self.in_proj_sizes[0]
-        qkv = y[..., : 3 * width].unflatten(-1, (3, width))
-        return {**dict(zip(names, y.split(self.in_proj_sizes, dim=-1))), "qkv": qkv}
+        # q, k and v lead the fused output: the conv input [T, 3, C] is a view of it; so are f_a and g_a [T, 2, r]
+        width, rank = self.in_proj_sizes[0], self.in_proj_sizes[3]
+        p = {**dict(zip(names, y.split(self.in_proj_sizes, dim=-1))),
+             "qkv": y[..., : 3 * width].unflatten(-1, (3, width))}
+        if not self.cfg.full_rank_output_gate:
+            p["low_rank"] = y[..., 3 * width : 3 * width + 2 * rank].unflatten(-1, (2, rank))
+        return p
 
-    def _output_gate(self, p: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _gate_projections(self, p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the decay gate's pre-activation, the output gate) [T, C]: both low-rank up-projections in one batched
+        GEMM where the layout stacked them (`fg_b_proj`)."""
+        stacked = getattr(self, "fg_b_proj", None)
+        if stacked is not None:
+            both = torch.bmm(p["low_rank"].transpose(0, 1), stacked.transpose(1, 2))
+            return both[0], both[1]
         gate = p["g_proj"] if self.cfg.full_rank_output_gate else self.g_b_proj(p["g_a_proj"])
-        return self._heads(gate)
+        return self.f_b_proj(p["f_a_proj"]), gate
 
     def _prefill(self, p: dict[str, torch.Tensor], meta: StepMeta, cache: KDACache) -> torch.Tensor:
         """Varlen prefill: short conv from each sequence's window, chunked recurrence from its state slot."""
@@ -105,7 +115,7 @@ class KDAttention(nn.Module):
     def _recurrence_inputs(self, p: dict[str, torch.Tensor], qkv: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Conv outputs [T, 3, C] -> q, k, v [1, T, H, K], the log-space gate g and beta [1, T, H] (batch of one)."""
         q, k, v = (self._heads(t)[None] for t in qkv.unbind(1))
-        g = kda_ops.kda_gate(self._heads(self.f_b_proj(p["f_a_proj"])), self.A_log, self.dt_bias,
+        g = kda_ops.kda_gate(self._heads(p["z"]), self.A_log, self.dt_bias,
                              self.cfg.gate_lower_bound)
         return q, k, v, g[None], torch.sigmoid(p["b_proj"].float())[None]
 
@@ -114,7 +124,7 @@ class KDAttention(nn.Module):
         batch = meta.state_slots.shape[0]
         per_seq = (batch, p["q_proj"].shape[0] // batch)
         qkv = self._pre_conv(p).view(*per_seq, 3, -1)
-        z = self._heads(self.f_b_proj(p["f_a_proj"])).view(*per_seq, self.cfg.num_heads, -1)
+        z = self._heads(p["z"]).view(*per_seq, self.cfg.num_heads, -1)
         o = kda_ops.fused_kda_decode(qkv, self._conv_weight(), cache.conv, z, self.A_log, self.dt_bias,
                                      self.cfg.gate_lower_bound, p["b_proj"].reshape(*per_seq, -1), cache.state,
                                      meta.state_slots, meta.num_accepted)
@@ -125,10 +135,11 @@ class KDAttention(nn.Module):
         """x [T, D] -> [T, D]; updates the layer's state and conv slots in place. `shard`: this rank's part of a
         context-parallel prefill."""
         p = self._project_inputs(x)
+        p["z"], p["gate"] = self._gate_projections(p)
         if decode:
             o = self._decode(p, meta, cache)
         elif shard is not None:
             o = self._prefill_across_ranks(p, meta, cache, shard)
         else:
             o = self._prefill(p, meta, cache)
-        return reduce_partial(self.o_proj(self.o_norm(o, self._output_gate(p)).flatten(1)), self.tp_group)
+        return reduce_partial(self.o_proj(self.o_norm(o, self._heads(p["gate"])).flatten(1)), self.tp_group)

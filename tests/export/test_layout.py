@@ -24,7 +24,9 @@ def test_laid_out_model_matches_reference(variant):
     full, decoded = model.logits(ids), decode_logits(model, ids, prefix=33)
     counts = lay_out(model)
     kinds = model.config.layer_kinds
+    low_rank_gates = 0 if model.config.kda.full_rank_output_gate else kinds.count("kda")
     assert counts == {"kda_fused_input_projection": kinds.count("kda"), "kda_stacked_convs": kinds.count("kda"),
+                      "kda_stacked_gate_up": low_rank_gates,
                       "gdn_fused_input_projection": 0,
                       "mla_absorbed_weights": kinds.count("mla"), "attnres_folded_norms": 2 * len(kinds) + 1,
                       "mlp_fused_gate_up": sum(isinstance(m, GatedMLP) for m in model.modules())}
