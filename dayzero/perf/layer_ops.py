@@ -147,10 +147,14 @@ def _hyper(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
             _same("first collapse, last expand", "mhc_pre", "mhc_post"))
 
 
+# the final norm, by residual kind: the plain residual adds each sublayer output with the norm after it (the last
+# with the final norm), AttnRes mixes the final state with it; hyper-connections collapse their streams first
+FINAL_NORM = {None: ("last add, final norm", "add_rms_norm"), ATTNRES: ("final depth mix and norm", "attnres_mix_norm"),
+              HYPER: ("final norm", "rms_norm")}
+
+
 def _outside(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
-    # the plain residual adds each sublayer output with the norm after it: the last one with the final norm
-    norm = _same("final norm", "rms_norm") if residual_kind(cfg) else _same("last add, final norm", "add_rms_norm")
-    return norm, _same("lookup, LM head", "torch")
+    return _same(*FINAL_NORM[residual_kind(cfg)]), _same("lookup, LM head", "torch")
 
 
 PIECES: dict[Group, Callable[[ModelConfig, CacheFormat, int], tuple[Piece, ...]]] = {
