@@ -28,3 +28,15 @@ def mma(a, b, acc, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     if UPCAST:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     return tl.dot(a, b, acc, input_precision=PRECISION)
+
+
+@triton.jit
+def online_softmax_step(s, m_i, l_i):
+    """One key block of an online softmax in base 2: scores s [M, N] (-inf where masked), the running max m_i and sum
+    l_i [M] -> (p [M, N], alpha [M]: the factor on what was accumulated so far, the new max, the new sum). Rows that
+    have seen no key yet keep m = -inf; they exponentiate against 0 so that they stay exactly 0."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)

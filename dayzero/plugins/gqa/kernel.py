@@ -20,7 +20,7 @@ from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.quant.kernel import e4m3_decode
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
 from dayzero.plugins.sparse_mla.schedule import dense_block_schedule
-from dayzero.plugins.triton_utils import INTERPRETED, mma
+from dayzero.plugins.triton_utils import INTERPRETED, mma, online_softmax_step
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -104,12 +104,7 @@ def _gqa_attention_kernel(
         v = _load_rows(cache, page, 1, kv_head, n % PAGE, n_ok, num_kv_heads, dtype, D, D_PAD, PAGE, FP8)
         s = mma(q_rows, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], tl.float32), PRECISION, UPCAST)
         s = tl.where((n[None, :] <= pos[:, None]) & n_ok[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # rows that have seen no key yet keep m = -inf; exponentiate against 0 so that they stay exactly 0
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i)
         acc = mma(p.to(dtype), v, acc * alpha[:, None], PRECISION, UPCAST)
         m_i = m_new
 

@@ -25,7 +25,7 @@ from dayzero.plugins.quant.reference import FP8_TILE
 from dayzero.plugins.sparse_mla import schedule
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
 from dayzero.plugins.sparse_mla.e4m3_bits import BITS_TO_SHIFTED, Q_SCALE, e4m3_bytes_as_bf16, e4m3_words_as_fp32
-from dayzero.plugins.triton_utils import mma
+from dayzero.plugins.triton_utils import mma, online_softmax_step
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -191,12 +191,7 @@ def _mla_attention_kernel(
         else:
             visible = key_ok[None, :]
         s = tl.where(visible, s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # rows that have seen no key yet keep m = -inf; exponentiate against 0 so that they stay exactly 0
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = online_softmax_step(s, m_i, l_i)
         # the values are the nope columns of the same rows
         acc = mma(p.to(dtype), k_nope, acc * alpha[:, None], PRECISION, UPCAST)
         m_i = m_new
