@@ -29,6 +29,7 @@ from dayzero.plugins.attnres.pipelined_kernel import attnres_mix_pipelined_kerne
 from dayzero.plugins.attnres.sources import MAX_LISTED_SOURCES
 from dayzero.plugins.attnres.tiles import load_tile, mix_tile, row_setup, store_mix
 from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.output_buffer import output_like
 
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
@@ -141,14 +142,6 @@ def _check_vector(name: str, t: torch.Tensor, dim: int) -> None:
     assert t.numel() == dim and t.is_contiguous(), f"{name} must be a contiguous [{dim}] vector, got {tuple(t.shape)}"
 
 
-def _output(given: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
-    if given is None:
-        return torch.empty(like.shape, dtype=like.dtype, device=like.device)
-    assert given.shape == like.shape and given.dtype == like.dtype and given.is_contiguous(), (
-        f"output buffer {tuple(given.shape)} {given.dtype} does not match the sources {tuple(like.shape)}")
-    return given
-
-
 def sources_aligned(blocks: torch.Tensor, num_blocks: int, listed: Sequence[torch.Tensor]) -> bool:
     """Whether every source provably starts on a 16-byte boundary (the kernels then load 16 bytes at a time). Sizes may
     be symbolic in an exported engine: element offsets are checked without adding a guard, addresses where real."""
@@ -165,8 +158,8 @@ def _launch(query, rms_weight, eps, blocks, num_blocks, listed, like, norm_weigh
     tokens = like.numel() // dim
     _check_vector("query", query, dim)
     _check_vector("rms_weight", rms_weight, dim)
-    out = _output(out, like)
-    normed = _output(normed, like) if norm_weight is not None else None
+    out = output_like(out, like)
+    normed = output_like(normed, like) if norm_weight is not None else None
     if norm_weight is not None:
         _check_vector("norm_weight", norm_weight, dim)
     if tokens == 0:

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from dayzero.plugins.gqa import plan
 from dayzero.plugins.gqa.cache_layout import head_dim_of, is_fp8, kv_cache_shape
+from dayzero.plugins.output_buffer import output_like
 from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.quant.kernel import e4m3_decode
 from dayzero.plugins.sparse_mla.combine_kernel import combine_splits_launcher
@@ -131,13 +132,6 @@ def _check_inputs(q: torch.Tensor, cache: torch.Tensor, block_table: torch.Tenso
     assert block_table.dim() == 2 and block_table.stride(1) == 1, "block_table must be [N, max_pages], row-major"
 
 
-def _output(q: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    if out is None:
-        return torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous(), "bad output buffer"
-    return out
-
-
 def _launch(q3: torch.Tensor, cache, block_table, positions, block_seq, block_first, cu_seqlens, sm_scale: float,
             tiles: plan.TileConfig, splits: int, o: torch.Tensor, launch) -> None:
     """Attention of q3 [T, Hq, D] into o [T, Hq, D] (contiguous) over `block_seq.shape[0]` token blocks."""
@@ -169,7 +163,7 @@ def gqa_prefill_launcher(q: torch.Tensor, kv_cache: torch.Tensor, block_table: t
     sequence. Tiles from plan.prefill_tiles; tests may shrink block_n and pick num_splits."""
     _check_inputs(q, kv_cache, block_table)
     assert q.dim() == 3 and positions.shape == (q.shape[0],), f"q {tuple(q.shape)} vs positions {positions.shape}"
-    o = _output(q, out)
+    o = output_like(out, q)
     if q.shape[0] == 0:
         return o
     tiles = plan.prefill_tiles(q.shape[1] // kv_cache.shape[2], q.shape[2], q.dtype)
@@ -193,7 +187,7 @@ def gqa_decode_launcher(q: torch.Tensor, kv_cache: torch.Tensor, block_table: to
     _check_inputs(q, kv_cache, block_table)
     batch, width = q.shape[:2]
     assert q.dim() == 4 and positions.shape == (batch, width), f"q {tuple(q.shape)} vs positions {positions.shape}"
-    o = _output(q, out)
+    o = output_like(out, q)
     tiles = plan.decode_tiles(width, q.shape[3], q.dtype)
     if block_n is not None:
         tiles = plan.TileConfig(tiles.tokens, block_n, tiles.num_warps, tiles.num_stages)

@@ -37,6 +37,7 @@ from dayzero.plugins.mhc.plan import (
     post_project_plan,
     project_plan,
 )
+from dayzero.plugins.output_buffer import output_buffer, output_like
 from dayzero.plugins.triton_utils import INTERPRETED
 
 
@@ -253,14 +254,6 @@ def _check_streams(streams: torch.Tensor) -> tuple[int, int, int]:
     return streams.shape
 
 
-def _output(given: torch.Tensor | None, shape, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
-    if given is None:
-        return torch.empty(shape, dtype=dtype, device=like.device)
-    assert tuple(given.shape) == tuple(shape) and given.dtype == dtype and given.is_contiguous(), (
-        f"output buffer {tuple(given.shape)} {given.dtype} is not a contiguous {tuple(shape)} {dtype}")
-    return given
-
-
 def _launcher(kernel, launch):
     return launch(kernel) if launch else kernel
 
@@ -290,8 +283,8 @@ def mhc_project_launcher(
     tokens, hc, dim = _check_streams(streams)
     m, k = _check_fn(fn, hc, dim), hc * dim
     plan = project_plan(tokens, k, device_info.num_sms(streams.device, cpu_default=INTERPRETER_SMS))
-    mix_part = _output(mix_part, (plan.splits, tokens, m), torch.float32, streams)
-    sq_part = _output(sq_part, (plan.splits, tokens), torch.float32, streams)
+    mix_part = output_buffer(mix_part, (plan.splits, tokens, m), torch.float32, streams.device)
+    sq_part = output_buffer(sq_part, (plan.splits, tokens), torch.float32, streams.device)
     if statically_known_true(tokens == 0):
         return mix_part, sq_part
     pdl, options = _pdl(streams, tokens)
@@ -315,9 +308,9 @@ def mhc_finish_launcher(
         f"partials {tuple(mix_part.shape)} / {tuple(sq_part.shape)} do not match {tokens} tokens of width {m}")
     assert mix_part.is_contiguous() and sq_part.is_contiguous(), "the partials must be contiguous"
     assert base.numel() == m and scale.numel() == 3 and base.is_contiguous() and scale.is_contiguous()
-    collapsed = _output(collapsed, (tokens, dim), streams.dtype, streams)
-    post = _output(post, (tokens, hc), torch.float32, streams)
-    comb = _output(comb, (tokens, hc, hc), torch.float32, streams)
+    collapsed = output_buffer(collapsed, (tokens, dim), streams.dtype, streams.device)
+    post = output_buffer(post, (tokens, hc), torch.float32, streams.device)
+    comb = output_buffer(comb, (tokens, hc, hc), torch.float32, streams.device)
     if statically_known_true(tokens == 0):
         return collapsed, post, comb
     plan = finish_plan(tokens, dim)
@@ -355,7 +348,7 @@ def mhc_post_launcher(
     """out [T, D], residual [T, HC, D], post [T, HC], comb [T, HC, HC] -> streams [T, HC, D] (residual's dtype;
     may be given, preallocated and contiguous, but not the residual itself)."""
     tokens, hc, dim = _check_update(out, residual, post, comb)
-    streams = _output(streams, residual.shape, residual.dtype, residual)
+    streams = output_like(streams, residual)
     if statically_known_true(tokens == 0):
         return streams
     plan = post_plan(tokens, dim)
@@ -377,9 +370,9 @@ def mhc_post_project_launcher(
     tokens, hc, dim = _check_update(out, residual, post, comb)
     m = _check_fn(fn, hc, dim)
     plan = post_project_plan(tokens, dim, device_info.num_sms(residual.device, cpu_default=INTERPRETER_SMS))
-    streams = _output(streams, residual.shape, residual.dtype, residual)
-    mix_part = _output(mix_part, (plan.splits, tokens, m), torch.float32, residual)
-    sq_part = _output(sq_part, (plan.splits, tokens), torch.float32, residual)
+    streams = output_like(streams, residual)
+    mix_part = output_buffer(mix_part, (plan.splits, tokens, m), torch.float32, residual.device)
+    sq_part = output_buffer(sq_part, (plan.splits, tokens), torch.float32, residual.device)
     if statically_known_true(tokens == 0):
         return streams, mix_part, sq_part
     pdl, options = _pdl(residual, tokens)

@@ -7,6 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins.output_buffer import output_like
+
 # activation codes (kernel constexprs), by the names of plugins.moe.activation.GATED_ACTIVATIONS
 ACTIVATION_CODES = {"silu": 0, "situ": 1, "clamped_silu": 2}
 
@@ -69,8 +71,7 @@ def gated_activation_launcher(
     """act(gate) * up in fp32 -> gate's dtype, contiguous: gate, up [..., I], each row's I values contiguous (rows
     may be strided: the two halves of one [T, 2I] projection)."""
     assert gate.shape == up.shape, f"gate {tuple(gate.shape)} and up {tuple(up.shape)} differ"
-    out = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device) if out is None else out
-    assert out.shape == gate.shape and out.is_contiguous()
+    out = output_like(out, gate)
     cols = gate.shape[-1]
     if gate.numel() == 0:
         return out

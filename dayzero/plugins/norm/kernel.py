@@ -21,6 +21,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from dayzero.plugins import dependent_launch
 from dayzero.plugins import device as device_info
 from dayzero.plugins.dependent_launch import wait_for_previous_kernel
+from dayzero.plugins.output_buffer import output_like
 
 GATES = {"sigmoid": 1, "silu": 2}
 # rows narrower than this many elements (heads) share a program, up to this many elements in all
@@ -91,14 +92,6 @@ def _check_rows(name: str, t: torch.Tensor, dim: int) -> None:
         f"{name} must be [A, H, {dim}] with unit column stride, got {tuple(t.shape)} strides {t.stride()}")
 
 
-def _output(given: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
-    if given is None:
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    assert given.shape == x.shape and given.dtype == x.dtype and given.is_contiguous(), (
-        f"output buffer {tuple(given.shape)} {given.dtype} is not a contiguous {tuple(x.shape)} {x.dtype}")
-    return given
-
-
 def _launch(x, other, weight, y, eps, zero_centered, gate_mode, launch, total=None) -> None:
     """y = the norm of x, or with `total` of x + other (written to total); other is the gate under gate_mode. An
     input a variant does not read or write is passed as x (read-only), as the plain norm passes x for the gate."""
@@ -126,7 +119,7 @@ def rms_norm_launcher(
 ) -> torch.Tensor:
     """x [A, H, D] (unit column stride), weight [D] -> y [A, H, D] contiguous in x's dtype."""
     _check_rows("x", x, x.shape[-1])
-    y = _output(out, x)
+    y = output_like(out, x)
     _launch(x, x, weight, y, eps, zero_centered, 0, launch)
     return y
 
@@ -141,7 +134,7 @@ def gated_rms_norm_launcher(
     _check_rows("gate", gate, x.shape[-1])
     assert gate.shape == x.shape, f"gate {tuple(gate.shape)} must have x's shape {tuple(x.shape)}"
     assert activation in GATES, f"activation must be one of {sorted(GATES)}, got {activation!r}"
-    y = _output(out, x)
+    y = output_like(out, x)
     _launch(x, gate, weight, y, eps, False, GATES[activation], launch)
     return y
 
@@ -156,6 +149,6 @@ def add_rms_norm_launcher(
     _check_rows("delta", delta, hidden.shape[-1])
     assert delta.shape == hidden.shape, f"delta {tuple(delta.shape)} must have hidden's shape {tuple(hidden.shape)}"
     total, y = (None, None) if out is None else out
-    total, y = _output(total, hidden), _output(y, hidden)
+    total, y = output_like(total, hidden), output_like(y, hidden)
     _launch(hidden, delta, weight, y, eps, zero_centered, 0, launch, total=total)
     return total, y
