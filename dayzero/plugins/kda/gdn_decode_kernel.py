@@ -25,13 +25,13 @@ from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 from dayzero.plugins.kda.recurrent_kernel import (
     LATENCY_BOUND_PAIRS,
     check_pool,
-    flat_token_stride,
     gate_decay,
     short_conv_row,
     silu_rounded,
     slot_row,
 )
 from dayzero.plugins.kda.step_kernel import kda_token, l2_normalize
+from dayzero.plugins.kda.token_rows import flat_token_stride
 from dayzero.plugins.short_conv.kernel import load_short_weights, load_short_window, store_short_window
 
 # value columns a state tile holds; the warps of a program grow with its [K, BV] tile, STATE_FLOATS_PER_THREAD a

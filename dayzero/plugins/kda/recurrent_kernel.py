@@ -20,6 +20,7 @@ from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 from dayzero.plugins.kda.limits import MAX_STEP_TOKENS
 from dayzero.plugins.kda.pipelined_pool_kernel import pipelined_kda_pool_kernel
 from dayzero.plugins.kda.step_kernel import gate_offsets, kda_token, kda_token_split, l2_normalize, state_decay
+from dayzero.plugins.kda.token_rows import flat_token_stride
 from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
 
 # tokens a row may step through in one call (1 + draft tokens): a row's slots are read as one vector of this width
@@ -233,23 +234,6 @@ def check_pool(state: torch.Tensor, state_slots: torch.Tensor, num_accepted: tor
     assert _is_pow2_at_least_16(dim_k) and _is_pow2_at_least_16(dim_v), "K and V must be powers of two >= 16"
     torch._check(length <= MAX_STEP_TOKENS,
                  lambda: f"at most {MAX_STEP_TOKENS} tokens a row per decode call (1 + draft tokens), got {length}")
-
-
-def has_flat_token_rows(x: torch.Tensor) -> bool:
-    """Whether x [B, L, ...] has each token's trailing block contiguous and its B * L tokens evenly strided (a view
-    of a [T, N] projection output), as `flat_token_stride` needs."""
-    expected = 1
-    for size, stride in zip(reversed(x.shape[2:]), reversed(x.stride()[2:])):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return x.shape[0] == 1 or x.shape[1] == 1 or x.stride(0) == x.shape[1] * x.stride(1)
-
-
-def flat_token_stride(x: torch.Tensor) -> int:
-    """Elements between consecutive tokens of x [B, L, ...] read as B * L rows (has_flat_token_rows holds)."""
-    assert has_flat_token_rows(x), f"tokens of {tuple(x.shape)} (strides {x.stride()}) are not evenly strided rows"
-    return x.stride(1) if x.shape[1] > 1 else x.stride(0) if x.shape[0] > 1 else x[0, 0].numel()
 
 
 def _token_strides(x: torch.Tensor, heads: int, dim: int | None = None) -> tuple[int, int]:

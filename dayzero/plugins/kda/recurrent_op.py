@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from dayzero.plugins.kda import reference
+from dayzero.plugins.kda.token_rows import has_contiguous_tokens, has_flat_token_rows
 from dayzero.plugins.registry import onnx_translation, plugin_op
 from dayzero.plugins.short_conv.op import onnx_custom_node
 
@@ -27,12 +28,7 @@ def _pool_fake(q, k, v, g, beta, state, state_slots, num_accepted, scale, use_qk
 def _token_rows(x: torch.Tensor) -> torch.Tensor:
     """x [B, L, ...] as it is when each token's trailing block is contiguous (the kernel takes batch and token
     strides, so views of a fused projection need no copy), else a contiguous copy."""
-    expected = 1
-    for size, stride in zip(reversed(x.shape[2:]), reversed(x.stride()[2:])):
-        if size != 1 and stride != expected:
-            return x.contiguous()
-        expected *= size
-    return x
+    return x if has_contiguous_tokens(x) else x.contiguous()
 
 
 @plugin_op("recurrent_kda_pool", cpu=_pool_cpu, fake=_pool_fake, mutates_args=("state",))
@@ -68,7 +64,7 @@ def fused_kda_decode_op(qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state
                         num_accepted: torch.Tensor, scale: float) -> torch.Tensor:
     from torch.library import wrap_triton
 
-    from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher, has_flat_token_rows
+    from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher
 
     qkv, beta_logits = (x if has_flat_token_rows(x) else x.contiguous() for x in (qkv, beta_logits))
     conv_weight, z, A_log, dt_bias = (x.contiguous() for x in (conv_weight, z, A_log, dt_bias))
@@ -94,7 +90,6 @@ def fused_gdn_decode_op(qkv: torch.Tensor, conv_weight: torch.Tensor, conv_state
     from torch.library import wrap_triton
 
     from dayzero.plugins.kda.gdn_decode_kernel import fused_gdn_decode_launcher
-    from dayzero.plugins.kda.recurrent_kernel import has_flat_token_rows
 
     qkv, a, b = (x if has_flat_token_rows(x) else x.contiguous() for x in (qkv, a, b))
     conv_weight, A_log, dt_bias = (x.contiguous() for x in (conv_weight, A_log, dt_bias))

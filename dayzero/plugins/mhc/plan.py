@@ -82,6 +82,14 @@ def _token_blocks(tokens, block_t: int, decode: bool, sms: int) -> int:
     return DECODE_TOKENS // block_t if decode else PROGRAMS_PER_SM * sms
 
 
+def _slices(length: int, block: int, token_blocks: int, sms: int) -> tuple[int, int]:
+    """Cut `length` columns into slices of whole `block`s, as many as it takes for about PROGRAMS_PER_SM programs per
+    SM with `token_blocks` blocks of tokens -> (slices, columns a slice)."""
+    wanted = max(1, min(cdiv(length, block), PROGRAMS_PER_SM * sms // max(1, token_blocks)))
+    per_slice = cdiv(cdiv(length, wanted), block) * block
+    return cdiv(length, per_slice), per_slice
+
+
 def project_plan(tokens, k: int, sms: int) -> ProjectPlan:
     """Decode: 16-token blocks, 128 columns a step, K cut so that about PROGRAMS_PER_SM programs per SM share the
     read of fn. Prefill: 64-token blocks (fn read once per 64 tokens), 64 columns a step, 4 steps in flight, K cut
@@ -89,10 +97,8 @@ def project_plan(tokens, k: int, sms: int) -> ProjectPlan:
     decode = is_decode(tokens)
     block_t, block_k, num_stages = (16, 128, 2) if decode else (64, 64, 4)
     block_k = min(block_k, max(16, next_power_of_2(k)))
-    blocks = _token_blocks(tokens, block_t, decode, sms)
-    splits = max(1, min(cdiv(k, block_k), PROGRAMS_PER_SM * sms // max(1, blocks)))
-    k_split = cdiv(cdiv(k, splits), block_k) * block_k
-    return ProjectPlan(block_t, block_k, cdiv(k, k_split), k_split, 4, num_stages)
+    num_slices, k_split = _slices(k, block_k, _token_blocks(tokens, block_t, decode, sms), sms)
+    return ProjectPlan(block_t, block_k, num_slices, k_split, 4, num_stages)
 
 
 def post_project_plan(tokens, dim: int, sms: int) -> PostProjectPlan:
@@ -102,10 +108,8 @@ def post_project_plan(tokens, dim: int, sms: int) -> PostProjectPlan:
     decode = is_decode(tokens)
     block_t, block_d, num_warps = (16, 32, 4) if decode else (64, 64, 8)
     block_d = min(block_d, max(16, next_power_of_2(dim)))
-    blocks = _token_blocks(tokens, block_t, decode, sms)
-    splits = max(1, min(cdiv(dim, block_d), PROGRAMS_PER_SM * sms // max(1, blocks)))
-    d_split = cdiv(cdiv(dim, splits), block_d) * block_d
-    return PostProjectPlan(block_t, block_d, cdiv(dim, d_split), d_split, num_warps, 2)
+    num_slices, d_split = _slices(dim, block_d, _token_blocks(tokens, block_t, decode, sms), sms)
+    return PostProjectPlan(block_t, block_d, num_slices, d_split, num_warps, 2)
 
 
 def post_project_slices(tokens, dim: int, device: torch.device) -> int:
