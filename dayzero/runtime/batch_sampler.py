@@ -22,7 +22,7 @@ import torch
 from dayzero.runtime.logit_adjustments import masked, penalized_rows, with_bans, with_bias
 from dayzero.runtime.logprobs import TokenLogprob, entries, row_logprobs
 from dayzero.runtime.row_plan import RowPlan
-from dayzero.runtime.seeded_uniform import BITS, uniform_bits
+from dayzero.runtime.seeded_uniform import uniform_bits, uniform_of_bits
 from dayzero.runtime.sequence import Sequence
 from dayzero.runtime.token_counts import TokenCounts
 from dayzero.runtime.token_draw import draw_tokens
@@ -147,7 +147,7 @@ class BatchSampler:
     def _tokens(self, work: torch.Tensor, plan: RowPlan, step: dict[str, torch.Tensor]) -> torch.Tensor:
         if not plan.random:
             return work.argmax(-1)
-        uniform = (step["uniform_bits"].double() + 0.5) / 2**BITS
+        uniform = uniform_of_bits(step["uniform_bits"].double())
         drawn = draw_tokens(plan.random.take(work), plan.random_rows, uniform)
         if not plan.greedy:
             return drawn

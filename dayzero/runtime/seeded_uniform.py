@@ -38,6 +38,11 @@ def uniform_bits(seed: int, position: int) -> int:
     return mix32(key ^ mix32((position + OFFSETS[2]) & MASK32))
 
 
+def uniform_of_bits(bits):
+    """32 random bits (an int, or a float64 tensor of them) -> the uniform in (0, 1) they stand for."""
+    return (bits + 0.5) / 2**BITS
+
+
 def seeded_uniform(seed: int, position: int) -> float:
     """The uniform in (0, 1) of (seed, position)."""
-    return (uniform_bits(seed, position) + 0.5) / 2**BITS
+    return uniform_of_bits(uniform_bits(seed, position))
