@@ -53,7 +53,7 @@ def _gated_activation_kernel(gate, up, out, cols, col_blocks, gate_stride, up_st
     tl.store(out + row * cols + offs, h.to(out.dtype.element_ty), mask=mask)
 
 
-def as_rows(t: torch.Tensor) -> torch.Tensor:
+def as_row_matrix(t: torch.Tensor) -> torch.Tensor:
     """t [..., I] as [R, I] rows with unit column stride: a view where the layout allows (the halves of a fused
     gate / up projection), else a copy."""
     if t.stride(-1) != 1:
@@ -75,7 +75,7 @@ def gated_activation_launcher(
     cols = gate.shape[-1]
     if gate.numel() == 0:
         return out
-    gate_rows, up_rows = as_rows(gate), as_rows(up)
+    gate_rows, up_rows = as_row_matrix(gate), as_row_matrix(up)
     block = min(2048, triton.next_power_of_2(cols))
     col_blocks = triton.cdiv(cols, block)
     kernel = launch(_gated_activation_kernel) if launch else _gated_activation_kernel
