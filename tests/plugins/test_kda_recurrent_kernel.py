@@ -285,21 +285,28 @@ def test_onnx_translations_emit_one_dayzero_node():
         assert ("lower_bound" in node.attributes) == (lower_bound is not None)
 
 
-@pytest.mark.parametrize("lower_bound", [pytest.param(lb, marks=gpu_only) for lb in (None, -5.0)])
-def test_registered_ops_run_the_kernels_on_gpu(lower_bound):
-    """The triton_op path (wrap_triton launches) on CUDA tensors, strided q/k/v views included."""
-    from dayzero.plugins.kda.recurrent_op import fused_kda_decode, recurrent_kda_pool
+def assert_registered_pool_op_matches(q, k, v, g, beta, slots, num_accepted):
+    """recurrent_kda_pool through its registered op on CUDA against the reference (q, k L2-normed in the kernel)."""
+    from dayzero.plugins.kda.recurrent_op import recurrent_kda_pool
 
-    B, L, H, K = 5, 3, 8, 128
-    slots, num_accepted = pool_slots(B, L, B * L + 2)
-    q, k, v, g, beta = kda_inputs(B, L, H, K, K, torch.bfloat16, True)
-    state = torch.randn(B * L + 2, H, K, K)
+    state = torch.randn(slots.numel() + 2, v.shape[2], k.shape[3], v.shape[3])
     expected = state.clone()
     o_ref = R.recurrent_kda_pool(*(x.cpu() for x in (q, k, v, g, beta)), expected, slots, num_accepted,
                                  use_qk_l2norm_in_kernel=True)
     got = state.cuda()
     o = recurrent_kda_pool(q, k, v, g, beta, got, slots.cuda(), num_accepted.cuda(), use_qk_l2norm_in_kernel=True)
     assert rel_err(o.cpu(), o_ref) < 1e-2 and rel_err(got.cpu(), expected) < 1e-4
+
+
+@pytest.mark.parametrize("lower_bound", [pytest.param(lb, marks=gpu_only) for lb in (None, -5.0)])
+def test_registered_ops_run_the_kernels_on_gpu(lower_bound):
+    """The triton_op path (wrap_triton launches) on CUDA tensors, strided q/k/v views included."""
+    from dayzero.plugins.kda.recurrent_op import fused_kda_decode
+
+    B, L, H, K = 5, 3, 8, 128
+    slots, num_accepted = pool_slots(B, L, B * L + 2)
+    q, k, v, g, beta = kda_inputs(B, L, H, K, K, torch.bfloat16, True)
+    assert_registered_pool_op_matches(q, k, v, g, beta, slots, num_accepted)
 
     inputs = fused_inputs(B, L, H, K, 4, torch.bfloat16, B * L + 2)
     expected = {name: inputs[name].clone() for name in ("conv_state", "state")}

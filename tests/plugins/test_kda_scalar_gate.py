@@ -9,7 +9,12 @@ import torch
 
 from dayzero.plugins.kda import reference as R
 from tests.helpers import rel_err
-from tests.plugins.test_kda_recurrent_kernel import TOLERANCE, check_pool, pool_slots
+from tests.plugins.test_kda_recurrent_kernel import (
+    TOLERANCE,
+    assert_registered_pool_op_matches,
+    check_pool,
+    pool_slots,
+)
 from tests.plugins.triton_env import DEVICE, ON_GPU, gpu_only, needs_triton, poisoned, sizes
 
 pytestmark = needs_triton
@@ -392,18 +397,11 @@ def test_fused_gdn_decode_onnx_emits_one_dayzero_node():
 def test_registered_ops_run_the_kernels_on_gpu(per_head):
     """The triton_op path (wrap_triton launches) of the pool, chunk and summary ops on CUDA tensors."""
     from dayzero.plugins.kda import chunk_kda, kda_summary
-    from dayzero.plugins.kda.recurrent_op import recurrent_kda_pool
 
     B, L, Hk, H, K, V = 5, 3, 4, 8, 128, 128
     slots, num_accepted = pool_slots(B, L, B * L + 2)
     q, k, v, g, beta = pool_inputs(B, L, Hk, H, K, V, torch.bfloat16, per_head, True)
-    state = torch.randn(B * L + 2, H, K, V)
-    expected = state.clone()
-    o_ref = R.recurrent_kda_pool(*(x.cpu() for x in (q, k, v, g, beta)), expected, slots, num_accepted,
-                                 use_qk_l2norm_in_kernel=True)
-    got = state.cuda()
-    o = recurrent_kda_pool(q, k, v, g, beta, got, slots.cuda(), num_accepted.cuda(), use_qk_l2norm_in_kernel=True)
-    assert rel_err(o.cpu(), o_ref) < 1e-2 and rel_err(got.cpu(), expected) < 1e-4
+    assert_registered_pool_op_matches(q, k, v, g, beta, slots, num_accepted)
     q, k, v, g, beta = (x.reshape(1, B * L, *x.shape[2:]) for x in (q, k, v, g, beta))
     cu = torch.tensor([0, 4, 15], device="cuda", dtype=torch.int32)
     ro, rs = R.chunk_kda(q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
