@@ -7,10 +7,8 @@ attention input, adds the attention output, asks for its MLP input and adds the 
 `attn_hc` and `ffn_hc`); the model asks for the final hidden state. Inputs and the final state come normed by the
 sublayer's input norm and the model's final norm.
 
-The stream knows every connection in the order the sublayers run, so that adding a sublayer's output also projects
-the new streams for the next connection (`mhc_post_project`) and that connection only finishes the projection
-(`mhc_pre_from_partials`): the streams are read once between two sublayers. The first connection (streams from the
-embeddings) runs the whole `mhc_pre`, the last output is added by `mhc_post`.
+Each connection collapses the streams with `mhc_pre` and each sublayer's output is added with `mhc_post`, one launch
+each.
 """
 
 from __future__ import annotations
@@ -34,15 +32,9 @@ class HyperConnection(nn.Module):
         self.scale = nn.Parameter(torch.ones(3, dtype=torch.float32), requires_grad=False)
         self.sinkhorn_iters, self.hc_eps, self.norm_eps = sinkhorn_iters, hc_eps, norm_eps
 
-    def forward(self, streams: torch.Tensor, partials: tuple[torch.Tensor, torch.Tensor] | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """streams [T, HC, D] and, where the step that wrote them computed it, their projection by this connection's
-        fn (`mhc_post_project`'s partials) -> (the sublayer's input [T, D], post [T, HC], comb [T, HC, HC])."""
-        if partials is None:
-            return mhc.mhc_pre(streams, self.fn, self.base, self.scale, self.norm_eps, self.hc_eps,
-                               self.sinkhorn_iters)
-        return mhc.mhc_pre_from_partials(streams, *partials, self.base, self.scale, self.norm_eps, self.hc_eps,
-                                         self.sinkhorn_iters)
+    def forward(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """streams [T, HC, D] -> (the sublayer's input [T, D], post [T, HC], comb [T, HC, HC])."""
+        return mhc.mhc_pre(streams, self.fn, self.base, self.scale, self.norm_eps, self.hc_eps, self.sinkhorn_iters)
 
 
 def layer_connections(layers) -> list[HyperConnection]:
@@ -51,15 +43,14 @@ def layer_connections(layers) -> list[HyperConnection]:
 
 
 class HyperConnections:
-    """The streams [T, HC, D] of a pass through `connections` (layer_connections' order), the coefficients of the
-    sublayer whose output is added next, and the next connection's projection partials where the add computed them."""
+    """The streams [T, HC, D] of a pass through `connections` (layer_connections' order) and the coefficients of the
+    sublayer whose output is added next."""
 
     def __init__(self, embeddings: torch.Tensor, hc_mult: int, connections: Sequence[HyperConnection]):
         self.streams = embeddings.unsqueeze(1).expand(-1, hc_mult, -1).contiguous()
         self.connections = connections
         self.position = 0
         self.pending: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.partials: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def attn_input(self, layer) -> torch.Tensor:
         return layer.input_layernorm(self._collapse(layer.attn_hc))
@@ -70,20 +61,15 @@ class HyperConnections:
     def _collapse(self, connection: HyperConnection) -> torch.Tensor:
         assert self.position < len(self.connections) and connection is self.connections[self.position], (
             "sublayers ask the stream for their inputs in the order of its connections")
-        x, post, comb = connection(self.streams, self.partials)
-        self.pending, self.partials = (post, comb), None
+        x, post, comb = connection(self.streams)
+        self.pending = (post, comb)
         return x
 
     def add(self, output: torch.Tensor) -> None:
         assert self.pending is not None, "a sublayer's output is added after the stream gave the sublayer its input"
         post, comb = self.pending
         self.position += 1
-        if self.position < len(self.connections):
-            following = self.connections[self.position]
-            self.streams, *partials = mhc.mhc_post_project(output, self.streams, post, comb, following.fn)
-            self.partials = tuple(partials)
-        else:
-            self.streams = mhc.mhc_post(output, self.streams, post, comb)
+        self.streams = mhc.mhc_post(output, self.streams, post, comb)
         self.pending = None
 
     def output(self, model) -> torch.Tensor:

@@ -141,10 +141,7 @@ def _attnres(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
 
 
 def _hyper(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
-    # each add projects the streams it writes for the next connection; the first connection projects them itself
-    return (_same("collapse (pre, Sinkhorn)", "mhc_pre_from_partials"),
-            _same("expand, mix, next projection", "mhc_post_project"),
-            _same("first collapse, last expand", "mhc_pre", "mhc_post"))
+    return (_same("collapse (pre, Sinkhorn)", "mhc_pre"), _same("expand, mix", "mhc_post"))
 
 
 # the final norm, by residual kind: the plain residual adds each sublayer output with the norm after it (the last

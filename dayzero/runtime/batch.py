@@ -19,7 +19,7 @@ from dayzero.runtime.transfers import upload
 SKIP_ROW = -1
 
 
-def prefill_inputs(step: ScheduledStep, page_size: int, slots_per_seq: int, max_pages: int,
+def prefill_inputs(step: ScheduledStep, page_size: int, slots_per_seq: int,
                    device: torch.device | str) -> tuple[torch.Tensor, StepMeta]:
     """(input_ids [T], meta): each sequence's next chunk; its state is read from and written to its first slot."""
     ids, positions, rows = [], [], []
@@ -32,14 +32,14 @@ def prefill_inputs(step: ScheduledStep, page_size: int, slots_per_seq: int, max_
     for count in step.num_new:
         cu_seqlens.append(cu_seqlens[-1] + count)
     longs = {"ids": ids, "positions": positions, "slot_mapping": rows}
-    ints = {"cu_seqlens": cu_seqlens, **_tables(step.seqs, max_pages, slots_per_seq, 1),
+    ints = {"cu_seqlens": cu_seqlens, **_tables(step.seqs, slots_per_seq, 1),
             "num_accepted": [1] * len(step.seqs)}
     longs, ints = upload(longs, torch.int64, torch.device(device)), upload(ints, torch.int32, torch.device(device))
     return longs["ids"], _meta(longs, ints, len(step.seqs))
 
 
 def decode_inputs(seqs: list[Sequence], drafts: list[list[int]], width: int, page_size: int, slots_per_seq: int,
-                  max_pages: int, device: torch.device | str, drawn: torch.Tensor | None = None,
+                  device: torch.device | str, drawn: torch.Tensor | None = None,
                   drawn_rows: list[int | None] | None = None) -> tuple[torch.Tensor, StepMeta]:
     """(input_ids [B, width], meta): each row is the sequence's last token, its drafts, then padding up to width
     (padded positions repeat the last real one and write no KV; their states land in slots nobody reads).
@@ -58,7 +58,7 @@ def decode_inputs(seqs: list[Sequence], drafts: list[list[int]], width: int, pag
     longs = {"ids": ids, "positions": positions, "slot_mapping": rows, "chained": chained,
              "chained_from": [drawn_rows[b] for b in chained]}
     ints = {"cu_seqlens": list(range(0, width * len(seqs) + 1, width)),
-            **_tables(seqs, max_pages, slots_per_seq, width), "num_accepted": [seq.num_accepted for seq in seqs]}
+            **_tables(seqs, slots_per_seq, width), "num_accepted": [seq.num_accepted for seq in seqs]}
     longs, ints = upload(longs, torch.int64, torch.device(device)), upload(ints, torch.int32, torch.device(device))
     input_ids = longs["ids"].view(len(seqs), width)
     if chained:
@@ -71,10 +71,13 @@ def _cache_row(seq: Sequence, position: int, page_size: int) -> int:
     return seq.pages[position // page_size] * page_size + position % page_size
 
 
-def _tables(seqs: list[Sequence], max_pages: int, slots_per_seq: int, width: int) -> dict[str, list[int]]:
-    """The page table [B, max_pages] (the dummy page past each sequence's pages) and the state slots [B, width]:
-    token t of a sequence writes its state into slot t of the sequence's group."""
-    padded = ([*seq.pages, *[DUMMY_PAGE] * (max_pages - len(seq.pages))] for seq in seqs)
+def _tables(seqs: list[Sequence], slots_per_seq: int, width: int) -> dict[str, list[int]]:
+    """The page table [B, P] (P: the most pages a sequence of the batch has; the dummy page past each sequence's
+    pages) and the state slots [B, width]: token t of a sequence writes its state into slot t of the sequence's group.
+    The table is no wider than the batch needs: padded to the engine's longest sequence, building and copying it took
+    more host time a step than the whole step's kernels at batch 64."""
+    num_pages = max(len(seq.pages) for seq in seqs)
+    padded = ([*seq.pages, *[DUMMY_PAGE] * (num_pages - len(seq.pages))] for seq in seqs)
     return {"block_table": [page for pages in padded for page in pages],
             "state_slots": [seq.slot * slots_per_seq + t for seq in seqs for t in range(width)]}
 

@@ -2,7 +2,8 @@
 
 A graph replays fixed addresses, so the decode inputs live in static buffers sized for the bucket; a batch of B
 rows uses the smallest bucket >= B and pads the rest with rows that write nowhere real: slot_mapping -1, the dummy
-page in the page table, the dummy state slot, position 0. Every decode step of an engine has the same width 1+d
+page in the page table, the dummy state slot, position 0. The static page table is as wide as the engine's longest
+sequence; a step's table (as wide as its batch needs) fills its first columns and the dummy page the rest. Every decode step of an engine has the same width 1+d
 (d = the manifest's num_draft; rows without enough drafts are padded inside the row), so buckets are by batch only.
 """
 
@@ -65,9 +66,11 @@ class GraphDecode:
     """One captured graph per bucket, sharing the static buffers of the largest bucket (views for smaller ones)."""
 
     def __init__(self, engine: StepEngine, caches: list[torch.Tensor], max_batch: int, max_pages: int):
-        self.step_engine, self.caches = engine, caches
+        self.step_engine, self.caches, self.max_pages = engine, caches, max_pages
         self.buckets = batch_buckets(max_batch)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, StepMeta]] = {}
+        # bucket -> the columns of its static page table that hold real pages of an earlier step
+        self.table_width: dict[int, int] = {}
         self.pool = None
         self.failed: dict[int, str] = {}
 
@@ -104,18 +107,31 @@ class GraphDecode:
         graph, static_ids, out, static_meta = self.graphs[rows]
         static_ids.copy_(input_ids)
         for name, value in vars(meta).items():
-            getattr(static_meta, name).copy_(value)
+            if name != "block_table":
+                getattr(static_meta, name).copy_(value)
+        self._fill_table(rows, static_meta.block_table, meta.block_table)
         graph.replay()
         return out[:batch]
 
+    def _fill_table(self, rows: int, static: torch.Tensor, table: torch.Tensor) -> None:
+        """The step's table into the first columns of the static one; the dummy page where earlier steps' wider
+        tables left real pages."""
+        width, stale = table.shape[1], self.table_width.get(rows, 0)
+        static[:, :width].copy_(table)
+        if stale > width:
+            static[:, width:stale].fill_(DUMMY_PAGE)
+        self.table_width[rows] = width
+
     def _capture_without_side_effects(self, rows: int, input_ids: torch.Tensor, meta: StepMeta):
         """Capture with every row padded (writes go to the dummy page / slot only), so real caches stay as they are."""
-        dummy_ids, dummy_meta = pad_decode_inputs(input_ids[:0], _empty_like(meta), rows)
+        dummy_ids, dummy_meta = pad_decode_inputs(input_ids[:0], _empty_like(meta, self.max_pages), rows)
         return self._capture(dummy_ids, dummy_meta)
 
 
-def _empty_like(meta: StepMeta) -> StepMeta:
-    return StepMeta(positions=meta.positions[:0], cu_seqlens=meta.cu_seqlens[:1], block_table=meta.block_table[:0],
+def _empty_like(meta: StepMeta, max_pages: int) -> StepMeta:
+    """No rows, with a page table max_pages wide."""
+    block_table = meta.block_table.new_empty((0, max_pages))
+    return StepMeta(positions=meta.positions[:0], cu_seqlens=meta.cu_seqlens[:1], block_table=block_table,
                     slot_mapping=meta.slot_mapping[:0], state_slots=meta.state_slots[:0],
                     num_accepted=meta.num_accepted[:0])
 

@@ -209,7 +209,7 @@ class LLMEngine:
         return self.overlap and seq.json_answer is None
 
     def _prefill(self, step: ScheduledStep) -> list[Sequence]:
-        input_ids, meta = prefill_inputs(step, self.manifest.page_size, self.capacity.slots_per_seq, self.max_pages,
+        input_ids, meta = prefill_inputs(step, self.manifest.page_size, self.capacity.slots_per_seq,
                                          self.manifest.device)
         if wants_prompt_logprobs(step):
             targets, num_top = prompt_targets(step, self.manifest.device)
@@ -255,7 +255,7 @@ class LLMEngine:
         drawn = None if previous is None else previous.drawn.tokens
         drawn_rows = None if previous is None else previous.drawn_rows(step.seqs)
         input_ids, meta = decode_inputs(step.seqs, drafts, 1 + self.manifest.num_draft, self.manifest.page_size,
-                                        self.capacity.slots_per_seq, self.max_pages, self.manifest.device, drawn,
+                                        self.capacity.slots_per_seq, self.manifest.device, drawn,
                                         drawn_rows)
         logits = self.decode(input_ids, meta)
         sampled = self.sampler.sample(logits, step.seqs, drafts, self._bitmasks(step.seqs, drafts), drawn, drawn_rows)

@@ -94,20 +94,17 @@ def test_stream_matches_transformers_layers_head_and_final_norm():
     assert rel_err(got, expected) < 1e-5
 
 
-def test_each_add_projects_for_the_next_connection(monkeypatch):
-    """The first connection projects its streams itself, the last add only mixes; in between, each add computes the
-    next connection's projection and that connection only finishes it."""
+def test_each_sublayer_runs_one_collapse_and_one_update(monkeypatch):
     from dayzero.plugins import mhc
 
     calls = []
-    for name in ("mhc_pre", "mhc_post", "mhc_post_project", "mhc_pre_from_partials"):
+    for name in ("mhc_pre", "mhc_post"):
         op = getattr(mhc, name)
         monkeypatch.setattr(mhc, name, lambda *args, op=op, name=name: calls.append(name) or op(*args))
     config, layers = _glm5_layers()
     with torch.no_grad():
         _through_stream(torch.randn(TOKENS, DIM), config, layers, _final_norm(config))
-    folded = ["mhc_post_project", "mhc_pre_from_partials"]
-    assert calls == ["mhc_pre", *folded * 3, "mhc_post"]
+    assert calls == ["mhc_pre", "mhc_post"] * 4
 
 
 def test_adding_before_an_input_is_refused():

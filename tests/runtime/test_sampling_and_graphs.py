@@ -8,8 +8,11 @@ import torch
 
 from dayzero.contract import StepMeta
 from dayzero.errors import DayzeroError
-from dayzero.runtime.graphs import batch_buckets, bucket_for, pad_decode_inputs
+from dayzero.runtime.batch import decode_inputs
+from dayzero.runtime.block_manager import DUMMY_PAGE
+from dayzero.runtime.graphs import GraphDecode, batch_buckets, bucket_for, pad_decode_inputs
 from dayzero.runtime.sampling import SamplingParams
+from dayzero.runtime.sequence import Sequence
 
 
 @pytest.mark.parametrize("bad", [dict(max_tokens=0), dict(temperature=-1), dict(top_p=0), dict(top_k=-2)])
@@ -39,3 +42,19 @@ def test_padded_rows_write_only_to_the_dummy_page_and_slot():
     assert padded.cu_seqlens.tolist() == [0, 1, 2, 3, 4]
     assert padded.block_table[2:].eq(0).all() and padded.state_slots[2:].eq(0).all()
     assert padded.num_accepted.tolist() == [1, 1, 1, 1] and padded.positions.tolist() == [5, 9, 0, 0]
+
+
+def test_a_step_page_table_is_as_wide_as_its_batch_needs():
+    seqs = [Sequence([1] * n, SamplingParams()) for n in (70, 200)]
+    for seq, pages in zip(seqs, ([5, 2], [7, 1, 9, 4])):
+        seq.pages, seq.num_cached, seq.slot = pages, len(seq.token_ids) - 1, 0
+    _, meta = decode_inputs(seqs, [[], []], 1, 64, 1, "cpu")
+    assert meta.block_table.tolist() == [[5, 2, DUMMY_PAGE, DUMMY_PAGE], [7, 1, 9, 4]]
+
+
+def test_graph_page_table_gets_the_dummy_page_where_a_wider_step_left_pages():
+    runner = GraphDecode(engine=None, caches=[], max_batch=4, max_pages=6)
+    static = torch.full((2, 6), DUMMY_PAGE, dtype=torch.int32)
+    runner._fill_table(2, static, torch.tensor([[3, 4, 5, 6], [7, 8, 9, 10]], dtype=torch.int32))
+    runner._fill_table(2, static, torch.tensor([[11], [12]], dtype=torch.int32))
+    assert static.tolist() == [[11, *[DUMMY_PAGE] * 5], [12, *[DUMMY_PAGE] * 5]]
