@@ -293,11 +293,11 @@ def test_a_cancelled_request_in_flight_drops_its_token(model):
     assert_all_returned(engine)
 
 
-def cuda_runtime(overlap: bool) -> LLMEngine:
+def cuda_runtime(overlap: bool, cuda_graphs: bool = True) -> LLMEngine:
     model = random_model(tiny_config_dict(num_hidden_layers=2, linear_attn_config=layer_pattern("km"))).to("cuda")
     manifest = eager_manifest(model, CacheFormat(), max_batch=MAX_BATCH, max_len=512)
-    return LLMEngine(EagerEngine(model, manifest), RuntimeOptions(memory_bytes=64 << 20, overlap=overlap),
-                     detokenize=letters)
+    options = RuntimeOptions(memory_bytes=64 << 20, overlap=overlap, cuda_graphs=cuda_graphs)
+    return LLMEngine(EagerEngine(model, manifest), options, detokenize=letters)
 
 
 @pytest.mark.gpu
@@ -307,6 +307,14 @@ def test_greedy_and_seeded_outputs_with_cuda_graphs_are_those_without_overlap():
         assert_same_outputs(serve(synced, mix), serve(overlapped, mix))
         assert overlapped.stats.overlapped > 0
         assert_all_returned(overlapped)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_outputs_are_the_eager_ones_while_page_tables_widen_and_narrow():
+    """A graph's static page table is as wide as the engine's longest sequence; each step fills as many columns as its
+    batch needs (1-2 pages here, the longest requests finishing before the others)."""
+    mix = random_mix(5)
+    assert_same_outputs(serve(cuda_runtime(False, cuda_graphs=False), mix), serve(cuda_runtime(False), mix))
 
 
 @pytest.mark.gpu
