@@ -4,8 +4,8 @@ A graph replays fixed addresses, so the decode inputs live in static buffers siz
 rows uses the smallest bucket >= B and pads the rest with rows that write nowhere real: slot_mapping -1, the dummy
 page in the page table, the dummy state slot, position 0. The static page table is as wide as the engine's longest
 sequence; a step's table (as wide as its batch needs) fills its first columns and the dummy page the rest.
-Every decode step of an engine has the same width 1+d
-(d = the manifest's num_draft; rows without enough drafts are padded inside the row), so buckets are by batch only.
+Every decode step of an engine has the same width 1+d (d = the manifest's num_draft; rows without enough drafts are
+padded inside the row), so buckets are by batch only.
 """
 
 from __future__ import annotations
