@@ -6,14 +6,14 @@ Qwen3-Next-80B's shapes: 16 key heads, 32 value heads, K = V = 128, one log-spac
 fp32 gate and state, L2 norm of q and k in the kernel. Prefill: 8192 tokens as 1 and as 8 sequences (varlen), zero
 initial state, final states returned; dayzero's `chunk_kda` launcher against fla's `chunk_gated_delta_rule`, eager
 (do_bench) and in CUDA-graph replay. Decode: one token a row at B 1 / 16 / 64 over an fp32 state pool; dayzero's
-`recurrent_kda_pool` and the fused step (`fused_gdn_decode`: it also runs the short conv, SiLU, gate and sigmoid(b)
-that fla receives precomputed) against fla's fused recurrent gated delta rule, in place on the pool where fla takes
-state indices, else from and to a gathered state batch (`fla_in_place`); graph replay per call and kernel time in
-64-call graphs, each over input sets that outgrow the L2. fla gets q and k on the key heads where it computes grouped
-value heads right, else (`fla_qk_repeated`) q and k repeated to the value heads outside the timed call. Every kernel is
-checked first: dayzero against the fp32 reference and against fla. ratio = fla time / dayzero time (> 1: dayzero
-faster). The `intra tiles` table times the per-head intra-chunk kernel (gdn_intra_kernel.py) alone at 1 x 8192 tokens
-for other (K step, warps) choices than the module's, to keep its choice.
+`recurrent_kda_pool` and the whole step (`fused_gdn_decode`, three launches: it also runs the short conv, SiLU, gate
+and sigmoid(b) that fla receives precomputed) against fla's fused recurrent gated delta rule, in place on the pool
+where fla takes state indices, else from and to a gathered state batch (`fla_in_place`); graph replay per call and
+kernel time in 64-call graphs, each over input sets that outgrow the L2. fla gets q and k on the key heads where it
+computes grouped value heads right, else (`fla_qk_repeated`) q and k repeated to the value heads outside the timed
+call. Every kernel is checked first: dayzero against the fp32 reference and against fla. ratio = fla time / dayzero
+time (> 1: dayzero faster). The `intra tiles` table times the per-head intra-chunk kernel (gdn_intra_kernel.py) alone
+at 1 x 8192 tokens for other (K step, warps) choices than the module's, to keep its choice.
 """
 
 from __future__ import annotations

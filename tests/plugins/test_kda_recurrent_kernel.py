@@ -195,7 +195,7 @@ def test_fused_kda_decode_reads_views_of_the_fused_projection(B, L):
     """qkv and beta_logits as slices of one [B * L, N] projection output (KDAttention's in_proj): no copies, same
     result."""
     from dayzero.plugins.kda.recurrent_kernel import fused_kda_decode_launcher
-    from dayzero.plugins.kda.token_rows import has_flat_token_rows
+    from dayzero.plugins.token_rows import has_flat_token_rows
 
     H, K, W = 2, 16, 4
     C, num_slots = H * K, B * L + 3

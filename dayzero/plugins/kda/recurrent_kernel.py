@@ -20,8 +20,8 @@ from dayzero.plugins.dependent_launch import wait_for_previous_kernel
 from dayzero.plugins.kda.limits import MAX_STEP_TOKENS
 from dayzero.plugins.kda.pipelined_pool_kernel import pipelined_kda_pool_kernel
 from dayzero.plugins.kda.step_kernel import gate_offsets, kda_token, kda_token_split, l2_normalize, state_decay
-from dayzero.plugins.kda.token_rows import flat_token_stride
 from dayzero.plugins.short_conv.kernel import activate, load_short_weights, load_short_window, store_short_window
+from dayzero.plugins.token_rows import flat_token_stride
 
 # tokens a row may step through in one call (1 + draft tokens): a row's slots are read as one vector of this width
 _STEP_TOKENS = tl.constexpr(MAX_STEP_TOKENS)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from dayzero.plugins.kda import reference
-from dayzero.plugins.kda.token_rows import has_contiguous_tokens, has_flat_token_rows
 from dayzero.plugins.registry import onnx_translation, plugin_op
 from dayzero.plugins.short_conv.op import onnx_custom_node
+from dayzero.plugins.token_rows import has_contiguous_tokens, has_flat_token_rows
 
 
 def _pool_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dayzero.plugins.token_rows import flat_token_stride
+
 ACTIVATIONS = {"identity": 0, "silu": 1}
 # sequences per block when a prefill program looks up its chunk in cu_seqlens
 SEQ_BLOCK = 128
@@ -100,7 +102,7 @@ def store_short_window(row0, h0, h1, h2, C, ch, W: tl.constexpr):
 
 @triton.jit(do_not_specialize=["L"])
 def _short_conv_decode_kernel(
-    x, weight, conv_state, y, state_slots, num_accepted, L,
+    x, weight, conv_state, y, state_slots, num_accepted, L, x_stride,
     G: tl.constexpr, C: tl.constexpr, W: tl.constexpr, WP: tl.constexpr, BC: tl.constexpr, ACT: tl.constexpr,
 ):
     b = tl.program_id(0)
@@ -109,6 +111,7 @@ def _short_conv_decode_kernel(
     mask_c = ch < C
     slots = state_slots + b * L
     rows = (b * L).to(tl.int64) * G * C + grp * C
+    x_rows = (b * L).to(tl.int64) * x_stride + grp * C
     if tl.load(slots) < 0:
         for t in range(L):
             tl.store(y + rows + t * G * C + ch, tl.zeros([BC], tl.float32).to(y.dtype.element_ty), mask=mask_c)
@@ -119,7 +122,7 @@ def _short_conv_decode_kernel(
     tl.debug_barrier()
     w_ptr = weight + grp * C * W
     for t in range(L):
-        x_t = tl.load(x + rows + t * G * C + ch, mask=mask_c, other=0.0).to(tl.float32)
+        x_t = tl.load(x + x_rows + t * x_stride + ch, mask=mask_c, other=0.0).to(tl.float32)
         pre, win = conv_step(win, t, x_t, w_ptr, ch, mask_c, W, WP)
         tl.store(y + rows + t * G * C + ch, activate(pre, ACT).to(y.dtype.element_ty), mask=mask_c)
         slot = tl.load(slots + t).to(tl.int64)
@@ -205,7 +208,7 @@ def _check_conv(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
     assert x.shape[-2:] == (groups, channels), f"x {tuple(x.shape)} vs weight {tuple(weight.shape)}"
     assert conv_state.shape[1:] == (groups, width - 1, channels), f"conv_state {tuple(conv_state.shape)}"
     assert width >= 2, "short conv needs a kernel width >= 2"
-    assert x.is_contiguous() and weight.is_contiguous() and conv_state.is_contiguous(), "short conv needs contiguous"
+    assert weight.is_contiguous() and conv_state.is_contiguous(), "short conv needs contiguous weights and windows"
     assert activation in ACTIVATIONS, f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}"
     return groups, channels, width
 
@@ -219,16 +222,17 @@ def short_conv_decode_launcher(
     x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, state_slots: torch.Tensor,
     num_accepted: torch.Tensor, activation: str = "silu", *, out: torch.Tensor | None = None, launch=None,
 ) -> torch.Tensor:
-    """x [B, L, G, C] -> y [B, L, G, C] (x's dtype); conv_state [S, G, W-1, C] updated at state_slots [B, L]."""
+    """x [B, L, G, C] -> y [B, L, G, C] (x's dtype, contiguous); conv_state [S, G, W-1, C] updated at state_slots
+    [B, L]. x may be a view of a fused projection (tokens evenly strided, each token's [G, C] block contiguous)."""
     groups, channels, width = _check_conv(x, weight, conv_state, activation)
     batch, length = x.shape[:2]
     assert state_slots.shape == (batch, length) and state_slots.is_contiguous(), "state_slots must be [B, L]"
     assert num_accepted.shape == (batch,), "num_accepted must be [B]"
-    y = torch.empty_like(x) if out is None else out
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
     block = min(triton.next_power_of_2(channels), 256)
     kernel = launch(_short_conv_decode_kernel) if launch else _short_conv_decode_kernel
     kernel[(batch, groups, triton.cdiv(channels, block))](
-        x, weight, conv_state, y, state_slots, num_accepted, length,
+        x, weight, conv_state, y, state_slots, num_accepted, length, flat_token_stride(x),
         groups, channels, width, window_rows(width), block, ACTIVATIONS[activation], num_warps=2,
     )
     return y
@@ -240,6 +244,7 @@ def short_conv_prefill_launcher(
 ) -> torch.Tensor:
     """x [T, G, C] varlen by cu_seqlens [N+1] -> y [T, G, C]; history and write-back at conv_state[slots[n]]."""
     groups, channels, width = _check_conv(x, weight, conv_state, activation)
+    assert x.is_contiguous(), "short conv prefill needs contiguous rows"
     tokens, num_seqs = x.shape[0], cu_seqlens.shape[0] - 1
     assert slots.dim() == 1 and slots.shape[0] == num_seqs, f"slots must be [N={num_seqs}]"
     assert block_t >= width - 1 and block_t & (block_t - 1) == 0, "block_t must be a power of two >= W-1"
