@@ -1,6 +1,5 @@
-"""mHC hyper-connections: dayzero's `mhc_pre` (projection + finish kernels) and `mhc_post`, and the folded pair the
-model runs between two sublayers (`mhc_post_project`, which also projects the streams it writes for the next
-connection, then `mhc_pre_from_partials`, the finish kernel alone), against the torch reference and the copy ceiling.
+"""mHC hyper-connections: dayzero's `mhc_pre` (projection + finish kernels) and `mhc_post`, alone and as the pair the
+model runs around each sublayer, against the torch reference and the copy ceiling.
 
     python -m bench.bench_mhc [--out DIR]
 
@@ -10,10 +9,9 @@ case is checked against the fp32 reference first. Times: CUDA-graph replay per c
 input sets (streams, fn, base, scale: a decode step reads another layer's fn at each call) to exceed the L2; at
 8192 tokens also the kernels' own duration in a graph of 64 calls (the profiler's) against a 1 GiB copy kernel timed
 the same way. Bytes, what a call must move at least: pre = streams + fn read, the sublayer input + post + comb
-written; post = streams + the sublayer output + post + comb read, the streams written; a pair (pre + post, or the
-folded post_project + pre_from_partials) = the sum: one read and one write of the streams by the update, one read by
-the collapse. The pre kernels read the streams twice (the projection, then the collapse once the coefficients are
-known): "traffic" counts that read; the folded pair moves its fp32 partials instead ("traffic" counts them).
+written; post = streams + the sublayer output + post + comb read, the streams written; the pair (pre + post) = the
+sum: one read and one write of the streams by the update, one read by the collapse. The pre kernels read the streams
+twice (the projection, then the collapse once the coefficients are known): "traffic" counts that read.
 The reference runs in the graph as torch ops on the same inputs (bf16 in, fp32 math).
 Targets: <= 10 us a call at decode sizes, >= 80% of copy at 8192 tokens.
 """
@@ -38,12 +36,7 @@ from bench.common import (
     write_result,
 )
 from dayzero.plugins.mhc import reference
-from dayzero.plugins.mhc.kernel import (
-    mhc_finish_launcher,
-    mhc_post_launcher,
-    mhc_post_project_launcher,
-    mhc_pre_launcher,
-)
+from dayzero.plugins.mhc.kernel import mhc_post_launcher, mhc_pre_launcher
 from dayzero.plugins.mhc.plan import DECODE_TOKENS
 
 HC, DIM, ITERS = 4, 4096, 20
@@ -76,31 +69,12 @@ def post(s: dict, impl=mhc_post_launcher):
     return impl(s["out"], s["streams"], s["post"], s["comb"])
 
 
-def post_project(s: dict):
-    """The update after a sublayer, projecting the streams it writes by the next connection's fn (here the set's)."""
-    return mhc_post_project_launcher(s["out"], s["streams"], s["post"], s["comb"], s["fn"])
-
-
-def pre_from_partials(s: dict, folded: tuple):
-    streams, mix_part, sq_part = folded
-    return mhc_finish_launcher(mix_part, sq_part, streams, s["base"], s["scale"], NORM_EPS, HC_EPS, ITERS)
-
-
-def folded_pair(s: dict):
-    return pre_from_partials(s, post_project(s))
-
-
 def check(s: dict) -> float:
-    """The largest relative error of pre's, post's and the folded pair's outputs against the fp32 reference."""
+    """The largest relative error of pre's and post's outputs against the fp32 reference."""
     got = pre(s)
     expected = pre(s, reference.mhc_pre)
     errors = [rel_err(g, e) for g, e in zip(got, expected)]
     errors.append(rel_err(post(s), post(s, reference.mhc_post)))
-    folded = post_project(s)
-    errors.append(rel_err(folded[0], post(s, reference.mhc_post)))
-    finished = pre_from_partials(s, folded)
-    expected = reference.mhc_pre(folded[0], s["fn"], s["base"], s["scale"], NORM_EPS, HC_EPS, ITERS)
-    errors += [rel_err(g, e) for g, e in zip(finished, expected)]
     if max(errors) > 1e-2:
         raise AssertionError(f"mhc kernels differ from the reference: {errors}")
     return max(errors)
@@ -110,17 +84,15 @@ def graph_us(calls) -> float:
     return graph_replay_ms(calls) * 1e3
 
 
-def nbytes(tokens: int, fn_dtype: torch.dtype, slices: int) -> dict[str, int]:
+def nbytes(tokens: int, fn_dtype: torch.dtype) -> dict[str, int]:
     """Bytes each call must move at least, and (traffic) what the kernels move: the second read of the streams by
-    mhc_pre, the fp32 partials (`slices` of them a token) of the folded pair."""
+    mhc_pre."""
     streams, row = tokens * HC * DIM * 2, tokens * DIM * 2
     coefficients = tokens * (HC + HC * HC) * 4
     fn = (2 + HC) * HC * HC * DIM * fn_dtype.itemsize
-    partials = 2 * slices * tokens * ((2 + HC) * HC + 1) * 4
     pre_bytes, post_bytes = streams + fn + row + coefficients, 2 * streams + row + coefficients
     return {"pre": pre_bytes, "pre_traffic": pre_bytes + streams, "post": post_bytes,
-            "pair": pre_bytes + post_bytes, "pair_traffic": pre_bytes + post_bytes + streams,
-            "folded": pre_bytes + post_bytes, "folded_traffic": pre_bytes + post_bytes + partials}
+            "pair": pre_bytes + post_bytes, "pair_traffic": pre_bytes + post_bytes + streams}
 
 
 def case(tokens: int, fn_dtype: torch.dtype, kernel_gbs: float) -> dict:
@@ -129,57 +101,42 @@ def case(tokens: int, fn_dtype: torch.dtype, kernel_gbs: float) -> dict:
     row["pre_graph_us"] = graph_us([lambda s=s: pre(s) for s in sets])
     row["post_graph_us"] = graph_us([lambda s=s: post(s) for s in sets])
     row["pair_graph_us"] = graph_us([lambda s=s: (pre(s), post(s)) for s in sets])
-    row["post_project_graph_us"] = graph_us([lambda s=s: post_project(s) for s in sets])
-    folded = [post_project(s) for s in sets]
-    row["pre_from_partials_graph_us"] = graph_us([lambda s=s, f=f: pre_from_partials(s, f)
-                                                  for s, f in zip(sets, folded)])
-    row["folded_graph_us"] = graph_us([lambda s=s: folded_pair(s) for s in sets])
-    row["folded_speedup"] = row["pair_graph_us"] / row["folded_graph_us"]
     row["torch_pair_graph_us"] = graph_us([lambda s=s: (pre(s, reference.mhc_pre), post(s, reference.mhc_post))
                                            for s in sets])
-    row["speedup"] = row["torch_pair_graph_us"] / row["folded_graph_us"]
+    row["speedup"] = row["torch_pair_graph_us"] / row["pair_graph_us"]
     if tokens > DECODE_TOKENS:
-        row.update(kernel_times(sets, folded, nbytes(tokens, fn_dtype, folded[0][1].shape[0]), kernel_gbs))
+        row.update(kernel_times(sets, nbytes(tokens, fn_dtype), kernel_gbs))
     return row
 
 
-def kernel_times(sets: list, folded: list, moved: dict, kernel_gbs: float) -> dict:
+def kernel_times(sets: list, moved: dict, kernel_gbs: float) -> dict:
     """Kernel time a call and its share of the copy kernel's GB/s, by minimal bytes and by traffic."""
     times = {"pre": kernel_ms([lambda s=s: pre(s) for s in sets]) * 1e3,
-             "post": kernel_ms([lambda s=s: post(s) for s in sets]) * 1e3,
-             "post_project": kernel_ms([lambda s=s: post_project(s) for s in sets]) * 1e3,
-             "pre_from_partials": kernel_ms([lambda s=s, f=f: pre_from_partials(s, f)
-                                             for s, f in zip(sets, folded)]) * 1e3}
+             "post": kernel_ms([lambda s=s: post(s) for s in sets]) * 1e3}
     times["pair"] = times["pre"] + times["post"]
-    times["folded"] = times["post_project"] + times["pre_from_partials"]
     row = {f"{key}_kernel_us": us for key, us in times.items()}
-    for key in ("pre", "pre_traffic", "post", "pair", "pair_traffic", "folded", "folded_traffic"):
+    for key in ("pre", "pre_traffic", "post", "pair", "pair_traffic"):
         row[f"{key}_copy_pct"] = 100 * moved[key] / times[key.removesuffix("_traffic")] / 1e3 / kernel_gbs
     return row
 
 
 COLUMNS = {"case": "case", "pre_graph_us": "pre us", "post_graph_us": "post us", "pair_graph_us": "pre + post us",
-           "post_project_graph_us": "post_project us", "pre_from_partials_graph_us": "pre_from_partials us",
-           "folded_graph_us": "folded pair us", "folded_speedup": "folded vs pair",
-           "torch_pair_graph_us": "torch reference us", "speedup": "folded vs torch"}
+           "torch_pair_graph_us": "torch reference us", "speedup": "speedup vs torch"}
 PREFILL_COLUMNS = {"pre_kernel_us": "pre kernel us", "post_kernel_us": "post kernel us",
-                   "post_project_kernel_us": "post_project kernel us",
-                   "pre_from_partials_kernel_us": "pre_from_partials kernel us", "pre_copy_pct": "pre % of copy",
+                   "pair_kernel_us": "pre + post kernel us", "pre_copy_pct": "pre % of copy",
                    "pre_traffic_copy_pct": "pre traffic % of copy", "post_copy_pct": "post % of copy",
-                   "pair_copy_pct": "pre + post % of copy", "folded_copy_pct": "folded pair % of copy",
-                   "folded_traffic_copy_pct": "folded traffic % of copy"}
+                   "pair_copy_pct": "pre + post % of copy", "pair_traffic_copy_pct": "pre + post traffic % of copy"}
 
 
 def tables(decode: list, prefill: list) -> dict:
     return {
         "decode": {"title": "mHC at decode sizes (HC 4, D 4096, bf16 streams), graph replay per call",
                    "columns": COLUMNS, "rows": decode,
-                   "plot": {"x": "case", "y": ["pre_graph_us", "post_graph_us", "post_project_graph_us",
-                                               "pre_from_partials_graph_us"], "ylabel": "us per call",
-                            "hlines": [[10, "10 us target"]]}},
+                   "plot": {"x": "case", "y": ["pre_graph_us", "post_graph_us", "pair_graph_us"],
+                            "ylabel": "us per call", "hlines": [[10, "10 us target"]]}},
         "prefill": {"title": "mHC at 8192 tokens (HC 4, D 4096, bf16 streams)", "rows": prefill,
                     "columns": {**COLUMNS, **PREFILL_COLUMNS},
-                    "plot": {"x": "case", "y": ["pre_copy_pct", "post_copy_pct", "pair_copy_pct", "folded_copy_pct"],
+                    "plot": {"x": "case", "y": ["pre_copy_pct", "post_copy_pct", "pair_copy_pct"],
                              "ylabel": "% of the copy kernel's GB/s", "hlines": [[80, "80% target"], [100, "copy"]]}},
     }
 

@@ -191,16 +191,6 @@ def _gated_rms_norm(x, gate, weight, *, eps, activation):
     return (ops.gated_rms_norm(x, gate, weight, eps, activation),)
 
 
-@kernel("MhcPostProject")
-def _mhc_post_project(out, residual, post, comb, fn):
-    return ops.mhc_post_project(out, residual, post, comb, fn)
-
-
-@kernel("MhcPreFromPartials")
-def _mhc_pre_from_partials(streams, mix_part, sq_part, base, scale, *, norm_eps, hc_eps, sinkhorn_iters):
-    return ops.mhc_pre_from_partials(streams, mix_part, sq_part, base, scale, norm_eps, hc_eps, sinkhorn_iters)
-
-
 @kernel("MoeRoute")
 def _moe_route(logits, correction_bias=None, *, top_k, num_groups, topk_group, renormalize, scaling, activation,
                has_correction_bias):

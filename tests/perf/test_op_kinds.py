@@ -49,7 +49,7 @@ def test_every_registered_op_has_its_plugins_kind():
     assert {kinds[op] for op in ("moe_route", "moe_permute", "moe_unpermute", "moe_router_logits")} == {MOE_ROUTING}
     assert kinds["moe_grouped_mlp"] == MOE_EXPERTS and kinds["moe_gated_activation"] == MOE_EXPERTS
     assert kinds["gqa_decode_paged"] == GQA and kinds["write_kv"] == CACHE_WRITES
-    assert {kinds[op] for op in ("mhc_pre", "mhc_post", "mhc_post_project", "mhc_pre_from_partials")} == {MHC}
+    assert {kinds[op] for op in ("mhc_pre", "mhc_post")} == {MHC}
 
 
 @pytest.mark.parametrize("name, kind", [
@@ -59,7 +59,7 @@ def test_every_registered_op_has_its_plugins_kind():
     ("_attnres_mix_kernel", ATTNRES), ("_route_kernel", MOE_ROUTING), ("_permute_rows_kernel", MOE_ROUTING),
     ("_unpermute_kernel", MOE_ROUTING), ("_grouped_gemm_kernel", MOE_EXPERTS),
     ("_gated_activation_kernel", MOE_EXPERTS), ("_gqa_attention_kernel", GQA), ("_write_kv_kernel", CACHE_WRITES),
-    ("_mhc_post_project_kernel", MHC), ("_mhc_finish_kernel", MHC),
+    ("_mhc_post_kernel", MHC), ("_mhc_finish_kernel", MHC),
 ])
 def test_triton_kernels_take_their_modules_kind(name, kind):
     assert kernel_kind(name) == kind

@@ -141,6 +141,11 @@ def _check_pre(tokens, hc, dim, dtype, fn_dtype):
          (37, 3, 1000, torch.float32)],
 ))
 def test_post_matches_reference(tokens, hc, dim, dtype):
+    _check_post(tokens, hc, dim, dtype)
+
+
+def _check_post(tokens, hc, dim, dtype):
+    """The post kernel, its output poisoned, against the reference."""
     from dayzero.plugins.mhc.kernel import mhc_post_launcher
 
     residual = _streams(tokens, hc, dim, dtype)
@@ -152,109 +157,27 @@ def test_post_matches_reference(tokens, hc, dim, dtype):
     assert rel_err(streams, reference.mhc_post(out, residual, post, comb)) < TOLERANCE[dtype]
 
 
-def _use_post_project_plan(monkeypatch, block_t: int, block_d: int, splits: int):
-    """Every folded post launch cuts D into `splits` slices of block_d-column steps, block_t tokens a program."""
-    from dayzero.plugins.mhc import kernel, plan
-
-    def post_project(tokens, dim, sms):
-        d_split = plan.cdiv(plan.cdiv(dim, splits), block_d) * block_d
-        return plan.PostProjectPlan(block_t, block_d, plan.cdiv(dim, d_split), d_split, 4, 2)
-
-    monkeypatch.setattr(kernel, "post_project_plan", post_project)
-
-
-# (block_t, block_d, splits): the decode plan's column slices, uneven slices of 8-column steps (the last partly past
-# D), the prefill plan's 64-token blocks over all of D
-POST_PROJECT_PLANS = {"decode-3-splits": (16, 16, 3), "decode-uneven": (16, 8, 2), "prefill-64": (64, 16, 1)}
-
-
-def _update_inputs(tokens: int, hc: int, dim: int, dtype, fn_dtype):
-    """A sublayer's output, the streams before it, its post / comb, and the next connection's weights."""
-    residual = _streams(tokens, hc, dim, dtype)
-    fn, base, scale = _weights(hc, dim)
-    _, post, comb = reference.mhc_pre(residual, fn, base, scale, NORM_EPS, HC_EPS, 7)
-    out = torch.randn(tokens, dim, device=DEVICE).to(dtype)
-    return (out, residual, post, comb), _weights(hc, dim, fn_dtype)
-
-
-def _check_post_project(tokens, hc, dim, dtype, fn_dtype):
-    """The folded post kernel, its outputs poisoned, against mhc_post and the projection of the streams it wrote; then
-    the finish kernel on its partials against mhc_pre of those streams."""
-    from dayzero.plugins.mhc.kernel import mhc_finish_launcher, mhc_post_project_launcher
-
-    update, (fn, base, scale) = _update_inputs(tokens, hc, dim, dtype, fn_dtype)
-    _, mix_part, sq_part = mhc_post_project_launcher(*update, fn)
-    outputs = (poisoned(tokens, hc, dim, dtype=dtype), torch.full_like(mix_part, float("nan")),
-               torch.full_like(sq_part, float("nan")))
-    got = mhc_post_project_launcher(*update, fn, *outputs)
-    assert all(g is o for g, o in zip(got, outputs))
-    streams = got[0]
-    assert rel_err(streams, reference.mhc_post(*update)) < TOLERANCE[dtype]
-    # the projection of the streams as stored (the interpreter rounds bf16 otherwise than the reference)
-    mix, squares = reference.mhc_project(streams, fn, 1)
-    assert rel_err(got[1].sum(0), mix[0]) < 1e-5 and rel_err(got[2].sum(0), squares[0]) < 1e-5
-    finished = mhc_finish_launcher(got[1], got[2], streams, base, scale, NORM_EPS, HC_EPS, 7)
-    collapsed, post, comb = reference.mhc_pre(streams, fn, base, scale, NORM_EPS, HC_EPS, 7)
-    assert rel_err(finished[0], collapsed) < TOLERANCE[dtype]
-    assert rel_err(finished[1], post) < 1e-5 and rel_err(finished[2], comb) < 1e-5
-
-
-@needs_triton
-@pytest.mark.parametrize("tokens, hc, dim, dtype, fn_dtype", sizes(
-    cpu=[(1, 4, 24, torch.bfloat16, torch.bfloat16), (3, 3, 40, torch.float32, torch.float32),
-         (19, 4, 20, torch.bfloat16, torch.float32)],
-    gpu=[(1, 4, 4096, torch.bfloat16, torch.bfloat16), (16, 4, 4096, torch.bfloat16, torch.bfloat16),
-         (64, 4, 4096, torch.bfloat16, torch.float32), (8192, 4, 4096, torch.bfloat16, torch.bfloat16),
-         (37, 3, 1000, torch.float32, torch.float32), (333, 2, 7168, torch.bfloat16, torch.float32),
-         (1000, 3, 1000, torch.bfloat16, torch.bfloat16)],
-))
-def test_post_project_and_finish_match_reference(tokens, hc, dim, dtype, fn_dtype):
-    _check_post_project(tokens, hc, dim, dtype, fn_dtype)
-
-
 @needs_triton
 def test_prefill_plans_keep_the_result(monkeypatch):
-    """The prefill plans (64-token blocks, 64-column steps of the folded post, one finish program a token) on 19
+    """The prefill plans (64-token projection blocks, one finish program a token, 2048-column post tiles) on 19
     tokens counted as prefill: more than 64 would cost the interpreter seconds of finish programs."""
     from dayzero.plugins.mhc import plan
 
     monkeypatch.setattr(plan, "DECODE_TOKENS", 8)
     assert not plan.is_decode(19)
-    _check_post_project(19, 3, 50, torch.float32, torch.float32)
-
-
-@needs_triton
-@pytest.mark.parametrize("plan", POST_PROJECT_PLANS)
-def test_every_post_project_plan_keeps_the_result(plan, monkeypatch):
-    _use_post_project_plan(monkeypatch, *POST_PROJECT_PLANS[plan])
-    _check_post_project(17, 3, 40, torch.bfloat16, torch.bfloat16)
-
-
-def test_reference_fold_is_post_then_pre():
-    """The folded pair's reference (any number of column slices) against mhc_post followed by mhc_pre."""
-    update, (fn, base, scale) = _update_inputs(6, 3, 40, torch.float32, torch.float32)
-    update = [t.cpu() for t in update]
-    fn, base, scale = fn.cpu(), base.cpu(), scale.cpu()
-    streams = reference.mhc_post(*update)
-    expected = reference.mhc_pre(streams, fn, base, scale, NORM_EPS, HC_EPS, 7)
-    for slices in (1, 3, 7):
-        got_streams, mix_part, sq_part = reference.mhc_post_project(*update, fn, slices)
-        assert torch.equal(got_streams, streams) and mix_part.shape == (slices, 6, 15) and sq_part.shape == (slices, 6)
-        got = reference.mhc_pre_from_partials(got_streams, mix_part, sq_part, base, scale, NORM_EPS, HC_EPS, 7)
-        assert all(rel_err(g, e) < 1e-6 for g, e in zip(got, expected))
+    _check_pre(19, 3, 50, torch.float32, torch.float32)
+    _check_post(19, 3, 50, torch.float32)
 
 
 @needs_triton
 def test_zero_tokens_launch_nothing():
-    from dayzero.plugins.mhc.kernel import mhc_post_launcher, mhc_post_project_launcher, mhc_pre_launcher
+    from dayzero.plugins.mhc.kernel import mhc_post_launcher, mhc_pre_launcher
 
     streams = torch.empty(0, 4, 24, device=DEVICE)
     fn, base, scale = _weights(4, 24)
     collapsed, post, comb = mhc_pre_launcher(streams, fn, base, scale, NORM_EPS, HC_EPS, 3)
     assert collapsed.shape == (0, 24) and post.shape == (0, 4) and comb.shape == (0, 4, 4)
     assert mhc_post_launcher(collapsed, streams, post, comb).shape == (0, 4, 24)
-    new, mix_part, sq_part = mhc_post_project_launcher(collapsed, streams, post, comb, fn)
-    assert new.shape == (0, 4, 24) and mix_part.shape[1:] == (0, 24) and sq_part.shape[1:] == (0,)
 
 
 def _as_tuple(out) -> tuple:
@@ -292,14 +215,6 @@ def test_ops_triton_bodies_match_their_fakes_and_the_cpu_reference():
     assert _close((collapsed, post, comb), _on_cpu(mhc.mhc_pre, pre_args))
     post_args = (collapsed, streams, post, comb)
     assert _close(_body_like_fake(mhc.mhc_post, post_args), _on_cpu(mhc.mhc_post, post_args))
-    new, mix_part, sq_part = _body_like_fake(mhc.mhc_post_project, (*post_args, fn))
-    assert _close((new,), _on_cpu(mhc.mhc_post_project, (*post_args, fn))[:1])
-    # the column slices follow the device's plan: their sums are what the finish reads; of the streams as stored (the
-    # interpreter rounds bf16 otherwise than the CPU)
-    assert _close((mix_part.sum(0), sq_part.sum(0)), [p.sum(0) for p in reference.mhc_project(new.cpu(), fn.cpu(), 2)])
-    finish_args = (new, mix_part, sq_part, base, scale, NORM_EPS, HC_EPS, 4)
-    assert _close(_body_like_fake(mhc.mhc_pre_from_partials, finish_args),
-                  _on_cpu(mhc.mhc_pre_from_partials, finish_args))
 
 
 @pytest.mark.parametrize("tokens", [pytest.param(t, marks=gpu_only, id=f"T{t}") for t in (1, 64)])
@@ -315,27 +230,9 @@ def test_decode_projection_spreads_fn_over_the_sms(tokens):
     assert plan.splits * triton.cdiv(tokens, plan.block_t) >= min(sms, triton.cdiv(4 * 4096, plan.block_k))
 
 
-@pytest.mark.parametrize("tokens", [1, 16, 64])
-def test_decode_post_project_spreads_fn_over_the_sms(tokens):
-    from dayzero.plugins.mhc.plan import cdiv, post_project_plan
-
-    plan = post_project_plan(tokens, 4096, 132)
-    programs = plan.splits * cdiv(tokens, plan.block_t)
-    # an H100's 132 SMs each take a share of fn's columns (and at most two programs)
-    assert min(132, cdiv(4096, plan.block_d)) <= programs <= 2 * 132
-    assert plan.splits * plan.d_split >= 4096 > (plan.splits - 1) * plan.d_split
-
-
-def test_prefill_post_project_reads_fn_once_per_64_tokens():
-    from dayzero.plugins.mhc.plan import post_project_plan
-
-    plan = post_project_plan(8192, 4096, 132)
-    assert plan.block_t == 64 and plan.splits * 128 >= 132
-
-
 class _TwoSublayers(torch.nn.Module):
-    """Two sublayers' connections as the stream runs them (the sublayers themselves adds of their input): the first
-    collapse projects, the add after the first sublayer projects for the second, the last add only mixes."""
+    """Two sublayers' connections as the stream runs them (the sublayers themselves adds of their input): each collapse
+    projects the streams, each add mixes them."""
 
     def __init__(self, hc: int, dim: int):
         super().__init__()
@@ -346,8 +243,8 @@ class _TwoSublayers(torch.nn.Module):
         from dayzero.plugins import mhc
 
         x, post, comb = mhc.mhc_pre(streams, *self.first, NORM_EPS, HC_EPS, 20)
-        streams, mix_part, sq_part = mhc.mhc_post_project(out + x, streams, post, comb, self.second[0])
-        y, post, comb = mhc.mhc_pre_from_partials(streams, mix_part, sq_part, *self.second[1:], NORM_EPS, HC_EPS, 20)
+        streams = mhc.mhc_post(out + x, streams, post, comb)
+        y, post, comb = mhc.mhc_pre(streams, *self.second, NORM_EPS, HC_EPS, 20)
         return y, mhc.mhc_post(out + y, streams, post, comb)
 
 
@@ -364,20 +261,13 @@ def test_launch_plans_keep_an_exported_token_range(max_tokens):
                                   dynamic_shapes=({0: tokens}, {0: tokens}))
     guards, narrowed, launches, offset_tables, scratch_views = _plan_every_plugin_call(program)
     assert guards == {} and narrowed == [] and offset_tables == [] and scratch_views == []
-    assert [name for name, _, _ in launches] == ["_mhc_project_kernel", "_mhc_finish_kernel",
-                                                 "_mhc_post_project_kernel", "_mhc_finish_kernel", "_mhc_post_kernel"]
+    assert [name for name, _, _ in launches] == ["_mhc_project_kernel", "_mhc_finish_kernel", "_mhc_post_kernel"] * 2
 
 
 def _sublayer_chain(tokens: int) -> torch.Tensor:
-    """Four sublayers (the sublayer itself the identity) captured in one graph as the stream runs them: the first
-    projection reads the starting streams, each folded post the finish's output and writes the next connection's
-    partials, each finish those partials and the streams the post wrote, the last post the last finish's output."""
-    from dayzero.plugins.mhc.kernel import (
-        mhc_finish_launcher,
-        mhc_post_launcher,
-        mhc_post_project_launcher,
-        mhc_pre_launcher,
-    )
+    """Four sublayers (the sublayer itself the identity) captured in one graph as the stream runs them: each projection
+    reads the streams the post before it wrote, each finish the projection's partials, each post the finish's output."""
+    from dayzero.plugins.mhc.kernel import mhc_post_launcher, mhc_pre_launcher
 
     torch.manual_seed(2)
     weights = [_weights(4, 4096, torch.bfloat16) for _ in range(4)]
@@ -386,12 +276,9 @@ def _sublayer_chain(tokens: int) -> torch.Tensor:
 
     def step():
         del streams[1:]
-        x, post, comb = mhc_pre_launcher(streams[-1], *weights[0], NORM_EPS, HC_EPS, 20)
-        for fn, base, scale in weights[1:]:
-            new, mix_part, sq_part = mhc_post_project_launcher(x, streams[-1], post, comb, fn)
-            streams.append(new)
-            x, post, comb = mhc_finish_launcher(mix_part, sq_part, new, base, scale, NORM_EPS, HC_EPS, 20)
-        streams.append(mhc_post_launcher(x, streams[-1], post, comb))
+        for fn, base, scale in weights:
+            x, post, comb = mhc_pre_launcher(streams[-1], fn, base, scale, NORM_EPS, HC_EPS, 20)
+            streams.append(mhc_post_launcher(x, streams[-1], post, comb))
 
     step()
     torch.cuda.synchronize()
@@ -422,13 +309,10 @@ def test_onnx_translations_emit_dayzero_nodes():
     program = torch.onnx.export(_TwoSublayers(4, 24).cpu().eval(), (streams, torch.randn(3, 24)), dynamo=True,
                                 verbose=False, optimize=False, custom_translation_table=ONNX_TRANSLATIONS)
     nodes = {node.op_type: node for node in program.model.graph if node.domain == "dayzero"}
-    assert set(nodes) == {"MhcPre", "MhcPost", "MhcPostProject", "MhcPreFromPartials"}
+    assert set(nodes) == {"MhcPre", "MhcPost"}
     assert len(nodes["MhcPre"].inputs) == 4 and len(nodes["MhcPre"].outputs) == 3
     assert nodes["MhcPre"].attributes["sinkhorn_iters"].value == 20
     assert len(nodes["MhcPost"].inputs) == 4 and len(nodes["MhcPost"].outputs) == 1
-    assert len(nodes["MhcPostProject"].inputs) == 5 and len(nodes["MhcPostProject"].outputs) == 3
-    assert len(nodes["MhcPreFromPartials"].inputs) == 5 and len(nodes["MhcPreFromPartials"].outputs) == 3
-    assert nodes["MhcPreFromPartials"].attributes["sinkhorn_iters"].value == 20
 
 
 @pytest.mark.skipif(ON_GPU, reason="ONNX Runtime serves the CPU")
@@ -443,10 +327,3 @@ def test_onnx_runtime_kernels_are_the_reference():
     assert all(torch.equal(got, want) for got, want in zip(pre, expected, strict=True))
     (mixed,) = onnx_ort.KERNELS["MhcPost"](out, streams, *expected[1:])
     assert torch.equal(mixed, reference.mhc_post(out, streams, *expected[1:]))
-    folded = onnx_ort.KERNELS["MhcPostProject"](out, streams, *expected[1:], fn)
-    expected_fold = reference.mhc_post_project(out, streams, *expected[1:], fn, folded[1].shape[0])
-    assert all(torch.equal(got, want) for got, want in zip(folded, expected_fold, strict=True))
-    finished = onnx_ort.KERNELS["MhcPreFromPartials"](*folded, base, scale, norm_eps=NORM_EPS, hc_eps=HC_EPS,
-                                                      sinkhorn_iters=7)
-    expected = reference.mhc_pre_from_partials(*folded, base, scale, NORM_EPS, HC_EPS, 7)
-    assert all(torch.equal(got, want) for got, want in zip(finished, expected, strict=True))

@@ -1,21 +1,14 @@
-"""Fused Triton kernels of manifold-constrained hyper-connections (reference.py), launched as plan.py plans them.
+"""Fused Triton kernels of manifold-constrained hyper-connections (reference.py), launched as plan.py plans them: the
+sublayer's input from the streams (`mhc_pre`, two kernels) and the streams after the sublayer (`mhc_post`, one).
 
-Between two sublayers the streams are read once: `mhc_post_project` (_mhc_post_project_kernel) writes the streams
-after a sublayer and, since the RMS norm of a token's flattened streams is one scalar, also the next connection's
-projection of them, un-normed: x' @ fn^T and the sum of squares, partial over slices of the columns D ([splits, T, M],
-[splits, T] fp32). Each program takes a block of tokens (16 at decode sizes, 64 at prefill sizes, so that fn is read
-once per block) and one slice, stepping through its columns: a step mixes a column tile of every stream
-(new x_j = post_j * o + sum_i comb[i, j] x_i, coefficients rounded to the streams' dtype), stores it, and projects the
-stored values with the tiles of fn they meet (one tensor-core dot over (stream, column)). At decode sizes the slices
-spread the read of fn (M x HC * D, larger than the tokens' streams) over the SMs.
-`mhc_pre_from_partials` (_mhc_finish_kernel) adds a token's partials, scales them by the token's rsqrt(mean square +
-eps), turns them into pre / post / comb (sigmoids, softmax, Sinkhorn on [HC, HC]) and collapses the token's streams:
-at decode sizes one program per column tile (each recomputes the token's coefficients rather than waiting for them
-through memory), at prefill sizes one program per token.
-
-The first connection (streams from the embeddings) runs `mhc_pre`: _mhc_project_kernel, the same projection of
-streams already in memory (split over K = HC * D), then _mhc_finish_kernel. After the last sublayer `mhc_post`
-(_mhc_post_kernel, one program per token and column tile) only mixes.
+mhc_pre. _mhc_project_kernel multiplies the flattened streams [T, K = HC * D] by fn [M, K] and sums their squares,
+K cut into `splits` slices whose partial results it writes ([splits, T, M], [splits, T] fp32): at decode sizes the
+slices spread the read of fn (M x K, larger than the tokens' streams) over the SMs; at prefill sizes each program
+takes a block of 64 tokens, so that fn is read once per block. _mhc_finish_kernel adds a token's partials, scales them
+by the token's rsqrt(mean square + eps), turns them into pre / post / comb (sigmoids, softmax, Sinkhorn on [HC, HC])
+and collapses the token's streams: at decode sizes one program per column tile (each recomputes the token's
+coefficients rather than waiting for them through memory), at prefill sizes one program per token.
+mhc_post. _mhc_post_kernel, one program per token and column tile: new x_j = post_j * o + sum_i comb[i, j] x_i.
 """
 
 from __future__ import annotations
@@ -28,15 +21,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from dayzero.plugins import dependent_launch
 from dayzero.plugins import device as device_info
 from dayzero.plugins.dependent_launch import wait_for_previous_kernel
-from dayzero.plugins.mhc.plan import (
-    INTERPRETER_SMS,
-    finish_plan,
-    is_decode,
-    mix_width,
-    post_plan,
-    post_project_plan,
-    project_plan,
-)
+from dayzero.plugins.mhc.plan import INTERPRETER_SMS, finish_plan, is_decode, mix_width, post_plan, project_plan
 from dayzero.plugins.output_buffer import output_buffer, output_like
 from dayzero.plugins.triton_utils import INTERPRETED
 
@@ -195,59 +180,6 @@ def _mhc_post_kernel(
              mask=j_mask[:, None] & c_mask[None, :])
 
 
-@triton.jit
-def _block_coefficients(coefficients, tokens, t_mask, ROWS: tl.constexpr, row: tl.constexpr, HC: tl.constexpr,
-                        HCP: tl.constexpr, dtype: tl.constexpr):
-    """Row `row` of each token's [ROWS, HC] coefficients (post: 1 row, comb: HC) for a block of tokens: [BT, HCP],
-    rounded to the streams' dtype as the model applies them, zero past HC and past T."""
-    j = tl.arange(0, HCP)
-    where = coefficients + (tokens[:, None] * ROWS + row) * HC + j[None, :]
-    return tl.load(where, mask=t_mask[:, None] & (j < HC)[None, :], other=0.0).to(dtype).to(tl.float32)
-
-
-@triton.jit
-def _mhc_post_project_kernel(
-    out, residual, post, comb, fn, streams, mix_part, sq_part, T, d_split,
-    D: tl.constexpr, HC: tl.constexpr, HCP: tl.constexpr, M: tl.constexpr, MP: tl.constexpr, BT: tl.constexpr,
-    BD: tl.constexpr, SAME_DTYPE: tl.constexpr, PDL: tl.constexpr,
-):
-    wait_for_previous_kernel(PDL)
-    split = tl.program_id(0)
-    tokens = (tl.program_id(1) * BT + tl.arange(0, BT)).to(tl.int64)
-    t_mask = tokens < T
-    j = tl.arange(0, HCP)
-    rows = tl.arange(0, MP)
-    # the dot's K index q = (stream, column): stream q // BD, column q % BD of the step's tile
-    q = tl.arange(0, HCP * BD)
-    fn_mask = (rows[:, None] < M) & (q // BD < HC)[None, :]
-    dtype = streams.dtype.element_ty
-    p = _block_coefficients(post, tokens, t_mask, 1, 0, HC, HCP, dtype)
-    acc = tl.zeros([BT, MP], tl.float32)
-    squares = tl.zeros([BT], tl.float32)
-    start = split * d_split
-    for d0 in range(start, start + d_split, BD):
-        cols = d0 + tl.arange(0, BD)
-        tc_mask = t_mask[:, None] & (cols < D)[None, :]
-        o = tl.load(out + tokens[:, None] * D + cols[None, :], mask=tc_mask, other=0.0).to(tl.float32)
-        x = p[:, :, None] * o[:, None, :]
-        for src in tl.static_range(HC):
-            r = tl.load(residual + (tokens[:, None] * HC + src) * D + cols[None, :], mask=tc_mask, other=0.0)
-            c = _block_coefficients(comb, tokens, t_mask, HC, src, HC, HCP, dtype)
-            x += c[:, :, None] * r.to(tl.float32)[:, None, :]
-        # [BT, HCP, BD], zero past HC, D and T: the projection and the squares see the stored (rounded) streams
-        x = x.to(dtype)
-        tl.store(streams + (tokens[:, None, None] * HC + j[None, :, None]) * D + cols[None, None, :], x,
-                 mask=tc_mask[:, None, :] & (j < HC)[None, :, None])
-        ws = tl.load(fn + rows[:, None] * (HC * D) + ((q // BD) * D + d0 + q % BD)[None, :],
-                     mask=fn_mask & (d0 + q % BD < D)[None, :], other=0.0)
-        acc = _project(tl.reshape(x, [BT, HCP * BD]), ws, acc, SAME_DTYPE)
-        xf = x.to(tl.float32)
-        squares += tl.sum(tl.sum(xf * xf, axis=2), axis=1)
-    row = split.to(tl.int64) * T + tokens
-    tl.store(mix_part + row[:, None] * M + rows[None, :], acc, mask=t_mask[:, None] & (rows < M)[None, :])
-    tl.store(sq_part + row, squares, mask=t_mask)
-
-
 def _check_streams(streams: torch.Tensor) -> tuple[int, int, int]:
     assert streams.dim() == 3 and streams.is_contiguous(), (
         f"streams must be a contiguous [T, HC, D] tensor, got {tuple(streams.shape)}")
@@ -299,9 +231,9 @@ def mhc_finish_launcher(
     norm_eps: float, hc_eps: float, sinkhorn_iters: int, collapsed: torch.Tensor | None = None,
     post: torch.Tensor | None = None, comb: torch.Tensor | None = None, launch=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Partials [splits, T, M], [splits, T] (mhc_project_launcher's or mhc_post_project_launcher's) and the streams
-    [T, HC, D] -> (collapsed [T, D] in the streams' dtype, post [T, HC] fp32, comb [T, HC, HC] fp32). Outputs may be
-    given (preallocated, contiguous)."""
+    """Partials [splits, T, M], [splits, T] (mhc_project_launcher's) and the streams [T, HC, D] -> (collapsed [T, D]
+    in the streams' dtype, post [T, HC] fp32, comb [T, HC, HC] fp32). Outputs may be given (preallocated,
+    contiguous)."""
     tokens, hc, dim = _check_streams(streams)
     num_splits, m = mix_part.shape[0], (2 + hc) * hc
     assert mix_part.shape[1:] == (tokens, m) and sq_part.shape == (num_splits, tokens), (
@@ -357,27 +289,3 @@ def mhc_post_launcher(
         out, residual, post, comb, streams, dim, hc, triton.next_power_of_2(hc), plan.block_d, pdl,
         num_warps=plan.num_warps, **options)
     return streams
-
-
-def mhc_post_project_launcher(
-    out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor, fn: torch.Tensor,
-    streams: torch.Tensor | None = None, mix_part: torch.Tensor | None = None, sq_part: torch.Tensor | None = None,
-    launch=None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """mhc_post_launcher's update, and the next connection's projection of the streams it writes: fn
-    [M = (2 + HC) * HC, HC * D] -> (streams [T, HC, D], partial projections [splits, T, M] fp32, partial sums of
-    squares [splits, T] fp32), splits as post_project_plan cuts D. Outputs may be given (preallocated, contiguous)."""
-    tokens, hc, dim = _check_update(out, residual, post, comb)
-    m = _check_fn(fn, hc, dim)
-    plan = post_project_plan(tokens, dim, device_info.num_sms(residual.device, cpu_default=INTERPRETER_SMS))
-    streams = output_like(streams, residual)
-    mix_part = output_buffer(mix_part, (plan.splits, tokens, m), torch.float32, residual.device)
-    sq_part = output_buffer(sq_part, (plan.splits, tokens), torch.float32, residual.device)
-    if statically_known_true(tokens == 0):
-        return streams, mix_part, sq_part
-    pdl, options = _pdl(residual, tokens)
-    _launcher(_mhc_post_project_kernel, launch)[(plan.splits, triton.cdiv(tokens, plan.block_t))](
-        out, residual, post, comb, fn, streams, mix_part, sq_part, tokens, plan.d_split, dim, hc,
-        triton.next_power_of_2(hc), m, mix_width(hc), plan.block_t, plan.block_d, _tensor_core_dtypes(residual, fn),
-        pdl, num_warps=plan.num_warps, num_stages=plan.num_stages, **options)
-    return streams, mix_part, sq_part

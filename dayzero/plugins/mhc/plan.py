@@ -1,6 +1,4 @@
-"""Launch plans of the mHC kernels (kernel.py), without Triton: the fold of the next connection's projection into
-mhc_post returns partials whose count of column slices is part of its outputs' shapes, so the op's fake and CPU
-implementations ask the same plan as its launcher.
+"""Launch plans of the mHC kernels (kernel.py), without Triton.
 
 A token count may be symbolic (an exported engine): a plan takes the decode range's largest count or, for prefill, a
 fixed count of programs, so that no comparison on it becomes a guard.
@@ -10,10 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-from dayzero.plugins import device as device_info
 
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
@@ -43,19 +38,6 @@ class RowPlan:
     block_d: int
     tiles: int
     num_warps: int
-
-
-@dataclass(frozen=True)
-class PostProjectPlan:
-    """The folded post kernel's launch: `block_t` tokens a program (>= 16), D in `splits` slices of `d_split` columns
-    (a multiple of `block_d`, the columns of each stream one step takes)."""
-
-    block_t: int
-    block_d: int
-    splits: int
-    d_split: int
-    num_warps: int
-    num_stages: int
 
 
 def cdiv(a: int, b: int) -> int:
@@ -99,22 +81,6 @@ def project_plan(tokens, k: int, sms: int) -> ProjectPlan:
     block_k = min(block_k, max(16, next_power_of_2(k)))
     num_slices, k_split = _slices(k, block_k, _token_blocks(tokens, block_t, decode, sms), sms)
     return ProjectPlan(block_t, block_k, num_slices, k_split, 4, num_stages)
-
-
-def post_project_plan(tokens, dim: int, sms: int) -> PostProjectPlan:
-    """Like the projection's plan over D instead of K = HC * D (a step takes a column tile of every stream): decode
-    16-token blocks, 32 columns a stream and step (128 of K, fn's read spread over the SMs); prefill 64-token blocks
-    (fn read once per 64 tokens), 64 columns a stream and step, 8 warps."""
-    decode = is_decode(tokens)
-    block_t, block_d, num_warps = (16, 32, 4) if decode else (64, 64, 8)
-    block_d = min(block_d, max(16, next_power_of_2(dim)))
-    num_slices, d_split = _slices(dim, block_d, _token_blocks(tokens, block_t, decode, sms), sms)
-    return PostProjectPlan(block_t, block_d, num_slices, d_split, num_warps, 2)
-
-
-def post_project_slices(tokens, dim: int, device: torch.device) -> int:
-    """The column slices of mhc_post_project's partials on `device` (the first dimension of both)."""
-    return post_project_plan(tokens, dim, device_info.num_sms(device, cpu_default=INTERPRETER_SMS)).splits
 
 
 def finish_plan(tokens, dim: int) -> RowPlan:

@@ -12,11 +12,6 @@ After the sublayer, with its output o [D] and post, comb rounded to the streams'
     new x_j = post_j * o + sum_i comb[i, j] x_i                                        [HC, D]
 The model's last norm takes the mean of the streams. All math in fp32; results in the streams' dtype (post and comb
 stay fp32).
-
-Since rsqrt(mean(x'^2)) is one scalar a token, mix = (x' @ fn^T) * rsqrt(sum(x'^2) / (HC * D) + norm_eps): the step
-after a sublayer may also return the next connection's projection x' @ fn^T and sum(x'^2) of the streams it writes, as
-partial sums over slices of the columns D (`mhc_post_project`), and the step before the next sublayer only add them
-(`mhc_pre_from_partials`).
 """
 
 from __future__ import annotations
@@ -85,41 +80,6 @@ def mhc_post(out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb
     comb = comb.to(dtype).float()
     mixed = torch.matmul(comb.transpose(-1, -2), residual.float())
     return (post.unsqueeze(-1) * out.float().unsqueeze(-2) + mixed).to(dtype)
-
-
-def mhc_project(streams: torch.Tensor, fn: torch.Tensor, num_slices: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """streams [T, HC, D], fn [M, HC * D] -> the flattened streams' projection x' @ fn^T and sum of squares, each as
-    partial sums over num_slices slices of the columns D (torch.tensor_split's): mix_part [num_slices, T, M] and
-    sq_part [num_slices, T], fp32."""
-    tokens, hc, _ = streams.shape
-    m = fn.shape[0]
-    x, w = streams.float(), fn.float().view(m, hc, -1)
-    mix_part = x.new_empty(num_slices, tokens, m)
-    sq_part = x.new_empty(num_slices, tokens)
-    for s, (xs, ws) in enumerate(zip(x.tensor_split(num_slices, dim=-1), w.tensor_split(num_slices, dim=-1))):
-        mix_part[s] = xs.reshape(tokens, -1) @ ws.reshape(m, -1).T
-        sq_part[s] = xs.square().sum(dim=(-2, -1))
-    return mix_part, sq_part
-
-
-def mhc_post_project(
-    out: torch.Tensor, residual: torch.Tensor, post: torch.Tensor, comb: torch.Tensor, fn: torch.Tensor,
-    num_slices: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """mhc_post, and the projection partials of the streams it returns for the next connection's fn (mhc_project):
-    (streams [T, HC, D], mix_part [num_slices, T, M] fp32, sq_part [num_slices, T] fp32)."""
-    streams = mhc_post(out, residual, post, comb)
-    return streams, *mhc_project(streams, fn, num_slices)
-
-
-def mhc_pre_from_partials(
-    streams: torch.Tensor, mix_part: torch.Tensor, sq_part: torch.Tensor, base: torch.Tensor, scale: torch.Tensor,
-    norm_eps: float, hc_eps: float, sinkhorn_iters: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """mhc_pre of streams [T, HC, D] whose projection partials (mhc_project's) are given."""
-    rstd = torch.rsqrt(sq_part.sum(0) / (streams.shape[-2] * streams.shape[-1]) + norm_eps)
-    pre, post, comb = coefficients_of_mix(mix_part.sum(0) * rstd.unsqueeze(-1), base, scale, hc_eps, sinkhorn_iters)
-    return collapse(streams, pre), post, comb
 
 
 def mhc_head(streams: torch.Tensor) -> torch.Tensor:
