@@ -21,6 +21,9 @@ from dayzero.plugins.paged_cache.reference import PAGE_SIZE
 from dayzero.plugins.quant.kernel import quantize_rows
 from dayzero.plugins.quant.reference import MX_BLOCK
 
+# a kernel may read only constexpr globals
+PAGE = tl.constexpr(PAGE_SIZE)
+
 
 @triton.jit
 def _spread(scalar, like):
@@ -58,8 +61,8 @@ def _store_pool_key(cache, key, slot, position, K: tl.constexpr, DI: tl.constexp
                     ROWS: tl.constexpr, QUANT: tl.constexpr, RECIPROCAL_DIVIDE: tl.constexpr):
     """The pool ending at `position` (its token's physical row `slot`) <- key [DP]: row (position % PAGE_SIZE) // K
     of the token's page, plain [P, ROWS, DI] or MXFP8 page-major uint8 [P, ROWS * (DI + DI / 32)]."""
-    page = slot // PAGE_SIZE
-    row = position % PAGE_SIZE // K
+    page = slot // PAGE
+    row = position % PAGE // K
     if QUANT:
         NB: tl.constexpr = DP // 32
         codes, e = quantize_rows(tl.reshape(key, (NB, 32)), RECIPROCAL_DIVIDE)
