@@ -10,11 +10,15 @@ import pkgutil
 import textwrap
 
 import triton
+from triton.runtime.interpreter import InterpretedFunction
 
 import dayzero.plugins
 
+# under TRITON_INTERPRET (the CPU tests) triton.jit makes InterpretedFunctions
+KERNEL_TYPES = (triton.runtime.jit.JITFunction, InterpretedFunction)
 
-def plain_globals_read(function: triton.runtime.jit.JITFunction) -> set[str]:
+
+def plain_globals_read(function) -> set[str]:
     """Names a jit function reads from its module that are plain Python numbers or strings."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(function.fn)))
     arguments = {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
@@ -27,7 +31,7 @@ def plugin_jit_functions():
     for info in pkgutil.walk_packages(dayzero.plugins.__path__, "dayzero.plugins."):
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
-            if isinstance(value, triton.runtime.jit.JITFunction) and value.fn.__module__ == module.__name__:
+            if isinstance(value, KERNEL_TYPES) and value.fn.__module__ == module.__name__:
                 yield f"{module.__name__}.{name}", value
 
 
