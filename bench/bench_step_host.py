@@ -1,13 +1,14 @@
 """The runtime's host time per decode step on the CPU, with and without overlap (RuntimeOptions.overlap).
 
-    python -m bench.bench_step_host [--out DIR] [--steps 48] [--batches 1,16,64] [--repeats 3]
+    python -m bench.bench_step_host [--out DIR] [--steps 48] [--batches 1,16,64] [--repeats 3] [--max-len 1048576]
 
 The tiny-hybrid model (6 layers, random float32 weights) behind the eager engine in `LLMEngine`, one intra-op thread:
 per decode step (after 16-token prompts), the CPU time of the engine's thread in `LLMEngine.step`, the model's share
 of it (the engine's decode calls) and the rest, the runtime's own work (scheduling, inputs, sampling, emitting).
 Thread CPU time, not wall time: other processes on a shared machine then change the numbers little. On a CPU the
 model runs on the host thread, so overlap hides nothing here: the run shows what its bookkeeping costs. The best of
-`--repeats` runs per case.
+`--repeats` runs per case. `--max-len`: the longest sequence the engine takes (default Kimi-Linear's 1M tokens, as an
+engine served at a model's full context is built).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def tiny_model():
     return model.eval()
 
 
-def step_times(model, batch: int, steps: int, overlap: bool, params: SamplingParams) -> dict:
-    manifest = eager_manifest(model, CacheFormat(), max_batch=batch, max_len=PROMPT + steps + 8)
+def step_times(model, batch: int, steps: int, overlap: bool, params: SamplingParams, max_len: int) -> dict:
+    manifest = eager_manifest(model, CacheFormat(), max_batch=batch, max_len=max_len)
     engine = LLMEngine(EagerEngine(model, manifest), RuntimeOptions(memory_bytes=256 << 20, overlap=overlap))
     gen = torch.Generator().manual_seed(batch)
     for _ in range(batch):
@@ -76,6 +77,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=48)
     p.add_argument("--batches", default="1,16,64")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--max-len", type=int, default=1 << 20)
     args = p.parse_args()
     torch.set_num_threads(1)
     model = tiny_model()
@@ -84,7 +86,8 @@ def main() -> None:
         for batch in (int(b) for b in args.batches.split(",")):
             row = {"params": name, "batch": batch}
             for overlap in (False, True):
-                run = best([step_times(model, batch, args.steps, overlap, params) for _ in range(args.repeats)])
+                run = best([step_times(model, batch, args.steps, overlap, params, args.max_len)
+                            for _ in range(args.repeats)])
                 key = "overlap" if overlap else "sync"
                 row.update({f"{key}_{field}": value for field, value in run.items()})
             rows.append(row)
@@ -92,7 +95,8 @@ def main() -> None:
     columns = {"params": "requests", "batch": "batch", "sync_step_ms": "step ms", "sync_model_ms": "model ms",
                "sync_host_ms": "host ms", "overlap_step_ms": "overlap: step ms", "overlap_model_ms": "model ms",
                "overlap_host_ms": "host ms"}
-    table = {"title": "tiny-hybrid decode step on the CPU (one thread, its CPU time)", "rows": rows,
+    table = {"title": f"tiny-hybrid decode step on the CPU (one thread, its CPU time), max_len {args.max_len}",
+             "rows": rows,
              "columns": columns}
     print_tables(write_result(args.out, "step_host", {"step_host": table}))
 
