@@ -2,10 +2,13 @@
 
 A graph replays fixed addresses, so the decode inputs live in static buffers sized for the bucket; a batch of B
 rows uses the smallest bucket >= B and pads the rest with rows that write nowhere real: slot_mapping -1, the dummy
-page in the page table, the dummy state slot, position 0. The static page table is as wide as the engine's longest
-sequence; a step's table (as wide as its batch needs) fills its first columns and the dummy page the rest.
-Every decode step of an engine has the same width 1+d (d = the manifest's num_draft; rows without enough drafts are
-padded inside the row), so buckets are by batch only.
+page in the page table, the dummy state slot, position 0. Every decode step of an engine has the same width 1+d
+(d = the manifest's num_draft; rows without enough drafts are padded inside the row).
+
+Graphs are also captured per page-table width bucket (8K tokens of pages, then 4x steps, up to the engine's longest
+sequence): attention and indexer kernels size their key splits by the table's width, and a graph keeps the launch
+it was captured with, so one table as wide as a 1M-token engine would split a 512-token context as if it held 1M.
+A step's table (as wide as its batch needs) fills the first columns of its bucket's and the dummy page the rest.
 """
 
 from __future__ import annotations
@@ -25,11 +28,24 @@ def batch_buckets(max_batch: int) -> list[int]:
     return [*small, *range(16, max_batch, 16), max_batch]
 
 
-def bucket_for(batch: int, buckets: list[int]) -> int:
+# pages of the narrowest page-table bucket (8K tokens in 64-token pages); each next bucket is WIDTH_STEP times wider
+SMALLEST_TABLE_PAGES = 128
+WIDTH_STEP = 4
+
+
+def width_buckets(max_pages: int) -> list[int]:
+    """Page-table widths graphs are captured for: SMALLEST_TABLE_PAGES times powers of WIDTH_STEP, then max_pages."""
+    widths = [SMALLEST_TABLE_PAGES]
+    while widths[-1] < max_pages:
+        widths.append(widths[-1] * WIDTH_STEP)
+    return [*widths[:-1], max_pages]
+
+
+def bucket_for(size: int, buckets: list[int]) -> int:
     for bucket in buckets:
-        if bucket >= batch:
+        if bucket >= size:
             return bucket
-    raise ValueError(f"batch {batch} exceeds the largest bucket {buckets[-1]}")
+    raise ValueError(f"{size} exceeds the largest bucket {buckets[-1]}")
 
 
 def pad_decode_inputs(input_ids: torch.Tensor, meta: StepMeta, rows: int) -> tuple[torch.Tensor, StepMeta]:
@@ -64,16 +80,18 @@ class EagerDecode:
 
 
 class GraphDecode:
-    """One captured graph per bucket, sharing the static buffers of the largest bucket (views for smaller ones)."""
+    """One captured graph per (batch bucket, page-table width bucket), captured on first use; the graphs share one
+    memory pool."""
 
     def __init__(self, engine: StepEngine, caches: list[torch.Tensor], max_batch: int, max_pages: int):
-        self.step_engine, self.caches, self.max_pages = engine, caches, max_pages
+        self.step_engine, self.caches = engine, caches
         self.buckets = batch_buckets(max_batch)
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, StepMeta]] = {}
-        # bucket -> the columns of its static page table that hold real pages of an earlier step
-        self.table_width: dict[int, int] = {}
+        self.widths = width_buckets(max_pages)
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, StepMeta]] = {}
+        # graph -> the columns of its static page table that hold real pages of an earlier step
+        self.table_width: dict[tuple[int, int], int] = {}
         self.pool = None
-        self.failed: dict[int, str] = {}
+        self.failed: dict[tuple[int, int], str] = {}
 
     def _capture(self, input_ids: torch.Tensor, meta: StepMeta):
         static_ids, static_meta = input_ids.clone(), StepMeta(**{k: v.clone() for k, v in vars(meta).items()})
@@ -91,41 +109,42 @@ class GraphDecode:
 
     def __call__(self, input_ids: torch.Tensor, meta: StepMeta) -> torch.Tensor:
         batch = input_ids.shape[0]
-        rows = bucket_for(batch, self.buckets)
-        input_ids, meta = pad_decode_inputs(input_ids, meta, rows)
-        if rows in self.failed:
+        key = bucket_for(batch, self.buckets), bucket_for(meta.block_table.shape[1], self.widths)
+        input_ids, meta = pad_decode_inputs(input_ids, meta, key[0])
+        if key in self.failed:
             return self.step_engine.decode(input_ids, meta, self.caches)[:batch]
-        if rows not in self.graphs:
+        if key not in self.graphs:
             out = self.step_engine.decode(input_ids, meta, self.caches)
             try:
-                self.graphs[rows] = self._capture_without_side_effects(rows, input_ids, meta)
+                self.graphs[key] = self._capture_without_side_effects(key, input_ids, meta)
             except RuntimeError as err:
                 # an engine whose decode syncs with the host cannot be captured: it keeps running eagerly
-                self.failed[rows] = str(err).splitlines()[0]
-                warnings.warn(f"CUDA-graph capture of the decode step failed at batch {rows} ({self.failed[rows]}); "
-                              "decoding eagerly", stacklevel=2)
+                self.failed[key] = str(err).splitlines()[0]
+                warnings.warn(f"CUDA-graph capture of the decode step failed at batch {key[0]}, {key[1]} pages "
+                              f"({self.failed[key]}); decoding eagerly", stacklevel=2)
             return out[:batch]
-        graph, static_ids, out, static_meta = self.graphs[rows]
+        graph, static_ids, out, static_meta = self.graphs[key]
         static_ids.copy_(input_ids)
         for name, value in vars(meta).items():
             if name != "block_table":
                 getattr(static_meta, name).copy_(value)
-        self._fill_table(rows, static_meta.block_table, meta.block_table)
+        self._fill_table(key, static_meta.block_table, meta.block_table)
         graph.replay()
         return out[:batch]
 
-    def _fill_table(self, rows: int, static: torch.Tensor, table: torch.Tensor) -> None:
+    def _fill_table(self, key: tuple[int, int], static: torch.Tensor, table: torch.Tensor) -> None:
         """The step's table into the first columns of the static one; the dummy page where earlier steps' wider
         tables left real pages."""
-        width, stale = table.shape[1], self.table_width.get(rows, 0)
+        width, stale = table.shape[1], self.table_width.get(key, 0)
         static[:, :width].copy_(table)
         if stale > width:
             static[:, width:stale].fill_(DUMMY_PAGE)
-        self.table_width[rows] = width
+        self.table_width[key] = width
 
-    def _capture_without_side_effects(self, rows: int, input_ids: torch.Tensor, meta: StepMeta):
+    def _capture_without_side_effects(self, key: tuple[int, int], input_ids: torch.Tensor, meta: StepMeta):
         """Capture with every row padded (writes go to the dummy page / slot only), so real caches stay as they are."""
-        dummy_ids, dummy_meta = pad_decode_inputs(input_ids[:0], _empty_like(meta, self.max_pages), rows)
+        rows, width = key
+        dummy_ids, dummy_meta = pad_decode_inputs(input_ids[:0], _empty_like(meta, width), rows)
         return self._capture(dummy_ids, dummy_meta)
 
 

@@ -310,11 +310,18 @@ def test_greedy_and_seeded_outputs_with_cuda_graphs_are_those_without_overlap():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_outputs_are_the_eager_ones_while_page_tables_widen_and_narrow():
-    """A graph's static page table is as wide as the engine's longest sequence; each step fills as many columns as its
-    batch needs (1-2 pages here, the longest requests finishing before the others)."""
+@pytest.mark.parametrize("smallest_table", [1, 2])
+def test_cuda_graph_outputs_are_the_eager_ones_while_page_tables_widen_and_narrow(monkeypatch, smallest_table):
+    """Each step fills as many columns of its graph's page table as its batch needs (1-2 pages here, the longest
+    requests finishing before the others): with width buckets of 1, 4, 8 pages the steps cross buckets, with 2, 8 a
+    narrower step follows a wider one in the same graph."""
+    from dayzero.runtime import graphs
+
+    monkeypatch.setattr(graphs, "SMALLEST_TABLE_PAGES", smallest_table)
     mix = random_mix(5)
-    assert_same_outputs(serve(cuda_runtime(False, cuda_graphs=False), mix), serve(cuda_runtime(False), mix))
+    eager, graphed = cuda_runtime(False, cuda_graphs=False), cuda_runtime(False)
+    assert_same_outputs(serve(eager, mix), serve(graphed, mix))
+    assert graphed.decode.graphs
 
 
 @pytest.mark.gpu

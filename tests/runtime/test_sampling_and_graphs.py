@@ -10,7 +10,7 @@ from dayzero.contract import StepMeta
 from dayzero.errors import DayzeroError
 from dayzero.runtime.batch import decode_inputs
 from dayzero.runtime.block_manager import DUMMY_PAGE
-from dayzero.runtime.graphs import GraphDecode, batch_buckets, bucket_for, pad_decode_inputs
+from dayzero.runtime.graphs import GraphDecode, batch_buckets, bucket_for, pad_decode_inputs, width_buckets
 from dayzero.runtime.sampling import SamplingParams
 from dayzero.runtime.sequence import Sequence
 
@@ -55,6 +55,13 @@ def test_a_step_page_table_is_as_wide_as_its_batch_needs():
 def test_graph_page_table_gets_the_dummy_page_where_a_wider_step_left_pages():
     runner = GraphDecode(engine=None, caches=[], max_batch=4, max_pages=6)
     static = torch.full((2, 6), DUMMY_PAGE, dtype=torch.int32)
-    runner._fill_table(2, static, torch.tensor([[3, 4, 5, 6], [7, 8, 9, 10]], dtype=torch.int32))
-    runner._fill_table(2, static, torch.tensor([[11], [12]], dtype=torch.int32))
+    runner._fill_table((2, 6), static, torch.tensor([[3, 4, 5, 6], [7, 8, 9, 10]], dtype=torch.int32))
+    runner._fill_table((2, 6), static, torch.tensor([[11], [12]], dtype=torch.int32))
     assert static.tolist() == [[11, *[DUMMY_PAGE] * 5], [12, *[DUMMY_PAGE] * 5]]
+
+
+def test_page_table_widths_grow_fourfold_up_to_the_longest_sequence():
+    assert width_buckets(16384) == [128, 512, 2048, 8192, 16384]
+    assert width_buckets(2048) == [128, 512, 2048] and width_buckets(8) == [8]
+    buckets = width_buckets(5000)
+    assert buckets[-1] == 5000 and [bucket_for(w, buckets) for w in (1, 128, 129, 4097)] == [128, 128, 512, 5000]
