@@ -1,4 +1,4 @@
-"""GLM-5.3-Flash at full width through the runtime: `dayzero bench` on a random checkpoint of the glm-5.3-flash-slice
+"""GLM-5.3-Flash at full width through the runtime: `dayzero bench --random-weights` on the glm-5.3-flash-slice
 (its first 8 layers: 6 KDA + 2 DSA-MLA with pooled index keys, 3 dense + 5 MoE with 288 experts top-8, 4
 hyper-connection streams; 39.2 B parameters in bf16), eager engine (export layout) with CUDA-graph decode, bf16
 caches. Prefill against the measured matmul rate; each decode step against the least memory traffic it must move

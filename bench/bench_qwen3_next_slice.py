@@ -1,4 +1,4 @@
-"""Qwen3-Next at full width through the runtime: `dayzero bench` on a random checkpoint of the qwen3-next-slice (3 gated
+"""Qwen3-Next at full width through the runtime: `dayzero bench --random-weights` on the qwen3-next-slice (3 gated
 DeltaNet + 1 gated-attention layer, 512 experts top-10 + the gated shared expert, 7.21 B parameters in bf16), eager
 engine (export layout) with CUDA-graph decode, bf16 caches. Prefill against the measured matmul rate; each decode step
 against the least memory traffic it must move (dayzero/perf/decode_traffic.py) at the measured copy rate.

@@ -1,5 +1,6 @@
-"""A model slice at full width through the runtime: `dayzero bench` on a random bf16 checkpoint written from a
-config, its decode rows written as one bench result (bench_qwen3_next_slice.py, bench_glm5_slice.py)."""
+"""A model slice at full width through the runtime: `dayzero bench --random-weights` on a slice's config (random bf16
+weights made in device memory, no checkpoint written: a 39 B-parameter slice would take minutes to write), its decode
+rows written as one bench result (bench_qwen3_next_slice.py, bench_glm5_slice.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
 from click.testing import CliRunner
 
 from bench.common import parser, print_tables, write_result
 from dayzero.cli import cli
-from dayzero.model.checkpoint_writer import write_random_checkpoint
 
 COLUMNS = {"batch": "batch", "prefill tok/s": "prefill tok/s", "prefill TFLOP/s": "prefill TFLOP/s",
            "of matmul": "of matmul", "TTFT p50 ms": "TTFT p50 ms", "decode tok/s": "decode tok/s",
@@ -32,8 +31,8 @@ def slice_arguments(doc: str):
     return p.parse_args()
 
 
-def bench_rows(checkpoint: Path, args, json_path: Path) -> dict:
-    command = ["bench", str(checkpoint), "--device", args.device, "--dtype", "bfloat16",
+def bench_rows(config_dir: Path, args, json_path: Path) -> dict:
+    command = ["bench", str(config_dir), "--random-weights", "--device", args.device, "--dtype", "bfloat16",
                "--prompt-tokens", str(args.prompt_tokens), "--output-tokens", str(args.output_tokens),
                "--json", str(json_path), *(f"--batch={b}" for b in args.batch)]
     result = CliRunner().invoke(cli, command, catch_exceptions=False)
@@ -45,14 +44,13 @@ def bench_rows(checkpoint: Path, args, json_path: Path) -> dict:
 
 def run_slice(doc: str, name: str, label: str, slice_config: Callable[[int | None, int | None], dict],
               describe: Callable[[dict], str]) -> None:
-    """Parse the command line, write the slice's checkpoint (`label`: the bundled config it cuts), bench it and write
+    """Parse the command line, write the slice's config (`label`: the bundled config it cuts), bench it and write
     `bench/results/<name>.json`."""
     args = slice_arguments(doc)
     data = slice_config(args.layers, args.experts)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(data))
-        checkpoint = write_random_checkpoint(Path(tmp) / "config.json", Path(tmp) / "ckpt", torch.bfloat16)
-        measured = bench_rows(checkpoint, args, Path(tmp) / "rows.json")
+        measured = bench_rows(Path(tmp), args, Path(tmp) / "rows.json")
     rows = [{key: row[key] for key in COLUMNS} for row in measured["rows"]]
     table = {"title": f"{label} through the runtime (eager engine, CUDA-graph decode, bf16)",
              "rows": rows, "columns": COLUMNS,
