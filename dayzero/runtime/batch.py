@@ -74,8 +74,9 @@ def _cache_row(seq: Sequence, position: int, page_size: int) -> int:
 def _tables(seqs: list[Sequence], slots_per_seq: int, width: int) -> dict[str, list[int]]:
     """The page table [B, P] (P: the most pages a sequence of the batch has; the dummy page past each sequence's
     pages) and the state slots [B, width]: token t of a sequence writes its state into slot t of the sequence's group.
-    The table is no wider than the batch needs: padded to the engine's longest sequence, building and copying it took
-    more host time a step than the whole step's kernels at batch 64."""
+    The table is no wider than the batch needs: padded to the engine's longest sequence (16384 pages at a 1M-token
+    context), building and copying it costs more host time a step than the step's kernels at batch 64
+    (bench/bench_step_host.py)."""
     num_pages = max(len(seq.pages) for seq in seqs)
     padded = ([*seq.pages, *[DUMMY_PAGE] * (num_pages - len(seq.pages))] for seq in seqs)
     return {"block_table": [page for pages in padded for page in pages],
