@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from dayzero.plugins import device as device_info
+from dayzero.plugins.launch_sizes import next_power_of_2
 from dayzero.plugins.sparse_mla.schedule import is_concrete
 
 # query rows a prefill program aims at: 128 while the [rows, D] fp32 accumulator stays small, 64 for wide heads
@@ -34,11 +35,7 @@ class TileConfig:
 
     def rows(self, group: int) -> int:
         """BLOCK_M: the program's query rows padded to a power of two (at least 16, a tl.dot operand)."""
-        return max(16, _next_pow2(self.tokens * group))
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
+        return max(16, next_power_of_2(self.tokens * group))
 
 
 def prefill_tiles(group: int, head_dim: int, q_dtype: torch.dtype) -> TileConfig:

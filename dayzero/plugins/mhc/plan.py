@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from dayzero.plugins.launch_sizes import cdiv, next_power_of_2
+
 # at most this many tokens per call is a decode step (latency-bound); more is prefill (bandwidth-bound)
 DECODE_TOKENS = 64
 # programs a projection aims for: two per SM, so that one's loads overlap the other's reduction
@@ -38,14 +40,6 @@ class RowPlan:
     block_d: int
     tiles: int
     num_warps: int
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def next_power_of_2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
 
 
 def mix_width(hc: int) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from dayzero.plugins import device as device_info
+from dayzero.plugins.launch_sizes import next_power_of_2
 
 # the H200 has 132 SMs; used where no CUDA device is asked about (the interpreter, tracing)
 DEFAULT_NUM_SMS = 132
@@ -40,10 +41,6 @@ class TileConfig:
         return self.block_h * self.tokens_per_block
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 def is_concrete(*values) -> bool:
     """True when no value is a symbolic size (torch.export tracing): only then may the plan branch on it."""
     return not any(isinstance(v, torch.SymInt) for v in values)
@@ -53,12 +50,12 @@ def tile_config(num_heads: int, q_dtype: torch.dtype, dense: bool, tokens_per_se
     """Default tiles. fp32 queries run the exact (non tensor-core) dot on small tiles; bf16/fp16 fill a wgmma."""
     if q_dtype == torch.float32:
         return TileConfig(block_h=16, tokens_per_block=1, block_n=16, num_warps=4, num_stages=1)
-    block_h = MMA_ROWS if num_heads > MMA_ROWS // 2 else max(16, _next_pow2(num_heads))
+    block_h = MMA_ROWS if num_heads > MMA_ROWS // 2 else max(16, next_power_of_2(num_heads))
     tokens = 1
     if dense:
         tokens = MMA_ROWS // block_h if block_h < MMA_ROWS else 1
         if tokens_per_seq is not None:
-            tokens = max(1, min(tokens, _next_pow2(tokens_per_seq)))
+            tokens = max(1, min(tokens, next_power_of_2(tokens_per_seq)))
     # 3 stages: the row gather runs two key blocks ahead (~184 KB of shared memory at 64 rows x 576 bf16).
     # 8 warps also for 16/32 rows: the [rows, 512] fp32 accumulator spills with 4 (sm_90 compile, triton 3.6)
     return TileConfig(block_h=block_h, tokens_per_block=tokens, block_n=32, num_warps=8, num_stages=3)
