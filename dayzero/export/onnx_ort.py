@@ -204,8 +204,8 @@ def _moe_permute(x, ids, *, num_experts):
 
 
 @kernel("MoeUnpermute")
-def _moe_unpermute(y_sorted, weights, assignment_positions):
-    return (ops.moe_unpermute(y_sorted, weights, assignment_positions),)
+def _moe_unpermute(y_sorted, weights, assignment_positions, shared=None, *, has_shared):
+    return (ops.moe_unpermute(y_sorted, weights, assignment_positions, shared),)
 
 
 @kernel("MoeGroupedMlp")

@@ -79,8 +79,9 @@ class MoE(nn.Module):
         # set on a rank that holds experts first_expert .. + local_experts - 1 only (expert parallelism)
         self.first_expert: int | None = None
 
-    def _experts(self, x: torch.Tensor, decode: bool) -> torch.Tensor:
-        """The routed experts' weighted sum, in the latent space when there is one (this rank's partial sum)."""
+    def _experts(self, x: torch.Tensor, decode: bool, shared: torch.Tensor | None = None) -> torch.Tensor:
+        """The routed experts' weighted sum plus `shared` if given, in the latent space when there is one (this
+        rank's partial sum)."""
         cfg = self.cfg
         # the router GEMM kernel tiles 128 tokens: decode batches are too few tokens to fill the GPU with it
         logits = reference_router_logits(x, self.gate.weight) if decode else moe_ops.router_logits(x, self.gate.weight)
@@ -90,8 +91,9 @@ class MoE(nn.Module):
             x = self.routed_expert_down_proj(x)
         bank = self.experts.weights()
         if self.first_expert is None:
-            return moe_ops.moe_experts(x, weights, ids, *bank, self.activation, **self.act_params)
-        return moe_ops.moe_local_experts(x, weights, ids, self.first_expert, *bank, self.activation, **self.act_params)
+            return moe_ops.moe_experts(x, weights, ids, *bank, self.activation, shared, **self.act_params)
+        return moe_ops.moe_local_experts(x, weights, ids, self.first_expert, *bank, self.activation, shared,
+                                         **self.act_params)
 
     def _leave_latent(self, y: torch.Tensor) -> torch.Tensor:
         if self.cfg.latent_norm:
@@ -117,11 +119,12 @@ class MoE(nn.Module):
         return shared
 
     def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
-        y = self._experts(x, decode)
         shared = self._shared(x)
         if self.cfg.latent_size is None:
-            return reduce_partial(y if shared is None else y + shared, self.tp_group)
+            # the shared output joins the routed sum in the un-permutation kernel; partial sums (tensor parallelism)
+            # add there as well as after their reduction
+            return reduce_partial(self._experts(x, decode, shared), self.tp_group)
         # the latent norm needs the whole sum over the expert neurons
-        y, shared = self._reduce_both(y, shared)
+        y, shared = self._reduce_both(self._experts(x, decode), shared)
         y = self._leave_latent(y)
         return y if shared is None else y + shared

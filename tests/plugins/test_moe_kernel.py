@@ -83,41 +83,80 @@ def test_route_matches_reference(tokens, experts, top_k, num_groups, topk_group,
     assert rel_err(weights, chosen * 2.5) < 1e-5
 
 
-@pytest.mark.parametrize("tokens, experts, top_k, dim", sizes(
-    cpu=[(9, 6, 3, 40), (1, 4, 2, 16), (5, 4, 4, 24), (6, 10, 1, 7)],
-    gpu=[(8192, 896, 16, 3584), (64, 256, 8, 2304), (1, 896, 16, 3584), (333, 64, 64, 100)],
-))
-def test_permute_matches_reference(tokens, experts, top_k, dim):
+def _permute_with(monkeypatch, config: dict) -> None:
+    """The permutation's launch plan with `config` over its own entries."""
+    from dayzero.plugins.moe import permute_kernel
+
+    plan = permute_kernel._permute_config
+    monkeypatch.setattr(permute_kernel, "_permute_config", lambda *args: {**plan(*args), **config})
+
+
+def _launched(names: list):
+    """A `launch=` wrapper that records each kernel's name."""
+    def record(kernel):
+        names.append(kernel.fn.__name__)
+        return kernel
+
+    return record
+
+
+def _check_permute(tokens, experts, top_k, dim, kernels):
+    """The permutation of a routing with a dead expert, against the reference, launching exactly `kernels`."""
     from dayzero.plugins.moe.permute_kernel import permute_launcher
 
     x = torch.randn(tokens, dim, device=DEVICE)
     _, ids = _routed_ids(tokens, experts, top_k)
-    got = permute_launcher(x, ids, experts, out=poisoned(tokens * top_k, dim))
+    names = []
+    got = permute_launcher(x, ids, experts, out=poisoned(tokens * top_k, dim), launch=_launched(names))
     for name, a, b in zip(("x_sorted", "order", "positions", "offsets"), got, reference.permute(x, ids, experts)):
         assert torch.equal(a, b), name
     if top_k < experts:
         assert got[3][-1] == got[3][-2], "the dead expert must own no rows"
+    assert names == kernels
+
+
+BLOCK_KERNELS = ["_block_counts_kernel", "_block_starts_kernel", "_permute_rows_kernel"]
+
+
+@pytest.mark.parametrize("tokens, experts, top_k, dim", sizes(
+    cpu=[(9, 6, 3, 40), (1, 4, 2, 16), (5, 4, 4, 24), (6, 10, 1, 7)],
+    gpu=[(8192, 896, 16, 3584), (64, 256, 8, 2304), (1, 896, 16, 3584), (333, 64, 64, 100)],
+))
+def test_permute_matches_reference(tokens, experts, top_k, dim, monkeypatch):
+    """The block-count path, at every size (prefill's path)."""
+    _permute_with(monkeypatch, {"BATCH_ASSIGNMENTS": 0})
+    _check_permute(tokens, experts, top_k, dim, BLOCK_KERNELS)
+
+
+@pytest.mark.parametrize("tokens, experts, top_k, dim", sizes(
+    cpu=[(1, 37, 3, 19), (3, 37, 8, 21), (17, 37, 3, 9), (64, 37, 8, 5), (2, 5, 5, 33), (1, 1, 1, 3)],
+    gpu=[(1, 256, 8, 2304), (3, 37, 8, 2305), (17, 256, 8, 2304), (64, 256, 8, 2304), (64, 37, 3, 999),
+         (32, 896, 16, 7168), (1, 1, 1, 3)],
+))
+def test_batch_permute_is_one_launch_that_matches_reference(tokens, experts, top_k, dim):
+    """Decode batches (up to 512 assignments): one program per block of tokens ranks it against the whole batch."""
+    _check_permute(tokens, experts, top_k, dim, ["_permute_batch_kernel"])
+
+
+def test_permute_takes_the_block_count_path_above_512_assignments():
+    """65 tokens of top-8 (64 are one batch launch above)."""
+    _check_permute(65, 37, 8, 3, BLOCK_KERNELS)
 
 
 @pytest.mark.parametrize("tokens, experts, top_k, config", [
     pytest.param(*s, id=f"{s[0]}-{s[1]}-{s[2]}-" + "-".join(f"{k}{v}" for k, v in s[3].items())) for s in [
-        (13, 5, 3, {"BLOCK_T": 1}), (13, 5, 3, {"BLOCK_T": 4, "BLOCK_B": 1, "CHUNK_E": 2}),
-        (9, 3, 3, {"BLOCK_T": 8, "BLOCK_D": 64}), (20, 7, 2, {"BLOCK_T": 16, "BLOCK_B": 4, "CHUNK_E": 8}),
-        (11, 6, 5, {"BLOCK_T": 2, "CHUNK_E": 1})]])
-def test_permute_block_sizes(tokens, experts, top_k, config, monkeypatch):
+        (13, 5, 3, {"BLOCK_T": 1, "CHUNK_A": 1}), (13, 5, 3, {"BLOCK_T": 4, "BLOCK_B": 1, "CHUNK_E": 2, "CHUNK_A": 16}),
+        (9, 3, 3, {"BLOCK_T": 8, "BLOCK_D": 64, "CHUNK_A": 64}),
+        (20, 7, 2, {"BLOCK_T": 16, "BLOCK_B": 4, "CHUNK_E": 8, "CHUNK_A": 8}),
+        (11, 6, 5, {"BLOCK_T": 2, "CHUNK_E": 1, "CHUNK_A": 2})]])
+@pytest.mark.parametrize("path", ["batch", "blocks"])
+def test_permute_block_sizes(tokens, experts, top_k, config, path, monkeypatch):
     """The counting sort across block boundaries, block-start chunks and expert chunks of every size: one token per
-    block, blocks longer than T, one expert per program; many tokens of a block on the same expert."""
-    from dayzero.plugins.moe import permute_kernel
-    from dayzero.plugins.moe.permute_kernel import permute_launcher
-
-    plan = permute_kernel._permute_config
-    monkeypatch.setattr(permute_kernel, "_permute_config", lambda *args: {**plan(*args), **config})
-    x = torch.randn(tokens, 24, device=DEVICE)
+    block, blocks longer than T, one expert per program; many tokens of a block on the same expert. The batch path
+    across its chunks of assignments and experts as well."""
+    _permute_with(monkeypatch, {**config, "BATCH_ASSIGNMENTS": 512 if path == "batch" else 0})
     # few experts with a skew, so that blocks hold runs of the same expert
-    _, ids = _routed_ids(tokens, experts, top_k)
-    got = permute_launcher(x, ids, experts, out=poisoned(tokens * top_k, 24))
-    for name, a, b in zip(("x_sorted", "order", "positions", "offsets"), got, reference.permute(x, ids, experts)):
-        assert torch.equal(a, b), name
+    _check_permute(tokens, experts, top_k, 24, ["_permute_batch_kernel"] if path == "batch" else BLOCK_KERNELS)
 
 
 def test_permute_of_no_tokens():
@@ -163,6 +202,23 @@ def test_unpermute_matches_reference_and_inverts_permute(tokens, top_k, dim, dty
     # renormalized weights sum to one per token, so the round trip returns x
     out = poisoned(tokens, dim, dtype=dtype)
     assert rel_err(unpermute_launcher(x_sorted, weights, positions, out=out), x) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("tokens, top_k, dim, dtype", sizes(
+    cpu=[(1, 8, 19, torch.bfloat16), (3, 3, 33, torch.float32), (17, 8, 7, torch.bfloat16), (64, 3, 5, torch.float32)],
+    gpu=[(1, 8, 2304, torch.bfloat16), (17, 8, 2304, torch.bfloat16), (64, 8, 7168, torch.bfloat16),
+         (3, 3, 999, torch.float32), (8192, 8, 2304, torch.bfloat16)],
+))
+def test_unpermute_adds_the_shared_output_in_its_sum(tokens, top_k, dim, dtype):
+    from dayzero.plugins.moe.permute_kernel import unpermute_launcher
+
+    experts = 2 * top_k + 1
+    weights, ids = _routed_ids(tokens, experts, top_k)
+    _, _, positions, _ = reference.permute(torch.randn(tokens, 1, device=DEVICE), ids, experts)
+    y_sorted = torch.randn(tokens * top_k, dim, device=DEVICE).to(dtype)
+    shared = torch.randn(tokens, dim, device=DEVICE).to(dtype)
+    got = unpermute_launcher(y_sorted, weights, positions, shared, out=poisoned(tokens, dim, dtype=dtype))
+    assert rel_err(got, reference.unpermute(y_sorted, weights, positions, shared)) < TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("tokens, experts, top_k, dim, inter, dtype, activation", sizes(
@@ -247,6 +303,9 @@ def test_registered_ops_dispatch_to_reference_on_cpu():
     assert torch.equal(moe.router_logits(x_bf16, w1[0]), reference.router_logits(x_bf16, w1[0]))
     got = moe.moe_experts(x, weights, ids, w1, w3, w2, "situ", **SITU)
     assert rel_err(got, reference.moe_experts(x, weights, ids, w1, w3, w2, "situ", **SITU)) < 1e-6
+    shared = torch.randn(7, 12)
+    with_shared = moe.moe_experts(x, weights, ids, w1, w3, w2, "situ", shared, **SITU)
+    assert rel_err(with_shared, got + shared) < 1e-6
     assert torch.equal(moe.gated_mlp(x, w1[0], w3[0], w2[0]), reference.gated_mlp(x, w1[0], w3[0], w2[0]))
 
 
@@ -279,3 +338,30 @@ def test_onnx_export_emits_dayzero_nodes():
     program = torch.onnx.export(Layer().eval(), args, dynamo=True, custom_translation_table=ONNX_TRANSLATIONS)
     custom = [n.op_type for n in program.model_proto.graph.node if n.domain == ONNX_DOMAIN]
     assert custom == ["MoeRoute", "MoePermute", "MoeGroupedMlp", "MoeUnpermute", "MoeGatedActivation"]
+
+
+@pytest.mark.parametrize("with_shared", [False, True], ids=["routed", "with-shared"])
+def test_unpermute_is_one_onnx_node_that_onnx_runtime_runs(with_shared, tmp_path):
+    """MoeUnpermute takes the shared output as an optional fourth input (flagged by has_shared); ONNX Runtime's
+    kernel (the registered op's CPU reference) gives the op's result."""
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime_extensions")
+    from dayzero.export import onnx_ort
+    from dayzero.plugins import moe
+    from dayzero.plugins.registry import ONNX_DOMAIN, ONNX_TRANSLATIONS
+
+    class Unpermute(torch.nn.Module):
+        def forward(self, y_sorted, weights, positions, *shared):
+            return moe.unpermute(y_sorted, weights, positions, *shared)
+
+    weights, ids = reference.route(torch.randn(5, 7), None, 3)
+    positions = reference.permute(torch.randn(5, 1), ids, 7)[2]
+    args = (torch.randn(15, 9), weights, positions) + ((torch.randn(5, 9),) if with_shared else ())
+    program = torch.onnx.export(Unpermute().eval(), args, dynamo=True, custom_translation_table=ONNX_TRANSLATIONS)
+    custom = [(n.op_type, len(n.input)) for n in program.model_proto.graph.node if n.domain == ONNX_DOMAIN]
+    assert custom == [("MoeUnpermute", len(args))]
+    path = tmp_path / "unpermute.onnx"
+    program.save(path)
+    session = onnx_ort.session(path)
+    (got,) = session.run(None, {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)})
+    assert torch.equal(torch.from_numpy(got), reference.unpermute(*args))

@@ -82,17 +82,19 @@ def moe_permute(x: torch.Tensor, ids: torch.Tensor,
     return permute_launcher(x.contiguous(), ids.contiguous(), num_experts, launch=wrap_triton)
 
 
-def _unpermute_fake(y_sorted, weights, assignment_positions):
+def _unpermute_fake(y_sorted, weights, assignment_positions, shared):
     return y_sorted.new_empty(weights.shape[0], y_sorted.shape[1])
 
 
 @plugin_op("moe_unpermute", cpu=reference.unpermute, fake=_unpermute_fake)
-def moe_unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_positions: torch.Tensor) -> torch.Tensor:
+def moe_unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_positions: torch.Tensor,
+                  shared: torch.Tensor | None) -> torch.Tensor:
     from torch.library import wrap_triton
 
     from dayzero.plugins.moe.permute_kernel import unpermute_launcher
 
-    return unpermute_launcher(y_sorted.contiguous(), weights.contiguous(), assignment_positions, launch=wrap_triton)
+    return unpermute_launcher(y_sorted.contiguous(), weights.contiguous(), assignment_positions,
+                              None if shared is None else shared.contiguous(), launch=wrap_triton)
 
 
 def _grouped_mlp_cpu(x_sorted, expert_offsets, w1, w3, w2, activation, beta, linear_beta):
@@ -178,9 +180,10 @@ def permute(x: torch.Tensor, ids: torch.Tensor, num_experts: int):
     return moe_permute(x, ids, num_experts)
 
 
-def unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_positions: torch.Tensor) -> torch.Tensor:
-    """y_sorted [T*k, D], weights [T, k] -> the routing-weighted sum per token [T, D]."""
-    return moe_unpermute(y_sorted, weights, assignment_positions)
+def unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_positions: torch.Tensor,
+              shared: torch.Tensor | None = None) -> torch.Tensor:
+    """y_sorted [T*k, D], weights [T, k] -> the routing-weighted sum per token plus `shared` (if given) [T, D]."""
+    return moe_unpermute(y_sorted, weights, assignment_positions, shared)
 
 
 def grouped_mlp(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: ExpertWeight, w3: ExpertWeight,
@@ -195,19 +198,20 @@ def grouped_mlp(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: Expert
 
 def moe_experts(
     x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w1: ExpertWeight, w3: ExpertWeight,
-    w2: ExpertWeight, activation: str = "silu", **act_params,
+    w2: ExpertWeight, activation: str = "silu", shared: torch.Tensor | None = None, **act_params,
 ) -> torch.Tensor:
-    """Weighted sum over each token's chosen experts: x [T, D], weights/ids [T, k] -> [T, D] in x's dtype."""
+    """Weighted sum over each token's chosen experts: x [T, D], weights/ids [T, k] -> [T, D] in x's dtype, plus
+    `shared` [T, D] (the shared experts' output) if given, added in the same fp32 sum."""
     x_sorted, _, positions, offsets = permute(x, ids, _num_experts(w1))
-    return unpermute(grouped_mlp(x_sorted, offsets, w1, w3, w2, activation, **act_params), weights, positions)
+    return unpermute(grouped_mlp(x_sorted, offsets, w1, w3, w2, activation, **act_params), weights, positions, shared)
 
 
 def moe_local_experts(
     x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, first_expert: int, w1: ExpertWeight, w3: ExpertWeight,
-    w2: ExpertWeight, activation: str = "silu", **act_params,
+    w2: ExpertWeight, activation: str = "silu", shared: torch.Tensor | None = None, **act_params,
 ) -> torch.Tensor:
     """Expert parallelism: this rank's share of the weighted sum, from its experts first_expert .. + w1.shape[0] - 1
-    only (ids are global); the ranks' shares sum to moe_experts.
+    only (ids are global), plus `shared` if given; the ranks' shares sum to moe_experts.
 
     Other ranks' assignments go to a sink group sorted last; the grouped MLP runs on the local groups alone and the
     sink rows, which no kernel writes, are zeroed before the weighted sum."""
@@ -217,7 +221,7 @@ def moe_local_experts(
     y_sorted = grouped_mlp(x_sorted, offsets[: num_local + 1], w1, w3, w2, activation, **act_params)
     rows = torch.arange(y_sorted.shape[0], device=y_sorted.device)[:, None]
     y_sorted = torch.where(rows < offsets[num_local], y_sorted, 0)
-    return unpermute(y_sorted, weights, positions)
+    return unpermute(y_sorted, weights, positions, shared)
 
 
 def gated_mlp(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor | None, w2: torch.Tensor, activation: str = "silu",
@@ -254,8 +258,9 @@ def _moe_permute_onnx(x, ids, num_experts: int):
 
 
 @onnx_translation(moe_unpermute)
-def _moe_unpermute_onnx(y_sorted, weights, assignment_positions):
-    return dayzero_node("MoeUnpermute", [y_sorted, weights, assignment_positions], [None])
+def _moe_unpermute_onnx(y_sorted, weights, assignment_positions, shared):
+    inputs = [y_sorted, weights, assignment_positions] + ([] if shared is None else [shared])
+    return dayzero_node("MoeUnpermute", inputs, [None], has_shared=shared is not None)
 
 
 @onnx_translation(moe_grouped_mlp)

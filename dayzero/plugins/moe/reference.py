@@ -86,11 +86,13 @@ def permute(
     return x[order // ids.shape[1]], order, positions, offsets
 
 
-def unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_positions: torch.Tensor) -> torch.Tensor:
-    """y_sorted [T*k, D], weights [T, k], assignment_positions [T*k] -> sum_j weights[t, j] * y[t, j] [T, D] (fp32
-    accumulation, y's dtype out)."""
+def unpermute(y_sorted: torch.Tensor, weights: torch.Tensor, assignment_positions: torch.Tensor,
+              shared: torch.Tensor | None = None) -> torch.Tensor:
+    """y_sorted [T*k, D], weights [T, k], assignment_positions [T*k], shared [T, D] or None -> sum_j weights[t, j] *
+    y[t, j] + shared[t] [T, D] (fp32 accumulation, y's dtype out)."""
     rows = y_sorted.float()[assignment_positions.view(weights.shape)]  # [T, k, D]
-    return (rows * weights.float()[..., None]).sum(1).to(y_sorted.dtype)
+    out = (rows * weights.float()[..., None]).sum(1)
+    return (out if shared is None else out + shared.float()).to(y_sorted.dtype)
 
 
 def grouped_mlp(
