@@ -4,8 +4,8 @@
 #     bash bench/run_gpu.sh [BENCH ...]
 #
 # BENCH is a benchmark's name (bench/bench_<name>.py), "kernels" (the default: attnres mhc kda_prefill kda_decode
-# gated_deltanet sparse_mla indexer pooled_indexer quant moe gqa_attention norm), "model" (dsa_accuracy runtime
-# prefix_cache server spec_decode export qwen3_next_slice glm5_slice), "multi" (tp cp: two GPUs) or "all" (those,
+# gated_deltanet sparse_mla indexer pooled_indexer quant moe moe_dispatch gqa_attention norm), "model" (dsa_accuracy
+# runtime prefix_cache server spec_decode export qwen3_next_slice glm5_slice), "multi" (tp cp: two GPUs) or "all" (those,
 # structured_host and vs_transformers: dayzero against transformers + fla, which needs fla-core in .whl/). Each writes
 # $OUT/<name>.json and its PNG (OUT defaults to bench/results); a summary table comes last.
 #
@@ -18,7 +18,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 OUT="${OUT:-bench/results}"
 mkdir -p "$OUT"
-KERNELS="attnres mhc kda_prefill kda_decode gated_deltanet sparse_mla indexer pooled_indexer quant moe gqa_attention norm"
+KERNELS="attnres mhc kda_prefill kda_decode gated_deltanet sparse_mla indexer pooled_indexer quant moe moe_dispatch gqa_attention norm"
 MODEL="dsa_accuracy runtime prefix_cache server spec_decode export qwen3_next_slice glm5_slice"
 MULTI="tp cp"
 

@@ -179,6 +179,8 @@ def test_gpu_launch_plans_keep_the_traced_ranges(laid_out_model, decode, num_dra
     assert {"_mla_attention_kernel", attnres, "_rms_norm_kernel"} <= kernels, kernels
     # decode rows are few for any batch in range: the Triton grouped GEMM; verify and prefill may be many
     assert ("_grouped_gemm_kernel" in kernels) == (decode and num_draft == 0), kernels
+    # decode and verify batches (up to 64 x 3 tokens of top-2) permute in one launch; prefill by block counts
+    assert ("_permute_batch_kernel" in kernels) == decode and ("_block_counts_kernel" in kernels) != decode, kernels
 
 
 @pytest.mark.parametrize("decode, num_draft", [(True, 0), (True, 2), (False, 0)], ids=["decode", "verify", "prefill"])

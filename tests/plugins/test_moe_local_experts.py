@@ -55,3 +55,14 @@ def test_rows_no_kernel_writes_do_not_leak(monkeypatch):
     got = _rank_sum(x, weights, ids, w1, w3, w2, 4)
     assert torch.isfinite(got).all()
     assert rel_err(got, reference.moe_experts(x, weights, ids, w1, w3, w2, "silu")) < 1e-4
+
+
+def test_rank_shares_with_shared_partial_sums_add_to_the_whole():
+    """Each rank adds its partial sum of the shared experts' output in its un-permutation; the ranks' results sum to
+    all experts plus the whole shared output."""
+    x, weights, ids, w1, w3, w2 = _layer(11, 8, 3, 24, 16)
+    shared = torch.randn(4, 11, 24, device=DEVICE)
+    shares = [op.moe_local_experts(x, weights, ids, 2 * r, w1[2 * r:2 * r + 2], w3[2 * r:2 * r + 2],
+                                   w2[2 * r:2 * r + 2], "silu", shared[r]) for r in range(4)]
+    expected = reference.moe_experts(x, weights, ids, w1, w3, w2, "silu") + shared.sum(0)
+    assert rel_err(torch.stack(shares).sum(0), expected) < 1e-4

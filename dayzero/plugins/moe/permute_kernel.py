@@ -1,19 +1,20 @@
 """Token permutation by expert and back, in Triton: a stable counting sort, no torch sort.
 
-permute: the T*k assignments a = t*k + j, sorted stably by expert. A batch of up to BATCH_ASSIGNMENTS assignments
-(decode) is one launch: every program ranks its block of whole tokens against all assignments (those to lower
-experts, and to the same expert before it), so it knows their sorted positions with nothing shared, and copies its
-rows; the first row of programs also writes expert_offsets. A longer batch (prefill), where that is quadratic, is
-cut into blocks of whole tokens: (1) each block ranks its assignments among the same expert's (pairwise within the
-block, so stable), writes its count per expert (`block_counts[b, e]`) and adds them to the per-expert totals.
-(2) Per expert, the exclusive prefix of the totals gives expert_offsets, and the exclusive prefix of the block counts
-down the blocks turns `block_counts` (in place) into each block's first sorted position per expert. (3) Each block
-ranks again, which with (2) gives every assignment's sorted position. Two memsets and three launches, no host sync;
-the bytes are the ids, the [blocks, E] counts, the index maps and the rows (T*D read, T*k*D written). Both write the
-two index maps and copy each token row, read once, to its k sorted rows.
+permute: the T*k assignments a = t*k + j are sorted stably by expert; both paths write the two index maps and copy
+each token row, read once, to its k sorted rows, with no host sync.
+Batch path (up to `BATCH_ASSIGNMENTS`, decode): one launch. Each block of whole tokens ranks its assignments against
+the whole batch (the assignments to lower experts, and to the same expert before it), which is its sorted positions
+with nothing shared between programs; the first row of programs also writes expert_offsets. Its work grows with
+the square of the batch.
+Block-count path (above): (1) each block ranks its assignments among the same expert's (pairwise within the block,
+so stable), writes its count per expert (`block_counts[b, e]`) and adds them to the per-expert totals. (2) Per
+expert, the exclusive prefix of the totals gives expert_offsets, and the exclusive prefix of the block counts down
+the blocks turns `block_counts` (in place) into each block's first sorted position per expert. (3) Each block ranks
+again, which with (2) gives every assignment's sorted position. Two memsets and three launches; the bytes are the
+ids, the [blocks, E] counts, the index maps and the rows (T*D read, T*k*D written).
 unpermute: per token, the weighted sum of its k rows of y_sorted (gathered through the inverse positions, so no
-atomics and a fixed summation order), accumulated in fp32, plus the optional `shared` row (the shared experts'
-output), cast once.
+atomics and a fixed summation order) plus its optional `shared` row (the shared experts' output), in fp32, cast
+once.
 """
 
 from __future__ import annotations
