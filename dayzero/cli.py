@@ -255,7 +255,8 @@ def serve(host, port, served_model_name, max_batch, max_open, max_body_bytes, ap
               help="Also write the rows (and profiles) to this JSON file, rewritten after each run.")
 @click.option("--profile", is_flag=True, help="Also profile decode steps of each run (torch.profiler): time per op "
               "kind (KDA, indexer, MLA, AttnRes, MoE routing and experts, GEMMs, norms, elementwise, reductions, "
-              "sampling, host gaps) against that kind's share of the floor.")
+              "sampling, the gaps between the model's kernels, host gaps) against that kind's share of the floor; "
+              "the JSON also lists the busiest kernels by name.")
 @click.option("--profile-steps", type=int, default=16, show_default=True, help="Decode steps each profile covers.")
 @click.option("--random-weights", is_flag=True, help="Read only MODEL's config.json (a checkpoint or a config folder "
               "such as dayzero/configs/kimi-linear-48b-a3b) and make random weights in device memory, layer by layer: "

@@ -19,12 +19,14 @@ import torch
 from dayzero.contract import EngineManifest
 from dayzero.model.config import ModelConfig
 from dayzero.perf.floor_kinds import floor_bytes_by_kind
-from dayzero.perf.op_kinds import HOST_GAPS, KINDS, label
+from dayzero.perf.op_kinds import HOST_GAPS, KINDS, MODEL_GAPS, cpu_op_kind, kernel_kind, label
 from dayzero.perf.step_trace import MODEL, STEP, KindTimes, kind_times, read_trace
 from dayzero.runtime.llm_engine import LLMEngine
 
 PROFILE_STEPS = 16
 WARM_STEPS = 2
+# kernels (a CPU: ops) the JSON lists by name, the busiest first
+TOP_KERNELS = 40
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,17 @@ class DecodeProfile:
     step_ms: float
     busy_ms: float  # the device's (a CPU: the host ops') time a step
     on_device: bool
-    rows: tuple[KindRow, ...]  # every kind with time or floor bytes, in KINDS order; host gaps last
+    rows: tuple[KindRow, ...]  # every kind with time or floor bytes, in KINDS order; the gaps last
+    # the busiest kernels (a CPU: ops): (name, kind, launches a step, ms a step)
+    kernels: tuple[tuple[str, str, float, float], ...] = ()
 
     def to_json(self) -> dict:
         return {"batch": self.batch, "context": self.context, "steps": self.steps, "step ms": round(self.step_ms, 4),
                 "busy ms": round(self.busy_ms, 4), "device": "gpu" if self.on_device else "cpu",
                 "kinds": {r.kind: {"ms": round(r.ms, 4), "launches": round(r.launches, 2),
-                                   "floor ms": round(r.floor_ms, 4)} for r in self.rows}}
+                                   "floor ms": round(r.floor_ms, 4)} for r in self.rows},
+                "kernels": [{"name": name, "kind": kind, "launches": round(launches, 2), "ms": round(ms, 4)}
+                            for name, kind, launches, ms in self.kernels]}
 
     def table(self) -> str:
         busy = "GPU busy" if self.on_device else "host ops"
@@ -72,10 +78,19 @@ def decode_profile(cfg: ModelConfig, manifest: EngineManifest, batch: int, promp
     floor_ms = {kind: 1e3 * nbytes / copy_bytes_per_s for kind, nbytes in floor.items()}
     per_step = 1e-3 / times.steps
     rows = [KindRow(k, times.us.get(k, 0.0) * per_step, times.launches.get(k, 0) / times.steps, floor_ms.get(k, 0.0))
-            for k in KINDS if k != HOST_GAPS and (k in times.us or k in times.launches or floor_ms.get(k))]
-    step_ms, busy_ms = times.window_us * per_step, times.busy_us * per_step
-    rows.append(KindRow(HOST_GAPS, step_ms - busy_ms, 0.0, 0.0))
-    return DecodeProfile(batch, context, times.steps, step_ms, busy_ms, times.on_device, tuple(rows))
+            for k in KINDS if k not in (MODEL_GAPS, HOST_GAPS) and (k in times.us or k in times.launches
+                                                                  or floor_ms.get(k))]
+    step_ms, busy_ms, model_gap_ms = (us * per_step for us in (times.window_us, times.busy_us, times.model_gap_us))
+    host_gap_ms = step_ms - busy_ms - model_gap_ms
+    rows += [KindRow(MODEL_GAPS, model_gap_ms, 0.0, 0.0), KindRow(HOST_GAPS, host_gap_ms, 0.0, 0.0)]
+    return DecodeProfile(batch, context, times.steps, step_ms, busy_ms, times.on_device, tuple(rows),
+                         _busiest(times, per_step))
+
+
+def _busiest(times: KindTimes, per_step: float) -> tuple[tuple[str, str, float, float], ...]:
+    top = sorted(times.by_name.items(), key=lambda item: -item[1][1])[:TOP_KERNELS]
+    kind = kernel_kind if times.on_device else cpu_op_kind
+    return tuple((name, kind(name), count / times.steps, us * per_step) for name, (count, us) in top)
 
 
 def traced_steps(engine: LLMEngine, steps: int) -> KindTimes:

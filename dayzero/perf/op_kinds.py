@@ -7,7 +7,9 @@ that says which kind each kernel, profiled op and parameter belongs to.
 * The rest by its ATen / cuBLAS name: GEMM (the projections, LM head and decode router), norms, reductions,
   elementwise (copies, fills and the embedding lookup included); a name none of these patterns knows is "other".
 * Device work launched outside the model's forward (input copies, the argmax, the sampler) is "sampling"; the step's
-  wall time with no device work running is "host gaps" (decode_profile.py decides both, not names).
+  wall time with no device work running is a gap: "gaps in the model" between two pieces of one forward's work (on a
+  GPU the time between a CUDA graph's kernels; on a CPU the Python between ops), "host gaps" the rest (step_trace.py
+  decides all three, not names).
 * Floor bytes follow the same kinds: routed experts to the expert GEMMs, the router's score bias to routing, KDA gate
   and conv weights and KDA states to KDA, index keys to the indexer, latent rows to MLA attention, K/V rows to GQA
   attention, norm, AttnRes and mHC weights to their kinds, every other weight to GEMM (floor_kinds.py adds the caches
@@ -24,13 +26,14 @@ import re
 KDA, INDEXER, MLA, GQA, CACHE_WRITES = "kda", "indexer", "mla", "gqa", "cache_writes"
 ATTNRES, MHC = "attnres", "mhc"
 MOE_ROUTING, MOE_EXPERTS, GEMM, NORMS = "moe_routing", "moe_experts", "gemm", "norms"
-ELEMENTWISE, REDUCTIONS, OTHER, SAMPLING, HOST_GAPS = "elementwise", "reductions", "other", "sampling", "host_gaps"
+ELEMENTWISE, REDUCTIONS, OTHER, SAMPLING = "elementwise", "reductions", "other", "sampling"
+MODEL_GAPS, HOST_GAPS = "model_gaps", "host_gaps"
 LABELS = {
     KDA: "KDA", INDEXER: "DSA indexer", MLA: "MLA attention", GQA: "GQA attention", CACHE_WRITES: "cache writes",
     ATTNRES: "AttnRes", MHC: "mHC",
     MOE_ROUTING: "MoE routing", MOE_EXPERTS: "MoE expert GEMMs", GEMM: "GEMM (projections)", NORMS: "norms",
     ELEMENTWISE: "elementwise", REDUCTIONS: "reductions", OTHER: "other kernels", SAMPLING: "sampling, inputs",
-    HOST_GAPS: "host gaps",
+    MODEL_GAPS: "gaps in the model", HOST_GAPS: "host gaps",
 }
 KINDS = tuple(LABELS)
 

@@ -5,15 +5,16 @@ decode_profile.py opens a `dayzero.step` range around each profiled step and a `
 model's forward in it. On a GPU the device's kernels, copies and fills are attributed: each by the host call that
 launched it (a CUDA graph's kernels by the graph's launch), to its kind by name when launched inside the model's
 forward, else to sampling; time where several overlap counts once, so the kinds sum to the device's busy time over the
-steps. On a CPU the host's outermost ops on the steps' thread are attributed the same way. Host gaps are the steps'
-wall time minus that busy time: on a GPU the time the device waits for the host.
+steps. On a CPU the host's outermost ops on the steps' thread are attributed the same way. The idle time between two
+pieces of work of one forward is the model's gaps (on a GPU the time between a CUDA graph's kernels, on a CPU the
+Python between ops); the rest of the steps' wall time is host gaps: on a GPU the time the device waits for the host.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dayzero.perf.op_kinds import SAMPLING, cpu_op_kind, kernel_kind
@@ -48,6 +49,9 @@ class KindTimes:
     us: dict[str, float]  # kind -> busy time over the steps
     launches: dict[str, int]  # kind -> kernels, copies and fills (a CPU: outermost ops)
     on_device: bool
+    model_gap_us: float = 0.0  # idle time between two pieces of one forward's work, over the steps
+    # kernel (a CPU: op) name -> (launches, busy time) over the steps
+    by_name: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     @property
     def busy_us(self) -> float:
@@ -71,8 +75,12 @@ class _Ranges:
         self.ends = [e for _, e in spans]
 
     def __contains__(self, time: float) -> bool:
+        return self.index(time) is not None
+
+    def index(self, time: float) -> int | None:
+        """The range `time` falls in, by its order; None outside them all."""
         i = bisect.bisect_right(self.starts, time) - 1
-        return i >= 0 and time <= self.ends[i]
+        return i if i >= 0 and time <= self.ends[i] else None
 
 
 def kind_times(events: list[TraceEvent]) -> KindTimes:
@@ -83,12 +91,40 @@ def kind_times(events: list[TraceEvent]) -> KindTimes:
     window = (steps[0].start, steps[-1].end)
     model = _Ranges([e for e in events if e.name == MODEL and e.category == HOST_RANGE])
     device = [e for e in events if e.category in DEVICE_CATEGORIES]
+    tally = _Tally(window, model)
     if device:
-        us, launches = _device_times(device, _launch_times(events), window, model)
+        _device_times(device, _launch_times(events), tally)
     else:
-        us, launches = _host_times([e for e in events if e.category == HOST_OP and e.thread == steps[0].thread],
-                                   window, model)
-    return KindTimes(len(steps), window[1] - window[0], us, launches, bool(device))
+        _host_times([e for e in events if e.category == HOST_OP and e.thread == steps[0].thread], tally)
+    return KindTimes(len(steps), window[1] - window[0], tally.us, tally.launches, bool(device), tally.model_gap_us,
+                     tally.by_name)
+
+
+class _Tally:
+    """The profiled steps' work, one event at a time in start order: busy time and launches by kind and by name, and
+    the idle time between two pieces of one forward's work."""
+
+    def __init__(self, window: tuple[float, float], model: _Ranges):
+        self.window, self.model = window, model
+        self.us: dict[str, float] = {}
+        self.launches: dict[str, int] = {}
+        self.by_name: dict[str, tuple[int, float]] = {}
+        self.model_gap_us = 0.0
+        self.covered = window[0]  # busy until
+        self.forward: int | None = None  # the forward (MODEL range) of the work that ran last
+
+    def add(self, name: str, kind: str, start: float, end: float, forward: int | None) -> None:
+        """Work of `kind` that ran start..end, launched in forward `forward` (None: outside the model)."""
+        self.launches[kind] = self.launches.get(kind, 0) + 1
+        start, end = max(start, self.covered), min(end, self.window[1])
+        if forward is not None and forward == self.forward and start > self.covered:
+            self.model_gap_us += min(start, self.window[1]) - self.covered
+        busy = max(end - start, 0.0)
+        self.us[kind] = self.us.get(kind, 0.0) + busy
+        count, total = self.by_name.get(name, (0, 0.0))
+        self.by_name[name] = (count + 1, total + busy)
+        self.covered = max(self.covered, end)
+        self.forward = forward
 
 
 def _launch_times(events: list[TraceEvent]) -> dict[int, float]:
@@ -97,37 +133,25 @@ def _launch_times(events: list[TraceEvent]) -> dict[int, float]:
             if e.correlation is not None and e.category not in DEVICE_CATEGORIES | HOST_CATEGORIES}
 
 
-def _device_times(device: list[TraceEvent], launched: dict[int, float], window: tuple[float, float],
-                  model: _Ranges) -> tuple[dict[str, float], dict[str, int]]:
-    us: dict[str, float] = {}
-    launches: dict[str, int] = {}
-    covered = window[0]
+def _device_times(device: list[TraceEvent], launched: dict[int, float], tally: _Tally) -> None:
+    window = tally.window
     for event in sorted(device, key=lambda e: e.start):
         launch = launched.get(event.correlation)
         at = event.start if launch is None else launch
         if not window[0] <= at <= window[1]:
             continue
         # device work whose launch the trace lost is taken as the model's
-        kind = kernel_kind(event.name) if launch is None or at in model else SAMPLING
-        launches[kind] = launches.get(kind, 0) + 1
-        start, end = max(event.start, covered), min(event.end, window[1])
-        if end > start:
-            us[kind] = us.get(kind, 0.0) + end - start
-        covered = max(covered, end)
-    return us, launches
+        forward = tally.forward if launch is None else tally.model.index(at)
+        kind = kernel_kind(event.name) if launch is None or forward is not None else SAMPLING
+        tally.add(event.name, kind, event.start, event.end, forward)
 
 
-def _host_times(ops: list[TraceEvent], window: tuple[float, float],
-                model: _Ranges) -> tuple[dict[str, float], dict[str, int]]:
-    us: dict[str, float] = {}
-    launches: dict[str, int] = {}
-    outer_end = window[0]
+def _host_times(ops: list[TraceEvent], tally: _Tally) -> None:
+    outer_end = tally.window[0]
     for op in sorted(ops, key=lambda e: (e.start, -e.duration)):
         # only the outermost ops: an op inside another is part of it
-        if not window[0] <= op.start < window[1] or op.start < outer_end:
+        if not tally.window[0] <= op.start < tally.window[1] or op.start < outer_end:
             continue
         outer_end = op.end
-        kind = cpu_op_kind(op.name) if op.start in model else SAMPLING
-        launches[kind] = launches.get(kind, 0) + 1
-        us[kind] = us.get(kind, 0.0) + min(op.end, window[1]) - op.start
-    return us, launches
+        forward = tally.model.index(op.start)
+        tally.add(op.name, cpu_op_kind(op.name) if forward is not None else SAMPLING, op.start, op.end, forward)

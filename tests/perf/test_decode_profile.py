@@ -17,6 +17,7 @@ from dayzero.perf.op_kinds import (
     INDEXER,
     KDA,
     MLA,
+    MODEL_GAPS,
     MOE_EXPERTS,
     MOE_ROUTING,
     SAMPLING,
@@ -37,7 +38,13 @@ def test_a_step_splits_into_the_tiny_models_kinds_and_host_gaps():
     found = decode_profile(cfg, engine.manifest, 2, 6, run.profile, copy_bytes_per_s=1e9)
     ms = {row.kind: row.ms for row in found.rows}
     assert TINY_KINDS <= {kind for kind, t in ms.items() if t > 0}
-    assert sum(t for kind, t in ms.items() if kind != HOST_GAPS) == pytest.approx(found.busy_ms)
+    assert sum(t for kind, t in ms.items() if kind not in (MODEL_GAPS, HOST_GAPS)) == pytest.approx(found.busy_ms)
+    # on a CPU the model's gaps are the Python between its ops: there is some
+    assert 0 < ms[MODEL_GAPS] < found.step_ms - found.busy_ms
+    # the busiest ops by name, each of a kind, with the model's plugin ops among them
+    names = {name: (kind, launches, t) for name, kind, launches, t in found.kernels}
+    assert any(name.startswith("dayzero::") for name in names)
+    assert all(t >= 0 and launches > 0 for _, launches, t in names.values())
     assert found.busy_ms <= found.step_ms and sum(ms.values()) == pytest.approx(found.step_ms)
     floor = decode_traffic(cfg, engine.manifest, 2, found.context).seconds(1e9) * 1e3
     assert sum(row.floor_ms for row in found.rows) == pytest.approx(floor)
@@ -65,6 +72,7 @@ def test_bench_profiles_a_config_with_random_weights(tmp_path, monkeypatch):
         kinds = profile["kinds"]
         assert TINY_KINDS <= {kind for kind, row in kinds.items() if row["ms"] > 0}
         assert sum(row["ms"] for kind, row in kinds.items() if kind != HOST_GAPS) <= profile["step ms"] + 1e-3
+        assert profile["kernels"] and {"name", "kind", "launches", "ms"} <= set(profile["kernels"][0])
     # nothing written: no checkpoint, no export
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.safetensors"))
 

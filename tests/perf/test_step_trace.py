@@ -43,6 +43,25 @@ def test_device_work_is_split_by_kind_and_by_whether_the_model_launched_it():
     assert times.busy_us <= times.window_us
 
 
+def test_idle_time_between_one_forwards_kernels_is_the_models_gaps_the_rest_host_gaps():
+    events = [
+        _range(STEP, 0, 100), _range(MODEL, 5, 10), _range(STEP, 100, 100), _range(MODEL, 105, 10),
+        # step 1: a graph's kernels with 3 and 4 us between them, then the argmax 10 us later
+        _launch(6, 1, "cudaGraphLaunch"), _kernel("_fused_kda_decode_kernel", 20, 10, 1),
+        _kernel("nvjet_tst_64x8", 33, 10, 1), _kernel("_grouped_gemm_kernel", 47, 10, 1),
+        _launch(16, 2), _kernel("void at::native::reduce_kernel<512>", 67, 5, 2),
+        # step 2: the next forward's graph starts after a host gap; 2 us between its kernels
+        _launch(106, 3, "cudaGraphLaunch"), _kernel("_fused_kda_decode_kernel", 130, 10, 3),
+        _kernel("nvjet_tst_64x8", 142, 10, 3),
+    ]
+    times = kind_times(events)
+    assert times.model_gap_us == pytest.approx(3 + 4 + 2)
+    assert times.busy_us == pytest.approx(30 + 5 + 20)
+    assert times.by_name == {"_fused_kda_decode_kernel": (2, pytest.approx(20)),
+                             "nvjet_tst_64x8": (2, pytest.approx(20)), "_grouped_gemm_kernel": (1, pytest.approx(10)),
+                             "void at::native::reduce_kernel<512>": (1, pytest.approx(5))}
+
+
 def test_device_work_whose_launch_is_lost_counts_as_the_models():
     events = [_range(STEP, 0, 50), _kernel("void at::native::reduce_kernel<512, 1>", 10, 5, 99),
               _kernel("_fused_kda_decode_kernel", 30, 30, None)]
