@@ -26,7 +26,7 @@ from dayzero.runtime.llm_engine import LLMEngine
 PROFILE_STEPS = 16
 WARM_STEPS = 2
 # kernels (a CPU: ops) the JSON lists by name, the busiest first
-TOP_KERNELS = 40
+TOP_KERNELS = 100
 
 
 @dataclass(frozen=True)
