@@ -193,9 +193,9 @@ def _gated_rms_norm(x, gate, weight, *, eps, activation):
 
 @kernel("MoeRoute")
 def _moe_route(logits, correction_bias=None, *, top_k, num_groups, topk_group, renormalize, scaling, activation,
-               has_correction_bias):
+               has_correction_bias, shared_slot):
     return ops.moe_route(logits, correction_bias, top_k, num_groups, topk_group, bool(renormalize), scaling,
-                         activation)
+                         activation, bool(shared_slot))
 
 
 @kernel("MoePermute")
@@ -212,6 +212,12 @@ def _moe_unpermute(y_sorted, weights, assignment_positions, shared=None, *, has_
 def _moe_grouped_mlp(x_sorted, expert_offsets, w1, w3, w2, **attrs):
     return (ops.moe_grouped_mlp(x_sorted, expert_offsets, w1, w3, w2, attrs["activation"], attrs["beta"],
                                 _linear_beta(attrs)),)
+
+
+@kernel("MoeGroupedMlpShared")
+def _moe_grouped_mlp_shared(x_sorted, expert_offsets, w1, w3, w2, shared_w1, shared_w3, shared_w2, **attrs):
+    return (ops.moe_grouped_mlp_shared(x_sorted, expert_offsets, w1, w3, w2, shared_w1, shared_w3, shared_w2,
+                                       attrs["activation"], attrs["beta"], _linear_beta(attrs)),)
 
 
 @kernel("MoeGroupedMlpMxfp4")

@@ -79,14 +79,18 @@ class MoE(nn.Module):
         # set on a rank that holds experts first_expert .. + local_experts - 1 only (expert parallelism)
         self.first_expert: int | None = None
 
+    def _route(self, x: torch.Tensor, decode: bool, shared_slot: bool = False):
+        cfg = self.cfg
+        # the router GEMM kernel tiles 128 tokens: decode batches are too few tokens to fill the GPU with it
+        logits = reference_router_logits(x, self.gate.weight) if decode else moe_ops.router_logits(x, self.gate.weight)
+        return moe_ops.route(logits, self.gate.e_score_correction_bias, cfg.top_k, cfg.num_groups, cfg.topk_group,
+                             cfg.renormalize, cfg.scaling, cfg.router_activation, shared_slot)
+
     def _experts(self, x: torch.Tensor, decode: bool, shared: torch.Tensor | None = None) -> torch.Tensor:
         """The routed experts' weighted sum plus `shared` if given, in the latent space when there is one (this
         rank's partial sum)."""
         cfg = self.cfg
-        # the router GEMM kernel tiles 128 tokens: decode batches are too few tokens to fill the GPU with it
-        logits = reference_router_logits(x, self.gate.weight) if decode else moe_ops.router_logits(x, self.gate.weight)
-        weights, ids = moe_ops.route(logits, self.gate.e_score_correction_bias, cfg.top_k, cfg.num_groups,
-                                     cfg.topk_group, cfg.renormalize, cfg.scaling, cfg.router_activation)
+        weights, ids = self._route(x, decode)
         if cfg.latent_size is not None:
             x = self.routed_expert_down_proj(x)
         bank = self.experts.weights()
@@ -110,6 +114,28 @@ class MoE(nn.Module):
         both = reduce_partial(torch.cat([y, shared], dim=-1), self.tp_group)
         return both.split([y.shape[-1], shared.shape[-1]], dim=-1)
 
+    def _fuses_shared(self, x: torch.Tensor, decode: bool) -> bool:
+        """Whether the shared expert runs as one more expert in the routed experts' grouped GEMMs: a plain ungated
+        shared expert of the routed experts' size, a dense bank on one rank, and few rows per expert (decode)."""
+        cfg = self.cfg
+        plain = (cfg.num_shared_experts and not cfg.shared_expert_gate and cfg.latent_size is None
+                 and cfg.shared_size == cfg.intermediate_size and isinstance(self.experts, ExpertBank))
+        one_rank = self.first_expert is None and self.tp_group is None
+        return bool(decode and plain and one_rank
+                    and moe_ops.fuses_shared_expert(x, x.shape[0] * (cfg.top_k + 1), cfg.local_experts + 1))
+
+    def _shared_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The shared expert's gate, up and down weights; stacked gate and up rows split as views."""
+        mlp = self.shared_experts
+        fused = getattr(mlp, "gate_up_proj", None)
+        gate, up = fused.weight.chunk(2) if fused is not None else (mlp.gate_proj.weight, mlp.up_proj.weight)
+        return gate, up, mlp.down_proj.weight
+
+    def _experts_with_shared(self, x: torch.Tensor, decode: bool) -> torch.Tensor:
+        weights, ids = self._route(x, decode, shared_slot=True)
+        return moe_ops.moe_experts_with_shared(x, weights, ids, *self.experts.weights(), *self._shared_weights(),
+                                               self.activation, **self.act_params)
+
     def _shared(self, x: torch.Tensor) -> torch.Tensor | None:
         if not self.cfg.num_shared_experts:
             return None
@@ -119,6 +145,8 @@ class MoE(nn.Module):
         return shared
 
     def forward(self, x: torch.Tensor, decode: bool = False) -> torch.Tensor:
+        if self._fuses_shared(x, decode):
+            return self._experts_with_shared(x, decode)
         shared = self._shared(x)
         if self.cfg.latent_size is None:
             # the shared output joins the routed sum in the un-permutation kernel; partial sums (tensor parallelism)

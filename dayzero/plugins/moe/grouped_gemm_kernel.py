@@ -13,6 +13,10 @@ K, uint8 [E, N, K/32]. A program loads the packed [BLOCK_K/2, BLOCK_N] tile, deq
 into two tiles (the even and odd k), and takes two dots against the even and odd columns of the A tile, so decode
 streams 4.25 bits a weight. Every dequantized value is exact in bf16, so the result is the dense GEMM's on
 mxfp4_dequantize(b, b_scale) weights.
+
+One extra dense expert (an always-on shared expert of the routed experts' shape) may join the launch without a
+copy into the bank: b_extra (and b_up_extra) [N, K] are expert E's weights, E = the bank's expert count, and
+expert_offsets then has E+2 entries; the programs of expert E read their tiles from the extra pointers.
 """
 
 from __future__ import annotations
@@ -157,14 +161,20 @@ def _mxfp4_scaled_dots(a, b, b_up, b_scale, b_up_scale, expert, rows, row_mask, 
 
 @triton.jit
 def _grouped_gemm_kernel(
-    a, b, b_up, b_scale, b_up_scale, c, expert_offsets, N, K, beta, linear_beta,
+    a, b, b_up, b_scale, b_up_scale, b_extra, b_up_extra, c, expert_offsets, N, K, beta, linear_beta,
     NUM_EXPERTS: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, GATED: tl.constexpr, ACTIVATION: tl.constexpr, HAS_LINEAR_BETA: tl.constexpr,
     PRECISION: tl.constexpr, UPCAST: tl.constexpr, MXFP4: tl.constexpr, SCALED_DOT: tl.constexpr,
+    HAS_EXTRA: tl.constexpr,
 ):
+    """NUM_EXPERTS counts the extra expert (the last) when HAS_EXTRA."""
     expert, row_start, row_end = _tile_rows(expert_offsets, tl.program_id(1), NUM_EXPERTS, BLOCK_E, BLOCK_M)
     if expert >= NUM_EXPERTS:
         return
+    if HAS_EXTRA:
+        if expert == NUM_EXPERTS - 1:
+            # expert 0 of the one-expert weights at the extra pointers
+            b, b_up, expert = b_extra, b_up_extra, expert - (NUM_EXPERTS - 1)
     rows = row_start + tl.arange(0, BLOCK_M)
     row_mask = rows < row_end
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -245,10 +255,23 @@ def _check_mxfp4(a: torch.Tensor, b: torch.Tensor, b_up: torch.Tensor | None, b_
         assert packed.is_contiguous() and scale.is_contiguous(), "MXFP4 weights and scales must be contiguous"
 
 
+def _check_extra(b: torch.Tensor, b_up: torch.Tensor | None, b_extra: torch.Tensor | None,
+                 b_up_extra: torch.Tensor | None, mxfp4: bool):
+    assert (b_up_extra is not None) == (b_extra is not None and b_up is not None), \
+        "grouped GEMM: the gated form's extra expert takes b_extra and b_up_extra"
+    if b_extra is None:
+        return
+    assert not mxfp4, "grouped GEMM: the extra expert is dense"
+    for w in [b_extra] + ([b_up_extra] if b_up_extra is not None else []):
+        assert w.shape == b.shape[1:] and w.dtype == b.dtype and w.is_contiguous(), \
+            f"extra expert {tuple(w.shape)} {w.dtype} vs bank {tuple(b.shape)} {b.dtype}, contiguous"
+
+
 def grouped_gemm_launcher(
     a: torch.Tensor, b: torch.Tensor, expert_offsets: torch.Tensor, b_up: torch.Tensor | None = None,
     activation: str = "silu", beta: float = 1.0, linear_beta: float | None = None, out: torch.Tensor | None = None,
     launch=None, b_scale: torch.Tensor | None = None, b_up_scale: torch.Tensor | None = None,
+    b_extra: torch.Tensor | None = None, b_up_extra: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """a [M, K] expert-sorted, b (and b_up) [E, N, K], expert_offsets [E+1] int32 -> [M, N] in a's dtype (into
     `out` if given).
@@ -257,14 +280,18 @@ def grouped_gemm_launcher(
     With b_scale: b (and b_up) are MXFP4, uint8 [E, N, K/2] E2M1 pairs with E8M0 scales b_scale (and b_up_scale)
     uint8 [E, N, K/32]; K a multiple of 32, a bf16 or fp32. Tiles from _launch_config, whose `scaled_dot` takes
     tl.dot_scaled for the MXFP4 tiles (bf16 a on the GPU).
+    With b_extra (and b_up_extra for the gated form) [N, K], dense: one more expert E after the bank's, whose rows
+    are expert_offsets[E]:expert_offsets[E+1] (expert_offsets [E+2]).
     """
     mxfp4 = b_scale is not None
     if mxfp4:
         _check_mxfp4(a, b, b_up, b_scale, b_up_scale)
     else:
         _check_dense(a, b, b_up, b_up_scale)
-    assert expert_offsets.shape == (b.shape[0] + 1,) and expert_offsets.dtype == torch.int32
+    _check_extra(b, b_up, b_extra, b_up_extra, mxfp4)
     (rows, k), (experts, n) = a.shape, b.shape[:2]
+    experts += b_extra is not None
+    assert expert_offsets.shape == (experts + 1,) and expert_offsets.dtype == torch.int32
     c = torch.empty(rows, n, dtype=a.dtype, device=a.device) if out is None else out
     assert c.shape == (rows, n) and c.dtype == a.dtype and c.is_contiguous(), "grouped GEMM output buffer mismatch"
     if rows == 0:
@@ -276,11 +303,12 @@ def grouped_gemm_launcher(
     kernel = launch(_grouped_gemm_kernel) if launch else _grouped_gemm_kernel
     scale = b_scale if mxfp4 else b
     kernel[grid](
-        a, b, b_up if b_up is not None else b, scale, b_up_scale if b_up_scale is not None else scale, c,
-        expert_offsets, n, k, beta, 1.0 if linear_beta is None else linear_beta, experts,
+        a, b, b_up if b_up is not None else b, scale, b_up_scale if b_up_scale is not None else scale,
+        b_extra if b_extra is not None else b, b_up_extra if b_up_extra is not None else b, c, expert_offsets, n, k,
+        beta, 1.0 if linear_beta is None else linear_beta, experts,
         triton.next_power_of_2(experts), cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], b_up is not None,
         ACTIVATION_CODES[activation], linear_beta is not None, "ieee" if a.dtype == torch.float32 else "tf32",
         # the interpreter's bf16 dot is wrong (triton 3.9); it computes the tiles in fp32 instead
-        not device_info.on_gpu(a.device), mxfp4, mxfp4 and cfg.get("scaled_dot", False),
+        not device_info.on_gpu(a.device), mxfp4, mxfp4 and cfg.get("scaled_dot", False), b_extra is not None,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return c

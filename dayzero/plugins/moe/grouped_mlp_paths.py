@@ -21,11 +21,15 @@ def grouped_mm_available(x: torch.Tensor) -> bool:
             and device_info.gpu_capability(x.device) >= (9, 0))
 
 
-def use_grouped_mm(x_sorted: torch.Tensor, num_experts: int) -> bool:
+def takes_grouped_mm(x: torch.Tensor, rows, num_experts: int) -> bool:
     """The Triton GEMM only where the rows are known to be few: a traced row count whose range allows many (an
     exported prefill) takes grouped_mm, without a guard that would narrow the engine's range."""
-    few_rows = x_sorted.shape[0] < MIN_ROWS_PER_EXPERT_FOR_GROUPED_MM * num_experts
-    return grouped_mm_available(x_sorted) and not statically_known_true(few_rows)
+    few_rows = rows < MIN_ROWS_PER_EXPERT_FOR_GROUPED_MM * num_experts
+    return grouped_mm_available(x) and not statically_known_true(few_rows)
+
+
+def use_grouped_mm(x_sorted: torch.Tensor, num_experts: int) -> bool:
+    return takes_grouped_mm(x_sorted, x_sorted.shape[0], num_experts)
 
 
 def grouped_mlp_grouped_mm(
@@ -49,6 +53,20 @@ def grouped_mlp_triton(
     """Same contract as grouped_mlp_grouped_mm, any float dtype: two Triton grouped GEMMs (into `out`)."""
     h = grouped_gemm_launcher(x_sorted, w1, expert_offsets, w3, activation, beta, linear_beta, launch=launch)
     return grouped_gemm_launcher(h, w2, expert_offsets, out=out, launch=launch)
+
+
+def grouped_mlp_shared_triton(
+    x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+    shared_w1: torch.Tensor, shared_w3: torch.Tensor, shared_w2: torch.Tensor, activation: str, beta: float,
+    linear_beta: float | None, launch=None,
+) -> torch.Tensor:
+    """grouped_mlp_triton with one more expert E, shared_w1/w3 [I, D] and shared_w2 [D, I] (expert_offsets [E+2]),
+    read in place: the shared expert costs no launches of its own."""
+    if x_sorted.shape[0] == 0:
+        return torch.empty_like(x_sorted)
+    h = grouped_gemm_launcher(x_sorted, w1, expert_offsets, w3, activation, beta, linear_beta, launch=launch,
+                              b_extra=shared_w1.contiguous(), b_up_extra=shared_w3.contiguous())
+    return grouped_gemm_launcher(h, w2, expert_offsets, launch=launch, b_extra=shared_w2.contiguous())
 
 
 def grouped_mlp_cuda(

@@ -48,22 +48,23 @@ def moe_router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return router_logits_launcher(x.contiguous(), weight.contiguous(), launch=wrap_triton)
 
 
-def _route_fake(logits, correction_bias, top_k, num_groups, topk_group, renormalize, scaling, activation):
-    tokens = logits.shape[0]
-    return logits.new_empty(tokens, top_k, dtype=torch.float32), logits.new_empty(tokens, top_k, dtype=torch.int64)
+def _route_fake(logits, correction_bias, top_k, num_groups, topk_group, renormalize, scaling, activation,
+                shared_slot):
+    tokens, width = logits.shape[0], top_k + shared_slot
+    return logits.new_empty(tokens, width, dtype=torch.float32), logits.new_empty(tokens, width, dtype=torch.int64)
 
 
 @plugin_op("moe_route", cpu=reference.route, fake=_route_fake)
 def moe_route(logits: torch.Tensor, correction_bias: torch.Tensor | None, top_k: int, num_groups: int,
-              topk_group: int, renormalize: bool, scaling: float,
-              activation: str) -> tuple[torch.Tensor, torch.Tensor]:
+              topk_group: int, renormalize: bool, scaling: float, activation: str,
+              shared_slot: bool) -> tuple[torch.Tensor, torch.Tensor]:
     from torch.library import wrap_triton
 
     from dayzero.plugins.moe.route_kernel import route_launcher
 
     bias = None if correction_bias is None else correction_bias.contiguous()
     return route_launcher(logits.contiguous(), bias, top_k, num_groups, topk_group, renormalize, scaling, activation,
-                          launch=wrap_triton)
+                          launch=wrap_triton, shared_slot=shared_slot)
 
 
 def _permute_fake(x, ids, num_experts):
@@ -115,6 +116,29 @@ def moe_grouped_mlp(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: to
 
     return grouped_mlp_cuda(x_sorted.contiguous(), expert_offsets, w1, w3, w2, activation, beta, linear_beta,
                             launch=wrap_triton)
+
+
+def _grouped_mlp_shared_cpu(x_sorted, expert_offsets, w1, w3, w2, shared_w1, shared_w3, shared_w2, activation, beta,
+                            linear_beta):
+    return reference.grouped_mlp_shared(x_sorted, expert_offsets, w1, w3, w2, shared_w1, shared_w3, shared_w2,
+                                        activation, **_act_params(activation, beta, linear_beta))
+
+
+def _grouped_mlp_shared_fake(x_sorted, expert_offsets, w1, w3, w2, shared_w1, shared_w3, shared_w2, activation, beta,
+                             linear_beta):
+    return x_sorted.new_empty(x_sorted.shape[0], w2.shape[1])
+
+
+@plugin_op("moe_grouped_mlp_shared", cpu=_grouped_mlp_shared_cpu, fake=_grouped_mlp_shared_fake)
+def moe_grouped_mlp_shared(x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor,
+                           w2: torch.Tensor, shared_w1: torch.Tensor, shared_w3: torch.Tensor, shared_w2: torch.Tensor,
+                           activation: str, beta: float, linear_beta: float | None) -> torch.Tensor:
+    from torch.library import wrap_triton
+
+    from dayzero.plugins.moe.grouped_mlp_paths import grouped_mlp_shared_triton
+
+    return grouped_mlp_shared_triton(x_sorted.contiguous(), expert_offsets, w1, w3, w2, shared_w1, shared_w3,
+                                     shared_w2, activation, beta, linear_beta, launch=wrap_triton)
 
 
 def _grouped_mlp_mxfp4_cpu(x_sorted, expert_offsets, w1, w1_scale, w3, w3_scale, w2, w2_scale, activation, beta,
@@ -170,9 +194,12 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def route(
     logits: torch.Tensor, correction_bias: torch.Tensor | None, top_k: int, num_groups: int = 1,
     topk_group: int = 1, renormalize: bool = True, scaling: float = 1.0, activation: str = "sigmoid",
+    shared_slot: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [T, E] -> (weights [T, top_k] fp32, expert ids [T, top_k] int64); see reference.route."""
-    return moe_route(logits, correction_bias, top_k, num_groups, topk_group, renormalize, float(scaling), activation)
+    """logits [T, E] -> (weights [T, top_k] fp32, expert ids [T, top_k] int64), with shared_slot one more column
+    (expert E, weight 1.0); see reference.route."""
+    return moe_route(logits, correction_bias, top_k, num_groups, topk_group, renormalize, float(scaling), activation,
+                     shared_slot)
 
 
 def permute(x: torch.Tensor, ids: torch.Tensor, num_experts: int):
@@ -204,6 +231,29 @@ def moe_experts(
     `shared` [T, D] (the shared experts' output) if given, added in the same fp32 sum."""
     x_sorted, _, positions, offsets = permute(x, ids, _num_experts(w1))
     return unpermute(grouped_mlp(x_sorted, offsets, w1, w3, w2, activation, **act_params), weights, positions, shared)
+
+
+def fuses_shared_expert(x: torch.Tensor, rows: int, num_experts: int) -> bool:
+    """Whether a shared expert can run as expert E inside the routed experts' Triton grouped GEMMs
+    (moe_experts_with_shared): where the grouped MLP of `rows` rows over `num_experts` experts takes the Triton GEMM
+    (few rows per expert, or no torch._grouped_mm)."""
+    from dayzero.plugins.moe.grouped_mlp_paths import takes_grouped_mm
+
+    return not takes_grouped_mm(x, rows, num_experts)
+
+
+def moe_experts_with_shared(
+    x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+    shared_w1: torch.Tensor, shared_w3: torch.Tensor, shared_w2: torch.Tensor, activation: str = "silu",
+    **act_params,
+) -> torch.Tensor:
+    """moe_experts plus one always-on shared expert of the routed experts' shape (shared_w1/w3 [I, D], shared_w2
+    [D, I]) run as expert E in the same grouped GEMMs: weights/ids [T, k+1] from route(shared_slot=True), whose last
+    column (E, 1.0) is the shared expert's assignment."""
+    x_sorted, _, positions, offsets = permute(x, ids, w1.shape[0] + 1)
+    y_sorted = moe_grouped_mlp_shared(x_sorted, offsets, w1, w3, w2, shared_w1, shared_w3, shared_w2, activation,
+                                      *activation_args(activation, act_params))
+    return unpermute(y_sorted, weights, positions)
 
 
 def moe_local_experts(
@@ -245,11 +295,11 @@ def _moe_router_logits_onnx(x, weight):
 
 @onnx_translation(moe_route)
 def _moe_route_onnx(logits, correction_bias, top_k: int, num_groups: int, topk_group: int, renormalize: bool,
-                    scaling: float, activation: str):
+                    scaling: float, activation: str, shared_slot: bool):
     inputs = [logits] + ([] if correction_bias is None else [correction_bias])
     return dayzero_node("MoeRoute", inputs, [None, None], top_k=top_k, num_groups=num_groups,
                         topk_group=topk_group, renormalize=renormalize, scaling=scaling, activation=activation,
-                        has_correction_bias=correction_bias is not None)
+                        has_correction_bias=correction_bias is not None, shared_slot=shared_slot)
 
 
 @onnx_translation(moe_permute)
@@ -268,6 +318,15 @@ def _moe_grouped_mlp_onnx(x_sorted, expert_offsets, w1, w3, w2, activation: str,
                           linear_beta: float | None):
     return dayzero_node("MoeGroupedMlp", [x_sorted, expert_offsets, w1, w3, w2], [x_sorted], activation=activation,
                         beta=beta, linear_beta=0.0 if linear_beta is None else linear_beta,
+                        has_linear_beta=linear_beta is not None)
+
+
+@onnx_translation(moe_grouped_mlp_shared)
+def _moe_grouped_mlp_shared_onnx(x_sorted, expert_offsets, w1, w3, w2, shared_w1, shared_w3, shared_w2,
+                                 activation: str, beta: float, linear_beta: float | None):
+    return dayzero_node("MoeGroupedMlpShared", [x_sorted, expert_offsets, w1, w3, w2, shared_w1, shared_w3, shared_w2],
+                        [x_sorted], activation=activation, beta=beta,
+                        linear_beta=0.0 if linear_beta is None else linear_beta,
                         has_linear_beta=linear_beta is not None)
 
 

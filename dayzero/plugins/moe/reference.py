@@ -40,8 +40,10 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def route(
     logits: torch.Tensor, correction_bias: torch.Tensor | None, top_k: int, num_groups: int = 1,
     topk_group: int = 1, renormalize: bool = True, scaling: float = 1.0, activation: str = "sigmoid",
+    shared_slot: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [T, E] -> (weights [T, top_k] fp32, expert ids [T, top_k] int64)."""
+    """logits [T, E] -> (weights [T, top_k] fp32, expert ids [T, top_k] int64); with shared_slot [T, top_k + 1],
+    the last column (expert E, weight 1.0): an always-on shared expert routed as expert E."""
     scores = ROUTER_ACTIVATIONS[activation](logits.float())
     biased = scores if correction_bias is None else scores + correction_bias.float()
     if num_groups > 1:
@@ -50,7 +52,11 @@ def route(
     weights = scores.gather(1, ids)
     if renormalize:
         weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
-    return weights * scaling, ids
+    weights = weights * scaling
+    if shared_slot:
+        weights = torch.cat([weights, weights.new_ones(weights.shape[0], 1)], dim=1)
+        ids = torch.cat([ids, ids.new_full((ids.shape[0], 1), logits.shape[1])], dim=1)
+    return weights, ids
 
 
 def gated_mlp(x, w1, w3, w2, activation: str = "silu", **act_params) -> torch.Tensor:
@@ -107,6 +113,17 @@ def grouped_mlp(
             out[start:end] = gated_mlp(x_sorted[start:end], w1[expert], w3[expert], w2[expert], activation,
                                        **act_params)
     return out
+
+
+def grouped_mlp_shared(
+    x_sorted: torch.Tensor, expert_offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+    shared_w1: torch.Tensor, shared_w3: torch.Tensor, shared_w2: torch.Tensor, activation: str = "silu",
+    **act_params,
+) -> torch.Tensor:
+    """grouped_mlp with one more expert E (shared_w1/w3 [I, D], shared_w2 [D, I]) after the bank's E experts;
+    expert_offsets [E+2]."""
+    stacked = [torch.cat([w, s[None]]) for w, s in ((w1, shared_w1), (w3, shared_w3), (w2, shared_w2))]
+    return grouped_mlp(x_sorted, expert_offsets, *stacked, activation, **act_params)
 
 
 def expert_rank_offsets(expert_offsets: torch.Tensor, experts_per_rank: int) -> torch.Tensor:

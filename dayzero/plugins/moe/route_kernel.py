@@ -3,6 +3,9 @@ unbiased scores of the chosen experts, renormalized and scaled. One program per 
 
 Top-k is k rounds of argmax (ties go to the lower expert id) over the biased scores, each round masking its
 pick; experts come out in descending biased score, as `torch.topk` orders them.
+
+With a shared slot every token gets one more column, (expert E, weight 1.0): an always-on shared expert that the
+permutation and the grouped GEMM then treat as expert E.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def _route_kernel(
     logits, bias, weights, ids, scaling,
     E: tl.constexpr, BLOCK_E: tl.constexpr, TOP_K: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_GROUPS: tl.constexpr, TOPK_GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_EG: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SOFTMAX: tl.constexpr, RENORMALIZE: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SOFTMAX: tl.constexpr, RENORMALIZE: tl.constexpr, SHARED_SLOT: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     row = logits + t * E
@@ -81,27 +84,33 @@ def _route_kernel(
         biased = tl.where(e == best, float("-inf"), biased)
     if RENORMALIZE:
         chosen_w = chosen_w / (tl.sum(chosen_w, axis=0) + 1e-20)
-    tl.store(weights + t * TOP_K + k, chosen_w * scaling, mask=k < TOP_K)
-    tl.store(ids + t * TOP_K + k, chosen_id, mask=k < TOP_K)
+    width = TOP_K + SHARED_SLOT
+    tl.store(weights + t * width + k, chosen_w * scaling, mask=k < TOP_K)
+    tl.store(ids + t * width + k, chosen_id, mask=k < TOP_K)
+    if SHARED_SLOT:
+        tl.store(weights + t * width + TOP_K, 1.0)
+        tl.store(ids + t * width + TOP_K, tl.full([], E, tl.int64))
 
 
 def route_launcher(
     logits: torch.Tensor, correction_bias: torch.Tensor | None, top_k: int, num_groups: int = 1,
     topk_group: int = 1, renormalize: bool = True, scaling: float = 1.0, activation: str = "sigmoid",
-    out: tuple[torch.Tensor, torch.Tensor] | None = None, launch=None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None, launch=None, shared_slot: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [T, E] (contiguous) -> (weights [T, top_k] fp32, expert ids [T, top_k] int64), into `out` if given."""
+    """logits [T, E] (contiguous) -> (weights [T, top_k] fp32, expert ids [T, top_k] int64), into `out` if given.
+    With shared_slot: [T, top_k + 1], the last column (E, 1.0)."""
     assert logits.dim() == 2 and logits.is_contiguous(), f"router logits must be contiguous [T, E], got {logits.shape}"
     assert activation in ("sigmoid", "softmax"), f"unknown router activation {activation!r}"
     tokens, experts = logits.shape
     assert 1 <= top_k <= experts and experts % num_groups == 0 and 1 <= topk_group <= num_groups
     if correction_bias is not None:
         assert correction_bias.shape == (experts,) and correction_bias.is_contiguous()
+    width = top_k + shared_slot
     if out is None:
-        out = (torch.empty(tokens, top_k, dtype=torch.float32, device=logits.device),
-               torch.empty(tokens, top_k, dtype=torch.int64, device=logits.device))
+        out = (torch.empty(tokens, width, dtype=torch.float32, device=logits.device),
+               torch.empty(tokens, width, dtype=torch.int64, device=logits.device))
     weights, ids = out
-    assert weights.shape == ids.shape == (tokens, top_k) and weights.is_contiguous() and ids.is_contiguous()
+    assert weights.shape == ids.shape == (tokens, width) and weights.is_contiguous() and ids.is_contiguous()
     assert weights.dtype == torch.float32 and ids.dtype == torch.int64
     if tokens == 0:
         return weights, ids
@@ -114,5 +123,5 @@ def route_launcher(
         logits, correction_bias if correction_bias is not None else logits, weights, ids, scaling,
         experts, block_e, top_k, triton.next_power_of_2(top_k), num_groups, topk_group,
         triton.next_power_of_2(num_groups), triton.next_power_of_2(experts // num_groups),
-        correction_bias is not None, activation == "softmax", renormalize, num_warps=num_warps)
+        correction_bias is not None, activation == "softmax", renormalize, shared_slot, num_warps=num_warps)
     return weights, ids
