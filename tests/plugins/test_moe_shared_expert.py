@@ -193,3 +193,24 @@ def test_fused_shared_expert_exports_as_onnx_nodes_that_onnx_runtime_runs(tmp_pa
     session = onnx_ort.session(path)
     (got,) = session.run(None, {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)})
     assert rel_err(torch.from_numpy(got), Layer()(*args)) < 1e-6
+
+
+def test_fake_impls_give_the_triton_bodies_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from dayzero.plugins.moe.grouped_mlp_paths import grouped_mlp_shared_triton
+    from dayzero.plugins.moe.op import _grouped_mlp_shared_fake, _route_fake
+    from dayzero.plugins.moe.route_kernel import route_launcher
+
+    x_sorted, offsets = _sorted_rows(3, 5, 2, 17, torch.float32)
+    weights = (_weights(5, 9, 17, torch.float32), _weights(5, 9, 17, torch.float32), _weights(5, 17, 9, torch.float32),
+               _weights(1, 9, 17, torch.float32)[0], _weights(1, 9, 17, torch.float32)[0],
+               _weights(1, 17, 9, torch.float32)[0])
+    logits = torch.randn(3, 5, device=DEVICE)
+    real = [grouped_mlp_shared_triton(x_sorted, offsets, *weights, "silu", 1.0, None),
+            *route_launcher(logits, None, 2, shared_slot=True)]
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        args = [mode.from_tensor(t) for t in (x_sorted, offsets, *weights)]
+        fake = [_grouped_mlp_shared_fake(*args, "silu", 1.0, None),
+                *_route_fake(mode.from_tensor(logits), None, 2, 1, 1, True, 1.0, "sigmoid", True)]
+    assert [(t.shape, t.stride(), t.dtype) for t in fake] == [(t.shape, t.stride(), t.dtype) for t in real]
