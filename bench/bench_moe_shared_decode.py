@@ -13,7 +13,8 @@ from bench.bench_moe import SHAPES, random_layer
 from bench.common import graph_replay_ms, parser, print_tables, rel_err, write_result
 from dayzero.model.moe import MoE
 
-TOKENS = (1, 4, 16, 32)
+# 57-64 tokens of top-8 + shared pass 512 assignments: the permutation takes its block-count path there
+TOKENS = (1, 4, 16, 32, 56, 64)
 
 
 def _separate(layer: MoE, x: torch.Tensor) -> torch.Tensor:
