@@ -124,11 +124,18 @@ def _gqa(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
 
 
 def _moe(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
-    experts = "moe_grouped_mlp_mxfp4" if cfg.moe.mxfp4_experts else "moe_grouped_mlp"
+    moe = cfg.moe
+    experts = "moe_grouped_mlp_mxfp4" if moe.mxfp4_experts else "moe_grouped_mlp"
+    # a plain shared expert of the routed experts' size decodes as one more expert of their grouped GEMMs
+    # (model/moe.py, on one rank)
+    fused = (moe.num_shared_experts and not moe.shared_expert_gate and moe.latent_size is None
+             and moe.shared_size == moe.intermediate_size and not moe.mxfp4_experts)
+    decode_experts = "moe_grouped_mlp_shared" if fused else experts
     pieces = (Piece("router logits", "moe_router_logits", "torch (fp32 GEMM)"), _same("routing", "moe_route"),
-              _same("dispatch", "moe_permute", "moe_unpermute"), _same("experts", experts))
-    shared = (_same("shared experts", "moe_gated_activation"),) if cfg.moe.num_shared_experts else ()
-    gate = (_same("shared expert gate", "torch (sigmoid)"),) if cfg.moe.shared_expert_gate else ()
+              _same("dispatch", "moe_permute", "moe_unpermute"), Piece("experts", experts, decode_experts))
+    shared = (Piece("shared experts", "moe_gated_activation", "moe_grouped_mlp_shared" if fused
+                    else "moe_gated_activation"),) if moe.num_shared_experts else ()
+    gate = (_same("shared expert gate", "torch (sigmoid)"),) if moe.shared_expert_gate else ()
     return pieces + shared + gate
 
 

@@ -124,6 +124,15 @@ def test_ops_follow_the_cache_format_the_expert_format_and_context_parallelism()
     assert any("kda_summary" in p.prefill for p in layer_ops.pieces((layer_ops.MIXER, "kda"), cfg, CacheFormat(), 2))
 
 
+def test_a_plain_shared_expert_decodes_inside_the_grouped_gemm_a_gated_one_apart():
+    def decode_ops(name):
+        return {p.name: p.decode for p in layer_ops.pieces((layer_ops.FFN, "moe"), bundled(name), CacheFormat())}
+
+    kimi, qwen = decode_ops("kimi-linear-48b-a3b"), decode_ops("qwen3-next-80b-a3b")
+    assert kimi["experts"] == kimi["shared experts"] == "moe_grouped_mlp_shared"
+    assert qwen["experts"] == "moe_grouped_mlp" and qwen["shared experts"] == "moe_gated_activation"
+
+
 def test_a_kind_or_op_without_a_kernel_shows_reference_only(monkeypatch):
     monkeypatch.delitem(layer_ops.PIECES, (layer_ops.FFN, "moe"))
     report = profile(bundled("tiny-hybrid"), "tiny-hybrid", InspectOptions())
