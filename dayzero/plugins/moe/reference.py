@@ -121,9 +121,12 @@ def grouped_mlp_shared(
     **act_params,
 ) -> torch.Tensor:
     """grouped_mlp with one more expert E (shared_w1/w3 [I, D], shared_w2 [D, I]) after the bank's E experts;
-    expert_offsets [E+2]."""
-    stacked = [torch.cat([w, s[None]]) for w, s in ((w1, shared_w1), (w3, shared_w3), (w2, shared_w2))]
-    return grouped_mlp(x_sorted, expert_offsets, *stacked, activation, **act_params)
+    expert_offsets [E+2]. The bank is not copied: expert E's rows are computed apart (this is the CPU engine's path)."""
+    out = grouped_mlp(x_sorted, expert_offsets[:-1], w1, w3, w2, activation, **act_params)
+    start, end = expert_offsets[-2:].tolist()
+    if end > start:
+        out[start:end] = gated_mlp(x_sorted[start:end], shared_w1, shared_w3, shared_w2, activation, **act_params)
+    return out
 
 
 def expert_rank_offsets(expert_offsets: torch.Tensor, experts_per_rank: int) -> torch.Tensor:
