@@ -8,6 +8,10 @@ forward, else to sampling; time where several overlap counts once, so the kinds 
 steps. On a CPU the host's outermost ops on the steps' thread are attributed the same way. The idle time between two
 pieces of work of one forward is the model's gaps (on a GPU the time between a CUDA graph's kernels, on a CPU the
 Python between ops); the rest of the steps' wall time is host gaps: on a GPU the time the device waits for the host.
+
+On a GPU the wall time is the device's: from the first to the last piece of work the steps launched, over the forwards
+they launched. The host's window would be wrong by a step: with overlap a step's call launches the next forward before
+it waits for its own, so the first call's window opens while the device still runs a forward launched before it.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ class TraceEvent:
 class KindTimes:
     """The profiled steps' wall time (`window_us`), the part of it some device work (a CPU: some op) ran, by kind."""
 
-    steps: int
+    steps: int  # on a GPU the forwards the steps launched
     window_us: float
     us: dict[str, float]  # kind -> busy time over the steps
     launches: dict[str, int]  # kind -> kernels, copies and fills (a CPU: outermost ops)
@@ -89,14 +93,32 @@ def kind_times(events: list[TraceEvent]) -> KindTimes:
     if not steps:
         raise ValueError(f"the trace has no {STEP!r} range: no profiled decode step")
     window = (steps[0].start, steps[-1].end)
-    model = _Ranges([e for e in events if e.name == MODEL and e.category == HOST_RANGE])
-    device = [e for e in events if e.category in DEVICE_CATEGORIES]
-    tally = _Tally(window, model)
+    forwards = [e for e in events if e.name == MODEL and e.category == HOST_RANGE]
+    device = _device_work(events, window)
     if device:
-        _device_times(device, _launch_times(events), tally)
-    else:
-        _host_times([e for e in events if e.category == HOST_OP and e.thread == steps[0].thread], tally)
-    return KindTimes(len(steps), window[1] - window[0], tally.us, tally.launches, bool(device), tally.model_gap_us,
+        return _device_kind_times(device, forwards, window)
+    tally = _Tally(window, _Ranges(forwards))
+    _host_times([e for e in events if e.category == HOST_OP and e.thread == steps[0].thread], tally)
+    return KindTimes(len(steps), window[1] - window[0], tally.us, tally.launches, False, tally.model_gap_us,
+                     tally.by_name)
+
+
+def _device_work(events: list[TraceEvent], window: tuple[float, float]) -> list[tuple[TraceEvent, float | None]]:
+    """The device work the steps launched, each with when its launch started (None: the trace lost the launch, and
+    the work started within the steps)."""
+    launched = _launch_times(events)
+    device = [(e, launched.get(e.correlation)) for e in events if e.category in DEVICE_CATEGORIES]
+    return [(e, launch) for e, launch in device if window[0] <= (e.start if launch is None else launch) <= window[1]]
+
+
+def _device_kind_times(device: list[tuple[TraceEvent, float | None]], forwards: list[TraceEvent],
+                       window: tuple[float, float]) -> KindTimes:
+    """On the device's timeline: from the first to the last piece of the steps' work, a step a forward launched."""
+    num_forwards = sum(window[0] <= f.start <= window[1] for f in forwards)
+    window = (min(e.start for e, _ in device), max(e.end for e, _ in device))
+    tally = _Tally(window, _Ranges(forwards))
+    _device_times(device, tally)
+    return KindTimes(num_forwards or 1, window[1] - window[0], tally.us, tally.launches, True, tally.model_gap_us,
                      tally.by_name)
 
 
@@ -133,15 +155,11 @@ def _launch_times(events: list[TraceEvent]) -> dict[int, float]:
             if e.correlation is not None and e.category not in DEVICE_CATEGORIES | HOST_CATEGORIES}
 
 
-def _device_times(device: list[TraceEvent], launched: dict[int, float], tally: _Tally) -> None:
-    window = tally.window
-    for event in sorted(device, key=lambda e: e.start):
-        launch = launched.get(event.correlation)
-        at = event.start if launch is None else launch
-        if not window[0] <= at <= window[1]:
-            continue
+def _device_times(device: list[tuple[TraceEvent, float | None]], tally: _Tally) -> None:
+    """device: the steps' device work, each with when its launch started (None: the trace lost it)."""
+    for event, launch in sorted(device, key=lambda item: item[0].start):
         # device work whose launch the trace lost is taken as the model's
-        forward = tally.forward if launch is None else tally.model.index(at)
+        forward = tally.forward if launch is None else tally.model.index(launch)
         kind = kernel_kind(event.name) if launch is None or forward is not None else SAMPLING
         tally.add(event.name, kind, event.start, event.end, forward)
 

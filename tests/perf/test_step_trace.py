@@ -37,7 +37,8 @@ def test_device_work_is_split_by_kind_and_by_whether_the_model_launched_it():
         _launch(-20, 6), _kernel("void at::native::vectorized_elementwise_kernel<4>", -10, 15, 6),
     ]
     times = kind_times(events)
-    assert times.on_device and times.steps == 2 and times.window_us == 200
+    # the device's timeline: from the first kernel the steps launched to the last one's end
+    assert times.on_device and times.steps == 2 and times.window_us == 175 - 20
     assert times.us == pytest.approx({KDA: 20, GEMM: 30, MOE_EXPERTS: 40, REDUCTIONS: 5, SAMPLING: 5 + 5})
     assert times.launches == {KDA: 2, GEMM: 2, MOE_EXPERTS: 2, SAMPLING: 2, REDUCTIONS: 1}
     assert times.busy_us <= times.window_us
@@ -66,8 +67,23 @@ def test_device_work_whose_launch_is_lost_counts_as_the_models():
     events = [_range(STEP, 0, 50), _kernel("void at::native::reduce_kernel<512, 1>", 10, 5, 99),
               _kernel("_fused_kda_decode_kernel", 30, 30, None)]
     times = kind_times(events)
-    # clipped to the step's end
-    assert times.us == pytest.approx({REDUCTIONS: 5, KDA: 20})
+    assert times.us == pytest.approx({REDUCTIONS: 5, KDA: 30})
+    assert times.window_us == 60 - 10
+
+
+def test_with_overlap_the_window_is_the_devices_over_the_forwards_the_steps_launched():
+    events = [
+        _range(STEP, 0, 100), _range(MODEL, 5, 10), _range(STEP, 100, 100), _range(MODEL, 105, 10),
+        # the forward launched before the profiled steps still runs when the first one starts
+        _launch(-50, 1, "cudaGraphLaunch"), _kernel("_grouped_gemm_kernel", 0, 60, 1),
+        # each step's forward runs right after the one before: the device never waits for the host
+        _launch(6, 2, "cudaGraphLaunch"), _kernel("_grouped_gemm_kernel", 60, 30, 2),
+        _launch(106, 3, "cudaGraphLaunch"), _kernel("_grouped_gemm_kernel", 90, 30, 3),
+        _launch(116, 4), _kernel("void at::native::reduce_kernel<512>", 120, 5, 4),
+    ]
+    times = kind_times(events)
+    assert times.steps == 2 and times.window_us == 125 - 60
+    assert times.busy_us == pytest.approx(times.window_us) and times.model_gap_us == 0
 
 
 def test_host_ops_count_outermost_only_on_the_steps_thread():
