@@ -171,9 +171,17 @@ def _load_llm(model, checkpoint, backend, device, tp, cp, ep, enable_expert_para
     ranks = f" x {export.ranks} ranks" if export.ranks > 1 else ""
     weights = "random weights made" if random_weights else "loaded"
     click.echo(f"[engine: {backend} on {device}{ranks} in {llm.export_options.dtype}, {weights} in "
-               f"{time.perf_counter() - started if random_weights else llm.load_seconds:.1f} s; "
-               f"{llm.engine.capacity.describe()}]")
+               f"{time.perf_counter() - started if random_weights else llm.load_seconds:.1f} s"
+               f"{_load_parts(llm.step_engine)}; {llm.engine.capacity.describe()}]")
     return llm
+
+
+def _load_parts(engine) -> str:
+    """' (weights 9.1 s, prefill 0.2 s, decode 0.1 s)' for an engine that times its parts (a compiled one)."""
+    parts = getattr(engine, "load_seconds", None)
+    if not isinstance(parts, dict):
+        return ""
+    return " (" + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in parts.items()) + ")"
 
 
 @cli.command()

@@ -169,3 +169,13 @@ def test_bench_reports_throughput_and_the_decode_floor(tmp_path, monkeypatch):
 def test_bench_needs_decode_steps(tmp_path):
     result = run_main("bench", "--output-tokens", "1", env={**os.environ, "DAYZERO_CACHE_DIR": str(tmp_path)})
     assert result.returncode == 2 and "--output-tokens >= 2" in result.stderr
+
+
+def test_the_engine_line_times_a_compiled_engines_parts():
+    from types import SimpleNamespace
+
+    from dayzero.cli import _load_parts
+
+    engine = SimpleNamespace(load_seconds={"weights": 9.14, "prefill": 0.2, "decode": 0.06})
+    assert _load_parts(engine) == " (weights 9.1 s, prefill 0.2 s, decode 0.1 s)"
+    assert _load_parts(SimpleNamespace()) == ""
