@@ -237,6 +237,14 @@ def test_dense_block_schedule_covers_every_token_once():
     assert sorted(covered) == [(0, t) for t in range(5)] + [(2, t) for t in range(5, 12)] + [(3, 12)]
 
 
+def test_dense_blocks_of_one_token_are_the_tokens_sequences():
+    cu = torch.tensor([0, 5, 5, 12, 13], dtype=torch.int32)
+    block_seq, _ = schedule.dense_blocks(cu, 13, 1)
+    assert block_seq.tolist() == [0] * 5 + [2] * 7 + [3]
+    wide, first = schedule.dense_blocks(cu, 13, 4)
+    assert torch.equal(wide, schedule.dense_block_schedule(cu, 13, 4)[0])
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_sequence_of_tokens_with_empty_sequences_and_padding_tokens(dtype):
     cu = torch.tensor([0, 5, 5, 12, 13], dtype=dtype)

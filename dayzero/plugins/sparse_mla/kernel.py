@@ -140,7 +140,11 @@ def _mla_attention_kernel(
     m = tl.arange(0, BLOCK_M)
     head = head_block * BLOCK_H + m % BLOCK_H
     if DENSE:
-        tok = tl.load(block_first + block) + m // BLOCK_H
+        if TOKENS == 1:
+            first = block
+        else:
+            first = tl.load(block_first + block)
+        tok = first + m // BLOCK_H
         row_ok = (tok < tl.load(cu_seqlens + seq + 1)) & (head < num_heads)
         pos = tl.load(positions + tok, mask=row_ok, other=-1)
         num_keys = tl.max(pos, 0) + 1
@@ -264,7 +268,7 @@ def _launch_attention(q, cache, block_table, cu_seqlens, keys, sm_scale: float, 
         return o, lse
     head_blocks = triton.cdiv(heads, config.block_h)
     if dense:
-        block_seq, block_first = schedule.dense_block_schedule(cu_seqlens, tokens, config.tokens_per_block)
+        block_seq, block_first = schedule.dense_blocks(cu_seqlens, tokens, config.tokens_per_block)
         rows, num_slots, positions = block_seq, block_seq, keys
         key_hint = block_table.shape[1] * PAGE_SIZE
     else:

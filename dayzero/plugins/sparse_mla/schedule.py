@@ -99,6 +99,16 @@ def sequence_of_tokens(cu_seqlens: torch.Tensor, num_tokens) -> torch.Tensor:
     return (torch.searchsorted(cu_seqlens, tokens, right=True) - 1).to(torch.int32)
 
 
+def dense_blocks(cu_seqlens: torch.Tensor, num_tokens, tokens_per_block: int):
+    """(block_seq, block_first) int32 of the dense kernel's token blocks. A block a token (decode's tiles): the
+    sequence of each token, as sparse attention has, in 4 launches where the general schedule takes over a dozen and
+    twice the blocks; the kernel then takes a block's token from its index and reads no block_first."""
+    if tokens_per_block == 1:
+        seq = sequence_of_tokens(cu_seqlens, num_tokens)
+        return seq, seq
+    return dense_block_schedule(cu_seqlens, num_tokens, tokens_per_block)
+
+
 def dense_block_schedule(cu_seqlens: torch.Tensor, num_tokens, tokens_per_block: int):
     """Blocks of up to `tokens_per_block` consecutive tokens of one sequence -> (block_seq, block_first) int32 [U].
 
