@@ -1,7 +1,8 @@
 """Second pass of flash-decoding: merge the per-split (o, lse) of each (token, head) into the final pair.
 
 o = sum_s exp(lse_s - lse) o_s and lse = log sum_s exp(lse_s); splits that saw no key have lse_s = -inf and add
-nothing; a row with no key anywhere gets o = 0, lse = -inf.
+nothing (their o_s is not read: the attention kernel does not write it); a row with no key anywhere gets o = 0, lse =
+-inf.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def _split_rows(o_part, lse_part, first, row, num_rows, num_splits, v, DV: tl.co
     part = split.to(tl.int64) * num_rows + row
     ok = split < num_splits
     lse_c = tl.load(lse_part + part, mask=ok, other=float("-inf"))
-    o_c = tl.load(o_part + part[:, None] * DV + v[None, :], mask=ok[:, None] & (v < DV)[None, :], other=0.0)
+    # a split that saw no key left its output row unwritten: not read
+    seen = ok & (lse_c > float("-inf"))
+    o_c = tl.load(o_part + part[:, None] * DV + v[None, :], mask=seen[:, None] & (v < DV)[None, :], other=0.0)
     return lse_c, o_c
 
 

@@ -207,7 +207,8 @@ def _mla_attention_kernel(
     out_ok = row_ok[:, None] & (v < DV)[None, :]
     if SPLIT:
         flat += split.to(tl.int64) * num_tokens * num_heads
-        tl.store(o_part + flat[:, None] * DV + v[None, :], out, mask=out_ok)
+        # a split past the row's keys (the split count is sized for the table's width) stores its -inf lse only
+        tl.store(o_part + flat[:, None] * DV + v[None, :], out, mask=out_ok & seen[:, None])
         tl.store(lse_part + flat, lse_row, mask=row_ok)
     else:
         tl.store(o + flat[:, None] * DV + v[None, :], out.to(o.dtype.element_ty), mask=out_ok)
