@@ -96,7 +96,7 @@ def kind_times(events: list[TraceEvent]) -> KindTimes:
     forwards = [e for e in events if e.name == MODEL and e.category == HOST_RANGE]
     device = _device_work(events, window)
     if device:
-        return _device_kind_times(device, forwards, window)
+        return _device_kind_times(device, forwards, window, len(steps))
     tally = _Tally(window, _Ranges(forwards))
     _host_times([e for e in events if e.category == HOST_OP and e.thread == steps[0].thread], tally)
     return KindTimes(len(steps), window[1] - window[0], tally.us, tally.launches, False, tally.model_gap_us,
@@ -112,14 +112,15 @@ def _device_work(events: list[TraceEvent], window: tuple[float, float]) -> list[
 
 
 def _device_kind_times(device: list[tuple[TraceEvent, float | None]], forwards: list[TraceEvent],
-                       window: tuple[float, float]) -> KindTimes:
-    """On the device's timeline: from the first to the last piece of the steps' work, a step a forward launched."""
+                       window: tuple[float, float], num_steps: int) -> KindTimes:
+    """On the device's timeline: from the first to the last piece of the steps' work, a step a forward launched (a
+    trace without forward ranges: a step a `dayzero.step` range)."""
     num_forwards = sum(window[0] <= f.start <= window[1] for f in forwards)
     window = (min(e.start for e, _ in device), max(e.end for e, _ in device))
     tally = _Tally(window, _Ranges(forwards))
     _device_times(device, tally)
-    return KindTimes(num_forwards or 1, window[1] - window[0], tally.us, tally.launches, True, tally.model_gap_us,
-                     tally.by_name)
+    return KindTimes(num_forwards or num_steps, window[1] - window[0], tally.us, tally.launches, True,
+                     tally.model_gap_us, tally.by_name)
 
 
 class _Tally:

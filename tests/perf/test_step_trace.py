@@ -68,7 +68,14 @@ def test_device_work_whose_launch_is_lost_counts_as_the_models():
               _kernel("_fused_kda_decode_kernel", 30, 30, None)]
     times = kind_times(events)
     assert times.us == pytest.approx({REDUCTIONS: 5, KDA: 30})
-    assert times.window_us == 60 - 10
+    # no forward range: a step a step range
+    assert times.window_us == 60 - 10 and times.steps == 1
+
+
+def test_without_forward_ranges_each_step_range_is_a_step():
+    events = [_range(STEP, 0, 50), _range(STEP, 50, 50), _launch(5, 1), _kernel("_fused_kda_decode_kernel", 10, 20, 1),
+              _launch(55, 2), _kernel("_fused_kda_decode_kernel", 60, 20, 2)]
+    assert kind_times(events).steps == 2
 
 
 def test_with_overlap_the_window_is_the_devices_over_the_forwards_the_steps_launched():
