@@ -254,6 +254,13 @@ class MoEConfig:
         width = self.shared_intermediate_size or self.intermediate_size * self.num_shared_experts
         return width // self.expert_shards
 
+    @property
+    def shared_expert_like_routed(self) -> bool:
+        """A plain shared expert (ungated, no latent space) of the routed experts' size: at decode it can run as one
+        more expert of their grouped GEMMs (model/moe.py)."""
+        return bool(self.num_shared_experts and not self.shared_expert_gate and self.latent_size is None
+                    and self.shared_size == self.intermediate_size)
+
     def __post_init__(self):
         if self.top_k > self.num_experts:
             raise DayzeroError(f"num_experts_per_token ({self.top_k}) exceeds num_experts ({self.num_experts})")

@@ -118,8 +118,7 @@ class MoE(nn.Module):
         """Whether the shared expert runs as one more expert in the routed experts' grouped GEMMs: a plain ungated
         shared expert of the routed experts' size, a dense bank on one rank, and few rows per expert (decode)."""
         cfg = self.cfg
-        plain = (cfg.num_shared_experts and not cfg.shared_expert_gate and cfg.latent_size is None
-                 and cfg.shared_size == cfg.intermediate_size and isinstance(self.experts, ExpertBank))
+        plain = cfg.shared_expert_like_routed and isinstance(self.experts, ExpertBank)
         one_rank = self.first_expert is None and self.tp_group is None
         return bool(decode and plain and one_rank
                     and moe_ops.fuses_shared_expert(x, x.shape[0] * (cfg.top_k + 1), cfg.local_experts + 1))

@@ -128,8 +128,7 @@ def _moe(cfg: ModelConfig, fmt: CacheFormat, cp: int) -> tuple[Piece, ...]:
     experts = "moe_grouped_mlp_mxfp4" if moe.mxfp4_experts else "moe_grouped_mlp"
     # a plain shared expert of the routed experts' size decodes as one more expert of their grouped GEMMs
     # (model/moe.py, on one rank)
-    fused = (moe.num_shared_experts and not moe.shared_expert_gate and moe.latent_size is None
-             and moe.shared_size == moe.intermediate_size and not moe.mxfp4_experts)
+    fused = moe.shared_expert_like_routed and not moe.mxfp4_experts
     decode_experts = "moe_grouped_mlp_shared" if fused else experts
     pieces = (Piece("router logits", "moe_router_logits", "torch (fp32 GEMM)"), _same("routing", "moe_route"),
               _same("dispatch", "moe_permute", "moe_unpermute"), Piece("experts", experts, decode_experts))
